@@ -1,0 +1,239 @@
+// Package store owns the gateway's SQLite database: connections, migrations and transactions.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// DB is the gateway database: one writer connection and a pool of readers.
+type DB struct {
+	// W is the single writer connection. Every change goes through it (via InTx).
+	W *sql.DB
+	// R is the read pool.
+	R    *sql.DB
+	path string
+}
+
+// ErrNotFound is returned when a row does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Open opens (creating if needed) the database at path and applies pending migrations.
+func Open(ctx context.Context, path string) (*DB, error) {
+	dsn := func(mode string) string {
+		q := url.Values{}
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Add("_pragma", "busy_timeout(10000)")
+		q.Add("_pragma", "synchronous(FULL)")
+		q.Add("_pragma", "foreign_keys(ON)")
+		q.Set("_txlock", "immediate")
+		if mode != "" {
+			q.Set("mode", mode)
+		}
+		return "file:" + path + "?" + q.Encode()
+	}
+	w, err := sql.Open("sqlite", dsn(""))
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	if err := w.PingContext(ctx); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	db := &DB{W: w, path: path}
+	if err := db.migrate(ctx); err != nil {
+		w.Close()
+		return nil, err
+	}
+	r, err := sql.Open("sqlite", dsn("ro"))
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open %s read pool: %w", path, err)
+	}
+	r.SetMaxOpenConns(4)
+	db.R = r
+	return db, nil
+}
+
+// Path is the database file.
+func (db *DB) Path() string { return db.path }
+
+// Close closes both pools.
+func (db *DB) Close() error {
+	return errors.Join(db.R.Close(), db.W.Close())
+}
+
+// InTx runs fn in one write transaction, committing when fn returns nil.
+func (db *DB) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := db.W.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func loadMigrations() ([]migration, error) {
+	entries, err := fs.ReadDir(migrationFS, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, e := range entries {
+		num, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("migration %s: name must start with a number and '_'", e.Name())
+		}
+		b, err := migrationFS.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{version: v, name: e.Name(), sql: string(b)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	for i := range ms {
+		if ms[i].version != i+1 {
+			return nil, fmt.Errorf("migration %s: expected number %d", ms[i].name, i+1)
+		}
+	}
+	return ms, nil
+}
+
+func (db *DB) migrate(ctx context.Context) error {
+	ms, err := loadMigrations()
+	if err != nil {
+		return err
+	}
+	if _, err := db.W.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)`); err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	var current int
+	if err := db.W.QueryRowContext(ctx, `SELECT COALESCE(MAX(version),0) FROM schema_migrations`).Scan(&current); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if current > len(ms) {
+		return fmt.Errorf("database schema version %d is newer than this binary knows (%d): upgrade openclaw", current, len(ms))
+	}
+	for _, m := range ms[current:] {
+		err := db.InTx(ctx, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+				return fmt.Errorf("apply migration %s: %w", m.name, err)
+			}
+			_, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations(version,name,applied_at) VALUES(?,?,?)`,
+				m.version, m.name, Now())
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TimeFormat is how timestamps are stored: UTC RFC 3339 with milliseconds, sortable as text.
+const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// Now returns the current time formatted for storage.
+func Now() string { return FormatTime(time.Now()) }
+
+// FormatTime formats t for storage; the zero time is stored as "".
+func FormatTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(TimeFormat)
+}
+
+// ParseTime parses a stored timestamp; "" is the zero time.
+func ParseTime(s string) time.Time {
+	if s == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(TimeFormat, s)
+	if err != nil {
+		t, _ = time.Parse(time.RFC3339Nano, s)
+	}
+	return t
+}
+
+// Audit records an audited action in the same transaction as the change it explains.
+func Audit(ctx context.Context, tx *sql.Tx, kind, environmentID, detail string) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO audit(at, kind, environment_id, detail) VALUES(?,?,?,?)`,
+		Now(), kind, environmentID, detail)
+	if err != nil {
+		return fmt.Errorf("audit %s: %w", kind, err)
+	}
+	return nil
+}
+
+// AuditEntry is one audit row.
+type AuditEntry struct {
+	ID            int64  `json:"id"`
+	At            string `json:"at"`
+	Kind          string `json:"kind"`
+	EnvironmentID string `json:"environmentId,omitempty"`
+	Detail        string `json:"detail"`
+}
+
+// ListAudit returns audit rows, newest last, optionally for one environment.
+func (db *DB) ListAudit(ctx context.Context, environmentID string, limit int) ([]AuditEntry, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	q := `SELECT id, at, kind, environment_id, detail FROM audit`
+	var args []any
+	if environmentID != "" {
+		q += ` WHERE environment_id = ?`
+		args = append(args, environmentID)
+	}
+	q += ` ORDER BY id DESC LIMIT ?`
+	args = append(args, limit)
+	rows, err := db.R.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []AuditEntry
+	for rows.Next() {
+		var a AuditEntry
+		if err := rows.Scan(&a.ID, &a.At, &a.Kind, &a.EnvironmentID, &a.Detail); err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out, rows.Err()
+}

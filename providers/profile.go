@@ -1,0 +1,167 @@
+package providers
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Profile describes how to lease machines of one kind and how to treat them.
+type Profile struct {
+	ID       string `json:"id" yaml:"id"`
+	Provider string `json:"provider" yaml:"provider"`
+	// Settings are provider-specific; each provider decodes and validates its own.
+	Settings        json.RawMessage `json:"settings,omitempty" yaml:"-"`
+	Lifetime        Lifetime        `json:"lifetime" yaml:"lifetime"`
+	Sync            SyncRules       `json:"sync" yaml:"sync"`
+	MaxEnvironments int             `json:"maxEnvironments" yaml:"maxEnvironments"`
+	// Warnings are shown to the operator (for example for development-only providers). Not stored.
+	Warnings []string `json:"warnings,omitempty" yaml:"-"`
+}
+
+// Lifetime is the profile's policy for how long machines live.
+type Lifetime struct {
+	IdleTimeout Duration `json:"idleTimeout" yaml:"idleTimeout"`
+	TTL         Duration `json:"ttl" yaml:"ttl"`
+}
+
+// SyncRules are gitignore-style include and exclude patterns applied to workspace sync.
+type SyncRules struct {
+	Include []string `json:"include,omitempty" yaml:"include"`
+	Exclude []string `json:"exclude,omitempty" yaml:"exclude"`
+}
+
+// Defaults for profile lifetime policy: generous, since days-long work is first class.
+const (
+	DefaultIdleTimeout     = 30 * time.Minute
+	DefaultTTL             = 24 * time.Hour
+	DefaultMaxEnvironments = 4
+)
+
+var profileIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// SetDefaults fills unset policy fields.
+func (p *Profile) SetDefaults() {
+	if p.Lifetime.IdleTimeout == 0 {
+		p.Lifetime.IdleTimeout = Duration(DefaultIdleTimeout)
+	}
+	if p.Lifetime.TTL == 0 {
+		p.Lifetime.TTL = Duration(DefaultTTL)
+	}
+	if p.MaxEnvironments == 0 {
+		p.MaxEnvironments = DefaultMaxEnvironments
+	}
+	if len(p.Settings) == 0 {
+		p.Settings = json.RawMessage("{}")
+	}
+}
+
+// Validate checks the provider-independent fields and names the first bad one.
+func (p *Profile) Validate() error {
+	switch {
+	case p.ID == "":
+		return Fieldf("id", "is required")
+	case !profileIDPattern.MatchString(p.ID):
+		return Fieldf("id", "%q must be lowercase letters, digits, '-' or '_' (at most 63)", p.ID)
+	case p.Provider == "":
+		return Fieldf("provider", "is required")
+	case p.Lifetime.IdleTimeout < 0:
+		return Fieldf("lifetime.idleTimeout", "must not be negative")
+	case p.Lifetime.TTL < 0:
+		return Fieldf("lifetime.ttl", "must not be negative")
+	case p.MaxEnvironments < 0 || p.MaxEnvironments > 1000:
+		return Fieldf("maxEnvironments", "must be between 1 and 1000, got %d", p.MaxEnvironments)
+	}
+	for i, pat := range p.Sync.Include {
+		if pat == "" {
+			return Fieldf(fmt.Sprintf("sync.include[%d]", i), "must not be empty")
+		}
+	}
+	for i, pat := range p.Sync.Exclude {
+		if pat == "" {
+			return Fieldf(fmt.Sprintf("sync.exclude[%d]", i), "must not be empty")
+		}
+	}
+	if len(p.Settings) > 0 && !json.Valid(p.Settings) {
+		return Fieldf("settings", "is not valid JSON")
+	}
+	return nil
+}
+
+// UnmarshalYAML decodes a profile, converting its free-form settings to JSON.
+func (p *Profile) UnmarshalYAML(n *yaml.Node) error {
+	type plain Profile
+	var raw struct {
+		plain    `yaml:",inline"`
+		Settings yaml.Node `yaml:"settings"`
+	}
+	if err := n.Decode(&raw); err != nil {
+		return err
+	}
+	*p = Profile(raw.plain)
+	if raw.Settings.Kind != 0 {
+		var v any
+		if err := raw.Settings.Decode(&v); err != nil {
+			return Fieldf("settings", "%v", err)
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return Fieldf("settings", "%v", err)
+		}
+		p.Settings = b
+	}
+	return nil
+}
+
+// Duration is a time.Duration written as a Go duration string ("30m", "24h").
+type Duration time.Duration
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON accepts a duration string or a number of nanoseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		var n int64
+		if err2 := json.Unmarshal(b, &n); err2 != nil {
+			return fmt.Errorf("duration must be a string like \"30m\"")
+		}
+		*d = Duration(n)
+		return nil
+	}
+	return d.parse(s)
+}
+
+// UnmarshalYAML accepts a duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	return d.parse(s)
+}
+
+// MarshalYAML writes the duration as a string.
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
+func (d *Duration) parse(s string) error {
+	if s == "" {
+		*d = 0
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("invalid duration %q (use e.g. 30m, 24h)", s)
+	}
+	*d = Duration(v)
+	return nil
+}

@@ -1,0 +1,115 @@
+// Package providers defines the contract between the gateway and the machines it leases.
+package providers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Labels every lease carries so the orphan sweep can recognise leases of this gateway.
+const (
+	LabelGateway     = "openclaw.gateway"
+	LabelEnvironment = "openclaw.environment"
+)
+
+// ErrLeaseGone reports proof that a lease no longer exists at the provider.
+var ErrLeaseGone = errors.New("lease gone")
+
+// ErrUnsupported is returned by optional operations a provider does not implement.
+var ErrUnsupported = errors.New("operation not supported by provider")
+
+// Provider leases machines reachable over SSH.
+//
+// Provision must be idempotent per operation id: calling it again with the same
+// opID adopts the lease created by the first call instead of creating another.
+// Destroy must be idempotent; callers prove teardown with Inspect.
+type Provider interface {
+	Provision(ctx context.Context, p Profile, opID string, req ProvisionRequest) (Lease, error)
+	Inspect(ctx context.Context, p Profile, lease Lease) (LeaseStatus, error)
+	Destroy(ctx context.Context, p Profile, lease Lease) error
+}
+
+// Renewer is implemented by providers whose leases expire unless renewed.
+type Renewer interface {
+	Renew(ctx context.Context, p Profile, lease Lease) error
+}
+
+// Lister is implemented by providers that can enumerate their leases for the orphan sweep.
+type Lister interface {
+	List(ctx context.Context, p Profile) ([]LeaseStatus, error)
+}
+
+// Validator is implemented by providers that can check a profile's settings before it is stored.
+// The returned error should be a *FieldError naming the bad field.
+type Validator interface {
+	ValidateSettings(settings json.RawMessage) error
+}
+
+// ProvisionRequest carries what the gateway knows when it asks for a lease.
+type ProvisionRequest struct {
+	EnvironmentID string
+	GatewayID     string
+	// LeaseID is derived by the gateway from the operation id so that a lease CLI can use it
+	// as an idempotency key.
+	LeaseID string
+}
+
+// Lease is a machine the gateway may reach over SSH.
+type Lease struct {
+	ID      string `json:"id"`
+	SSHHost string `json:"sshHost"`
+	SSHPort int    `json:"sshPort"`
+	SSHUser string `json:"sshUser"`
+	// SSHKeyPath is the path of the private key that opens the box; SSHKey is the key itself
+	// when a provider hands it over inline. Neither is ever returned by the API.
+	SSHKeyPath string `json:"-"`
+	SSHKey     []byte `json:"-"`
+	// HostKeys are the pinned host public keys in authorized_keys format ("ssh-ed25519 AAAA…").
+	HostKeys  []string          `json:"hostKeys"`
+	ExpiresAt time.Time         `json:"expiresAt,omitzero"`
+	Labels    map[string]string `json:"labels,omitempty"`
+}
+
+// Validate reports a lease the gateway must refuse to use.
+func (l Lease) Validate() error {
+	switch {
+	case l.ID == "":
+		return errors.New("lease has no id")
+	case l.SSHHost == "":
+		return fmt.Errorf("lease %s has no ssh host", l.ID)
+	case l.SSHPort <= 0 || l.SSHPort > 65535:
+		return fmt.Errorf("lease %s has invalid ssh port %d", l.ID, l.SSHPort)
+	case len(l.HostKeys) == 0:
+		return fmt.Errorf("lease %s has no host key: refusing to connect unpinned", l.ID)
+	}
+	return nil
+}
+
+// LeaseStatus is what a provider reports about one lease.
+type LeaseStatus struct {
+	LeaseID string `json:"leaseId"`
+	// State is the provider's own word for the lease state.
+	State string `json:"state"`
+	// Gone is true only on proof that the lease no longer exists.
+	Gone  bool `json:"gone"`
+	Ready bool `json:"ready"`
+	// Lease is filled when the provider reports connection details.
+	Lease  Lease             `json:"lease"`
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// FieldError names the field of a profile or request that is wrong.
+type FieldError struct {
+	Field   string
+	Message string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
+
+// Fieldf returns a *FieldError.
+func Fieldf(field, format string, args ...any) error {
+	return &FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
