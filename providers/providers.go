@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -112,4 +114,55 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
 // Fieldf returns a *FieldError.
 func Fieldf(field, format string, args ...any) error {
 	return &FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// Registry maps provider names (a profile's "provider" field) to providers. It is filled
+// explicitly in cmd/openclaw.
+type Registry map[string]Provider
+
+// Get returns the named provider.
+func (r Registry) Get(name string) (Provider, error) {
+	p, ok := r[name]
+	if !ok {
+		return nil, Fieldf("provider", "unknown provider %q (known: %s)", name, strings.Join(r.Names(), ", "))
+	}
+	return p, nil
+}
+
+// Names lists the registered provider names, sorted.
+func (r Registry) Names() []string {
+	names := make([]string, 0, len(r))
+	for n := range r {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// ValidateProfile checks the profile's common fields and, when the provider supports it, its settings.
+func (r Registry) ValidateProfile(p *Profile) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	prov, err := r.Get(p.Provider)
+	if err != nil {
+		return err
+	}
+	if v, ok := prov.(Validator); ok {
+		if err := v.ValidateSettings(p.Settings); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Warner is implemented by providers that attach operator warnings to their profiles.
+type Warner interface {
+	ProfileWarnings(p Profile) []string
+}
+
+// LeaseIDer is implemented by providers that derive the lease id from the operation id
+// themselves (so it is known before the provision call).
+type LeaseIDer interface {
+	LeaseID(p Profile, opID string) string
 }

@@ -1,16 +1,89 @@
+// Command openclaw is the OpenClaw cloud-worker gateway: the daemon, the worker, the local box and the CLI.
 package main
 
 import (
-	_ "github.com/coder/websocket"
-	_ "github.com/labstack/echo/v4"
-	_ "github.com/pkg/sftp"
-	_ "github.com/prometheus/client_golang/prometheus"
-	_ "github.com/spf13/cobra"
-	_ "go.yaml.in/yaml/v3"
-	_ "golang.org/x/crypto/ssh"
-	_ "modernc.org/sqlite"
-	_ "github.com/klauspost/compress/zstd"
-	_ "golang.org/x/sync/errgroup"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
 )
 
-func main() {}
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) {
+			if ee.msg != "" {
+				fmt.Fprintln(os.Stderr, "openclaw:", ee.msg)
+			}
+			os.Exit(ee.code)
+		}
+		fmt.Fprintln(os.Stderr, "openclaw:", err)
+		os.Exit(1)
+	}
+}
+
+// exitError carries a specific exit code.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+// Environment knobs, declared in one place.
+const (
+	envGateway = "OPENCLAW_GATEWAY"  // gateway URL for CLI commands
+	envToken   = "OPENCLAW_TOKEN"    // API token for CLI commands
+	envDataDir = "OPENCLAW_DATA_DIR" // data dir (gateway and CLI)
+)
+
+// globals are the persistent flags shared by all commands.
+type globals struct {
+	dataDir string
+	gateway string
+	token   string
+	output  string
+}
+
+func run(ctx context.Context, args []string) error {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "openclaw",
+		Short: "OpenClaw cloud-worker gateway: run agent sessions here or on leased machines",
+		Long: `openclaw runs agent sessions on this machine or on ephemeral cloud workers.
+
+  openclaw gateway              run the daemon (HTTP API, environment state machine)
+  openclaw profile apply -f F   define how to lease machines
+  openclaw env create --profile P --wait
+                                lease a machine and watch it come up
+  openclaw env list             see environments, their state and age
+  openclaw env destroy ID       tear one down (returns on proof of teardown)
+
+CLI commands talk to the gateway's API at --gateway (default http://` + "127.0.0.1:7420" + `) with the
+token from <data-dir>/gateway.token, or --token.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetContext(ctx)
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.dataDir, "data-dir", os.Getenv(envDataDir), "gateway data dir (default $XDG_STATE_HOME/openclaw-gateway; env "+envDataDir+")")
+	pf.StringVar(&g.gateway, "gateway", os.Getenv(envGateway), "gateway URL for CLI commands (default http://127.0.0.1:7420; env "+envGateway+")")
+	pf.StringVar(&g.token, "token", os.Getenv(envToken), "API token (default: read from <data-dir>/gateway.token; env "+envToken+")")
+
+	root.AddCommand(
+		newGatewayCmd(g),
+		newVersionCmd(),
+		newProfileCmd(g),
+		newEnvCmd(g),
+		newLocalboxCmd(),
+	)
+	root.SetArgs(args)
+	return root.ExecuteContext(ctx)
+}

@@ -1,0 +1,335 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/openclaw/cloudworkers/gateway/api"
+	"github.com/openclaw/cloudworkers/gateway/envs"
+)
+
+func newEnvCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "env",
+		Aliases: []string{"environment", "environments"},
+		Short:   "Lease, inspect and destroy environments (leased machines)",
+	}
+	cmd.AddCommand(newEnvCreateCmd(g), newEnvListCmd(g), newEnvShowCmd(g), newEnvEventsCmd(g),
+		newEnvDestroyCmd(g), newEnvSweepCmd(g))
+	return cmd
+}
+
+// watchStates prints each state an environment reaches until done(e) holds or ctx ends.
+func watchStates(ctx context.Context, c *api.Client, id string, done func(envs.Environment) bool) (envs.Environment, error) {
+	seen := 0
+	var e envs.Environment
+	for {
+		var evs []envs.Event
+		if _, err := c.Do(ctx, http.MethodGet, "/api/v1/environments/"+id+"/events", nil, &evs); err != nil {
+			return e, err
+		}
+		for _, ev := range evs[min(seen, len(evs)):] {
+			line := fmt.Sprintf("%s  %-13s", ev.At.Local().Format("15:04:05.000"), ev.To)
+			if ev.Reason != "" {
+				line += "  " + ev.Reason
+			}
+			fmt.Fprintln(stderr, line)
+		}
+		seen = len(evs)
+		if _, err := c.Do(ctx, http.MethodGet, "/api/v1/environments/"+id, nil, &e); err != nil {
+			return e, err
+		}
+		if done(e) {
+			return e, nil
+		}
+		select {
+		case <-ctx.Done():
+			return e, fmt.Errorf("environment %s still %s: %w", id, e.State, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func newEnvCreateCmd(g *globals) *cobra.Command {
+	var profile, key string
+	var wait bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "create --profile P [--wait]",
+		Short: "Lease a machine through a profile",
+		Long: `Lease a machine through a profile. The intent is recorded before the provider is called, so a
+gateway restart adopts the lease instead of leasing twice. With --wait, each state is printed as it is
+reached and the command exits non-zero if the environment fails.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			asJSON, err := g.json()
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			var e envs.Environment
+			if _, err := c.Do(ctx, http.MethodPost, "/api/v1/environments", map[string]string{"profileId": profile, "idempotencyKey": key}, &e); err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "environment %s requested (profile %s, operation %s)\n", e.ID, e.ProfileID, e.OperationID)
+			if wait {
+				var info struct {
+					Features map[string]bool `json:"features"`
+				}
+				_, _ = c.Do(ctx, http.MethodGet, "/api/v1/gateway", nil, &info)
+				bootstrap := info.Features["bootstrap"]
+				wctx, cancel := context.WithTimeout(ctx, timeout)
+				defer cancel()
+				e, err = watchStates(wctx, c, e.ID, func(e envs.Environment) bool {
+					return e.State.Dead() || e.State == envs.Ready || e.State == envs.Attached || e.State == envs.Idle ||
+						(!bootstrap && e.State == envs.Bootstrapping)
+				})
+				if err != nil {
+					return err
+				}
+				if e.State == envs.Bootstrapping {
+					fmt.Fprintln(stderr, "lease recorded; this gateway has no worker bootstrap yet, so the environment stays in bootstrapping")
+				}
+			}
+			if asJSON {
+				if err := printJSON(stdout, e); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintln(stdout, e.ID)
+			}
+			if e.State.Dead() {
+				return &exitError{code: 1, msg: fmt.Sprintf("environment %s %s: %s", e.ID, e.State, e.Error)}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&profile, "profile", "", "profile id (see `openclaw profile list`)")
+	f.StringVar(&key, "idempotency-key", "", "a repeated key returns the same environment")
+	f.BoolVar(&wait, "wait", false, "wait and print each state until the environment is up or failed")
+	f.DurationVar(&timeout, "timeout", 30*time.Minute, "how long --wait waits")
+	_ = cmd.MarkFlagRequired("profile")
+	addOutput(cmd, g)
+	return cmd
+}
+
+func newEnvListCmd(g *globals) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List environments (destroyed ones with --all)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			asJSON, err := g.json()
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var list []envs.Environment
+			if _, err := c.Do(cmd.Context(), http.MethodGet, "/api/v1/environments?all="+fmt.Sprint(all), nil, &list); err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(stdout, list)
+			}
+			w := table(stdout)
+			fmt.Fprintln(w, "ID\tPROFILE\tSTATE\tLEASE\tTUNNEL\tAGE\tIDLE\tERROR")
+			for _, e := range list {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.ProfileID, e.State, dash(e.LeaseID), e.TunnelStatus,
+					humanMs(e.AgeMs), humanMs(e.IdleMs), dash(truncate(e.Error, 60)))
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "include destroyed environments")
+	addOutput(cmd, g)
+	return cmd
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func newEnvShowCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one environment",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			asJSON, err := g.json()
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var e envs.Environment
+			if _, err := c.Do(cmd.Context(), http.MethodGet, "/api/v1/environments/"+url.PathEscape(args[0]), nil, &e); err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(stdout, e)
+			}
+			w := table(stdout)
+			row := func(k, v string) { fmt.Fprintf(w, "%s\t%s\n", k, dash(v)) }
+			row("id", e.ID)
+			row("profile", e.ProfileID)
+			row("provider", e.ProviderID)
+			row("state", string(e.State))
+			row("error", e.Error)
+			row("lease", e.LeaseID)
+			row("operation", e.OperationID)
+			if e.Lease.SSHHost != "" {
+				row("ssh", fmt.Sprintf("%s@%s:%d", e.Lease.SSHUser, e.Lease.SSHHost, e.Lease.SSHPort))
+			}
+			row("host keys", strings.Join(e.Lease.HostKeys, "\n\t"))
+			if !e.Lease.ExpiresAt.IsZero() {
+				row("expires", e.Lease.ExpiresAt.Local().Format(time.RFC3339))
+			}
+			row("tunnel", e.TunnelStatus)
+			row("sessions", strings.Join(e.AttachedSessionIDs, ", "))
+			row("age", humanMs(e.AgeMs))
+			row("idle", humanMs(e.IdleMs))
+			return w.Flush()
+		},
+	}
+	addOutput(cmd, g)
+	return cmd
+}
+
+func newEnvEventsCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "events ID",
+		Short: "Show the state changes of an environment",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			asJSON, err := g.json()
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var evs []envs.Event
+			if _, err := c.Do(cmd.Context(), http.MethodGet, "/api/v1/environments/"+url.PathEscape(args[0])+"/events", nil, &evs); err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(stdout, evs)
+			}
+			w := table(stdout)
+			fmt.Fprintln(w, "TIME\tFROM\tTO\tREASON")
+			for _, ev := range evs {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", ev.At.Local().Format(time.RFC3339), dash(string(ev.From)), ev.To, ev.Reason)
+			}
+			return w.Flush()
+		},
+	}
+	addOutput(cmd, g)
+	return cmd
+}
+
+func newEnvDestroyCmd(g *globals) *cobra.Command {
+	var force, noWait bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "destroy ID [--force]",
+		Short: "Destroy an environment; returns on proof of teardown",
+		Long: `Destroy an environment. The command returns only when the provider's inspect proves the lease is gone;
+until then the environment stays in destroying and the gateway retries with backoff (also across restarts).
+--force destroys from any state, including an environment attached to a session.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			asJSON, err := g.json()
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			var e envs.Environment
+			path := "/api/v1/environments/" + url.PathEscape(args[0]) + "?force=" + fmt.Sprint(force)
+			if _, err := c.Do(ctx, http.MethodDelete, path, nil, &e); err != nil {
+				return err
+			}
+			if !noWait && e.State != envs.Destroyed {
+				wctx, cancel := context.WithTimeout(ctx, timeout)
+				defer cancel()
+				e, err = watchStates(wctx, c, e.ID, func(e envs.Environment) bool { return e.State == envs.Destroyed })
+				if err != nil {
+					return fmt.Errorf("%w (the gateway keeps retrying; last error: %s)", err, dash(e.Error))
+				}
+			}
+			if asJSON {
+				return printJSON(stdout, e)
+			}
+			fmt.Fprintf(stdout, "environment %s %s\n", e.ID, e.State)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&force, "force", false, "destroy from any state, even when attached")
+	f.BoolVar(&noWait, "no-wait", false, "return once teardown has started")
+	f.DurationVar(&timeout, "timeout", 15*time.Minute, "how long to wait for proof of teardown")
+	addOutput(cmd, g)
+	return cmd
+}
+
+func newEnvSweepCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sweep",
+		Short: "Run the orphan sweep now: destroy leases of this gateway that no live environment owns",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			asJSON, err := g.json()
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var rep envs.SweepReport
+			if _, err := c.Do(cmd.Context(), http.MethodPost, "/api/v1/environments/sweep", nil, &rep); err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(stdout, rep)
+			}
+			fmt.Fprintf(stdout, "checked %d leases, destroyed %d, orphaned %d environments\n", rep.Checked, len(rep.Destroyed), len(rep.Orphaned))
+			for _, d := range rep.Destroyed {
+				fmt.Fprintf(stdout, "  destroyed %s (profile %s): %s\n", d.LeaseID, d.ProfileID, d.Reason)
+			}
+			for _, o := range rep.Orphaned {
+				fmt.Fprintf(stdout, "  orphaned %s\n", o)
+			}
+			for _, e := range rep.Errors {
+				fmt.Fprintf(stdout, "  error: %s\n", e)
+			}
+			return nil
+		},
+	}
+	addOutput(cmd, g)
+	return cmd
+}

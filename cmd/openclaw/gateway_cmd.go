@@ -1,0 +1,72 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/openclaw/cloudworkers/gateway"
+)
+
+func newGatewayCmd(g *globals) *cobra.Command {
+	var configPath string
+	var cfg gateway.Config
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "Run the gateway daemon",
+		Long: `Run the gateway daemon: the HTTP API under /api/v1, /healthz, /readyz and /metrics, the environment
+state machine with restart reconciliation and the periodic orphan sweep.
+
+Configuration is read from defaults, then the YAML file given with --config, then flags.
+The data dir holds gateway.db (SQLite), gateway.token (the API bearer token, mode 0600) and
+gateway.lock; a second gateway on the same data dir refuses to start.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var file gateway.Config
+			if configPath != "" {
+				if err := gateway.LoadConfigFile(configPath, &file); err != nil {
+					return err
+				}
+			}
+			f := cmd.Flags()
+			if g.dataDir != "" {
+				file.DataDir = g.dataDir
+			}
+			if f.Changed("listen") {
+				file.Listen = cfg.Listen
+			}
+			if f.Changed("log-format") {
+				file.LogFormat = cfg.LogFormat
+			}
+			if f.Changed("log-level") {
+				file.LogLevel = cfg.LogLevel
+			}
+			file.SetDefaults()
+			if err := file.Validate(); err != nil {
+				return fmt.Errorf("config: %w", err)
+			}
+			log := newLogger(os.Stderr, file.LogFormat, file.LogLevel)
+			return gateway.Run(cmd.Context(), file, gatewayDeps(log))
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configPath, "config", "", "YAML config file")
+	f.StringVar(&cfg.Listen, "listen", gateway.DefaultListen, "HTTP listen address")
+	f.StringVar(&cfg.LogFormat, "log-format", "text", "log format: text or json")
+	f.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
+	return cmd
+}
+
+func newLogger(w io.Writer, format, level string) *slog.Logger {
+	var lv slog.Level
+	_ = lv.UnmarshalText([]byte(strings.ToUpper(level)))
+	opts := &slog.HandlerOptions{Level: lv}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/openclaw/cloudworkers/gateway/profiles"
+	"github.com/openclaw/cloudworkers/providers"
+)
+
+func newProfileCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "profile",
+		Short: "Manage provider profiles (how to lease machines and how to treat them)",
+	}
+	cmd.AddCommand(newProfileAddCmd(g), newProfileApplyCmd(g), newProfileListCmd(g), newProfileShowCmd(g), newProfileRmCmd(g))
+	return cmd
+}
+
+func newProfileAddCmd(g *globals) *cobra.Command {
+	var p providers.Profile
+	var settings string
+	var idle, ttl string
+	cmd := &cobra.Command{
+		Use:   "add ID --provider P [--settings JSON]",
+		Short: "Create a profile",
+		Example: `  openclaw profile add hetzner --provider crabbox --settings '{"provider":"hetzner","class":"cx22"}'
+  openclaw profile add dev --provider static --settings @hosts.json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p.ID = args[0]
+			if settings != "" {
+				raw := settings
+				if name, ok := strings.CutPrefix(settings, "@"); ok {
+					b, err := os.ReadFile(name)
+					if err != nil {
+						return fmt.Errorf("--settings: %w", err)
+					}
+					raw = string(b)
+				}
+				if !json.Valid([]byte(raw)) {
+					return fmt.Errorf("--settings is not valid JSON")
+				}
+				p.Settings = json.RawMessage(raw)
+			}
+			for flag, v := range map[string]string{"idle-timeout": idle, "ttl": ttl} {
+				if v == "" {
+					continue
+				}
+				var d providers.Duration
+				if err := d.UnmarshalJSON([]byte(`"` + v + `"`)); err != nil {
+					return fmt.Errorf("--%s: %w", flag, err)
+				}
+				if flag == "ttl" {
+					p.Lifetime.TTL = d
+				} else {
+					p.Lifetime.IdleTimeout = d
+				}
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var out providers.Profile
+			if _, err := c.Do(cmd.Context(), http.MethodPost, "/api/v1/profiles", p, &out); err != nil {
+				return err
+			}
+			printWarnings(out)
+			fmt.Fprintf(stdout, "profile %s created (provider %s)\n", out.ID, out.Provider)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&p.Provider, "provider", "", "provider: command, crabbox, static or local")
+	f.StringVar(&settings, "settings", "", "provider settings as JSON, or @file")
+	f.StringVar(&idle, "idle-timeout", "", "idle auto-stop (e.g. 30m)")
+	f.StringVar(&ttl, "ttl", "", "maximum lifetime (e.g. 24h)")
+	f.IntVar(&p.MaxEnvironments, "max-environments", 0, "at most this many live environments (default 4)")
+	f.StringSliceVar(&p.Sync.Exclude, "exclude", nil, "sync exclude pattern (repeatable)")
+	f.StringSliceVar(&p.Sync.Include, "include", nil, "sync include pattern (repeatable)")
+	_ = cmd.MarkFlagRequired("provider")
+	return cmd
+}
+
+func printWarnings(p providers.Profile) {
+	for _, w := range p.Warnings {
+		fmt.Fprintf(stderr, "warning: profile %s: %s\n", p.ID, w)
+	}
+}
+
+func newProfileApplyCmd(g *globals) *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "apply -f profiles.yaml",
+		Short: "Create or replace the profiles of a YAML file",
+		Long: `Create or replace every profile listed in a YAML file of the shape
+
+  profiles:
+    - id: netns
+      provider: command
+      settings: {provision: [...], inspect: [...], destroy: [...]}
+      lifetime: {idleTimeout: 30m, ttl: 24h}
+      sync: {exclude: [node_modules, .venv]}
+      maxEnvironments: 4
+
+All profiles are validated by the gateway; the first bad one stops the apply and is named.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return fmt.Errorf("-f FILE is required (use - for stdin)")
+			}
+			r := os.Stdin
+			if file != "-" {
+				f, err := os.Open(file)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				r = f
+			}
+			list, err := profiles.ParseYAML(r)
+			if err != nil {
+				return fmt.Errorf("%s: %w", file, err)
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			for i, p := range list {
+				var out providers.Profile
+				status, err := c.Do(cmd.Context(), http.MethodPut, "/api/v1/profiles/"+p.ID, p, &out)
+				if err != nil {
+					return fmt.Errorf("%s: profiles[%d] (%s): %w", file, i, p.ID, err)
+				}
+				printWarnings(out)
+				verb := "updated"
+				if status == http.StatusCreated {
+					verb = "created"
+				}
+				fmt.Fprintf(stdout, "profile %s %s\n", out.ID, verb)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "YAML file with a top-level profiles: list (- for stdin)")
+	return cmd
+}
+
+func newProfileListCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List profiles",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			asJSON, err := g.json()
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var list []providers.Profile
+			if _, err := c.Do(cmd.Context(), http.MethodGet, "/api/v1/profiles", nil, &list); err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(stdout, list)
+			}
+			w := table(stdout)
+			fmt.Fprintln(w, "ID\tPROVIDER\tIDLE\tTTL\tMAX\tWARNINGS")
+			for _, p := range list {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\n", p.ID, p.Provider, p.Lifetime.IdleTimeout, p.Lifetime.TTL, p.MaxEnvironments, len(p.Warnings))
+			}
+			return w.Flush()
+		},
+	}
+	addOutput(cmd, g)
+	return cmd
+}
+
+func newProfileShowCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one profile (JSON)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var p providers.Profile
+			if _, err := c.Do(cmd.Context(), http.MethodGet, "/api/v1/profiles/"+args[0], nil, &p); err != nil {
+				return err
+			}
+			printWarnings(p)
+			return printJSON(stdout, p)
+		},
+	}
+	addOutput(cmd, g)
+	return cmd
+}
+
+func newProfileRmCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm ID",
+		Short: "Delete a profile that has no live environments",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			if _, err := c.Do(cmd.Context(), http.MethodDelete, "/api/v1/profiles/"+args[0], nil, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "profile %s deleted\n", args[0])
+			return nil
+		},
+	}
+}

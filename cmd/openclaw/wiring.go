@@ -1,0 +1,34 @@
+package main
+
+import (
+	"log/slog"
+	"path/filepath"
+
+	"github.com/openclaw/cloudworkers/gateway"
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/providers"
+	"github.com/openclaw/cloudworkers/providers/command"
+	"github.com/openclaw/cloudworkers/providers/local"
+	"github.com/openclaw/cloudworkers/providers/static"
+)
+
+// gatewayDeps wires the providers explicitly (no init() registration) and the built-in profiles.
+func gatewayDeps(log *slog.Logger) gateway.Deps {
+	return gateway.Deps{
+		Log: log,
+		Providers: func(db *store.DB, dataDir string, log *slog.Logger) (providers.Registry, error) {
+			lp, err := local.New(local.Config{BoxesDir: filepath.Join(dataDir, "boxes"), Logger: log.With("provider", "local")})
+			if err != nil {
+				return nil, err
+			}
+			return providers.Registry{
+				"command": command.New(),
+				"crabbox": command.NewCrabbox(),
+				"static":  static.New(db),
+				"local":   lp,
+			}, nil
+		},
+		// A fresh gateway can start a worker without any configuration.
+		Builtin: []providers.Profile{{ID: "local", Provider: "local"}},
+	}
+}

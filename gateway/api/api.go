@@ -1,0 +1,236 @@
+// Package api serves the gateway's HTTP API (JSON under /api/v1) for the CLI and the Control UI.
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/gateway/profiles"
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/providers"
+)
+
+// Config configures the API server.
+type Config struct {
+	Token     string
+	DB        *store.DB
+	Profiles  *profiles.Store
+	Envs      *envs.Manager
+	Registry  *prometheus.Registry
+	Log       *slog.Logger
+	GatewayID string
+	Version   string
+	// Ready reports whether the gateway has finished starting.
+	Ready func() bool
+	// Bootstrap reports whether environments can reach ready (a worker bootstrapper is wired).
+	Bootstrap bool
+	// MaxBody bounds request bodies.
+	MaxBody int64
+}
+
+// Server is the HTTP API.
+type Server struct {
+	cfg  Config
+	Echo *echo.Echo
+}
+
+// Error is the JSON error body: {"error":{"code","message"}}.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+func apiErr(status int, code, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// New builds the server and its routes.
+func New(cfg Config) *Server {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxBody == 0 {
+		cfg.MaxBody = 1 << 20
+	}
+	if cfg.Ready == nil {
+		cfg.Ready = func() bool { return true }
+	}
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	s := &Server{cfg: cfg, Echo: e}
+	e.HTTPErrorHandler = s.handleError
+	e.Use(s.recover, s.logRequests)
+
+	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
+	e.GET("/readyz", func(c echo.Context) error {
+		if !cfg.Ready() {
+			return apiErr(http.StatusServiceUnavailable, "not-ready", "gateway is starting")
+		}
+		if err := cfg.DB.R.PingContext(c.Request().Context()); err != nil {
+			return apiErr(http.StatusServiceUnavailable, "not-ready", "database: %v", err)
+		}
+		return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+	})
+	if cfg.Registry != nil {
+		e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{})))
+	}
+
+	v1 := e.Group("/api/v1", s.auth, s.limitBody)
+	v1.GET("/gateway", s.gatewayInfo)
+	v1.GET("/profiles", s.listProfiles)
+	v1.POST("/profiles", s.createProfile)
+	v1.GET("/profiles/:id", s.getProfile)
+	v1.PUT("/profiles/:id", s.putProfile)
+	v1.DELETE("/profiles/:id", s.deleteProfile)
+	v1.GET("/environments", s.listEnvs)
+	v1.POST("/environments", s.createEnv)
+	v1.POST("/environments/sweep", s.sweep)
+	v1.GET("/environments/:id", s.getEnv)
+	v1.GET("/environments/:id/events", s.envEvents)
+	v1.DELETE("/environments/:id", s.destroyEnv)
+	v1.GET("/audit", s.audit)
+	v1.Any("/*", func(c echo.Context) error {
+		return apiErr(http.StatusNotFound, "not-found", "no API route %s %s", c.Request().Method, c.Request().URL.Path)
+	})
+	return s
+}
+
+// ServeHTTP makes the server an http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.Echo.ServeHTTP(w, r) }
+
+func (s *Server) auth(next echo.HandlerFunc) echo.HandlerFunc {
+	want := []byte("Bearer " + s.cfg.Token)
+	return func(c echo.Context) error {
+		got := []byte(c.Request().Header.Get("Authorization"))
+		if s.cfg.Token == "" || subtle.ConstantTimeCompare(got, want) != 1 {
+			return apiErr(http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token (see <data-dir>/gateway.token)")
+		}
+		return next(c)
+	}
+}
+
+func (s *Server) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Request().Body = http.MaxBytesReader(c.Response(), c.Request().Body, s.cfg.MaxBody)
+		return next(c)
+	}
+}
+
+func (s *Server) recover(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				s.cfg.Log.Error("panic in handler", "path", c.Request().URL.Path, "panic", r)
+				err = apiErr(http.StatusInternalServerError, "internal", "internal error")
+			}
+		}()
+		return next(c)
+	}
+}
+
+func (s *Server) logRequests(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		if err != nil {
+			c.Error(err)
+		}
+		s.cfg.Log.Debug("http", "method", c.Request().Method, "path", c.Request().URL.Path,
+			"status", c.Response().Status, "ms", time.Since(start).Milliseconds())
+		return nil
+	}
+}
+
+// handleError maps errors to {"error":{code,message}} with the right status.
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	var ae *Error
+	var fe *providers.FieldError
+	var te *envs.TransitionError
+	var he *echo.HTTPError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &ae):
+	case errors.As(err, &fe):
+		ae = &Error{Status: http.StatusBadRequest, Code: "invalid-field", Message: fe.Error(), Field: fe.Field}
+	case errors.As(err, &mbe):
+		ae = apiErr(http.StatusRequestEntityTooLarge, "too-large", "request body larger than %d bytes", mbe.Limit)
+	case errors.Is(err, store.ErrNotFound):
+		ae = apiErr(http.StatusNotFound, "not-found", "%v", err)
+	case errors.Is(err, envs.ErrCapacity):
+		ae = apiErr(http.StatusConflict, "capacity", "%v", err)
+	case errors.Is(err, envs.ErrAttached), errors.Is(err, envs.ErrConflict), errors.Is(err, profiles.ErrInUse):
+		ae = apiErr(http.StatusConflict, "conflict", "%v", err)
+	case errors.As(err, &te):
+		ae = apiErr(http.StatusConflict, "illegal-transition", "%v", err)
+	case errors.As(err, &he):
+		ae = apiErr(he.Code, strings.ReplaceAll(strings.ToLower(http.StatusText(he.Code)), " ", "-"), "%v", he.Message)
+	case errors.Is(err, context.DeadlineExceeded):
+		ae = apiErr(http.StatusGatewayTimeout, "timeout", "%v", err)
+	default:
+		s.cfg.Log.Error("api error", "path", c.Request().URL.Path, "err", err)
+		ae = apiErr(http.StatusInternalServerError, "internal", "%v", err)
+	}
+	_ = c.JSON(ae.Status, map[string]*Error{"error": ae})
+}
+
+// bind decodes a JSON body strictly.
+func bind(c echo.Context, v any) error {
+	dec := json.NewDecoder(c.Request().Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		if errors.Is(err, io.EOF) {
+			return apiErr(http.StatusBadRequest, "invalid-body", "request body is empty (expected JSON)")
+		}
+		var ute *json.UnmarshalTypeError
+		if errors.As(err, &ute) {
+			return &providers.FieldError{Field: ute.Field, Message: fmt.Sprintf("must be %s", ute.Type)}
+		}
+		msg := err.Error()
+		if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+			return &providers.FieldError{Field: strings.Trim(f, `"`), Message: "unknown field"}
+		}
+		return apiErr(http.StatusBadRequest, "invalid-body", "invalid JSON: %v", err)
+	}
+	return nil
+}
+
+func (s *Server) gatewayInfo(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]any{"id": s.cfg.GatewayID, "version": s.cfg.Version,
+		"features": map[string]bool{"bootstrap": s.cfg.Bootstrap}})
+}
+
+func (s *Server) audit(c echo.Context) error {
+	rows, err := s.cfg.DB.ListAudit(c.Request().Context(), c.QueryParam("environmentId"), 1000)
+	if err != nil {
+		return err
+	}
+	if rows == nil {
+		rows = []store.AuditEntry{}
+	}
+	return c.JSON(http.StatusOK, rows)
+}

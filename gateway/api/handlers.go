@@ -1,0 +1,163 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/providers"
+)
+
+func (s *Server) listProfiles(c echo.Context) error {
+	ps, err := s.cfg.Profiles.List(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, ps)
+}
+
+func (s *Server) getProfile(c echo.Context) error {
+	p, err := s.cfg.Profiles.Get(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, p)
+}
+
+func (s *Server) createProfile(c echo.Context) error {
+	var p providers.Profile
+	if err := bind(c, &p); err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	if _, err := s.cfg.Profiles.Get(ctx, p.ID); err == nil {
+		return apiErr(http.StatusConflict, "exists", "profile %q already exists (use PUT /api/v1/profiles/%s to replace it)", p.ID, p.ID)
+	}
+	if _, err := s.cfg.Profiles.Put(ctx, &p); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, p)
+}
+
+func (s *Server) putProfile(c echo.Context) error {
+	var p providers.Profile
+	if err := bind(c, &p); err != nil {
+		return err
+	}
+	if p.ID == "" {
+		p.ID = c.Param("id")
+	}
+	if p.ID != c.Param("id") {
+		return providers.Fieldf("id", "%q does not match the URL (%q)", p.ID, c.Param("id"))
+	}
+	created, err := s.cfg.Profiles.Put(c.Request().Context(), &p)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	return c.JSON(status, p)
+}
+
+func (s *Server) deleteProfile(c echo.Context) error {
+	if err := s.cfg.Profiles.Delete(c.Request().Context(), c.Param("id")); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+type createEnvRequest struct {
+	ProfileID      string `json:"profileId"`
+	IdempotencyKey string `json:"idempotencyKey"`
+}
+
+func (s *Server) createEnv(c echo.Context) error {
+	var req createEnvRequest
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	if req.ProfileID == "" {
+		return providers.Fieldf("profileId", "is required")
+	}
+	if len(req.IdempotencyKey) > 200 {
+		return providers.Fieldf("idempotencyKey", "must be at most 200 characters")
+	}
+	env, created, err := s.cfg.Envs.Create(c.Request().Context(), req.ProfileID, req.IdempotencyKey)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	return c.JSON(status, env)
+}
+
+func (s *Server) listEnvs(c echo.Context) error {
+	all, _ := strconv.ParseBool(c.QueryParam("all"))
+	list, err := s.cfg.Envs.List(c.Request().Context(), all)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, list)
+}
+
+func (s *Server) getEnv(c echo.Context) error {
+	e, err := s.cfg.Envs.Get(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, e)
+}
+
+func (s *Server) envEvents(c echo.Context) error {
+	evs, err := s.cfg.Envs.Events(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, evs)
+}
+
+// destroyEnv starts teardown and waits up to ?wait= (default 0) for proof of it: 200 with the
+// destroyed environment, or 202 while the gateway keeps retrying in the background.
+func (s *Server) destroyEnv(c echo.Context) error {
+	force, _ := strconv.ParseBool(c.QueryParam("force"))
+	wait := time.Duration(0)
+	if w := c.QueryParam("wait"); w != "" {
+		d, err := time.ParseDuration(w)
+		if err != nil || d < 0 || d > 10*time.Minute {
+			return providers.Fieldf("wait", "must be a duration up to 10m, got %q", w)
+		}
+		wait = d
+	}
+	ctx := c.Request().Context()
+	e, err := s.cfg.Envs.RequestDestroy(ctx, c.Param("id"), force)
+	if err != nil {
+		return err
+	}
+	if wait > 0 {
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		if got, err := s.cfg.Envs.WaitFor(wctx, e.ID, func(e envs.Environment) bool { return e.State == envs.Destroyed }); err == nil || got.ID != "" {
+			e = got
+		}
+	}
+	if e.State == envs.Destroyed {
+		return c.JSON(http.StatusOK, e)
+	}
+	return c.JSON(http.StatusAccepted, e)
+}
+
+func (s *Server) sweep(c echo.Context) error {
+	rep, err := s.cfg.Envs.Sweep(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, rep)
+}

@@ -1,0 +1,95 @@
+// Package gateway wires the daemon together: configuration, data dir, lock, token and lifecycle.
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/openclaw/cloudworkers/providers"
+)
+
+// Config is the gateway configuration: defaults, then the YAML file, then flags.
+type Config struct {
+	DataDir   string             `yaml:"dataDir"`
+	Listen    string             `yaml:"listen"`
+	LogFormat string             `yaml:"logFormat"`
+	LogLevel  string             `yaml:"logLevel"`
+	Sweep     providers.Duration `yaml:"sweepInterval"`
+	// Profiles are applied at start (created or replaced), in addition to those stored.
+	Profiles []providers.Profile `yaml:"profiles"`
+}
+
+// DefaultListen is where the gateway listens unless told otherwise.
+const DefaultListen = "127.0.0.1:7420"
+
+// DefaultDataDir is $XDG_STATE_HOME/openclaw-gateway, else ~/.local/state/openclaw-gateway.
+func DefaultDataDir() string {
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" {
+		return filepath.Join(x, "openclaw-gateway")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		home = "."
+	}
+	return filepath.Join(home, ".local", "state", "openclaw-gateway")
+}
+
+// SetDefaults fills unset fields.
+func (c *Config) SetDefaults() {
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir()
+	}
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.LogFormat == "" {
+		c.LogFormat = "text"
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
+	}
+}
+
+// Validate names the first bad field.
+func (c *Config) Validate() error {
+	switch {
+	case c.LogFormat != "text" && c.LogFormat != "json":
+		return providers.Fieldf("logFormat", "must be text or json, got %q", c.LogFormat)
+	case !validLevel(c.LogLevel):
+		return providers.Fieldf("logLevel", "must be debug, info, warn or error, got %q", c.LogLevel)
+	case c.Sweep < 0:
+		return providers.Fieldf("sweepInterval", "must not be negative")
+	case !strings.Contains(c.Listen, ":"):
+		return providers.Fieldf("listen", "must be host:port, got %q", c.Listen)
+	}
+	return nil
+}
+
+func validLevel(l string) bool {
+	switch strings.ToLower(l) {
+	case "debug", "info", "warn", "error":
+		return true
+	}
+	return false
+}
+
+// LoadConfigFile reads a YAML config file strictly (unknown fields are errors).
+func LoadConfigFile(path string, into *Config) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(into); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}

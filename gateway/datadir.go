@@ -1,0 +1,124 @@
+package gateway
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Lock is an exclusive lock on a data dir, held for the life of the gateway.
+type Lock struct{ f *os.File }
+
+// ErrLocked is returned when another gateway holds the data dir.
+var ErrLocked = errors.New("data dir is in use by another gateway")
+
+// LockDataDir takes the data dir's lock file or fails with ErrLocked naming the holder.
+func LockDataDir(dir string) (*Lock, error) {
+	path := filepath.Join(dir, "gateway.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		b, _ := os.ReadFile(path)
+		f.Close()
+		holder := strings.TrimSpace(string(b))
+		if holder == "" {
+			holder = "unknown"
+		}
+		return nil, fmt.Errorf("%w: %s is locked by pid %s (stop that gateway or use another --data-dir)", ErrLocked, dir, holder)
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return &Lock{f: f}, nil
+}
+
+// Release drops the lock.
+func (l *Lock) Release() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	_ = l.f.Truncate(0)
+	err := l.f.Close()
+	l.f = nil
+	return err
+}
+
+// WriteFileAtomic writes data to path through a temp file, fsync and rename.
+func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// TokenFile is the name of the API token file inside the data dir.
+const TokenFile = "gateway.token"
+
+// EnsureToken returns the API bearer token, generating it (mode 0600) on first start.
+func EnsureToken(dir string) (string, error) {
+	path := filepath.Join(dir, TokenFile)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		tok := strings.TrimSpace(string(b))
+		if len(tok) < 32 {
+			return "", fmt.Errorf("token file %s is too short: delete it to generate a new one", path)
+		}
+		if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(path, 0o600); err != nil {
+				return "", err
+			}
+		}
+		return tok, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read token: %w", err)
+	}
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", err
+	}
+	tok := hex.EncodeToString(raw[:])
+	if err := WriteFileAtomic(path, []byte(tok+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write token: %w", err)
+	}
+	return tok, nil
+}
+
+// ReadToken reads the token of a data dir (for CLI clients).
+func ReadToken(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, TokenFile))
+	if err != nil {
+		return "", fmt.Errorf("read API token: %w (is a gateway using --data-dir %s? pass --token otherwise)", err, dir)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,340 @@
+package envs
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/providers"
+)
+
+// ErrAttached is returned by a non-forced destroy of an environment that serves a session.
+var ErrAttached = errors.New("environment is attached to a session (use force)")
+
+// RequestDestroy records the intent to destroy an environment and starts tearing it down in the
+// background. It is idempotent. Without force, an attached environment is refused.
+func (m *Manager) RequestDestroy(ctx context.Context, id string, force bool) (Environment, error) {
+	err := m.db.InTx(ctx, func(tx *sql.Tx) error {
+		e, err := getEnv(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		reason := "destroy requested"
+		if force {
+			reason = "destroy requested (force)"
+		}
+		switch e.State {
+		case Destroyed, Destroying, Draining:
+			return nil
+		case Failed, Orphaned:
+			return transition(ctx, tx, id, e.State, Destroying, reason)
+		case Attached:
+			if !force {
+				return fmt.Errorf("environment %s: %w", id, ErrAttached)
+			}
+		}
+		if err := transition(ctx, tx, id, e.State, Draining, reason); err != nil {
+			return err
+		}
+		return store.Audit(ctx, tx, "environment.destroy", id, reason)
+	})
+	if err != nil {
+		return Environment{}, err
+	}
+	m.notify()
+	m.goJob(id, func(ctx context.Context) { m.destroyLoop(ctx, id) })
+	return m.Get(ctx, id)
+}
+
+// Destroy requests destruction and waits for proof of teardown (the provider's inspect says the
+// lease is gone) or for ctx to end, in which case the teardown goes on in the background.
+func (m *Manager) Destroy(ctx context.Context, id string, force bool) (Environment, error) {
+	if _, err := m.RequestDestroy(ctx, id, force); err != nil {
+		return Environment{}, err
+	}
+	return m.WaitFor(ctx, id, func(e Environment) bool { return e.State == Destroyed })
+}
+
+// destroyLoop drives draining → destroying → destroyed, retrying with backoff until the
+// provider proves the lease is gone.
+func (m *Manager) destroyLoop(ctx context.Context, id string) {
+	for attempt := 1; ; attempt++ {
+		done, err := m.destroyStep(ctx, id)
+		if done || ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			msg := Sanitize(fmt.Sprintf("destroy attempt %d: %v", attempt, err))
+			m.log.Warn("destroy", "env", id, "attempt", attempt, "err", err)
+			_, _ = m.db.W.ExecContext(ctx, `UPDATE environments SET error=?, destroy_attempts=?, updated_at=? WHERE id=?`,
+				msg, attempt, store.Now(), id)
+			m.notify()
+		}
+		t := time.NewTimer(m.backoff(attempt))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// destroyStep does one attempt; done reports that nothing is left to do.
+func (m *Manager) destroyStep(ctx context.Context, id string) (done bool, err error) {
+	e, err := getEnv(ctx, m.db.R, id)
+	if err != nil {
+		return true, err
+	}
+	prov, err := m.cfg.Providers.Get(e.ProviderID)
+	if err != nil {
+		return false, err
+	}
+	switch e.State {
+	case Destroyed:
+		return true, nil
+	case Draining:
+		// Sessions are detached by their owners (placement); nothing here holds the box any more.
+		if err := m.move(ctx, id, Draining, Destroying, "drained"); err != nil {
+			return false, err
+		}
+		return false, nil
+	case Destroying:
+	default:
+		return true, nil
+	}
+	if e.LeaseID == "" {
+		// The provider was never called (provisioning records the lease id before its call).
+		return true, m.finishDestroy(ctx, id, "no lease was created")
+	}
+	lease := e.ProviderLease()
+	if err := prov.Destroy(ctx, e.Profile, lease); err != nil {
+		return false, fmt.Errorf("provider destroy: %w", err)
+	}
+	st, err := prov.Inspect(ctx, e.Profile, lease)
+	if err != nil {
+		return false, fmt.Errorf("inspect after destroy: %w", err)
+	}
+	if !st.Gone {
+		return false, fmt.Errorf("lease %s still present after destroy (state %q)", lease.ID, st.State)
+	}
+	return true, m.finishDestroy(ctx, id, "provider reports lease "+lease.ID+" gone")
+}
+
+func (m *Manager) finishDestroy(ctx context.Context, id, reason string) error {
+	err := m.db.InTx(ctx, func(tx *sql.Tx) error {
+		if err := transition(ctx, tx, id, Destroying, Destroyed, reason); err != nil {
+			return err
+		}
+		// A retry message is history once teardown is proven; a failure reason stays.
+		if _, err := tx.ExecContext(ctx, `UPDATE environments SET error='' WHERE id=? AND error LIKE 'destroy attempt %'`, id); err != nil {
+			return err
+		}
+		return store.Audit(ctx, tx, "environment.destroyed", id, reason)
+	})
+	if err == nil {
+		m.log.Info("environment destroyed", "env", id, "reason", reason)
+		m.notify()
+	}
+	return err
+}
+
+// Reconcile re-inspects every non-terminal environment after a restart: in-flight provisioning
+// resumes with the same operation id, teardown resumes, and a lease the provider no longer has
+// moves its environment to orphaned.
+func (m *Manager) Reconcile(ctx context.Context) error {
+	rows, err := m.db.R.QueryContext(ctx, `SELECT `+envCols+` FROM environments WHERE state NOT IN ('destroyed','failed','orphaned') ORDER BY created_at`)
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	var list []Environment
+	for rows.Next() {
+		e, err := scanEnv(rows)
+		if err != nil {
+			rows.Close()
+			return fmt.Errorf("reconcile: %w", err)
+		}
+		list = append(list, e)
+	}
+	rows.Close()
+	for _, e := range list {
+		id := e.ID
+		switch {
+		case e.State == Requested || e.State == Provisioning:
+			m.log.Info("reconcile: resuming provisioning", "env", id, "op", e.OperationID)
+			m.goJob(id, func(ctx context.Context) { m.provision(ctx, id); m.chainDestroy(ctx, id) })
+		case e.State == Draining || e.State == Destroying:
+			m.log.Info("reconcile: resuming destroy", "env", id)
+			m.goJob(id, func(ctx context.Context) { m.destroyLoop(ctx, id) })
+		case e.State.HasMachine():
+			m.goJob(id, func(ctx context.Context) {
+				if m.checkLease(ctx, e) && e.State == Bootstrapping {
+					m.bootstrap(ctx, id)
+				}
+				m.chainDestroy(ctx, id)
+			})
+		}
+	}
+	return nil
+}
+
+// chainDestroy continues with teardown when a destroy was requested while another job ran.
+func (m *Manager) chainDestroy(ctx context.Context, id string) {
+	e, err := getEnv(ctx, m.db.R, id)
+	if err == nil && (e.State == Draining || e.State == Destroying) {
+		m.destroyLoop(ctx, id)
+	}
+}
+
+// checkLease inspects the lease of an environment that should hold a machine. It reports
+// whether the lease is still there; a lease proven gone orphans the environment.
+func (m *Manager) checkLease(ctx context.Context, e Environment) bool {
+	prov, err := m.cfg.Providers.Get(e.ProviderID)
+	if err != nil {
+		m.log.Warn("inspect lease", "env", e.ID, "err", err)
+		return false
+	}
+	st, err := prov.Inspect(ctx, e.Profile, e.ProviderLease())
+	if err != nil {
+		m.log.Warn("inspect lease", "env", e.ID, "lease", e.LeaseID, "err", err)
+		return true // not proof of anything; try again later
+	}
+	if !st.Gone {
+		return true
+	}
+	reason := fmt.Sprintf("provider no longer has lease %s (state %q)", e.LeaseID, st.State)
+	err = m.db.InTx(ctx, func(tx *sql.Tx) error {
+		if err := transition(ctx, tx, e.ID, e.State, Orphaned, reason); err != nil {
+			return err
+		}
+		return store.Audit(ctx, tx, "environment.orphaned", e.ID, reason)
+	})
+	if err != nil {
+		m.log.Warn("orphan environment", "env", e.ID, "err", err)
+		return false
+	}
+	m.log.Warn("environment orphaned", "env", e.ID, "reason", reason)
+	m.notify()
+	return false
+}
+
+// SweepReport says what one orphan sweep did.
+type SweepReport struct {
+	Checked   int           `json:"checked"`
+	Destroyed []SweptLease  `json:"destroyed"`
+	Orphaned  []string      `json:"orphaned"`
+	Errors    []string      `json:"errors"`
+	Duration  time.Duration `json:"durationMs"`
+}
+
+// SweptLease is one lease the sweep destroyed.
+type SweptLease struct {
+	LeaseID       string `json:"leaseId"`
+	ProfileID     string `json:"profileId"`
+	EnvironmentID string `json:"environmentId,omitempty"`
+	Reason        string `json:"reason"`
+}
+
+// Sweep compares provider inventories with our rows. A lease labelled with this gateway's id that
+// has no row, or whose row is dead, is destroyed and audited; leases of others are left alone.
+// Environments whose lease is proven gone become orphaned.
+func (m *Manager) Sweep(ctx context.Context) (SweepReport, error) {
+	start := time.Now()
+	rep := SweepReport{Destroyed: []SweptLease{}, Orphaned: []string{}, Errors: []string{}}
+	profs, err := m.cfg.Profiles.List(ctx)
+	if err != nil {
+		return rep, err
+	}
+	seen := map[string]bool{} // provider + lease id
+	for _, prof := range profs {
+		prov, err := m.cfg.Providers.Get(prof.Provider)
+		if err != nil {
+			continue
+		}
+		lister, ok := prov.(providers.Lister)
+		if !ok {
+			continue
+		}
+		leases, err := lister.List(ctx, prof)
+		if err != nil {
+			rep.Errors = append(rep.Errors, Sanitize(fmt.Sprintf("list %s: %v", prof.ID, err)))
+			continue
+		}
+		for _, st := range leases {
+			id := st.LeaseID
+			if id == "" {
+				id = st.Lease.ID
+			}
+			key := prof.Provider + "\x00" + id
+			if id == "" || seen[key] || st.Gone {
+				continue
+			}
+			seen[key] = true
+			rep.Checked++
+			labels := st.Labels
+			if labels == nil {
+				labels = st.Lease.Labels
+			}
+			if labels[providers.LabelGateway] != m.cfg.GatewayID {
+				continue
+			}
+			reason, owner := m.orphanReason(ctx, prof.Provider, id, labels[providers.LabelEnvironment])
+			if reason == "" {
+				continue
+			}
+			lease := st.Lease
+			lease.ID = id
+			if err := prov.Destroy(ctx, prof, lease); err != nil {
+				rep.Errors = append(rep.Errors, Sanitize(fmt.Sprintf("destroy orphan lease %s: %v", id, err)))
+				continue
+			}
+			detail := fmt.Sprintf("lease %s of profile %s destroyed: %s", id, prof.ID, reason)
+			if err := m.db.InTx(ctx, func(tx *sql.Tx) error { return store.Audit(ctx, tx, "sweep.destroy", owner, detail) }); err != nil {
+				return rep, err
+			}
+			m.log.Warn("orphan sweep destroyed lease", "lease", id, "profile", prof.ID, "reason", reason)
+			rep.Destroyed = append(rep.Destroyed, SweptLease{LeaseID: id, ProfileID: prof.ID, EnvironmentID: owner, Reason: reason})
+		}
+	}
+	// Live rows whose lease is proven gone.
+	list, err := m.List(ctx, false)
+	if err != nil {
+		return rep, err
+	}
+	for _, e := range list {
+		if !e.State.HasMachine() || m.jobDone(e.ID) != nil {
+			continue
+		}
+		if !m.checkLease(ctx, e) {
+			if cur, err := m.Get(ctx, e.ID); err == nil && cur.State == Orphaned {
+				rep.Orphaned = append(rep.Orphaned, e.ID)
+			}
+		}
+	}
+	rep.Duration = time.Since(start) / time.Millisecond
+	return rep, nil
+}
+
+// orphanReason says why a lease labelled as ours should be destroyed, or "" to keep it.
+func (m *Manager) orphanReason(ctx context.Context, provider, leaseID, labelledEnv string) (reason, envID string) {
+	e, err := scanEnv(m.db.R.QueryRowContext(ctx, `SELECT `+envCols+` FROM environments WHERE provider_id=? AND lease_id=? ORDER BY created_at DESC LIMIT 1`, provider, leaseID))
+	if errors.Is(err, sql.ErrNoRows) && labelledEnv != "" {
+		e, err = getEnv(ctx, m.db.R, labelledEnv)
+		if errors.Is(err, store.ErrNotFound) {
+			err = sql.ErrNoRows
+		}
+	}
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return "no environment row for this lease", labelledEnv
+	case err != nil:
+		return "", ""
+	case e.State.Dead():
+		return "environment " + e.ID + " is " + string(e.State), e.ID
+	}
+	return "", e.ID
+}
+

@@ -1,0 +1,512 @@
+package envs
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/profiles"
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/providers"
+)
+
+// Errors the API maps to HTTP statuses.
+var (
+	ErrCapacity = errors.New("profile is at its maxEnvironments limit")
+	ErrConflict = errors.New("conflict")
+)
+
+// Bootstrapper brings a leased machine from bootstrapping to ready (installs and admits the worker).
+// Until one is configured, environments stay in bootstrapping: readiness is never faked.
+type Bootstrapper interface {
+	Bootstrap(ctx context.Context, env Environment) error
+}
+
+// Config configures a Manager.
+type Config struct {
+	DB        *store.DB
+	Profiles  *profiles.Store
+	Providers providers.Registry
+	GatewayID string
+	Log       *slog.Logger
+	// ProvisionTimeout bounds one provider Provision call (the command provider has its own
+	// per-command timeouts inside this).
+	ProvisionTimeout time.Duration
+	// RetryMin and RetryMax bound the jittered backoff of destroy retries.
+	RetryMin, RetryMax time.Duration
+	// SweepInterval is how often the orphan sweep runs; 0 means the default, negative disables it.
+	SweepInterval time.Duration
+	Bootstrapper  Bootstrapper
+	// TunnelStatus reports the tunnel state of an environment; nil means "stopped".
+	TunnelStatus func(envID string) string
+	Now          func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.ProvisionTimeout == 0 {
+		c.ProvisionTimeout = 30 * time.Minute
+	}
+	if c.RetryMin == 0 {
+		c.RetryMin = time.Second
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = time.Minute
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = 5 * time.Minute
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Manager runs the environment state machine.
+type Manager struct {
+	cfg Config
+	db  *store.DB
+	log *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	running  map[string]chan struct{} // env id → closed when its background job ends
+	changed  chan struct{}            // closed and replaced on every state change
+	started  bool
+	stopping bool
+}
+
+// New returns a Manager; call Start to reconcile and run background work.
+func New(cfg Config) *Manager {
+	cfg.setDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Manager{cfg: cfg, db: cfg.DB, log: cfg.Log, ctx: ctx, cancel: cancel,
+		running: map[string]chan struct{}{}, changed: make(chan struct{})}
+}
+
+// Start reconciles every non-terminal environment with its provider and starts the periodic sweep.
+func (m *Manager) Start(ctx context.Context) error {
+	m.mu.Lock()
+	m.started = true
+	m.mu.Unlock()
+	if err := m.Reconcile(ctx); err != nil {
+		return err
+	}
+	if m.cfg.SweepInterval > 0 {
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			t := time.NewTicker(m.cfg.SweepInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-m.ctx.Done():
+					return
+				case <-t.C:
+					if _, err := m.Sweep(m.ctx); err != nil && m.ctx.Err() == nil {
+						m.log.Warn("orphan sweep", "err", err)
+					}
+				}
+			}
+		}()
+	}
+	return nil
+}
+
+// Close stops background work and waits for it. In-flight provider calls are cancelled; a
+// restarted gateway resumes them with the same operation ids.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	m.stopping = true
+	m.mu.Unlock()
+	m.cancel()
+	done := make(chan struct{})
+	go func() { m.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("environment manager: %w", ctx.Err())
+	}
+}
+
+func (m *Manager) notify() {
+	m.mu.Lock()
+	close(m.changed)
+	m.changed = make(chan struct{})
+	m.mu.Unlock()
+}
+
+// Changed returns a channel closed at the next state change of any environment.
+func (m *Manager) Changed() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.changed
+}
+
+// goJob runs fn for environment id in the background unless a job for it is already running.
+func (m *Manager) goJob(id string, fn func(ctx context.Context)) {
+	m.mu.Lock()
+	if m.stopping {
+		m.mu.Unlock()
+		return
+	}
+	if _, busy := m.running[id]; busy {
+		m.mu.Unlock()
+		return
+	}
+	done := make(chan struct{})
+	m.running[id] = done
+	m.wg.Add(1)
+	m.mu.Unlock()
+	go func() {
+		defer m.wg.Done()
+		defer func() {
+			m.mu.Lock()
+			delete(m.running, id)
+			m.mu.Unlock()
+			close(done)
+			m.notify()
+		}()
+		fn(m.ctx)
+	}()
+}
+
+// jobDone returns a channel closed when the current background job of id ends (nil if none).
+func (m *Manager) jobDone(id string) <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.running[id]
+}
+
+// Get returns one environment with its derived fields.
+func (m *Manager) Get(ctx context.Context, id string) (Environment, error) {
+	e, err := getEnv(ctx, m.db.R, id)
+	if err != nil {
+		return e, err
+	}
+	return m.present(e), nil
+}
+
+// List returns all environments, newest first. Destroyed ones are included only when all is set.
+func (m *Manager) List(ctx context.Context, all bool) ([]Environment, error) {
+	q := `SELECT ` + envCols + ` FROM environments`
+	if !all {
+		q += ` WHERE state != 'destroyed'`
+	}
+	rows, err := m.db.R.QueryContext(ctx, q+` ORDER BY created_at DESC, id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []Environment{}
+	for rows.Next() {
+		e, err := scanEnv(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m.present(e))
+	}
+	return out, rows.Err()
+}
+
+func (m *Manager) present(e Environment) Environment {
+	now := m.cfg.Now()
+	e.AgeMs = now.Sub(e.CreatedAt).Milliseconds()
+	e.IdleMs = now.Sub(e.LastActivityAt).Milliseconds()
+	e.TunnelStatus = "stopped"
+	if m.cfg.TunnelStatus != nil && e.State.HasMachine() {
+		e.TunnelStatus = m.cfg.TunnelStatus(e.ID)
+	}
+	return e
+}
+
+// Events returns the recorded state changes of an environment, oldest first.
+func (m *Manager) Events(ctx context.Context, id string) ([]Event, error) {
+	if _, err := getEnv(ctx, m.db.R, id); err != nil {
+		return nil, err
+	}
+	rows, err := m.db.R.QueryContext(ctx, `SELECT id, at, from_state, to_state, reason FROM environment_events WHERE environment_id=? ORDER BY id`, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []Event{}
+	for rows.Next() {
+		var ev Event
+		var at string
+		if err := rows.Scan(&ev.ID, &at, &ev.From, &ev.To, &ev.Reason); err != nil {
+			return nil, err
+		}
+		ev.At = store.ParseTime(at)
+		out = append(out, ev)
+	}
+	return out, rows.Err()
+}
+
+// WaitFor blocks until cond holds for the environment, or ctx ends.
+func (m *Manager) WaitFor(ctx context.Context, id string, cond func(Environment) bool) (Environment, error) {
+	for {
+		ch := m.Changed()
+		e, err := m.Get(ctx, id)
+		if err != nil || cond(e) {
+			return e, err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return e, ctx.Err()
+		}
+	}
+}
+
+// Create records the intent to lease a machine for profileID, then provisions it in the
+// background. A repeated idempotency key returns the environment created by the first call.
+func (m *Manager) Create(ctx context.Context, profileID, idempotencyKey string) (env Environment, created bool, err error) {
+	prof, err := m.cfg.Profiles.Get(ctx, profileID)
+	if err != nil {
+		return env, false, err
+	}
+	if _, err := m.cfg.Providers.Get(prof.Provider); err != nil {
+		return env, false, err
+	}
+	snapshot, _ := json.Marshal(prof)
+	var id string
+	err = m.db.InTx(ctx, func(tx *sql.Tx) error {
+		if idempotencyKey != "" {
+			var existing, existingProfile string
+			err := tx.QueryRowContext(ctx, `SELECT id, profile_id FROM environments WHERE idempotency_key=?`, idempotencyKey).Scan(&existing, &existingProfile)
+			if err == nil {
+				if existingProfile != profileID {
+					return fmt.Errorf("idempotency key %q was used for profile %q: %w", idempotencyKey, existingProfile, ErrConflict)
+				}
+				id = existing
+				return nil
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+		}
+		var live int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM environments WHERE profile_id=? AND state NOT IN ('destroyed','failed','orphaned')`, profileID).Scan(&live); err != nil {
+			return err
+		}
+		if live >= prof.MaxEnvironments {
+			return fmt.Errorf("profile %q has %d live environments: %w", profileID, live, ErrCapacity)
+		}
+		id = newID("env_")
+		created = true
+		now := store.Now()
+		var key any
+		if idempotencyKey != "" {
+			key = idempotencyKey
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO environments(id, profile_id, provider_id, idempotency_key, operation_id, state,
+			profile_snapshot, created_at, updated_at, last_activity_at) VALUES(?,?,?,?,?,?,?,?,?,?)`,
+			id, prof.ID, prof.Provider, key, OperationID(m.cfg.GatewayID, id), string(Requested), string(snapshot), now, now, now)
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO environment_events(environment_id, at, from_state, to_state, reason) VALUES(?,?,?,?,?)`,
+			id, now, "", string(Requested), "created for profile "+prof.ID)
+		if err != nil {
+			return err
+		}
+		return store.Audit(ctx, tx, "environment.create", id, "profile "+prof.ID)
+	})
+	if err != nil {
+		return env, false, err
+	}
+	if created {
+		m.notify()
+		m.goJob(id, func(ctx context.Context) { m.provision(ctx, id); m.chainDestroy(ctx, id) })
+	}
+	env, err = m.Get(ctx, id)
+	return env, created, err
+}
+
+// move applies one checked transition in its own transaction.
+func (m *Manager) move(ctx context.Context, id string, from, to State, reason string) error {
+	err := m.db.InTx(ctx, func(tx *sql.Tx) error { return transition(ctx, tx, id, from, to, reason) })
+	if err == nil {
+		m.log.Info("environment state", "env", id, "from", from, "to", to, "reason", reason)
+		m.notify()
+	}
+	return err
+}
+
+// fail moves the environment to failed from whatever live state it is in.
+func (m *Manager) fail(ctx context.Context, id, reason string) {
+	reason = Sanitize(reason)
+	err := m.db.InTx(ctx, func(tx *sql.Tx) error {
+		e, err := getEnv(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if e.State.Dead() || e.State == Destroying {
+			return nil
+		}
+		if err := transition(ctx, tx, id, e.State, Failed, reason); err != nil {
+			return err
+		}
+		return store.Audit(ctx, tx, "environment.failed", id, reason)
+	})
+	if err != nil {
+		m.log.Error("record environment failure", "env", id, "err", err, "reason", reason)
+		return
+	}
+	m.log.Warn("environment failed", "env", id, "reason", reason)
+	m.notify()
+}
+
+func (m *Manager) leaseIDFor(prov providers.Provider, e Environment) string {
+	if e.LeaseID != "" {
+		return e.LeaseID
+	}
+	if d, ok := prov.(providers.LeaseIDer); ok {
+		return d.LeaseID(e.Profile, e.OperationID)
+	}
+	return DefaultLeaseID(e.OperationID)
+}
+
+// provision runs (or resumes, with the same operation id) the provider call for an environment.
+func (m *Manager) provision(ctx context.Context, id string) {
+	e, err := getEnv(ctx, m.db.R, id)
+	if err != nil {
+		m.log.Error("provision: load environment", "env", id, "err", err)
+		return
+	}
+	prov, err := m.cfg.Providers.Get(e.ProviderID)
+	if err != nil {
+		m.fail(ctx, id, "provision: "+err.Error())
+		return
+	}
+	leaseID := m.leaseIDFor(prov, e)
+	if e.State == Requested {
+		// The lease id is derived from the operation id and recorded before the provider is called,
+		// so a restart (or the sweep) can always find the lease.
+		err := m.db.InTx(ctx, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, `UPDATE environments SET lease_id=? WHERE id=?`, leaseID, id); err != nil {
+				return err
+			}
+			return transition(ctx, tx, id, Requested, Provisioning, "provider "+e.ProviderID+" operation "+e.OperationID)
+		})
+		if err != nil {
+			m.log.Error("provision: start", "env", id, "err", err)
+			return
+		}
+		m.notify()
+		e.State = Provisioning
+	}
+	if e.State != Provisioning && e.State != Draining {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, m.cfg.ProvisionTimeout)
+	defer cancel()
+	m.log.Info("provisioning", "env", id, "provider", e.ProviderID, "op", e.OperationID, "lease", leaseID)
+	lease, err := prov.Provision(pctx, e.Profile, e.OperationID, providers.ProvisionRequest{
+		EnvironmentID: id, GatewayID: m.cfg.GatewayID, LeaseID: leaseID,
+	})
+	if ctx.Err() != nil {
+		return // gateway stopping: resumed on restart with the same operation id
+	}
+	if err == nil {
+		err = lease.Validate()
+		if lease.ID == "" {
+			lease.ID = leaseID
+		}
+	}
+	if err != nil {
+		m.fail(ctx, id, "provision: "+err.Error())
+		m.releaseLease(ctx, id, prov, e.Profile, providers.Lease{ID: leaseID}, "provisioning failed")
+		return
+	}
+	hostKeys, _ := json.Marshal(lease.HostKeys)
+	labels, _ := json.Marshal(lease.Labels)
+	moved := false
+	err = m.db.InTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE environments SET lease_id=?, ssh_host=?, ssh_port=?, ssh_user=?, ssh_key_path=?,
+			host_keys=?, lease_labels=?, lease_expires_at=?, updated_at=? WHERE id=?`,
+			lease.ID, lease.SSHHost, lease.SSHPort, lease.SSHUser, lease.SSHKeyPath, string(hostKeys), string(labels),
+			store.FormatTime(lease.ExpiresAt), store.Now(), id)
+		if err != nil {
+			return err
+		}
+		cur, err := getEnv(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if cur.State != Provisioning {
+			return nil // destroy was requested meanwhile; the lease is recorded for it
+		}
+		moved = true
+		return transition(ctx, tx, id, Provisioning, Bootstrapping, fmt.Sprintf("lease %s at %s:%d", lease.ID, lease.SSHHost, lease.SSHPort))
+	})
+	if err != nil {
+		m.log.Error("provision: record lease", "env", id, "err", err)
+		return
+	}
+	m.notify()
+	if moved {
+		m.bootstrap(ctx, id)
+	}
+}
+
+// bootstrap hands a leased machine to the bootstrapper, if one is configured.
+func (m *Manager) bootstrap(ctx context.Context, id string) {
+	if m.cfg.Bootstrapper == nil {
+		return
+	}
+	e, err := m.Get(ctx, id)
+	if err != nil || e.State != Bootstrapping {
+		return
+	}
+	if err := m.cfg.Bootstrapper.Bootstrap(ctx, e); err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		m.fail(ctx, id, "bootstrap: "+err.Error())
+		return
+	}
+	if err := m.move(ctx, id, Bootstrapping, Ready, "worker admitted"); err != nil {
+		m.log.Warn("bootstrap: mark ready", "env", id, "err", err)
+	}
+}
+
+// releaseLease destroys a lease whose environment is failed or unknown, best effort, audited.
+// A lease that cannot be released now is found again by the orphan sweep.
+func (m *Manager) releaseLease(ctx context.Context, envID string, prov providers.Provider, prof providers.Profile, lease providers.Lease, why string) {
+	if lease.ID == "" {
+		return
+	}
+	err := prov.Destroy(ctx, prof, lease)
+	detail := fmt.Sprintf("lease %s (%s)", lease.ID, why)
+	if err != nil {
+		detail += ": " + Sanitize(err.Error())
+		m.log.Warn("release lease", "env", envID, "lease", lease.ID, "err", err)
+	}
+	if aerr := m.db.InTx(ctx, func(tx *sql.Tx) error { return store.Audit(ctx, tx, "lease.release", envID, detail) }); aerr != nil {
+		m.log.Error("audit lease release", "err", aerr)
+	}
+}
+
+// backoff returns the jittered, capped delay before retry attempt n (1-based).
+func (m *Manager) backoff(n int) time.Duration {
+	d := m.cfg.RetryMin
+	for i := 1; i < n && d < m.cfg.RetryMax; i++ {
+		d *= 2
+	}
+	d = min(d, m.cfg.RetryMax)
+	// full jitter in [d/2, d]
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}

@@ -1,0 +1,319 @@
+package envs_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/gateway/profiles"
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/providers"
+	"github.com/openclaw/cloudworkers/providers/fake"
+)
+
+const gwID = "gw_test"
+
+type harness struct {
+	db   *store.DB
+	prov *fake.Provider
+	prof *profiles.Store
+	mgr  *envs.Manager
+}
+
+func newHarness(t *testing.T, prov *fake.Provider) *harness {
+	t.Helper()
+	ctx := testCtx(t)
+	db, err := store.Open(ctx, t.TempDir()+"/gateway.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	reg := providers.Registry{"fake": prov}
+	ps := profiles.New(db, reg, nil)
+	if _, err := ps.Put(ctx, &providers.Profile{ID: "p1", Provider: "fake", MaxEnvironments: 2}); err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{db: db, prov: prov, prof: ps}
+	h.start(t)
+	return h
+}
+
+func (h *harness) start(t *testing.T) {
+	t.Helper()
+	h.mgr = envs.New(envs.Config{DB: h.db, Profiles: h.prof, Providers: providers.Registry{"fake": h.prov},
+		GatewayID: gwID, RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond, SweepInterval: -1})
+	if err := h.mgr.Start(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	mgr := h.mgr
+	t.Cleanup(func() { _ = mgr.Close(context.Background()) })
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func (h *harness) waitState(t *testing.T, id string, want envs.State) envs.Environment {
+	t.Helper()
+	e, err := h.mgr.WaitFor(testCtx(t), id, func(e envs.Environment) bool { return e.State == want })
+	if err != nil {
+		t.Fatalf("waiting for %s to reach %s: %v (state %s, error %q)", id, want, err, e.State, e.Error)
+	}
+	return e
+}
+
+func states(t *testing.T, h *harness, id string) string {
+	t.Helper()
+	evs, err := h.mgr.Events(testCtx(t), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s []string
+	for _, ev := range evs {
+		s = append(s, string(ev.To))
+	}
+	return strings.Join(s, ">")
+}
+
+func TestCreateRecordsLeaseAndStopsAtBootstrapping(t *testing.T) {
+	h := newHarness(t, fake.New())
+	ctx := testCtx(t)
+	e, created, err := h.mgr.Create(ctx, "p1", "k1")
+	if err != nil || !created {
+		t.Fatalf("create: %v created=%v", err, created)
+	}
+	e = h.waitState(t, e.ID, envs.Bootstrapping)
+	if e.LeaseID != fake.LeaseIDFor(e.OperationID) || e.Lease.SSHHost == "" || len(e.Lease.HostKeys) != 1 {
+		t.Fatalf("lease not recorded: %+v", e)
+	}
+	if e.Lease.Labels[providers.LabelGateway] != gwID || e.Lease.Labels[providers.LabelEnvironment] != e.ID {
+		t.Fatalf("labels: %v", e.Lease.Labels)
+	}
+	if got := states(t, h, e.ID); got != "requested>provisioning>bootstrapping" {
+		t.Fatalf("events %s", got)
+	}
+	again, created, err := h.mgr.Create(ctx, "p1", "k1")
+	if err != nil || created || again.ID != e.ID {
+		t.Fatalf("repeated key: %v created=%v id=%s want %s", err, created, again.ID, e.ID)
+	}
+	if n := h.prov.Calls(fake.MethodProvision); n != 1 {
+		t.Fatalf("provision called %d times", n)
+	}
+	// no readiness is faked without a bootstrapper
+	if got, _ := h.mgr.Get(ctx, e.ID); got.State != envs.Bootstrapping {
+		t.Fatalf("state %s", got.State)
+	}
+}
+
+func TestCapacityLimit(t *testing.T) {
+	h := newHarness(t, fake.New())
+	ctx := testCtx(t)
+	for i := 0; i < 2; i++ {
+		if _, _, err := h.mgr.Create(ctx, "p1", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := h.mgr.Create(ctx, "p1", ""); !errors.Is(err, envs.ErrCapacity) {
+		t.Fatalf("third create: %v, want ErrCapacity", err)
+	}
+	if _, _, err := h.mgr.Create(ctx, "nope", ""); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown profile: %v", err)
+	}
+}
+
+func TestProvisionFailureIsBoundedAndReleasesLease(t *testing.T) {
+	prov := fake.New()
+	prov.ProvisionFunc = func(ctx context.Context, p providers.Profile, opID string, req providers.ProvisionRequest) (providers.Lease, error) {
+		return providers.Lease{}, errors.New("capacity exhausted\x1b[31m in region\n" + strings.Repeat("x", 5000))
+	}
+	h := newHarness(t, prov)
+	e, _, err := h.mgr.Create(testCtx(t), "p1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e = h.waitState(t, e.ID, envs.Failed)
+	if !strings.Contains(e.Error, "capacity exhausted") || len(e.Error) > 600 || strings.ContainsAny(e.Error, "\x1b\n") {
+		t.Fatalf("error not bounded/sanitized: %q", e.Error)
+	}
+	if prov.Calls(fake.MethodDestroy) != 1 {
+		t.Fatalf("lease of failed provisioning not released: destroy calls %d", prov.Calls(fake.MethodDestroy))
+	}
+}
+
+func TestLeaseWithoutHostKeyRefused(t *testing.T) {
+	prov := fake.New()
+	prov.ProvisionFunc = func(ctx context.Context, p providers.Profile, opID string, req providers.ProvisionRequest) (providers.Lease, error) {
+		return providers.Lease{ID: req.LeaseID, SSHHost: "198.18.0.2", SSHPort: 22, SSHUser: "u"}, nil
+	}
+	h := newHarness(t, prov)
+	e, _, _ := h.mgr.Create(testCtx(t), "p1", "")
+	e = h.waitState(t, e.ID, envs.Failed)
+	if !strings.Contains(e.Error, "unpinned") {
+		t.Fatalf("error %q", e.Error)
+	}
+	if e.Lease.SSHHost != "" {
+		t.Fatalf("half-recorded lease: %+v", e.Lease)
+	}
+}
+
+func TestDestroyRetriesUntilInspectProvesGone(t *testing.T) {
+	prov := fake.New()
+	var inspects atomic.Int32
+	h := newHarness(t, prov)
+	prov.InspectFunc = func(ctx context.Context, p providers.Profile, l providers.Lease) (providers.LeaseStatus, error) {
+		switch inspects.Add(1) {
+		case 1:
+			return providers.LeaseStatus{}, errors.New("api unavailable") // not proof
+		case 2:
+			return providers.LeaseStatus{LeaseID: l.ID, State: "stopping"}, nil // not gone yet
+		}
+		return providers.LeaseStatus{LeaseID: l.ID, State: "released", Gone: true}, nil
+	}
+	ctx := testCtx(t)
+	e, _, _ := h.mgr.Create(ctx, "p1", "")
+	h.waitState(t, e.ID, envs.Bootstrapping)
+	got, err := h.mgr.Destroy(ctx, e.ID, false)
+	if err != nil || got.State != envs.Destroyed {
+		t.Fatalf("destroy: %v %s", err, got.State)
+	}
+	if n := inspects.Load(); n != 3 {
+		t.Fatalf("inspect calls %d, want 3", n)
+	}
+	if prov.Calls(fake.MethodDestroy) != 3 {
+		t.Fatalf("destroy calls %d, want 3", prov.Calls(fake.MethodDestroy))
+	}
+	if s := states(t, h, e.ID); s != "requested>provisioning>bootstrapping>draining>destroying>destroyed" {
+		t.Fatalf("events %s", s)
+	}
+	if got.Error != "" {
+		t.Fatalf("retry message left behind: %q", got.Error)
+	}
+	// idempotent
+	again, err := h.mgr.Destroy(ctx, e.ID, false)
+	if err != nil || again.State != envs.Destroyed || prov.Calls(fake.MethodDestroy) != 3 {
+		t.Fatalf("second destroy: %v %s calls=%d", err, again.State, prov.Calls(fake.MethodDestroy))
+	}
+}
+
+func TestForceDestroyOfAttachedAndFailed(t *testing.T) {
+	prov := fake.New()
+	prov.ProvisionFunc = func(ctx context.Context, p providers.Profile, opID string, req providers.ProvisionRequest) (providers.Lease, error) {
+		return providers.Lease{}, errors.New("quota")
+	}
+	h := newHarness(t, prov)
+	ctx := testCtx(t)
+	e, _, _ := h.mgr.Create(ctx, "p1", "")
+	h.waitState(t, e.ID, envs.Failed)
+	got, err := h.mgr.Destroy(ctx, e.ID, false)
+	if err != nil || got.State != envs.Destroyed || !strings.Contains(got.Error, "quota") {
+		t.Fatalf("destroy failed env: %v %s %q", err, got.State, got.Error)
+	}
+}
+
+func TestSweepDestroysOnlyOurUnownedLeases(t *testing.T) {
+	prov := fake.New()
+	h := newHarness(t, prov)
+	ctx := testCtx(t)
+	live, _, _ := h.mgr.Create(ctx, "p1", "")
+	live = h.waitState(t, live.ID, envs.Bootstrapping)
+	prov.Put(providers.Lease{ID: "fk_orphan", SSHHost: "h", SSHPort: 22, HostKeys: []string{fake.HostKey},
+		Labels: map[string]string{providers.LabelGateway: gwID, providers.LabelEnvironment: "env_gone"}})
+	prov.Put(providers.Lease{ID: "fk_foreign", SSHHost: "h", SSHPort: 22, HostKeys: []string{fake.HostKey},
+		Labels: map[string]string{providers.LabelGateway: "gw_other"}})
+	prov.Put(providers.Lease{ID: "fk_unlabelled", SSHHost: "h", SSHPort: 22, HostKeys: []string{fake.HostKey}})
+	rep, err := h.mgr.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Destroyed) != 1 || rep.Destroyed[0].LeaseID != "fk_orphan" {
+		t.Fatalf("sweep destroyed %+v", rep.Destroyed)
+	}
+	var left []string
+	for _, l := range prov.Leases() {
+		left = append(left, l.ID)
+	}
+	want := []string{"fk_foreign", live.LeaseID, "fk_unlabelled"}
+	if strings.Join(left, ",") != strings.Join(sorted(want), ",") {
+		t.Fatalf("leases left %v, want %v", left, sorted(want))
+	}
+	audit, _ := h.db.ListAudit(ctx, "", 100)
+	found := false
+	for _, a := range audit {
+		if a.Kind == "sweep.destroy" && strings.Contains(a.Detail, "fk_orphan") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("sweep not audited: %+v", audit)
+	}
+}
+
+func sorted(s []string) []string {
+	out := append([]string(nil), s...)
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if out[j] < out[i] {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+}
+
+func TestReconcileOrphansVanishedLeaseAndResumesProvisioning(t *testing.T) {
+	prov := fake.New()
+	block := make(chan struct{})
+	var mu sync.Mutex
+	var ops []string
+	var calls atomic.Int32
+	prov.ProvisionFunc = func(ctx context.Context, p providers.Profile, opID string, req providers.ProvisionRequest) (providers.Lease, error) {
+		mu.Lock()
+		ops = append(ops, opID)
+		mu.Unlock()
+		if calls.Add(1) == 1 {
+			select { // the first gateway "dies" mid-call
+			case <-block:
+			case <-ctx.Done():
+				return providers.Lease{}, ctx.Err()
+			}
+		}
+		l := providers.Lease{ID: req.LeaseID, SSHHost: "127.0.0.1", SSHPort: 22, SSHUser: "u", HostKeys: []string{fake.HostKey},
+			Labels: map[string]string{providers.LabelGateway: req.GatewayID}}
+		return l, nil
+	}
+	h := newHarness(t, prov)
+	ctx := testCtx(t)
+	a, _, _ := h.mgr.Create(ctx, "p1", "")
+	h.waitState(t, a.ID, envs.Provisioning)
+	// stop the manager mid-provision: the row stays in provisioning
+	if err := h.mgr.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := h.mgr.Get(ctx, a.ID); got.State != envs.Provisioning {
+		t.Fatalf("after stop: %s", got.State)
+	}
+	h.start(t)
+	a2 := h.waitState(t, a.ID, envs.Bootstrapping)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ops) != 2 || ops[0] != ops[1] || ops[0] != a.OperationID {
+		t.Fatalf("operation ids %v, want twice %s", ops, a.OperationID)
+	}
+	// now the provider loses the lease behind our back; a restart orphans the environment
+	prov.InspectFunc = func(ctx context.Context, p providers.Profile, l providers.Lease) (providers.LeaseStatus, error) {
+		return providers.LeaseStatus{LeaseID: l.ID, State: "gone", Gone: true}, nil
+	}
+	_ = h.mgr.Close(ctx)
+	h.start(t)
+	o := h.waitState(t, a2.ID, envs.Orphaned)
+	if !strings.Contains(o.Error, a2.LeaseID) {
+		t.Fatalf("orphan reason %q", o.Error)
+	}
+}

@@ -1,0 +1,193 @@
+package gateway
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/openclaw/cloudworkers/gateway/api"
+	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/gateway/profiles"
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/version"
+	"github.com/openclaw/cloudworkers/providers"
+)
+
+// Deps are the parts wired explicitly by cmd/openclaw.
+type Deps struct {
+	// Providers builds the provider registry once the data dir and database are open.
+	Providers func(db *store.DB, dataDir string, log *slog.Logger) (providers.Registry, error)
+	// Builtin profiles are created on first start when missing (an operator may edit them later).
+	Builtin []providers.Profile
+	Log     *slog.Logger
+	// OnReady, if set, is called with the bound address once the gateway serves.
+	OnReady func(addr string)
+}
+
+// Run runs the gateway until ctx ends, then drains and stops.
+func Run(ctx context.Context, cfg Config, deps Deps) error {
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	log := deps.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+	lock, err := LockDataDir(dataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+
+	token, err := EnsureToken(dataDir)
+	if err != nil {
+		return err
+	}
+	db, err := store.Open(ctx, filepath.Join(dataDir, "gateway.db"))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	gatewayID, err := EnsureGatewayID(ctx, db)
+	if err != nil {
+		return err
+	}
+	log = log.With("gateway", gatewayID)
+
+	registry, err := deps.Providers(db, dataDir, log.With("subsystem", "providers"))
+	if err != nil {
+		return err
+	}
+	profStore := profiles.New(db, registry, log.With("subsystem", "profiles"))
+	for _, p := range deps.Builtin {
+		if err := profStore.EnsureBuiltin(ctx, p); err != nil {
+			return fmt.Errorf("builtin profile %s: %w", p.ID, err)
+		}
+	}
+	for i := range cfg.Profiles {
+		if _, err := profStore.Put(ctx, &cfg.Profiles[i]); err != nil {
+			return fmt.Errorf("config profiles[%d]: %w", i, err)
+		}
+	}
+	mgr := envs.New(envs.Config{
+		DB: db, Profiles: profStore, Providers: registry, GatewayID: gatewayID,
+		Log: log.With("subsystem", "envs"), SweepInterval: cfg.Sweep.D(),
+	})
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(newEnvCollector(db))
+
+	var ready atomic.Bool
+	info, _ := version.Get()
+	srv := api.New(api.Config{
+		Token: token, DB: db, Profiles: profStore, Envs: mgr, Registry: reg,
+		Log: log.With("subsystem", "api"), GatewayID: gatewayID, Version: info.Version, Ready: ready.Load,
+	})
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	httpSrv := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- httpSrv.Serve(ln) }()
+
+	if err := mgr.Start(ctx); err != nil {
+		_ = httpSrv.Close()
+		return err
+	}
+	ready.Store(true)
+	addr := ln.Addr().String()
+	log.Info("gateway ready", "listen", addr, "dataDir", dataDir, "version", info.Version)
+	if deps.OnReady != nil {
+		deps.OnReady(addr)
+	}
+
+	select {
+	case <-ctx.Done():
+		log.Info("gateway stopping")
+	case err := <-serveErr:
+		if !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", "err", err)
+		}
+	}
+	ready.Store(false)
+	drainCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	shutdownErr := httpSrv.Shutdown(drainCtx)
+	mgrErr := mgr.Close(drainCtx)
+	log.Info("gateway stopped")
+	return errors.Join(shutdownErr, mgrErr)
+}
+
+// EnsureGatewayID returns this gateway's stable id, generating it on first start.
+func EnsureGatewayID(ctx context.Context, db *store.DB) (string, error) {
+	var id string
+	err := db.InTx(ctx, func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(ctx, `SELECT value FROM gateway_meta WHERE key='gateway_id'`).Scan(&id)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		id = "gw_" + randomHex(6)
+		_, err = tx.ExecContext(ctx, `INSERT INTO gateway_meta(key, value) VALUES('gateway_id', ?)`, id)
+		return err
+	})
+	return id, err
+}
+
+type envCollector struct {
+	db   *store.DB
+	desc *prometheus.Desc
+}
+
+func newEnvCollector(db *store.DB) *envCollector {
+	return &envCollector{db: db, desc: prometheus.NewDesc("openclaw_environments",
+		"Environments by state.", []string{"state"}, nil)}
+}
+
+func (c *envCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *envCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := map[string]float64{}
+	for _, s := range envs.AllStates {
+		counts[string(s)] = 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rows, err := c.db.R.QueryContext(ctx, `SELECT state, COUNT(*) FROM environments GROUP BY state`)
+	if err == nil {
+		for rows.Next() {
+			var s string
+			var n float64
+			if rows.Scan(&s, &n) == nil {
+				counts[s] = n
+			}
+		}
+		rows.Close()
+	}
+	for s, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, n, s)
+	}
+}

@@ -1,0 +1,205 @@
+// Package profiles stores provider profiles: how to lease machines and how to treat them.
+package profiles
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/providers"
+)
+
+// ErrInUse is returned when a profile still has live environments.
+var ErrInUse = errors.New("profile has live environments")
+
+// Store reads and writes profiles.
+type Store struct {
+	db       *store.DB
+	registry providers.Registry
+	log      *slog.Logger
+}
+
+// New returns a profile store that validates against the given providers.
+func New(db *store.DB, registry providers.Registry, log *slog.Logger) *Store {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Store{db: db, registry: registry, log: log}
+}
+
+// Prepare fills defaults, validates and attaches provider warnings.
+func (s *Store) Prepare(p *providers.Profile) error {
+	p.SetDefaults()
+	if err := s.registry.ValidateProfile(p); err != nil {
+		return err
+	}
+	p.Warnings = nil
+	if w, ok := s.registry[p.Provider].(providers.Warner); ok {
+		p.Warnings = w.ProfileWarnings(*p)
+	}
+	return nil
+}
+
+// Put creates or replaces a profile. created reports whether it is new.
+func (s *Store) Put(ctx context.Context, p *providers.Profile) (created bool, err error) {
+	if err := s.Prepare(p); err != nil {
+		return false, err
+	}
+	for _, w := range p.Warnings {
+		s.log.Warn("profile warning", "profile", p.ID, "provider", p.Provider, "warning", w)
+	}
+	inc, _ := json.Marshal(nonNil(p.Sync.Include))
+	exc, _ := json.Marshal(nonNil(p.Sync.Exclude))
+	now := store.Now()
+	err = s.db.InTx(ctx, func(tx *sql.Tx) error {
+		var exists int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM profiles WHERE id=?`, p.ID).Scan(&exists); err != nil {
+			return err
+		}
+		created = exists == 0
+		_, err := tx.ExecContext(ctx, `INSERT INTO profiles(id, provider, settings, idle_timeout_ns, ttl_ns, sync_include, sync_exclude, max_environments, created_at, updated_at)
+			VALUES(?,?,?,?,?,?,?,?,?,?)
+			ON CONFLICT(id) DO UPDATE SET provider=excluded.provider, settings=excluded.settings,
+			idle_timeout_ns=excluded.idle_timeout_ns, ttl_ns=excluded.ttl_ns, sync_include=excluded.sync_include,
+			sync_exclude=excluded.sync_exclude, max_environments=excluded.max_environments, updated_at=excluded.updated_at`,
+			p.ID, p.Provider, string(p.Settings), int64(p.Lifetime.IdleTimeout), int64(p.Lifetime.TTL),
+			string(inc), string(exc), p.MaxEnvironments, now, now)
+		if err != nil {
+			return err
+		}
+		verb := "profile.update"
+		if created {
+			verb = "profile.create"
+		}
+		return store.Audit(ctx, tx, verb, "", fmt.Sprintf("profile %s provider %s", p.ID, p.Provider))
+	})
+	if err != nil {
+		return false, fmt.Errorf("store profile %s: %w", p.ID, err)
+	}
+	return created, nil
+}
+
+// EnsureBuiltin creates the profile if it does not exist yet, leaving an existing one alone.
+func (s *Store) EnsureBuiltin(ctx context.Context, p providers.Profile) error {
+	_, err := s.Get(ctx, p.ID)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	_, err = s.Put(ctx, &p)
+	return err
+}
+
+const cols = `id, provider, settings, idle_timeout_ns, ttl_ns, sync_include, sync_exclude, max_environments`
+
+func (s *Store) scan(row interface{ Scan(...any) error }) (providers.Profile, error) {
+	var p providers.Profile
+	var settings, inc, exc string
+	var idle, ttl int64
+	if err := row.Scan(&p.ID, &p.Provider, &settings, &idle, &ttl, &inc, &exc, &p.MaxEnvironments); err != nil {
+		return p, err
+	}
+	p.Settings = json.RawMessage(settings)
+	p.Lifetime = providers.Lifetime{IdleTimeout: providers.Duration(idle), TTL: providers.Duration(ttl)}
+	_ = json.Unmarshal([]byte(inc), &p.Sync.Include)
+	_ = json.Unmarshal([]byte(exc), &p.Sync.Exclude)
+	if w, ok := s.registry[p.Provider].(providers.Warner); ok {
+		p.Warnings = w.ProfileWarnings(p)
+	}
+	return p, nil
+}
+
+// Get returns one profile, or store.ErrNotFound.
+func (s *Store) Get(ctx context.Context, id string) (providers.Profile, error) {
+	p, err := s.scan(s.db.R.QueryRowContext(ctx, `SELECT `+cols+` FROM profiles WHERE id=?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return p, fmt.Errorf("profile %q: %w", id, store.ErrNotFound)
+	}
+	return p, err
+}
+
+// List returns all profiles ordered by id.
+func (s *Store) List(ctx context.Context) ([]providers.Profile, error) {
+	rows, err := s.db.R.QueryContext(ctx, `SELECT `+cols+` FROM profiles ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []providers.Profile{}
+	for rows.Next() {
+		p, err := s.scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// Delete removes a profile that has no live environment.
+func (s *Store) Delete(ctx context.Context, id string) error {
+	return s.db.InTx(ctx, func(tx *sql.Tx) error {
+		var live int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM environments WHERE profile_id=? AND state NOT IN ('destroyed','failed','orphaned')`, id).Scan(&live); err != nil {
+			return err
+		}
+		if live > 0 {
+			return fmt.Errorf("profile %q: %w (%d); destroy them first", id, ErrInUse, live)
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM profiles WHERE id=?`, id)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("profile %q: %w", id, store.ErrNotFound)
+		}
+		return store.Audit(ctx, tx, "profile.delete", "", "profile "+id)
+	})
+}
+
+// File is the YAML shape of `openclaw profile apply -f`.
+type File struct {
+	Profiles []providers.Profile `yaml:"profiles"`
+}
+
+// ParseYAML decodes a profiles file strictly, naming the bad field of the bad profile.
+func ParseYAML(r io.Reader) ([]providers.Profile, error) {
+	dec := yaml.NewDecoder(r)
+	dec.KnownFields(true)
+	var f File
+	if err := dec.Decode(&f); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("profiles file is empty")
+		}
+		return nil, fmt.Errorf("profiles file: %w", err)
+	}
+	if len(f.Profiles) == 0 {
+		return nil, errors.New("profiles file has no profiles (expected a top-level 'profiles:' list)")
+	}
+	seen := map[string]bool{}
+	for i := range f.Profiles {
+		p := &f.Profiles[i]
+		if seen[p.ID] {
+			return nil, providers.Fieldf(fmt.Sprintf("profiles[%d].id", i), "duplicate id %q", p.ID)
+		}
+		seen[p.ID] = true
+	}
+	return f.Profiles, nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+

@@ -1,0 +1,8 @@
+//go:build !unix
+
+package command
+
+import "os/exec"
+
+// setProcessGroup is a no-op where process groups do not exist; cancellation kills the process.
+func setProcessGroup(cmd *exec.Cmd) {}

@@ -1,0 +1,372 @@
+package local
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/pkg/sftp"
+	"golang.org/x/crypto/ssh"
+)
+
+// inProcessBox runs Serve in this process and returns its state once it is ready.
+func inProcessBox(t *testing.T) (State, string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "box")
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan State, 1)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Serve(ctx, BoxConfig{Dir: dir, LeaseID: "lb_test", Labels: map[string]string{"k": "v"},
+			Ready: func(st State) { ready <- st }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	select {
+	case st := <-ready:
+		return st, dir
+	case err := <-errc:
+		t.Fatalf("Serve: %v", err)
+	case <-testContext(t).Done():
+		t.Fatal("box not ready")
+	}
+	panic("unreachable")
+}
+
+func dialState(t *testing.T, st State) *ssh.Client {
+	t.Helper()
+	c, err := dialBox(t, st.Host, st.Port, st.User, st.ClientKeyPath, st.HostKey)
+	if err != nil {
+		t.Fatalf("dial box: %v", err)
+	}
+	return c
+}
+
+func TestBoxState(t *testing.T) {
+	st, dir := inProcessBox(t)
+	got, err := ReadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.PID != os.Getpid() || got.Port != st.Port || got.LeaseID != "lb_test" || got.Labels["k"] != "v" || got.Host != "127.0.0.1" {
+		t.Fatalf("state = %+v", got)
+	}
+	for _, p := range []string{statePath(dir), hostKeyPath(dir), clientKeyPath(dir)} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s mode = %v, want 0600", p, fi.Mode().Perm())
+		}
+	}
+}
+
+func TestBoxExecEnvironment(t *testing.T) {
+	t.Setenv(canaryEnv, "leaked")
+	st, dir := inProcessBox(t)
+	c := dialState(t, st)
+
+	out, _, err := run(t, c, `echo "$HOME"; pwd; env`)
+	if err != nil {
+		t.Fatalf("exec: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if lines[0] != dir || lines[1] != dir {
+		t.Fatalf("HOME, pwd = %q, %q; want %q", lines[0], lines[1], dir)
+	}
+	allowed := map[string]bool{"HOME": true, "PATH": true, "LANG": true, "USER": true, "SHELL": true,
+		"PWD": true, "SHLVL": true, "OLDPWD": true, "_": true}
+	env := map[string]string{}
+	for _, l := range lines[2:] {
+		k, v, _ := strings.Cut(l, "=")
+		env[k] = v
+		if !allowed[k] {
+			t.Errorf("unexpected variable in box environment: %s", l)
+		}
+	}
+	if env["PATH"] != "/usr/local/bin:/usr/bin:/bin" || env["LANG"] != "C.UTF-8" || env["SHELL"] != "/bin/sh" || env["USER"] != st.User {
+		t.Errorf("environment = %v", env)
+	}
+	if strings.Contains(out, canaryEnv) {
+		t.Errorf("test process variable leaked into the box: %s", out)
+	}
+}
+
+func TestBoxEnvRequests(t *testing.T) {
+	st, _ := inProcessBox(t)
+	c := dialState(t, st)
+	s, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Setenv("LC_ALL", "C"); err != nil {
+		t.Errorf("LC_ALL refused: %v", err)
+	}
+	if err := s.Setenv("LD_PRELOAD", "/evil.so"); err == nil {
+		t.Error("LD_PRELOAD accepted")
+	}
+	if err := s.RequestPty("xterm", 24, 80, ssh.TerminalModes{}); err == nil {
+		t.Error("pty-req accepted")
+	}
+	out, err := s.Output(`echo "$LC_ALL:${LD_PRELOAD-unset}"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(out)); got != "C:unset" {
+		t.Errorf("got %q, want C:unset", got)
+	}
+}
+
+func TestBoxExitStatusAndStdin(t *testing.T) {
+	st, _ := inProcessBox(t)
+	c := dialState(t, st)
+
+	_, _, err := run(t, c, "echo oops >&2; exit 3")
+	var ee *ssh.ExitError
+	if !errors.As(err, &ee) || ee.ExitStatus() != 3 {
+		t.Fatalf("exit 3: err = %v", err)
+	}
+	_, _, err = run(t, c, "kill -TERM $$")
+	if !errors.As(err, &ee) || ee.Signal() != "TERM" {
+		t.Fatalf("kill -TERM $$: err = %v", err)
+	}
+	_, stderr, _ := run(t, c, "echo oops >&2")
+	if stderr != "oops\n" {
+		t.Errorf("stderr = %q", stderr)
+	}
+
+	s, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.Stdin = strings.NewReader("hello box")
+	out, err := s.Output("tr a-z A-Z")
+	if err != nil || string(out) != "HELLO BOX" {
+		t.Fatalf("stdin round trip = %q, %v", out, err)
+	}
+}
+
+func TestBoxKillsAbandonedCommand(t *testing.T) {
+	st, _ := inProcessBox(t)
+	c := dialState(t, st)
+	s, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := s.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The background sleep is in the command's process group and must die with it.
+	if err := s.Start(`sleep 60 & echo $!; wait`); err != nil {
+		t.Fatal(err)
+	}
+	line := make([]byte, 32)
+	n, err := stdout.Read(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(line[:n])))
+	if err != nil {
+		t.Fatalf("pid line %q: %v", line[:n], err)
+	}
+	if processGone(pid) {
+		t.Fatal("sleep is not running")
+	}
+	s.Close()
+	eventually(t, "abandoned command to be killed", func() bool { return processGone(pid) })
+}
+
+func TestBoxSFTP(t *testing.T) {
+	st, dir := inProcessBox(t)
+	c := dialState(t, st)
+	sc, err := sftp.NewClient(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	if err := sc.MkdirAll("work/src"); err != nil {
+		t.Fatal(err)
+	}
+	f, err := sc.Create("work/src/main.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("synced\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	onDisk, err := os.ReadFile(filepath.Join(dir, "work/src/main.txt"))
+	if err != nil || string(onDisk) != "synced\n" {
+		t.Fatalf("file in box dir = %q, %v", onDisk, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "from-box.txt"), []byte("box data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rf, err := sc.Open("from-box.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rf.Close()
+	got, err := io.ReadAll(rf)
+	if err != nil || string(got) != "box data" {
+		t.Fatalf("read over sftp = %q, %v", got, err)
+	}
+	if wd, err := sc.Getwd(); err != nil || wd != dir {
+		t.Errorf("sftp working directory = %q, %v; want %q", wd, err, dir)
+	}
+}
+
+func TestBoxStreamLocalForward(t *testing.T) {
+	st, dir := inProcessBox(t)
+	c := dialState(t, st)
+	sock := filepath.Join(dir, "gw.sock")
+
+	// A stale socket from an earlier connection is replaced.
+	stale, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	stale.Close()
+
+	ln, err := c.ListenUnix("gw.sock")
+	if err != nil {
+		t.Fatalf("ListenUnix: %v", err)
+	}
+	fi, err := os.Lstat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode()&fs.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket mode = %v, want socket 0600", fi.Mode())
+	}
+
+	local, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	remote, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer remote.Close()
+
+	if _, err := local.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(remote, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("box→gateway = %q, %v", buf, err)
+	}
+	if _, err := remote.Write([]byte("pong")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(local, buf); err != nil || string(buf) != "pong" {
+		t.Fatalf("gateway→box = %q, %v", buf, err)
+	}
+	// Half-close from the box side reaches the gateway as EOF, and the other direction still works.
+	if err := local.(*net.UnixConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if rest, err := io.ReadAll(remote); err != nil || len(rest) != 0 {
+		t.Fatalf("after half-close: %q, %v", rest, err)
+	}
+	if _, err := remote.Write([]byte("last")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(local, buf); err != nil || string(buf) != "last" {
+		t.Fatalf("after half-close gateway→box = %q, %v", buf, err)
+	}
+
+	// Cancel removes the socket.
+	if err := ln.Close(); err != nil {
+		t.Fatalf("cancel forward: %v", err)
+	}
+	if _, err := os.Lstat(sock); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("socket after cancel: %v", err)
+	}
+	if _, err := net.Dial("unix", sock); err == nil {
+		t.Fatal("dial after cancel succeeded")
+	}
+}
+
+func TestBoxForwardsEndWithConnection(t *testing.T) {
+	st, dir := inProcessBox(t)
+	c := dialState(t, st)
+	if _, err := c.ListenUnix("worker.sock"); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "worker.sock")
+	if _, err := os.Lstat(sock); err != nil {
+		t.Fatal(err)
+	}
+	// A regular file is never unlinked for a forward.
+	if err := os.WriteFile(filepath.Join(dir, "data"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ListenUnix("data"); err == nil {
+		t.Error("forward over a regular file accepted")
+	}
+	c.Close()
+	eventually(t, "forward socket removed after disconnect", func() bool {
+		_, err := os.Lstat(sock)
+		return errors.Is(err, fs.ErrNotExist)
+	})
+	if b, err := os.ReadFile(filepath.Join(dir, "data")); err != nil || string(b) != "x" {
+		t.Errorf("regular file touched: %q, %v", b, err)
+	}
+}
+
+func TestBoxGlobalRequests(t *testing.T) {
+	st, _ := inProcessBox(t)
+	c := dialState(t, st)
+	ok, _, err := c.SendRequest("keepalive@openssh.com", true, nil)
+	if err != nil || ok {
+		t.Errorf("keepalive: ok=%v err=%v; want a failure reply like OpenSSH", ok, err)
+	}
+	if _, err := c.Dial("tcp", "127.0.0.1:1"); err == nil {
+		t.Error("direct-tcpip accepted")
+	}
+}
+
+func TestBoxRejectsWrongKeyAndUser(t *testing.T) {
+	st, _ := inProcessBox(t)
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dialWith(t, st.Host, st.Port, st.User, other, st.HostKey); err == nil {
+		t.Error("login with an unauthorized key succeeded")
+	}
+	if _, err := dialBox(t, st.Host, st.Port, st.User+"x", st.ClientKeyPath, st.HostKey); err == nil {
+		t.Error("login as another user succeeded")
+	}
+	// The client refuses a box whose host key does not match the pin.
+	if _, err := dialBox(t, st.Host, st.Port, st.User, st.ClientKeyPath, authorizedKeyString(other.PublicKey())); err == nil {
+		t.Error("login with a wrong host key pin succeeded")
+	}
+}

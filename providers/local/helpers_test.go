@@ -1,0 +1,90 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+)
+
+const canaryEnv = "OPENCLAW_LOCALBOX_TEST_CANARY"
+
+func testContext(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// eventually polls cond every few milliseconds until it holds, failing the test after a deadline.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for %s", what)
+		case <-tick.C:
+		}
+	}
+}
+
+func processGone(pid int) bool {
+	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+}
+
+// dialBox logs into a box with its client key, pinning hostKey.
+func dialBox(t *testing.T, host string, port int, user, keyPath, hostKey string) (*ssh.Client, error) {
+	t.Helper()
+	keyPEM, err := os.ReadFile(keyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := ssh.ParsePrivateKey(keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dialWith(t, host, port, user, signer, hostKey)
+}
+
+func dialWith(t *testing.T, host string, port int, user string, signer ssh.Signer, hostKey string) (*ssh.Client, error) {
+	t.Helper()
+	pinned, _, _, _, err := ssh.ParseAuthorizedKey([]byte(hostKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ssh.Dial("tcp", net.JoinHostPort(host, strconv.Itoa(port)), &ssh.ClientConfig{
+		User:            user,
+		Auth:            []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		HostKeyCallback: ssh.FixedHostKey(pinned),
+		Timeout:         5 * time.Second,
+	})
+	if err == nil {
+		t.Cleanup(func() { c.Close() })
+	}
+	return c, err
+}
+
+// run executes cmd on the box and returns its stdout, stderr and exit error.
+func run(t *testing.T, c *ssh.Client, cmd string) (string, string, error) {
+	t.Helper()
+	s, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var out, errOut bytes.Buffer
+	s.Stdout, s.Stderr = &out, &errOut
+	err = s.Run(cmd)
+	return out.String(), errOut.String(), err
+}
