@@ -337,4 +337,3 @@ func (m *Manager) orphanReason(ctx context.Context, provider, leaseID, labelledE
 	}
 	return "", e.ID
 }
-

@@ -202,4 +202,3 @@ func nonNil(s []string) []string {
 	}
 	return s
 }
-

@@ -18,6 +18,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "localbox" {
 		os.Exit(boxChildMain(os.Args[2:]))
 	}
+	// Boxes started by the tests are race-enabled test binaries: skip the race runtime's 1 s
+	// sleep at exit so that stopping a box is as quick as it is in production.
+	_ = os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	os.Exit(m.Run())
 }
 

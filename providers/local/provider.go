@@ -228,7 +228,7 @@ func (p *Provider) start(ctx context.Context, id string, req providers.Provision
 // boxProcessEnv is the environment of a box process: enough to run, none of the gateway's secrets.
 func boxProcessEnv() []string {
 	var env []string
-	for _, k := range []string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "TMPDIR", "TZ"} {
+	for _, k := range []string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "TMPDIR", "TZ", "GORACE", "GOCOVERDIR"} {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}

@@ -1,0 +1,395 @@
+// Command lease-dir is a Crabbox-shaped lease CLI whose machines are JSON files in a directory, for demos and tests.
+package main
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+)
+
+const usage = `usage: lease-dir <command> [flags]
+
+  warmup --lease-id ID [--label k=v]... [--delay 2s] [--fail "message"]
+         [--provider P] [--class C] [--ttl 24h] [--idle-timeout 30m]
+  inspect --id ID [--json]
+  heartbeat --id ID
+  stop ID
+  list [--json]
+
+State: one JSON file per lease in $LEASE_DIR (default ./.lease-dir); warmup calls are
+logged to $LEASE_DIR/calls.log. No machine exists: sshHost 127.0.0.1:22 is a placeholder.
+
+Fault injection:
+  LEASE_DIR_WARMUP_DELAY=2s    warmup sleeps before creating the lease (like --delay)
+  LEASE_DIR_INSPECT_GARBAGE=1  inspect prints malformed JSON
+  LEASE_DIR_NO_HOSTKEY=1       inspect and list omit the host key
+  LEASE_DIR_STOP_FAILS=N       the first N stop calls exit 1 with "temporary error"
+`
+
+// lease is the state file of one lease.
+type lease struct {
+	ID          string            `json:"id"`
+	State       string            `json:"state"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Provider    string            `json:"provider,omitempty"`
+	Class       string            `json:"class,omitempty"`
+	TTL         string            `json:"ttl"`
+	WarmupCalls int               `json:"warmupCalls"`
+	HostKey     string            `json:"hostKey,omitempty"`
+	KeyPath     string            `json:"keyPath,omitempty"`
+	CreatedAt   time.Time         `json:"createdAt"`
+	ExpiresAt   time.Time         `json:"expiresAt"`
+}
+
+var leaseIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+// exitError carries an exit status and the message printed on stderr.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	dir := os.Getenv("LEASE_DIR")
+	if dir == "" {
+		dir = ".lease-dir"
+	}
+	dir, err := filepath.Abs(dir)
+	if err == nil {
+		err = os.MkdirAll(dir, 0o700)
+	}
+	if err == nil {
+		d := &leaseDir{dir: dir, out: stdout}
+		err = d.dispatch(args[0], args[1:])
+	}
+	var ee *exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		fmt.Fprintln(stderr, ee.msg)
+		return ee.code
+	default:
+		fmt.Fprintln(stderr, "lease-dir:", err)
+		return 1
+	}
+}
+
+type leaseDir struct {
+	dir string
+	out io.Writer
+}
+
+type labelFlag map[string]string
+
+func (l labelFlag) String() string { return "" }
+func (l labelFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("label %q must be key=value", s)
+	}
+	l[k] = v
+	return nil
+}
+
+// warmupArgs are the flags of warmup; provider, class and idle timeout are only recorded.
+type warmupArgs struct {
+	labels                labelFlag
+	fail, provider, class string
+	ttl, delay            time.Duration
+}
+
+func (d *leaseDir) dispatch(cmd string, args []string) error {
+	if !strings.Contains(" warmup inspect heartbeat stop list ", " "+cmd+" ") {
+		return &exitError{2, fmt.Sprintf("unknown command %q\n\n%s", cmd, usage)}
+	}
+	fs := flag.NewFlagSet("lease-dir "+cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	id := fs.String("id", "", "lease id")
+	fs.Bool("json", true, "print JSON (always on)")
+	w := warmupArgs{labels: labelFlag{}}
+	if cmd == "warmup" {
+		envDelay, _ := time.ParseDuration(os.Getenv("LEASE_DIR_WARMUP_DELAY"))
+		fs.StringVar(id, "lease-id", "", "lease id (idempotency key)")
+		fs.Var(w.labels, "label", "k=v label, repeatable")
+		fs.DurationVar(&w.delay, "delay", envDelay, "sleep before creating the lease")
+		fs.StringVar(&w.fail, "fail", "", "fail with this message")
+		fs.StringVar(&w.provider, "provider", "", "recorded only")
+		fs.StringVar(&w.class, "class", "", "recorded only")
+		fs.DurationVar(&w.ttl, "ttl", 24*time.Hour, "lease lifetime")
+		fs.String("idle-timeout", "30m", "ignored")
+	}
+	if err := fs.Parse(args); err != nil {
+		return &exitError{2, fmt.Sprintf("%v\n\n%s", err, usage)}
+	}
+	if cmd == "stop" && *id == "" {
+		*id = fs.Arg(0)
+	}
+	if cmd != "list" && !leaseIDRE.MatchString(*id) {
+		return &exitError{2, fmt.Sprintf("%s: a valid lease id is required (got %q)\n\n%s", cmd, *id, usage)}
+	}
+	switch cmd {
+	case "warmup":
+		if w.ttl <= 0 {
+			return &exitError{2, "warmup: --ttl must be positive"}
+		}
+		return d.warmup(*id, w)
+	case "inspect":
+		return d.inspect(*id)
+	case "heartbeat":
+		return d.heartbeat(*id)
+	case "stop":
+		return d.stop(*id)
+	default:
+		return d.list()
+	}
+}
+
+// lock serialises commands on one directory; the returned func unlocks.
+func (d *leaseDir) lock() (func(), error) {
+	f, err := os.OpenFile(filepath.Join(d.dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
+
+func (d *leaseDir) path(id string) string { return filepath.Join(d.dir, id+".json") }
+
+func (d *leaseDir) load(id string) (*lease, error) {
+	b, err := os.ReadFile(d.path(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, &exitError{1, "no such lease " + id}
+	}
+	if err != nil {
+		return nil, err
+	}
+	var l lease
+	return &l, json.Unmarshal(b, &l)
+}
+
+func (d *leaseDir) save(l *lease) error {
+	b, err := json.MarshalIndent(l, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeAtomic(d.path(l.ID), b, 0o600)
+}
+
+// writeAtomic writes path temp-then-fsync-then-rename.
+func writeAtomic(path string, data []byte, perm os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(perm)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+func (d *leaseDir) warmup(id string, w warmupArgs) error {
+	unlock, err := d.lock()
+	if err != nil {
+		return err
+	}
+	line, _ := json.Marshal(map[string]any{"at": time.Now().UTC(), "command": "warmup", "leaseId": id, "labels": w.labels})
+	f, err := os.OpenFile(filepath.Join(d.dir, "calls.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err == nil {
+		_, err = fmt.Fprintf(f, "%s\n", line)
+		f.Close()
+	}
+	unlock()
+	if err != nil {
+		return err
+	}
+	time.Sleep(w.delay) // lets tests kill a gateway mid-provision
+	if w.fail != "" {
+		return &exitError{3, w.fail}
+	}
+	if unlock, err = d.lock(); err != nil {
+		return err
+	}
+	defer unlock()
+	l, err := d.load(id)
+	var ee *exitError
+	switch {
+	case errors.As(err, &ee):
+		l = &lease{ID: id}
+	case err != nil:
+		return err
+	}
+	l.WarmupCalls++
+	if l.State != "ready" {
+		if err := d.create(l, w); err != nil {
+			return err
+		}
+	}
+	if err := d.save(l); err != nil {
+		return err
+	}
+	return json.NewEncoder(d.out).Encode(map[string]any{"id": id, "state": l.State})
+}
+
+// create makes a fresh fake machine: a host key to pin and a private key file to log in with.
+func (d *leaseDir) create(l *lease, w warmupArgs) error {
+	hostPub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	hk, err := ssh.NewPublicKey(hostPub)
+	if err != nil {
+		return err
+	}
+	_, userPriv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	block, err := ssh.MarshalPrivateKey(userPriv, "lease-dir "+l.ID)
+	if err != nil {
+		return err
+	}
+	l.KeyPath = filepath.Join(d.dir, l.ID+".key")
+	if err := writeAtomic(l.KeyPath, pem.EncodeToMemory(block), 0o600); err != nil {
+		return err
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	l.State, l.Labels, l.Provider, l.Class = "ready", w.labels, w.provider, w.class
+	l.HostKey = strings.TrimSpace(string(ssh.MarshalAuthorizedKey(hk)))
+	l.TTL, l.CreatedAt, l.ExpiresAt = w.ttl.String(), now, now.Add(w.ttl)
+	return nil
+}
+
+// view is what inspect and list print, in Crabbox's inspect --json shape.
+func view(l *lease) map[string]any {
+	if l.State != "ready" {
+		return map[string]any{"id": l.ID, "state": l.State}
+	}
+	v := map[string]any{
+		"id": l.ID, "state": l.State, "ready": true,
+		"sshHost": "127.0.0.1", "sshPort": 22, "sshUser": "box", "sshKey": l.KeyPath,
+		"expiresAt": l.ExpiresAt.Format(time.RFC3339), "labels": l.Labels,
+	}
+	if os.Getenv("LEASE_DIR_NO_HOSTKEY") != "1" {
+		v["sshHostKey"] = l.HostKey
+	}
+	return v
+}
+
+func (d *leaseDir) inspect(id string) error {
+	l, err := d.load(id)
+	if err != nil {
+		return err
+	}
+	if os.Getenv("LEASE_DIR_INSPECT_GARBAGE") == "1" {
+		_, err := fmt.Fprintf(d.out, "{\"id\": %q, \"state\": ", id)
+		return err
+	}
+	return json.NewEncoder(d.out).Encode(view(l))
+}
+
+func (d *leaseDir) heartbeat(id string) error {
+	unlock, err := d.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	l, err := d.load(id)
+	if err != nil {
+		return err
+	}
+	if l.State != "ready" {
+		return &exitError{1, "no such lease " + id + " (" + l.State + ")"}
+	}
+	ttl, err := time.ParseDuration(l.TTL)
+	if err != nil {
+		ttl = 24 * time.Hour
+	}
+	l.ExpiresAt = time.Now().UTC().Truncate(time.Second).Add(ttl)
+	return d.save(l)
+}
+
+func (d *leaseDir) stop(id string) error {
+	unlock, err := d.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if n, _ := strconv.Atoi(os.Getenv("LEASE_DIR_STOP_FAILS")); n > 0 {
+		counter := filepath.Join(d.dir, "stop-failures")
+		b, _ := os.ReadFile(counter)
+		done, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		if done < n {
+			if err := writeAtomic(counter, []byte(strconv.Itoa(done+1)), 0o600); err != nil {
+				return err
+			}
+			return &exitError{1, "temporary error"}
+		}
+	}
+	l, err := d.load(id)
+	if err != nil {
+		return err
+	}
+	if l.KeyPath != "" {
+		if err := os.Remove(l.KeyPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	l.State, l.HostKey, l.KeyPath = "released", "", ""
+	return d.save(l)
+}
+
+func (d *leaseDir) list() error {
+	paths, err := filepath.Glob(filepath.Join(d.dir, "*.json"))
+	if err != nil {
+		return err
+	}
+	sort.Strings(paths)
+	out := []map[string]any{}
+	for _, p := range paths {
+		l, err := d.load(strings.TrimSuffix(filepath.Base(p), ".json"))
+		if err != nil {
+			return err
+		}
+		out = append(out, view(l))
+	}
+	return json.NewEncoder(d.out).Encode(out)
+}
