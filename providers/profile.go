@@ -1,6 +1,7 @@
 package providers
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -26,6 +27,32 @@ type Profile struct {
 type Lifetime struct {
 	IdleTimeout Duration `json:"idleTimeout" yaml:"idleTimeout"`
 	TTL         Duration `json:"ttl" yaml:"ttl"`
+}
+
+// UnmarshalJSON decodes the policy, naming the field of a bad duration.
+func (l *Lifetime) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		IdleTimeout json.RawMessage `json:"idleTimeout"`
+		TTL         json.RawMessage `json:"ttl"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&raw); err != nil {
+		return Fieldf("lifetime", "%v", err)
+	}
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+		dst  *Duration
+	}{{"lifetime.idleTimeout", raw.IdleTimeout, &l.IdleTimeout}, {"lifetime.ttl", raw.TTL, &l.TTL}} {
+		if len(f.raw) == 0 || string(f.raw) == "null" {
+			continue
+		}
+		if err := f.dst.UnmarshalJSON(f.raw); err != nil {
+			return Fieldf(f.name, "%v", err)
+		}
+	}
+	return nil
 }
 
 // SyncRules are gitignore-style include and exclude patterns applied to workspace sync.

@@ -223,7 +223,13 @@ func liveLeases(t *testing.T, leaseDir string) []map[string]any {
 	if err := json.Unmarshal(out, &list); err != nil {
 		t.Fatalf("lease-dir list output %q: %v", out, err)
 	}
-	return list
+	live := list[:0]
+	for _, l := range list {
+		if l["state"] != "released" {
+			live = append(live, l)
+		}
+	}
+	return live
 }
 
 func TestGatewayKilledMidProvisionAdoptsLease(t *testing.T) {

@@ -36,6 +36,7 @@ logged to $LEASE_DIR/calls.log. No machine exists: sshHost 127.0.0.1:22 is a pla
 
 Fault injection:
   LEASE_DIR_WARMUP_DELAY=2s    warmup sleeps before creating the lease (like --delay)
+  LEASE_DIR_WARMUP_FAIL=msg    warmup exits 3 with this message (like --fail)
   LEASE_DIR_INSPECT_GARBAGE=1  inspect prints malformed JSON
   LEASE_DIR_NO_HOSTKEY=1       inspect and list omit the host key
   LEASE_DIR_STOP_FAILS=N       the first N stop calls exit 1 with "temporary error"
@@ -136,7 +137,7 @@ func (d *leaseDir) dispatch(cmd string, args []string) error {
 		fs.StringVar(id, "lease-id", "", "lease id (idempotency key)")
 		fs.Var(w.labels, "label", "k=v label, repeatable")
 		fs.DurationVar(&w.delay, "delay", envDelay, "sleep before creating the lease")
-		fs.StringVar(&w.fail, "fail", "", "fail with this message")
+		fs.StringVar(&w.fail, "fail", os.Getenv("LEASE_DIR_WARMUP_FAIL"), "fail with this message")
 		fs.StringVar(&w.provider, "provider", "", "recorded only")
 		fs.StringVar(&w.class, "class", "", "recorded only")
 		fs.DurationVar(&w.ttl, "ttl", 24*time.Hour, "lease lifetime")

@@ -200,7 +200,8 @@ func bind(c echo.Context, v any) error {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		var fe *providers.FieldError
+		if errors.As(err, &mbe) || errors.As(err, &fe) {
 			return err
 		}
 		if errors.Is(err, io.EOF) {

@@ -66,7 +66,11 @@ func (m *Manager) destroyLoop(ctx context.Context, id string) {
 		if done || ctx.Err() != nil {
 			return
 		}
-		if err != nil {
+		if err == nil { // progressed (draining → destroying): go on at once
+			attempt--
+			continue
+		}
+		{
 			msg := Sanitize(fmt.Sprintf("destroy attempt %d: %v", attempt, err))
 			m.log.Warn("destroy", "env", id, "attempt", attempt, "err", err)
 			_, _ = m.db.W.ExecContext(ctx, `UPDATE environments SET error=?, destroy_attempts=?, updated_at=? WHERE id=?`,

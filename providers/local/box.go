@@ -322,6 +322,8 @@ func (c *conn) handleSession(ch ssh.Channel, reqs <-chan *ssh.Request) {
 	started := false
 	for req := range reqs {
 		ok := false
+		// after runs once the request is answered: nothing may close the channel before the reply.
+		var after func()
 		switch req.Type {
 		case "env":
 			var m envRequest
@@ -340,13 +342,14 @@ func (c *conn) handleSession(ch ssh.Channel, reqs <-chan *ssh.Request) {
 				break
 			}
 			started, ok, run = true, true, p
+			after = func() { c.wg.Go(func() { p.run(ch) }) }
 		case "subsystem":
 			var m execRequest
 			if started || ssh.Unmarshal(req.Payload, &m) != nil || m.Command != "sftp" {
 				break
 			}
 			started, ok = true, true
-			c.wg.Go(func() { c.serveSFTP(ch) })
+			after = func() { c.wg.Go(func() { c.serveSFTP(ch) }) }
 		case "signal":
 			var m signalRequest
 			if run != nil && ssh.Unmarshal(req.Payload, &m) == nil {
@@ -357,6 +360,9 @@ func (c *conn) handleSession(ch ssh.Channel, reqs <-chan *ssh.Request) {
 		}
 		if req.WantReply {
 			_ = req.Reply(ok, nil)
+		}
+		if after != nil {
+			after()
 		}
 	}
 	// The channel is closed: a command still running was abandoned by its client.

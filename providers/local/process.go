@@ -24,6 +24,7 @@ type process struct {
 }
 
 // startProcess starts command under /bin/sh -c with a clean environment, wired to ch.
+// The caller answers the exec request and then calls run.
 func (c *conn) startProcess(ch ssh.Channel, command string, env map[string]string) (*process, error) {
 	cmd := exec.Command("/bin/sh", "-c", command)
 	cmd.Env = c.execEnv(env)
@@ -72,7 +73,6 @@ func (c *conn) startProcess(ch ssh.Channel, command string, env map[string]strin
 		_, _ = io.Copy(inW, ch)
 		_ = inW.Close()
 	})
-	c.wg.Go(func() { p.run(ch) })
 	return p, nil
 }
 
