@@ -120,6 +120,15 @@ func (p *Profile) Validate() error {
 
 // UnmarshalYAML decodes a profile, converting its free-form settings to JSON.
 func (p *Profile) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			switch k := n.Content[i].Value; k {
+			case "id", "provider", "settings", "lifetime", "sync", "maxEnvironments":
+			default:
+				return Fieldf(k, "unknown field (line %d)", n.Content[i].Line)
+			}
+		}
+	}
 	type plain Profile
 	var raw struct {
 		plain    `yaml:",inline"`

@@ -18,11 +18,13 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/internal/testenv"
 )
 
 var (
-	openclawBin string
-	leaseDirBin string
+	openclawBin   string
+	leaseDirBin   string
+	leaseNetnsBin string
 )
 
 func TestMain(m *testing.M) {
@@ -32,7 +34,11 @@ func TestMain(m *testing.M) {
 	}
 	openclawBin = filepath.Join(dir, "openclaw")
 	leaseDirBin = filepath.Join(dir, "lease-dir")
-	for _, b := range [][2]string{{openclawBin, "."}, {leaseDirBin, "../../examples/lease-dir"}} {
+	leaseNetnsBin = filepath.Join(dir, "lease-netns")
+	if err := os.Chmod(dir, 0o755); err != nil {
+		panic(err)
+	}
+	for _, b := range [][2]string{{openclawBin, "."}, {leaseDirBin, "../../examples/lease-dir"}, {leaseNetnsBin, "../../examples/lease-netns"}} {
 		out, err := exec.Command("go", "build", "-o", b[0], b[1]).CombinedOutput()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", b[1], err, out)
@@ -403,6 +409,65 @@ func TestSweepDestroysUnknownLabelledLease(t *testing.T) {
 	}
 	if !ids[e.LeaseID] || !ids["ocl_other"] || ids["ocl_orphan"] || len(ids) != 2 {
 		t.Fatalf("live leases after sweep: %v", ids)
+	}
+	g.stop()
+}
+
+// TestNetnsLeaseThroughCommandProvider drives the issue's profile example: the command provider
+// against examples/lease-netns (real OpenSSH sshd in a network namespace).
+func TestNetnsLeaseThroughCommandProvider(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "ip", "sshd", "useradd")
+	state, err := os.MkdirTemp("", "ocw-e2e-netns-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(state) })
+	if err := os.Chmod(state, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	l := leaseNetnsBin
+	cfg := fmt.Sprintf(`profiles:
+  - id: netns
+    provider: command
+    settings:
+      provision: [%[1]s, --state-dir, %[2]s, warmup, --lease-id, "{leaseId}", --label, "openclaw.gateway={gatewayId}", --label, "openclaw.environment={envId}"]
+      inspect: [%[1]s, --state-dir, %[2]s, inspect, --id, "{leaseId}", --json]
+      destroy: [%[1]s, --state-dir, %[2]s, stop, "{leaseId}"]
+      renew: [%[1]s, --state-dir, %[2]s, heartbeat, --id, "{leaseId}"]
+      list: [%[1]s, --state-dir, %[2]s, list, --json]
+      timeout: 1m
+      pollInterval: 100ms
+    lifetime: {idleTimeout: 30m, ttl: 24h}
+    maxEnvironments: 4
+`, l, state)
+	g := startGateway(t, filepath.Join(t.TempDir(), "data"), cfg)
+	e := g.createEnv("netns")
+	t.Cleanup(func() {
+		// never leave a namespace behind, even when the test fails
+		_ = exec.Command(l, "--state-dir", state, "stop", e.LeaseID).Run()
+	})
+	e = g.waitEnv(e.ID, func(e envs.Environment) bool { return e.State == envs.Bootstrapping || e.State.Dead() })
+	if e.State != envs.Bootstrapping {
+		t.Fatalf("state %s: %s", e.State, e.Error)
+	}
+	if !strings.HasPrefix(e.Lease.SSHHost, "198.18.") && !strings.HasPrefix(e.Lease.SSHHost, "198.19.") {
+		t.Fatalf("box address %s outside 198.18.0.0/15", e.Lease.SSHHost)
+	}
+	if len(e.Lease.HostKeys) != 1 || !strings.HasPrefix(e.Lease.HostKeys[0], "ssh-ed25519 ") {
+		t.Fatalf("pinned host keys %v", e.Lease.HostKeys)
+	}
+	var d envs.Environment
+	if _, err := g.do("DELETE", "/api/v1/environments/"+e.ID+"?wait=60s", nil, &d); err != nil || d.State != envs.Destroyed {
+		t.Fatalf("destroy: %v %s %s", err, d.State, d.Error)
+	}
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	var st struct{ Netns string }
+	if b, err := exec.Command(l, "--state-dir", state, "inspect", "--id", e.LeaseID, "--json").Output(); err == nil {
+		_ = json.Unmarshal(b, &st)
+	}
+	if st.Netns != "" && strings.Contains(string(out), st.Netns) {
+		t.Fatalf("namespace %s still exists after destroy", st.Netns)
 	}
 	g.stop()
 }

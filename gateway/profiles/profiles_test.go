@@ -1,0 +1,84 @@
+package profiles_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/openclaw/cloudworkers/gateway/profiles"
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/providers"
+	"github.com/openclaw/cloudworkers/providers/command"
+	"github.com/openclaw/cloudworkers/providers/fake"
+)
+
+const issueExample = `
+profiles:
+  - id: netns
+    provider: command
+    settings:
+      provision: [./examples/lease-netns/lease-netns, warmup, --lease-id, "{leaseId}",
+                  --label, "openclaw.gateway={gatewayId}", --label, "openclaw.environment={envId}"]
+      inspect: [./examples/lease-netns/lease-netns, inspect, --id, "{leaseId}", --json]
+      destroy: [./examples/lease-netns/lease-netns, stop, "{leaseId}"]
+      renew: [./examples/lease-netns/lease-netns, heartbeat, --id, "{leaseId}"]
+      list: [./examples/lease-netns/lease-netns, list, --json]
+      timeout: 5m
+    lifetime: {idleTimeout: 30m, ttl: 24h}
+    sync: {exclude: [node_modules, .venv]}
+    maxEnvironments: 4
+`
+
+func TestApplyIssueExampleRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "gateway.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s := profiles.New(db, providers.Registry{"command": command.New(), "fake": fake.New()}, nil)
+	list, err := profiles.ParseYAML(strings.NewReader(issueExample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created, err := s.Put(ctx, &list[0]); err != nil || !created {
+		t.Fatalf("put: %v %v", err, created)
+	}
+	got, err := s.Get(ctx, "netns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Lifetime.TTL.String() != "24h0m0s" || got.Lifetime.IdleTimeout.String() != "30m0s" ||
+		got.MaxEnvironments != 4 || strings.Join(got.Sync.Exclude, ",") != "node_modules,.venv" ||
+		!strings.Contains(string(got.Settings), `"{leaseId}"`) {
+		t.Fatalf("round trip lost data: %+v settings=%s", got, got.Settings)
+	}
+	if created, err := s.Put(ctx, &got); err != nil || created {
+		t.Fatalf("second put: %v created=%v", err, created)
+	}
+	if err := s.Delete(ctx, "netns"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "netns"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("after delete: %v", err)
+	}
+}
+
+func TestParseYAMLNamesBadInput(t *testing.T) {
+	cases := map[string]string{
+		"profiles:\n  - id: a\n    provider: fake\n    colour: red\n":               "colour",
+		"profiles:\n  - id: a\n    provider: fake\n  - id: a\n    provider: fake\n": "profiles[1].id",
+		"profiles:\n  - id: a\n    lifetime: {ttl: soon}\n":                         "soon",
+		"":               "empty",
+		"something: 1\n": "something",
+		"profiles: []\n": "no profiles",
+	}
+	for in, want := range cases {
+		_, err := profiles.ParseYAML(strings.NewReader(in))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want mention of %q", in, err, want)
+		}
+	}
+}

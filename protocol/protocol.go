@@ -1,0 +1,392 @@
+// Package protocol defines the closed, versioned worker protocol spoken between the gateway and a worker.
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+)
+
+// ProtocolVersion is the worker protocol version this binary speaks. Admission requires an exact match.
+const ProtocolVersion = 1
+
+// Frame size limits, in bytes of one WebSocket message.
+const (
+	// PreAdmissionFrameLimit bounds every frame read before a worker is admitted.
+	PreAdmissionFrameLimit = 64 << 10
+	// DefaultFrameLimit bounds frames after admission.
+	DefaultFrameLimit = 25 << 20
+)
+
+// maxIDLen bounds request ids, method and event names.
+const maxIDLen = 128
+
+// FrameType is the "type" of a frame.
+type FrameType string
+
+// Frame types.
+const (
+	TypeReq    FrameType = "req"
+	TypeRes    FrameType = "res"
+	TypeEvent  FrameType = "event"
+	TypeCancel FrameType = "cancel"
+)
+
+// Method and event names. Method names follow the upstream worker vocabulary.
+const (
+	// MethodConnect is the admission request; it must be the first frame on a connection.
+	MethodConnect = "connect"
+	// MethodHeartbeat is the worker's liveness request.
+	MethodHeartbeat = "worker.heartbeat"
+	// MethodCredentialRefresh asks the gateway for a fresh credential (see CredentialRefreshResult).
+	MethodCredentialRefresh = "worker.credential.refresh"
+	// MethodShutdown is sent by the gateway (as an event, or a request) telling the worker to exit cleanly.
+	MethodShutdown = "worker.shutdown"
+)
+
+// WorkerMethods is the allowlist of methods a worker may call after admission. A credential's method
+// set is always a subset of it; anything else is answered with CodeMethodNotAllowed.
+var WorkerMethods = map[string]bool{
+	MethodHeartbeat:         true,
+	MethodCredentialRefresh: true,
+}
+
+// GatewayMethods are the methods and events the gateway sends to a worker.
+var GatewayMethods = map[string]bool{
+	MethodShutdown: true,
+}
+
+// RoleWorker is the only role accepted on the worker endpoint.
+const RoleWorker = "worker"
+
+// Protocol feature flags, negotiated at admission independently of ProtocolVersion.
+const (
+	FeatureHeartbeat         = "heartbeat"
+	FeatureCredentialRefresh = "credential-refresh"
+	FeatureShutdown          = "shutdown"
+)
+
+// Features lists the feature flags this binary supports.
+var Features = []string{FeatureHeartbeat, FeatureCredentialRefresh, FeatureShutdown}
+
+// NegotiateFeatures returns the features both sides support, in Features order.
+func NegotiateFeatures(offered []string) []string {
+	out := []string{}
+	for _, f := range Features {
+		if slices.Contains(offered, f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// Code is a machine-readable error code carried in a res frame's error.
+type Code string
+
+// Error codes.
+const (
+	CodeUnauthorized       Code = "unauthorized"
+	CodeCredentialExpired  Code = "credential-expired"
+	CodeWrongEnvironment   Code = "wrong-environment"
+	CodeBundleMismatch     Code = "bundle-mismatch"
+	CodeUnsupportedVersion Code = "unsupported-version"
+	CodeFrameTooLarge      Code = "frame-too-large"
+	CodeExpectedConnect    Code = "expected-connect"
+	CodeMethodNotAllowed   Code = "method-not-allowed"
+	CodeInvalidFrame       Code = "invalid-frame"
+	CodeEpochMismatch      Code = "epoch-mismatch"
+	CodeSessionNotAttached Code = "session-not-attached"
+	CodeCapacityExceeded   Code = "capacity-exceeded"
+	CodeInternal           Code = "internal"
+)
+
+// PermanentAdmission reports whether an admission rejected with this code can never succeed by
+// retrying with the same credential and binary.
+func (c Code) PermanentAdmission() bool {
+	switch c {
+	case CodeUnauthorized, CodeCredentialExpired, CodeWrongEnvironment, CodeBundleMismatch, CodeUnsupportedVersion:
+		return true
+	}
+	return false
+}
+
+// Error is the error object of a failed res frame. It is also a Go error.
+type Error struct {
+	Code         Code   `json:"code"`
+	Message      string `json:"message,omitempty"`
+	Retryable    bool   `json:"retryable,omitempty"`
+	RetryAfterMs int64  `json:"retryAfterMs,omitempty"`
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return string(e.Code)
+	}
+	return string(e.Code) + ": " + e.Message
+}
+
+// Errorf returns an *Error with a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Frame is one protocol message. Which fields are meaningful depends on Type:
+//
+//	req:    ID, Method, Params
+//	res:    ID, OK, Payload (when OK) or Error (when not)
+//	event:  Event, Payload, Seq (0 means none)
+//	cancel: ID
+type Frame struct {
+	Type    FrameType
+	ID      string
+	Method  string
+	Params  json.RawMessage
+	OK      bool
+	Payload json.RawMessage
+	Error   *Error
+	Event   string
+	Seq     uint64
+}
+
+// wireFrame is the JSON shape; pointers record presence so Decode can enforce a per-type schema.
+type wireFrame struct {
+	Type    FrameType       `json:"type"`
+	ID      *string         `json:"id,omitempty"`
+	Method  *string         `json:"method,omitempty"`
+	Params  json.RawMessage `json:"params,omitempty"`
+	OK      *bool           `json:"ok,omitempty"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+	Error   *Error          `json:"error,omitempty"`
+	Event   *string         `json:"event,omitempty"`
+	Seq     *uint64         `json:"seq,omitempty"`
+}
+
+// MarshalJSON emits only the fields that belong to the frame's type.
+func (f Frame) MarshalJSON() ([]byte, error) {
+	w := wireFrame{Type: f.Type}
+	switch f.Type {
+	case TypeReq:
+		w.ID, w.Method, w.Params = &f.ID, &f.Method, f.Params
+	case TypeRes:
+		w.ID, w.OK = &f.ID, &f.OK
+		if f.OK {
+			w.Payload = f.Payload
+		} else {
+			w.Error = f.Error
+		}
+	case TypeEvent:
+		w.Event, w.Payload = &f.Event, f.Payload
+		if f.Seq != 0 {
+			w.Seq = &f.Seq
+		}
+	case TypeCancel:
+		w.ID = &f.ID
+	default:
+		return nil, fmt.Errorf("marshal frame: unknown type %q", f.Type)
+	}
+	return json.Marshal(w)
+}
+
+// Request builds a req frame, marshalling params.
+func Request(id, method string, params any) (Frame, error) {
+	p, err := marshalRaw(params)
+	if err != nil {
+		return Frame{}, fmt.Errorf("marshal %s params: %w", method, err)
+	}
+	return Frame{Type: TypeReq, ID: id, Method: method, Params: p}, nil
+}
+
+// Response builds a successful res frame, marshalling payload.
+func Response(id string, payload any) (Frame, error) {
+	p, err := marshalRaw(payload)
+	if err != nil {
+		return Frame{}, fmt.Errorf("marshal response payload: %w", err)
+	}
+	return Frame{Type: TypeRes, ID: id, OK: true, Payload: p}, nil
+}
+
+// ErrorResponse builds a failed res frame.
+func ErrorResponse(id string, e *Error) Frame {
+	return Frame{Type: TypeRes, ID: id, Error: e}
+}
+
+// NewEvent builds an event frame, marshalling payload.
+func NewEvent(event string, seq uint64, payload any) (Frame, error) {
+	p, err := marshalRaw(payload)
+	if err != nil {
+		return Frame{}, fmt.Errorf("marshal %s payload: %w", event, err)
+	}
+	return Frame{Type: TypeEvent, Event: event, Seq: seq, Payload: p}, nil
+}
+
+func marshalRaw(v any) (json.RawMessage, error) {
+	if v == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(v)
+	return json.RawMessage(b), err
+}
+
+// ErrFrameTooLarge is returned (wrapped in a *DecodeError) for a frame larger than the limit.
+var ErrFrameTooLarge = errors.New("frame too large")
+
+// DecodeError is a frame that does not follow the schema. Code is CodeFrameTooLarge or CodeInvalidFrame.
+type DecodeError struct {
+	Code Code
+	Err  error
+}
+
+func (e *DecodeError) Error() string { return "decode frame: " + e.Err.Error() }
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// Decode parses one frame of at most limit bytes against the closed schema: unknown frame types,
+// unknown fields, fields of another frame type, missing required fields and trailing data are errors.
+func Decode(b []byte, limit int) (Frame, error) {
+	if len(b) > limit {
+		return Frame{}, &DecodeError{Code: CodeFrameTooLarge, Err: fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, len(b), limit)}
+	}
+	invalid := func(format string, args ...any) (Frame, error) {
+		return Frame{}, &DecodeError{Code: CodeInvalidFrame, Err: fmt.Errorf(format, args...)}
+	}
+	var w wireFrame
+	if err := strictUnmarshal(b, &w); err != nil {
+		return invalid("%v", err)
+	}
+	has := func(s *string) bool { return s != nil }
+	nonEmpty := func(name string, s *string) error {
+		if s == nil || *s == "" {
+			return fmt.Errorf("%s frame: missing %s", w.Type, name)
+		}
+		if len(*s) > maxIDLen {
+			return fmt.Errorf("%s frame: %s longer than %d bytes", w.Type, name, maxIDLen)
+		}
+		return nil
+	}
+	f := Frame{Type: w.Type}
+	switch w.Type {
+	case TypeReq:
+		if err := errors.Join(nonEmpty("id", w.ID), nonEmpty("method", w.Method)); err != nil {
+			return invalid("%v", err)
+		}
+		if w.OK != nil || w.Payload != nil || w.Error != nil || has(w.Event) || w.Seq != nil {
+			return invalid("req frame: fields of another frame type")
+		}
+		f.ID, f.Method, f.Params = *w.ID, *w.Method, w.Params
+	case TypeRes:
+		if err := nonEmpty("id", w.ID); err != nil {
+			return invalid("%v", err)
+		}
+		if w.OK == nil {
+			return invalid("res frame: missing ok")
+		}
+		if has(w.Method) || w.Params != nil || has(w.Event) || w.Seq != nil {
+			return invalid("res frame: fields of another frame type")
+		}
+		if *w.OK && w.Error != nil {
+			return invalid("res frame: ok with error")
+		}
+		if !*w.OK {
+			if w.Error == nil || w.Error.Code == "" {
+				return invalid("res frame: not ok without error code")
+			}
+			if w.Payload != nil {
+				return invalid("res frame: error with payload")
+			}
+		}
+		f.ID, f.OK, f.Payload, f.Error = *w.ID, *w.OK, w.Payload, w.Error
+	case TypeEvent:
+		if err := nonEmpty("event", w.Event); err != nil {
+			return invalid("%v", err)
+		}
+		if has(w.ID) || has(w.Method) || w.Params != nil || w.OK != nil || w.Error != nil {
+			return invalid("event frame: fields of another frame type")
+		}
+		f.Event, f.Payload = *w.Event, w.Payload
+		if w.Seq != nil {
+			f.Seq = *w.Seq
+		}
+	case TypeCancel:
+		if err := nonEmpty("id", w.ID); err != nil {
+			return invalid("%v", err)
+		}
+		if has(w.Method) || w.Params != nil || w.OK != nil || w.Payload != nil || w.Error != nil || has(w.Event) || w.Seq != nil {
+			return invalid("cancel frame: fields of another frame type")
+		}
+		f.ID = *w.ID
+	case "":
+		return invalid("missing type")
+	default:
+		return invalid("unknown frame type %.32q", string(w.Type))
+	}
+	return f, nil
+}
+
+// DecodeParams strictly decodes a params or payload object into v: unknown fields and trailing
+// data are errors, and a missing or null object is an error.
+func DecodeParams(raw json.RawMessage, v any) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return errors.New("missing object")
+	}
+	return strictUnmarshal(raw, v)
+}
+
+func strictUnmarshal(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("trailing data after JSON value")
+	}
+	return nil
+}
+
+// ConnectParams are the params of the connect request.
+type ConnectParams struct {
+	Role      string    `json:"role"`
+	Admission Admission `json:"admission"`
+}
+
+// Admission is what a worker presents to be admitted.
+type Admission struct {
+	EnvironmentID string    `json:"environmentId"`
+	Credential    string    `json:"credential"`
+	OwnerEpoch    uint64    `json:"ownerEpoch"`
+	SessionID     string    `json:"sessionId,omitempty"`
+	Handshake     Handshake `json:"handshake"`
+}
+
+// Handshake identifies the worker binary.
+type Handshake struct {
+	// BundleHash is the hex sha256 of the worker's own executable.
+	BundleHash string `json:"bundleHash"`
+	// Version is the protocol version (ProtocolVersion); it must match exactly.
+	Version int `json:"version"`
+	// BuildVersion is the openclaw build version, informational (logs and audit).
+	BuildVersion     string   `json:"buildVersion,omitempty"`
+	ProtocolFeatures []string `json:"protocolFeatures"`
+}
+
+// ConnectResult is the payload of a successful connect response.
+type ConnectResult struct {
+	EnvironmentID       string   `json:"environmentId"`
+	HeartbeatIntervalMs int64    `json:"heartbeatIntervalMs"`
+	Features            []string `json:"features"`
+	// CredentialExpiresInMs is how long the presented credential stays valid; 0 means unknown.
+	CredentialExpiresInMs int64 `json:"credentialExpiresInMs,omitempty"`
+}
+
+// CredentialRefreshResult is the payload of a successful worker.credential.refresh response.
+type CredentialRefreshResult struct {
+	Credential  string `json:"credential"`
+	ExpiresInMs int64  `json:"expiresInMs"`
+}
+
+// ShutdownPayload is the payload of the worker.shutdown event or request.
+type ShutdownPayload struct {
+	Reason string `json:"reason,omitempty"`
+}

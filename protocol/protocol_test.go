@@ -1,0 +1,158 @@
+package protocol
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestDecode(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		code Code // "" means valid
+	}{
+		{"req", `{"type":"req","id":"1","method":"connect","params":{"role":"worker"}}`, ""},
+		{"req without params", `{"type":"req","id":"1","method":"worker.heartbeat"}`, ""},
+		{"res ok", `{"type":"res","id":"1","ok":true,"payload":{"a":1}}`, ""},
+		{"res error", `{"type":"res","id":"1","ok":false,"error":{"code":"unauthorized","message":"no","retryable":true,"retryAfterMs":5}}`, ""},
+		{"event", `{"type":"event","event":"worker.shutdown","payload":{},"seq":3}`, ""},
+		{"cancel", `{"type":"cancel","id":"7"}`, ""},
+		{"unknown type", `{"type":"hello","id":"1"}`, CodeInvalidFrame},
+		{"missing type", `{"id":"1"}`, CodeInvalidFrame},
+		{"unknown field", `{"type":"req","id":"1","method":"m","extra":1}`, CodeInvalidFrame},
+		{"unknown error field", `{"type":"res","id":"1","ok":false,"error":{"code":"x","stack":"..."}}`, CodeInvalidFrame},
+		{"req missing id", `{"type":"req","method":"m"}`, CodeInvalidFrame},
+		{"req empty method", `{"type":"req","id":"1","method":""}`, CodeInvalidFrame},
+		{"req with ok", `{"type":"req","id":"1","method":"m","ok":true}`, CodeInvalidFrame},
+		{"res missing ok", `{"type":"res","id":"1"}`, CodeInvalidFrame},
+		{"res not ok without error", `{"type":"res","id":"1","ok":false}`, CodeInvalidFrame},
+		{"res ok with error", `{"type":"res","id":"1","ok":true,"error":{"code":"x"}}`, CodeInvalidFrame},
+		{"res with method", `{"type":"res","id":"1","ok":true,"method":"m"}`, CodeInvalidFrame},
+		{"event missing name", `{"type":"event","payload":{}}`, CodeInvalidFrame},
+		{"event with id", `{"type":"event","event":"e","id":"1"}`, CodeInvalidFrame},
+		{"cancel with method", `{"type":"cancel","id":"1","method":"m"}`, CodeInvalidFrame},
+		{"long id", `{"type":"cancel","id":"` + strings.Repeat("a", 200) + `"}`, CodeInvalidFrame},
+		{"trailing data", `{"type":"cancel","id":"1"}{}`, CodeInvalidFrame},
+		{"not json", `hello`, CodeInvalidFrame},
+		{"array", `[]`, CodeInvalidFrame},
+		{"negative seq", `{"type":"event","event":"e","seq":-1}`, CodeInvalidFrame},
+		{"too large", `{"type":"cancel","id":"` + strings.Repeat("a", 100) + `"}`, CodeFrameTooLarge},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			limit := 1024
+			if tt.code == CodeFrameTooLarge {
+				limit = 64
+			}
+			_, err := Decode([]byte(tt.in), limit)
+			if tt.code == "" {
+				if err != nil {
+					t.Fatalf("Decode: %v", err)
+				}
+				return
+			}
+			var de *DecodeError
+			if !errors.As(err, &de) || de.Code != tt.code {
+				t.Fatalf("Decode error = %v, want code %s", err, tt.code)
+			}
+		})
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	req, err := Request("1", MethodConnect, ConnectParams{Role: RoleWorker, Admission: Admission{
+		EnvironmentID: "env-1", Credential: "c", OwnerEpoch: 2,
+		Handshake: Handshake{BundleHash: "h", Version: ProtocolVersion, ProtocolFeatures: Features},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, _ := Response("1", ConnectResult{EnvironmentID: "env-1", HeartbeatIntervalMs: 10, Features: Features})
+	ev, _ := NewEvent(MethodShutdown, 4, ShutdownPayload{Reason: "bye"})
+	frames := []Frame{req, res, ErrorResponse("2", Errorf(CodeUnauthorized, "unknown")), ev, {Type: TypeCancel, ID: "3"},
+		{Type: TypeRes, ID: "4", OK: true}}
+	for _, f := range frames {
+		b, err := json.Marshal(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Decode(b, DefaultFrameLimit)
+		if err != nil {
+			t.Fatalf("Decode(%s): %v", b, err)
+		}
+		b2, _ := json.Marshal(got)
+		if string(b) != string(b2) {
+			t.Fatalf("round trip: %s != %s", b, b2)
+		}
+	}
+	got, _ := Decode(mustJSON(t, req), DefaultFrameLimit)
+	var p ConnectParams
+	if err := DecodeParams(got.Params, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Admission.OwnerEpoch != 2 || p.Admission.Handshake.Version != ProtocolVersion {
+		t.Fatalf("params = %+v", p)
+	}
+	if err := DecodeParams(json.RawMessage(`{"role":"worker","admin":true}`), &p); err == nil {
+		t.Fatal("DecodeParams accepted an unknown field")
+	}
+	if err := DecodeParams(nil, &p); err == nil {
+		t.Fatal("DecodeParams accepted missing params")
+	}
+}
+
+func TestNegotiateFeatures(t *testing.T) {
+	got := NegotiateFeatures([]string{"future-thing", FeatureShutdown, FeatureHeartbeat})
+	if strings.Join(got, ",") != FeatureHeartbeat+","+FeatureShutdown {
+		t.Fatalf("NegotiateFeatures = %v", got)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// FuzzDecode checks that Decode never panics, and that every accepted frame re-encodes to a frame
+// that decodes to the same thing.
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"req","id":"1","method":"connect","params":{"role":"worker","admission":{}}}`,
+		`{"type":"res","id":"1","ok":false,"error":{"code":"unauthorized"}}`,
+		`{"type":"res","id":"1","ok":true,"payload":null}`,
+		`{"type":"event","event":"worker.shutdown","payload":{},"seq":1}`,
+		`{"type":"cancel","id":"1"}`,
+		`{"type":"req","id":"1","method":"m","x":1}`,
+		`{}`, `null`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fr, err := Decode(b, PreAdmissionFrameLimit)
+		if err != nil {
+			var de *DecodeError
+			if !errors.As(err, &de) {
+				t.Fatalf("error %v is not a *DecodeError", err)
+			}
+			return
+		}
+		enc, err := json.Marshal(fr)
+		if err != nil {
+			t.Fatalf("marshal accepted frame: %v", err)
+		}
+		fr2, err := Decode(enc, DefaultFrameLimit)
+		if err != nil {
+			t.Fatalf("re-decode %s: %v", enc, err)
+		}
+		enc2, _ := json.Marshal(fr2)
+		if string(enc) != string(enc2) {
+			t.Fatalf("unstable encoding: %s != %s", enc, enc2)
+		}
+	})
+}
