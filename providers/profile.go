@@ -2,6 +2,8 @@ package providers
 
 import (
 	"bytes"
+	"slices"
+	"strings"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -19,6 +21,9 @@ type Profile struct {
 	Lifetime        Lifetime        `json:"lifetime" yaml:"lifetime"`
 	Sync            SyncRules       `json:"sync" yaml:"sync"`
 	MaxEnvironments int             `json:"maxEnvironments" yaml:"maxEnvironments"`
+	// Hygiene chooses, per box hygiene check, whether a failure stops bootstrap ("enforce",
+	// the default) or is only reported ("warn"). Checks: sshAgent, dockerSocket, cleanEnv, metadataRoute.
+	Hygiene map[string]string `json:"hygiene,omitempty" yaml:"hygiene"`
 	// Warnings are shown to the operator (for example for development-only providers). Not stored.
 	Warnings []string `json:"warnings,omitempty" yaml:"-"`
 }
@@ -68,6 +73,27 @@ const (
 	DefaultMaxEnvironments = 4
 )
 
+// Box hygiene checks run before a worker starts, and their policies.
+const (
+	HygieneSSHAgent      = "sshAgent"
+	HygieneDockerSocket  = "dockerSocket"
+	HygieneCleanEnv      = "cleanEnv"
+	HygieneMetadataRoute = "metadataRoute"
+	HygieneEnforce       = "enforce"
+	HygieneWarn          = "warn"
+)
+
+// HygieneChecks lists the check names in the order they run.
+var HygieneChecks = []string{HygieneSSHAgent, HygieneDockerSocket, HygieneCleanEnv, HygieneMetadataRoute}
+
+// HygienePolicy returns "enforce" or "warn" for a check.
+func (p Profile) HygienePolicy(check string) string {
+	if p.Hygiene[check] == HygieneWarn {
+		return HygieneWarn
+	}
+	return HygieneEnforce
+}
+
 var profileIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 // SetDefaults fills unset policy fields.
@@ -112,6 +138,14 @@ func (p *Profile) Validate() error {
 			return Fieldf(fmt.Sprintf("sync.exclude[%d]", i), "must not be empty")
 		}
 	}
+	for k, v := range p.Hygiene {
+		if !slices.Contains(HygieneChecks, k) {
+			return Fieldf("hygiene."+k, "unknown check (known: %s)", strings.Join(HygieneChecks, ", "))
+		}
+		if v != HygieneEnforce && v != HygieneWarn {
+			return Fieldf("hygiene."+k, "must be %q or %q, got %q", HygieneEnforce, HygieneWarn, v)
+		}
+	}
 	if len(p.Settings) > 0 && !json.Valid(p.Settings) {
 		return Fieldf("settings", "is not valid JSON")
 	}
@@ -123,7 +157,7 @@ func (p *Profile) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind == yaml.MappingNode {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			switch k := n.Content[i].Value; k {
-			case "id", "provider", "settings", "lifetime", "sync", "maxEnvironments":
+			case "id", "provider", "settings", "lifetime", "sync", "maxEnvironments", "hygiene":
 			default:
 				return Fieldf(k, "unknown field (line %d)", n.Content[i].Line)
 			}

@@ -55,6 +55,10 @@ func (s *Store) Put(ctx context.Context, p *providers.Profile) (created bool, er
 	for _, w := range p.Warnings {
 		s.log.Warn("profile warning", "profile", p.ID, "provider", p.Provider, "warning", w)
 	}
+	hyg, _ := json.Marshal(p.Hygiene)
+	if p.Hygiene == nil {
+		hyg = []byte("{}")
+	}
 	inc, _ := json.Marshal(nonNil(p.Sync.Include))
 	exc, _ := json.Marshal(nonNil(p.Sync.Exclude))
 	now := store.Now()
@@ -64,13 +68,14 @@ func (s *Store) Put(ctx context.Context, p *providers.Profile) (created bool, er
 			return err
 		}
 		created = exists == 0
-		_, err := tx.ExecContext(ctx, `INSERT INTO profiles(id, provider, settings, idle_timeout_ns, ttl_ns, sync_include, sync_exclude, max_environments, created_at, updated_at)
-			VALUES(?,?,?,?,?,?,?,?,?,?)
+		_, err := tx.ExecContext(ctx, `INSERT INTO profiles(id, provider, settings, idle_timeout_ns, ttl_ns, sync_include, sync_exclude, max_environments, hygiene, created_at, updated_at)
+			VALUES(?,?,?,?,?,?,?,?,?,?,?)
 			ON CONFLICT(id) DO UPDATE SET provider=excluded.provider, settings=excluded.settings,
 			idle_timeout_ns=excluded.idle_timeout_ns, ttl_ns=excluded.ttl_ns, sync_include=excluded.sync_include,
-			sync_exclude=excluded.sync_exclude, max_environments=excluded.max_environments, updated_at=excluded.updated_at`,
+			sync_exclude=excluded.sync_exclude, max_environments=excluded.max_environments, hygiene=excluded.hygiene,
+			updated_at=excluded.updated_at`,
 			p.ID, p.Provider, string(p.Settings), int64(p.Lifetime.IdleTimeout), int64(p.Lifetime.TTL),
-			string(inc), string(exc), p.MaxEnvironments, now, now)
+			string(inc), string(exc), p.MaxEnvironments, string(hyg), now, now)
 		if err != nil {
 			return err
 		}
@@ -99,19 +104,23 @@ func (s *Store) EnsureBuiltin(ctx context.Context, p providers.Profile) error {
 	return err
 }
 
-const cols = `id, provider, settings, idle_timeout_ns, ttl_ns, sync_include, sync_exclude, max_environments`
+const cols = `id, provider, settings, idle_timeout_ns, ttl_ns, sync_include, sync_exclude, max_environments, hygiene`
 
 func (s *Store) scan(row interface{ Scan(...any) error }) (providers.Profile, error) {
 	var p providers.Profile
-	var settings, inc, exc string
+	var settings, inc, exc, hyg string
 	var idle, ttl int64
-	if err := row.Scan(&p.ID, &p.Provider, &settings, &idle, &ttl, &inc, &exc, &p.MaxEnvironments); err != nil {
+	if err := row.Scan(&p.ID, &p.Provider, &settings, &idle, &ttl, &inc, &exc, &p.MaxEnvironments, &hyg); err != nil {
 		return p, err
 	}
 	p.Settings = json.RawMessage(settings)
 	p.Lifetime = providers.Lifetime{IdleTimeout: providers.Duration(idle), TTL: providers.Duration(ttl)}
 	_ = json.Unmarshal([]byte(inc), &p.Sync.Include)
 	_ = json.Unmarshal([]byte(exc), &p.Sync.Exclude)
+	_ = json.Unmarshal([]byte(hyg), &p.Hygiene)
+	if len(p.Hygiene) == 0 {
+		p.Hygiene = nil
+	}
 	if w, ok := s.registry[p.Provider].(providers.Warner); ok {
 		p.Warnings = w.ProfileWarnings(p)
 	}

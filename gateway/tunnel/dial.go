@@ -35,7 +35,8 @@ type Target struct {
 	// HostKeys are the pinned host keys in authorized_keys format. The presented key must equal
 	// one of them exactly; there is no way to accept an unknown key.
 	HostKeys []string
-	// SocketPath is the remote unix socket to forward, absolute or relative to the box user's HOME.
+	// SocketPath is the remote unix socket to forward: absolute, or relative to the box user's HOME
+	// (optionally written "~/…"). Its directory is created with mode 0700.
 	SocketPath string
 	// EpochBase is the last tunnel epoch used for this environment before (for example one
 	// persisted across a gateway restart); epochs handed out by the hub are always above it.

@@ -1,0 +1,92 @@
+// Package bootstrap installs the worker bundle on a box, checks the box's hygiene and launches the worker.
+package bootstrap
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// maxOutput bounds what is read back from one box command.
+const maxOutput = 1 << 20
+
+// RunResult is the outcome of one command on the box.
+type RunResult struct {
+	Stdout, Stderr string
+	ExitCode       int
+}
+
+// Run runs cmd on the box through one exec session; a non-zero exit is not an error (see ExitCode).
+func Run(ctx context.Context, c *ssh.Client, cmd string) (RunResult, error) {
+	sess, err := c.NewSession()
+	if err != nil {
+		return RunResult{}, fmt.Errorf("open session: %w", err)
+	}
+	defer sess.Close()
+	var out, errb limited
+	out.max, errb.max = maxOutput, 64<<10
+	sess.Stdout = &out
+	sess.Stderr = &errb
+	done := make(chan error, 1)
+	go func() { done <- sess.Run(cmd) }()
+	select {
+	case <-ctx.Done():
+		_ = sess.Signal(ssh.SIGKILL)
+		_ = sess.Close()
+		return RunResult{}, ctx.Err()
+	case err = <-done:
+	}
+	res := RunResult{Stdout: out.String(), Stderr: errb.String()}
+	var ee *ssh.ExitError
+	if errors.As(err, &ee) {
+		res.ExitCode = ee.ExitStatus()
+		return res, nil
+	}
+	var missing *ssh.ExitMissingError
+	if errors.As(err, &missing) {
+		return res, fmt.Errorf("box command ended without exit status")
+	}
+	return res, err
+}
+
+// RunOK runs cmd and fails unless it exits 0, quoting its stderr in the error.
+func RunOK(ctx context.Context, c *ssh.Client, what, cmd string) (string, error) {
+	res, err := Run(ctx, c, cmd)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", what, err)
+	}
+	if res.ExitCode != 0 {
+		msg := strings.TrimSpace(res.Stderr)
+		if msg == "" {
+			msg = strings.TrimSpace(res.Stdout)
+		}
+		if len(msg) > 300 {
+			msg = msg[:300] + "…"
+		}
+		return res.Stdout, fmt.Errorf("%s: exit %d: %s", what, res.ExitCode, msg)
+	}
+	return res.Stdout, nil
+}
+
+// Quote quotes s for a POSIX shell.
+func Quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+type limited struct {
+	bytes.Buffer
+	max int
+}
+
+func (l *limited) Write(p []byte) (int, error) {
+	if room := l.max - l.Len(); room > 0 {
+		if len(p) > room {
+			l.Buffer.Write(p[:room])
+		} else {
+			l.Buffer.Write(p)
+		}
+	}
+	return len(p), nil
+}

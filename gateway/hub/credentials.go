@@ -1,0 +1,220 @@
+package hub
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/protocol"
+)
+
+// Credential errors returned by Verify and Refresh.
+var (
+	// ErrUnknownCredential means the secret matches no credential, or a revoked one.
+	ErrUnknownCredential = errors.New("unknown worker credential")
+	// ErrCredentialExpired means the credential exists but its expiry has passed.
+	ErrCredentialExpired = errors.New("worker credential expired")
+)
+
+// secretPrefix marks worker credentials so a leaked one is recognisable (e.g. by secret scanners).
+const secretPrefix = "ocw_"
+
+// Credential is a stored worker credential; it never contains the secret.
+type Credential struct {
+	// ID is the hex sha256 of the secret, safe to log in shortened form (see ShortID).
+	ID            string
+	EnvironmentID string
+	BundleHash    string
+	Methods       []string
+	ExpiresAt     time.Time
+	CreatedAt     time.Time
+}
+
+// ShortID is a loggable prefix of the credential's hash.
+func (c Credential) ShortID() string { return c.ID[:min(12, len(c.ID))] }
+
+// Allows reports whether the credential grants method; only WorkerMethods can ever be granted.
+func (c Credential) Allows(method string) bool {
+	return protocol.WorkerMethods[method] && slices.Contains(c.Methods, method)
+}
+
+// Credentials mints and verifies worker credentials stored (as hashes) in the gateway database.
+//
+// Refresh policy: Refresh issues a new credential with the same binding and lifetime and leaves the
+// old one valid until its own expiry, so a refresh whose answer is lost on a dropped tunnel cannot
+// lock the worker out. RevokeEnv revokes every credential of an environment at once.
+type Credentials struct {
+	db *store.DB
+	// Now is the clock; nil means time.Now. Tests replace it.
+	Now func() time.Time
+}
+
+// NewCredentials returns the credential store backed by db.
+func NewCredentials(db *store.DB) *Credentials { return &Credentials{db: db} }
+
+func (cs *Credentials) now() time.Time {
+	if cs.Now != nil {
+		return cs.Now()
+	}
+	return time.Now()
+}
+
+// hashSecret is the stored form of a secret.
+func hashSecret(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+// Mint creates a credential for envID bound to bundleHash and methods (nil means every WorkerMethod),
+// valid for ttl, and returns its secret. Only the secret's hash is stored.
+func (cs *Credentials) Mint(ctx context.Context, envID, bundleHash string, ttl time.Duration, methods []string) (string, error) {
+	if envID == "" || bundleHash == "" {
+		return "", errors.New("mint worker credential: environment id and bundle hash are required")
+	}
+	if ttl <= 0 {
+		return "", fmt.Errorf("mint worker credential for %s: ttl must be positive", envID)
+	}
+	if methods == nil {
+		for m := range protocol.WorkerMethods {
+			methods = append(methods, m)
+		}
+		slices.Sort(methods)
+	}
+	for _, m := range methods {
+		if !protocol.WorkerMethods[m] {
+			return "", fmt.Errorf("mint worker credential for %s: %q is not a worker method", envID, m)
+		}
+	}
+	var secret string
+	err := cs.db.InTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		secret, err = mintTx(ctx, tx, envID, bundleHash, cs.now(), ttl, methods)
+		if err != nil {
+			return err
+		}
+		return store.Audit(ctx, tx, "worker.credential.mint", envID,
+			fmt.Sprintf("credential %s expires in %s", hashSecret(secret)[:12], ttl))
+	})
+	if err != nil {
+		return "", err
+	}
+	return secret, nil
+}
+
+func mintTx(ctx context.Context, tx *sql.Tx, envID, bundleHash string, now time.Time, ttl time.Duration, methods []string) (string, error) {
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", fmt.Errorf("mint worker credential: %w", err)
+	}
+	secret := secretPrefix + base64.RawURLEncoding.EncodeToString(raw)
+	ms, err := json.Marshal(methods)
+	if err != nil {
+		return "", err
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO worker_credentials(hash, environment_id, bundle_hash, methods, expires_at, created_at)
+		VALUES(?,?,?,?,?,?)`, hashSecret(secret), envID, bundleHash, string(ms),
+		store.FormatTime(now.Add(ttl)), store.FormatTime(now))
+	if err != nil {
+		return "", fmt.Errorf("store worker credential for %s: %w", envID, err)
+	}
+	return secret, nil
+}
+
+// Verify returns the credential for secret, or ErrUnknownCredential (also for revoked ones) or
+// ErrCredentialExpired (with the credential, so the caller can audit its environment).
+func (cs *Credentials) Verify(ctx context.Context, secret string) (Credential, error) {
+	if !strings.HasPrefix(secret, secretPrefix) || len(secret) > 256 {
+		return Credential{}, ErrUnknownCredential
+	}
+	return cs.byHash(ctx, cs.db.R, hashSecret(secret))
+}
+
+type queryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func (cs *Credentials) byHash(ctx context.Context, q queryer, hash string) (Credential, error) {
+	var c Credential
+	var methods, expires, created, revoked string
+	err := q.QueryRowContext(ctx, `SELECT hash, environment_id, bundle_hash, methods, expires_at, created_at, revoked_at
+		FROM worker_credentials WHERE hash = ?`, hash).Scan(&c.ID, &c.EnvironmentID, &c.BundleHash, &methods, &expires, &created, &revoked)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Credential{}, ErrUnknownCredential
+	}
+	if err != nil {
+		return Credential{}, fmt.Errorf("look up worker credential: %w", err)
+	}
+	if revoked != "" {
+		return Credential{}, ErrUnknownCredential
+	}
+	if err := json.Unmarshal([]byte(methods), &c.Methods); err != nil {
+		return Credential{}, fmt.Errorf("worker credential %s: methods: %w", c.ShortID(), err)
+	}
+	c.ExpiresAt, c.CreatedAt = store.ParseTime(expires), store.ParseTime(created)
+	if !cs.now().Before(c.ExpiresAt) {
+		return c, ErrCredentialExpired
+	}
+	return c, nil
+}
+
+// Refresh verifies old and issues a new credential with the same binding and lifetime. The old
+// credential stays valid until its own expiry (see Credentials).
+func (cs *Credentials) Refresh(ctx context.Context, old string) (string, error) {
+	if !strings.HasPrefix(old, secretPrefix) || len(old) > 256 {
+		return "", ErrUnknownCredential
+	}
+	secret, _, err := cs.refreshHash(ctx, hashSecret(old))
+	return secret, err
+}
+
+// refreshHash is Refresh by the stored hash, so the hub need not keep a worker's secret in memory.
+func (cs *Credentials) refreshHash(ctx context.Context, hash string) (string, Credential, error) {
+	var secret string
+	var c Credential
+	err := cs.db.InTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		c, err = cs.byHash(ctx, tx, hash)
+		if err != nil {
+			return err
+		}
+		ttl := c.ExpiresAt.Sub(c.CreatedAt)
+		now := cs.now()
+		secret, err = mintTx(ctx, tx, c.EnvironmentID, c.BundleHash, now, ttl, c.Methods)
+		if err != nil {
+			return err
+		}
+		c = Credential{ID: hashSecret(secret), EnvironmentID: c.EnvironmentID, BundleHash: c.BundleHash,
+			Methods: c.Methods, CreatedAt: now, ExpiresAt: now.Add(ttl)}
+		return store.Audit(ctx, tx, "worker.credential.refresh", c.EnvironmentID,
+			fmt.Sprintf("credential %s replaced by %s", hash[:12], c.ShortID()))
+	})
+	if err != nil {
+		return "", Credential{}, err
+	}
+	return secret, c, nil
+}
+
+// RevokeEnv revokes every credential of envID and returns how many were live.
+func (cs *Credentials) RevokeEnv(ctx context.Context, envID string) (int, error) {
+	var n int64
+	err := cs.db.InTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE worker_credentials SET revoked_at = ? WHERE environment_id = ? AND revoked_at = ''`,
+			store.FormatTime(cs.now()), envID)
+		if err != nil {
+			return fmt.Errorf("revoke worker credentials of %s: %w", envID, err)
+		}
+		n, _ = res.RowsAffected()
+		return store.Audit(ctx, tx, "worker.credential.revoke", envID, fmt.Sprintf("%d credentials revoked", n))
+	})
+	return int(n), err
+}

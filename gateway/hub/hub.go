@@ -1,0 +1,531 @@
+// Package hub is the gateway's worker endpoint: it admits workers over WebSocket and tracks them.
+package hub
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/protocol"
+)
+
+// WorkerPath is the only HTTP path served on the worker listener.
+const WorkerPath = "/worker"
+
+// ErrNotAdmitted is returned when no worker is admitted for an environment.
+var ErrNotAdmitted = errors.New("no worker admitted for environment")
+
+// ErrClosed is returned after Close.
+var ErrClosed = errors.New("worker hub closed")
+
+// Config configures a Server.
+type Config struct {
+	DB *store.DB
+	// Credentials verifies worker credentials; nil means NewCredentials(DB).
+	Credentials *Credentials
+	Log         *slog.Logger
+	// ExpectedBundle returns the bundle hash the gateway pushed for an environment. A worker is
+	// admitted only if its handshake bundle hash equals both this and its credential's binding.
+	ExpectedBundle func(envID string) (hash string, ok bool)
+	// HeartbeatTimeout closes an admitted connection that sends nothing for this long. Workers
+	// are told to heartbeat at a third of it. Default 30s.
+	HeartbeatTimeout time.Duration
+	// AdmissionTimeout bounds the wait for the connect frame. Default 10s.
+	AdmissionTimeout time.Duration
+	// FrameLimit bounds frames after admission. Default protocol.DefaultFrameLimit.
+	FrameLimit int
+	// OnAdmit and OnDisconnect are called, serialized and in order, when an environment gains its
+	// admitted worker and when it loses it. A connection replaced by a newer one for the same
+	// environment does not trigger OnDisconnect. They must not block for long.
+	OnAdmit      func(envID string)
+	OnDisconnect func(envID string)
+}
+
+func (c *Config) setDefaults() {
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Credentials == nil && c.DB != nil {
+		c.Credentials = NewCredentials(c.DB)
+	}
+	if c.HeartbeatTimeout <= 0 {
+		c.HeartbeatTimeout = 30 * time.Second
+	}
+	if c.AdmissionTimeout <= 0 {
+		c.AdmissionTimeout = 10 * time.Second
+	}
+	if c.FrameLimit <= 0 {
+		c.FrameLimit = protocol.DefaultFrameLimit
+	}
+}
+
+// Validate reports a missing dependency.
+func (c *Config) Validate() error {
+	switch {
+	case c.DB == nil:
+		return errors.New("hub config: DB is required")
+	case c.ExpectedBundle == nil:
+		return errors.New("hub config: ExpectedBundle is required")
+	case c.FrameLimit < protocol.PreAdmissionFrameLimit:
+		return fmt.Errorf("hub config: FrameLimit must be at least %d", protocol.PreAdmissionFrameLimit)
+	}
+	return nil
+}
+
+// Server is the worker endpoint. Serve it on the listener the tunnels forward to.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	http  *http.Server
+	ctx   context.Context // cancelled by Close; parent of every connection
+	stop  context.CancelFunc
+	cbMu  sync.Mutex // serializes state changes with their callbacks
+	mu    sync.Mutex
+	conns map[*workerConn]struct{} // every live connection, admitted or not
+	// workers maps an environment to its admitted connection.
+	workers map[string]*workerConn
+	changed chan struct{} // closed and replaced whenever workers changes
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// New returns a Server; it serves nothing until Serve.
+func New(cfg Config) (*Server, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	s := &Server{
+		cfg: cfg, log: cfg.Log.With("subsystem", "hub"), ctx: ctx, stop: stop,
+		conns: map[*workerConn]struct{}{}, workers: map[string]*workerConn{}, changed: make(chan struct{}),
+	}
+	s.http = &http.Server{
+		Handler:           http.HandlerFunc(s.serveHTTP),
+		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	return s, nil
+}
+
+// Credentials returns the credential store the server verifies against.
+func (s *Server) Credentials() *Credentials { return s.cfg.Credentials }
+
+// Serve accepts worker connections on ln until ln fails or Close. It may be called again with a
+// new listener (a re-established tunnel) while admitted workers stay tracked.
+func (s *Server) Serve(ln net.Listener) error {
+	err := s.http.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return ErrClosed
+	}
+	return err
+}
+
+// Close stops every listener and connection and waits for connection goroutines to finish.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	conns := make([]*workerConn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	s.stop()
+	err := s.http.Close()
+	for _, c := range conns {
+		_ = c.ws.CloseNow()
+	}
+	s.wg.Wait()
+	return err
+}
+
+// Admitted reports whether envID has an admitted worker connection.
+func (s *Server) Admitted(envID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.workers[envID]
+	return ok
+}
+
+// WaitAdmitted waits until envID has an admitted worker.
+func (s *Server) WaitAdmitted(ctx context.Context, envID string) error {
+	for {
+		s.mu.Lock()
+		_, ok := s.workers[envID]
+		changed, closed := s.changed, s.closed
+		s.mu.Unlock()
+		if ok {
+			return nil
+		}
+		if closed {
+			return ErrClosed
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("wait for worker of %s: %w", envID, ctx.Err())
+		case <-s.ctx.Done():
+			return ErrClosed
+		}
+	}
+}
+
+// Shutdown tells envID's worker to exit cleanly (a worker.shutdown event). The worker closes the
+// connection, which ends its admission.
+func (s *Server) Shutdown(ctx context.Context, envID, reason string) error {
+	s.mu.Lock()
+	wc := s.workers[envID]
+	s.mu.Unlock()
+	if wc == nil {
+		return fmt.Errorf("shut down worker of %s: %w", envID, ErrNotAdmitted)
+	}
+	ev, err := protocol.NewEvent(protocol.MethodShutdown, wc.nextSeq(), protocol.ShutdownPayload{Reason: reason})
+	if err != nil {
+		return err
+	}
+	if err := wc.write(ctx, ev); err != nil {
+		return fmt.Errorf("shut down worker of %s: %w", envID, err)
+	}
+	s.log.Info("worker shutdown requested", "env", envID, "reason", reason)
+	return nil
+}
+
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != WorkerPath {
+		http.NotFound(w, r)
+		return
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		http.Error(w, "closing", http.StatusServiceUnavailable)
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer s.wg.Done()
+
+	ws, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		s.log.Debug("worker websocket handshake", "err", err)
+		return
+	}
+	ws.SetReadLimit(protocol.PreAdmissionFrameLimit)
+	wc := &workerConn{ws: ws}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = ws.CloseNow()
+		return
+	}
+	s.conns[wc] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, wc)
+		s.mu.Unlock()
+		_ = ws.CloseNow()
+	}()
+
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	if !s.admit(ctx, wc) {
+		return
+	}
+	defer s.release(wc)
+	err = s.serveAdmitted(ctx, wc)
+	s.log.Info("worker disconnected", "env", wc.envID, "err", err)
+}
+
+// workerConn is one WebSocket connection.
+type workerConn struct {
+	ws *websocket.Conn
+	// Set once at admission, read-only afterwards.
+	envID      string
+	cred       Credential
+	ownerEpoch uint64
+	sessionID  string
+
+	mu  sync.Mutex
+	seq uint64
+}
+
+func (wc *workerConn) nextSeq() uint64 {
+	wc.mu.Lock()
+	defer wc.mu.Unlock()
+	wc.seq++
+	return wc.seq
+}
+
+// write sends one frame; websocket writes are safe for concurrent use.
+func (wc *workerConn) write(ctx context.Context, f protocol.Frame) error {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return wc.ws.Write(ctx, websocket.MessageText, b)
+}
+
+// readFrame reads one text message of at most limit bytes and decodes it. The websocket read
+// limit is set to limit, which lets one byte more through, so an oversized frame is detected here
+// and answered with frame-too-large instead of an abrupt close.
+func readFrame(ctx context.Context, ws *websocket.Conn, limit int) (protocol.Frame, error) {
+	typ, r, err := ws.Reader(ctx)
+	if err != nil {
+		return protocol.Frame{}, err
+	}
+	b, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
+	if err != nil {
+		return protocol.Frame{}, err
+	}
+	if len(b) > limit {
+		return protocol.Frame{}, &protocol.DecodeError{Code: protocol.CodeFrameTooLarge,
+			Err: fmt.Errorf("%w: more than %d bytes", protocol.ErrFrameTooLarge, limit)}
+	}
+	if typ != websocket.MessageText {
+		return protocol.Frame{}, &protocol.DecodeError{Code: protocol.CodeInvalidFrame, Err: errors.New("binary message")}
+	}
+	return protocol.Decode(b, limit)
+}
+
+var envIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+
+// admit runs admission on a fresh connection; on rejection it audits, answers and closes.
+func (s *Server) admit(ctx context.Context, wc *workerConn) bool {
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.AdmissionTimeout)
+	f, err := readFrame(rctx, wc.ws, protocol.PreAdmissionFrameLimit)
+	cancel()
+	reqID := "0"
+	if err != nil {
+		var de *protocol.DecodeError
+		if !errors.As(err, &de) {
+			s.log.Debug("worker connection lost before connect", "err", err)
+			return false
+		}
+		s.reject(ctx, wc, reqID, "", protocol.Errorf(de.Code, "%v", de.Err))
+		return false
+	}
+	if f.Type == protocol.TypeReq || f.Type == protocol.TypeCancel {
+		reqID = f.ID
+	}
+	if f.Type != protocol.TypeReq || f.Method != protocol.MethodConnect {
+		s.reject(ctx, wc, reqID, "", protocol.Errorf(protocol.CodeExpectedConnect, "first frame must be a connect request"))
+		return false
+	}
+	var p protocol.ConnectParams
+	if err := protocol.DecodeParams(f.Params, &p); err != nil {
+		s.reject(ctx, wc, reqID, "", protocol.Errorf(protocol.CodeInvalidFrame, "connect params: %v", err))
+		return false
+	}
+	a := p.Admission
+	// The claimed environment is hostile input: audit it only if it looks like an id.
+	claimedEnv := ""
+	if envIDPattern.MatchString(a.EnvironmentID) {
+		claimedEnv = a.EnvironmentID
+	}
+	if p.Role != protocol.RoleWorker {
+		s.reject(ctx, wc, reqID, claimedEnv, protocol.Errorf(protocol.CodeInvalidFrame, "role must be %q", protocol.RoleWorker))
+		return false
+	}
+	cred, err := s.cfg.Credentials.Verify(ctx, a.Credential)
+	switch {
+	case errors.Is(err, ErrUnknownCredential):
+		s.reject(ctx, wc, reqID, claimedEnv, protocol.Errorf(protocol.CodeUnauthorized, "unknown worker credential"))
+		return false
+	case errors.Is(err, ErrCredentialExpired):
+		s.reject(ctx, wc, reqID, cred.EnvironmentID, protocol.Errorf(protocol.CodeCredentialExpired,
+			"credential %s expired at %s", cred.ShortID(), store.FormatTime(cred.ExpiresAt)))
+		return false
+	case err != nil:
+		s.log.Error("verify worker credential", "err", err)
+		s.reject(ctx, wc, reqID, claimedEnv, &protocol.Error{Code: protocol.CodeInternal, Message: "credential check failed", Retryable: true})
+		return false
+	}
+	if a.EnvironmentID != cred.EnvironmentID {
+		s.reject(ctx, wc, reqID, cred.EnvironmentID, protocol.Errorf(protocol.CodeWrongEnvironment,
+			"credential %s is not for environment %.128q", cred.ShortID(), a.EnvironmentID))
+		return false
+	}
+	env := cred.EnvironmentID
+	expected, ok := s.cfg.ExpectedBundle(env)
+	if !ok || a.Handshake.BundleHash != cred.BundleHash || a.Handshake.BundleHash != expected {
+		s.reject(ctx, wc, reqID, env, protocol.Errorf(protocol.CodeBundleMismatch,
+			"bundle %.80q is not the bundle provisioned for %s", a.Handshake.BundleHash, env))
+		return false
+	}
+	if a.Handshake.Version != protocol.ProtocolVersion {
+		s.reject(ctx, wc, reqID, env, protocol.Errorf(protocol.CodeUnsupportedVersion,
+			"protocol version %d, gateway speaks %d", a.Handshake.Version, protocol.ProtocolVersion))
+		return false
+	}
+
+	features := protocol.NegotiateFeatures(a.Handshake.ProtocolFeatures)
+	wc.envID, wc.cred, wc.ownerEpoch, wc.sessionID = env, cred, a.OwnerEpoch, a.SessionID
+	detail := fmt.Sprintf("credential %s epoch %d build %.64q features %s", cred.ShortID(), a.OwnerEpoch,
+		a.Handshake.BuildVersion, strings.Join(features, ","))
+	if err := s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
+		return store.Audit(ctx, tx, "worker.admit", env, detail)
+	}); err != nil {
+		s.log.Error("audit worker admission", "env", env, "err", err)
+		s.reject(ctx, wc, reqID, "", &protocol.Error{Code: protocol.CodeInternal, Message: "admission not recorded", Retryable: true})
+		return false
+	}
+	res, err := protocol.Response(reqID, protocol.ConnectResult{
+		EnvironmentID:         env,
+		HeartbeatIntervalMs:   (s.cfg.HeartbeatTimeout / 3).Milliseconds(),
+		Features:              features,
+		CredentialExpiresInMs: max(cred.ExpiresAt.Sub(s.cfg.Credentials.now()).Milliseconds(), 1),
+	})
+	if err == nil {
+		err = wc.write(ctx, res)
+	}
+	if err != nil {
+		s.log.Info("worker lost during admission", "env", env, "err", err)
+		return false
+	}
+	s.register(wc)
+	s.log.Info("worker admitted", "env", env, "epoch", a.OwnerEpoch, "credential", cred.ShortID())
+	return true
+}
+
+// reject audits a refused admission, answers it and closes the connection.
+func (s *Server) reject(ctx context.Context, wc *workerConn, reqID, envID string, e *protocol.Error) {
+	detail := string(e.Code) + ": " + e.Message
+	if err := s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
+		return store.Audit(ctx, tx, "worker.reject", envID, detail)
+	}); err != nil {
+		s.log.Error("audit worker rejection", "env", envID, "err", err)
+	}
+	s.log.Warn("worker rejected", "env", envID, "code", e.Code, "reason", e.Message)
+	if err := wc.write(ctx, protocol.ErrorResponse(reqID, e)); err != nil {
+		s.log.Debug("answer rejected worker", "err", err)
+	}
+	status := websocket.StatusPolicyViolation
+	if e.Code == protocol.CodeFrameTooLarge {
+		status = websocket.StatusMessageTooBig
+	}
+	_ = wc.ws.Close(status, string(e.Code))
+}
+
+// register makes wc the admitted connection of its environment, closing any older one.
+func (s *Server) register(wc *workerConn) {
+	s.cbMu.Lock()
+	defer s.cbMu.Unlock()
+	s.mu.Lock()
+	old := s.workers[wc.envID]
+	s.workers[wc.envID] = wc
+	s.notifyLocked()
+	s.mu.Unlock()
+	if old != nil {
+		s.log.Info("worker connection replaced by a newer one", "env", wc.envID)
+		s.wg.Add(1) // safe: the caller's handler holds the group open
+		go func() {
+			defer s.wg.Done()
+			_ = old.ws.Close(websocket.StatusPolicyViolation, "replaced by a newer connection")
+		}()
+	}
+	if s.cfg.OnAdmit != nil {
+		s.cfg.OnAdmit(wc.envID)
+	}
+}
+
+// release forgets wc if it is still its environment's admitted connection.
+func (s *Server) release(wc *workerConn) {
+	s.cbMu.Lock()
+	defer s.cbMu.Unlock()
+	s.mu.Lock()
+	current := s.workers[wc.envID] == wc
+	if current {
+		delete(s.workers, wc.envID)
+		s.notifyLocked()
+	}
+	s.mu.Unlock()
+	if current && s.cfg.OnDisconnect != nil {
+		s.cfg.OnDisconnect(wc.envID)
+	}
+}
+
+func (s *Server) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// serveAdmitted serves requests until the connection ends.
+func (s *Server) serveAdmitted(ctx context.Context, wc *workerConn) error {
+	wc.ws.SetReadLimit(int64(s.cfg.FrameLimit))
+	for {
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.HeartbeatTimeout)
+		f, err := readFrame(rctx, wc.ws, s.cfg.FrameLimit)
+		cancel()
+		if err != nil {
+			var de *protocol.DecodeError
+			if errors.As(err, &de) {
+				// A malformed frame from an admitted worker is a protocol violation: drop it.
+				status := websocket.StatusPolicyViolation
+				if de.Code == protocol.CodeFrameTooLarge {
+					status = websocket.StatusMessageTooBig
+				}
+				_ = wc.ws.Close(status, string(de.Code))
+			}
+			return err
+		}
+		switch f.Type {
+		case protocol.TypeReq:
+			res := s.handle(ctx, wc, f)
+			if err := wc.write(ctx, res); err != nil {
+				return err
+			}
+		case protocol.TypeCancel, protocol.TypeRes:
+			// Nothing the worker can cancel or answer exists yet.
+		case protocol.TypeEvent:
+			s.log.Debug("ignoring worker event", "env", wc.envID, "event", f.Event)
+		}
+	}
+}
+
+// handle answers one request of an admitted worker.
+func (s *Server) handle(ctx context.Context, wc *workerConn, f protocol.Frame) protocol.Frame {
+	if !wc.cred.Allows(f.Method) {
+		return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeMethodNotAllowed, "method %.128q is not allowed", f.Method))
+	}
+	switch f.Method {
+	case protocol.MethodHeartbeat:
+		res, _ := protocol.Response(f.ID, struct{}{})
+		return res
+	case protocol.MethodCredentialRefresh:
+		secret, c, err := s.cfg.Credentials.refreshHash(ctx, wc.cred.ID)
+		if err != nil {
+			code := protocol.CodeInternal
+			switch {
+			case errors.Is(err, ErrCredentialExpired):
+				code = protocol.CodeCredentialExpired
+			case errors.Is(err, ErrUnknownCredential):
+				code = protocol.CodeUnauthorized
+			}
+			s.log.Warn("worker credential refresh", "env", wc.envID, "err", err)
+			return protocol.ErrorResponse(f.ID, &protocol.Error{Code: code, Message: "credential refresh failed", Retryable: code == protocol.CodeInternal})
+		}
+		wc.cred = c // later refreshes on this connection chain from the new credential
+		res, _ := protocol.Response(f.ID, protocol.CredentialRefreshResult{
+			Credential: secret, ExpiresInMs: c.ExpiresAt.Sub(s.cfg.Credentials.now()).Milliseconds()})
+		return res
+	}
+	return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeMethodNotAllowed, "method %.128q is not served", f.Method))
+}

@@ -1,0 +1,2 @@
+-- Per-profile box hygiene policy: {"check": "enforce"|"warn"}.
+ALTER TABLE profiles ADD COLUMN hygiene TEXT NOT NULL DEFAULT '{}';

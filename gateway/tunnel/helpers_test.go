@@ -1,0 +1,399 @@
+package tunnel
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openclaw/cloudworkers/providers/local"
+	"golang.org/x/crypto/ssh"
+)
+
+// waitLong bounds every wait of these tests: generous, for a loaded CI machine.
+const waitLong = 15 * time.Second
+
+func testContext(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// eventually polls cond until it holds, failing the test after waitLong.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(waitLong)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for %s", what)
+		case <-tick.C:
+		}
+	}
+}
+
+// box is an in-process local box.
+type box struct {
+	local.State
+	Dir string
+}
+
+// startBox runs a local box in this process until the test ends. Its directory is short, to stay
+// within the unix socket path limit.
+func startBox(t *testing.T) box {
+	t.Helper()
+	root, err := os.MkdirTemp("", "tn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	dir := filepath.Join(root, "box")
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan local.State, 1)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- local.Serve(ctx, local.BoxConfig{Dir: dir, Ready: func(st local.State) { ready <- st }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("box: %v", err)
+		}
+	})
+	select {
+	case st := <-ready:
+		return box{State: st, Dir: dir}
+	case err := <-errc:
+		t.Fatalf("box: %v", err)
+	case <-time.After(waitLong):
+		t.Fatal("box not ready")
+	}
+	panic("unreachable")
+}
+
+const testSocket = ".openclaw-worker/gateway.sock"
+
+// target returns a Target for env on b, reached through addr ("host:port") when not empty.
+func (b box) target(env, addr string) Target {
+	t := Target{
+		EnvironmentID: env,
+		Host:          b.Host,
+		Port:          b.Port,
+		User:          b.User,
+		KeyPath:       b.ClientKeyPath,
+		HostKeys:      []string{b.HostKey},
+		SocketPath:    testSocket,
+	}
+	if addr != "" {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			panic(err)
+		}
+		t.Host = host
+		t.Port, _ = strconv.Atoi(port)
+	}
+	return t
+}
+
+func (b box) socket(rel string) string { return filepath.Join(b.Dir, rel) }
+
+type hostPort struct {
+	host string
+	port int
+}
+
+func netipAddrPort(addr string) (hostPort, error) {
+	ta, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		return hostPort{}, err
+	}
+	return hostPort{ta.IP.String(), ta.Port}, nil
+}
+
+// dialSocket connects to a forwarded socket from the box side, as a worker does.
+func dialSocket(t *testing.T, path string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatalf("dial forwarded socket: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// acceptOne accepts one connection from the hub within waitLong.
+func acceptOne(t *testing.T, h *Hub) *Conn {
+	t.Helper()
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		c, err := h.Accept()
+		ch <- result{c, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("accept: %v", r.err)
+		}
+		c, ok := r.c.(*Conn)
+		if !ok {
+			t.Fatalf("accept returned %T, want *Conn", r.c)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	case <-time.After(waitLong):
+		t.Fatal("no connection accepted")
+	}
+	panic("unreachable")
+}
+
+// roundTrip sends msg from the box side and checks it arrives on the hub side, and back.
+func roundTrip(t *testing.T, boxSide net.Conn, hubSide net.Conn, msg string) {
+	t.Helper()
+	if _, err := io.WriteString(boxSide, msg); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, len(msg))
+	if _, err := io.ReadFull(hubSide, buf); err != nil || string(buf) != msg {
+		t.Fatalf("hub side read %q, %v; want %q", buf, err, msg)
+	}
+	if _, err := io.WriteString(hubSide, strings.ToUpper(msg)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(boxSide, buf); err != nil || string(buf) != strings.ToUpper(msg) {
+		t.Fatalf("box side read %q, %v", buf, err)
+	}
+}
+
+// statusLog records OnStatus calls.
+type statusLog struct {
+	mu   sync.Mutex
+	seen map[string][]Status
+}
+
+func (l *statusLog) record(env string, s Status) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seen == nil {
+		l.seen = map[string][]Status{}
+	}
+	l.seen[env] = append(l.seen[env], s)
+}
+
+func (l *statusLog) get(env string) []Status {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]Status(nil), l.seen[env]...)
+}
+
+// testHub returns a hub with quick backoff and a status log; it is closed when the test ends.
+func testHub(t *testing.T, mod func(*Config)) (*Hub, *statusLog) {
+	t.Helper()
+	log := &statusLog{}
+	cfg := Config{
+		BackoffMin:  10 * time.Millisecond,
+		BackoffMax:  100 * time.Millisecond,
+		DialTimeout: waitLong,
+		OnStatus:    log.record,
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	h := NewHub(cfg)
+	t.Cleanup(func() { h.Close() })
+	return h, log
+}
+
+// writeKey writes a fresh ed25519 private key in OpenSSH format and returns its path and signer.
+func writeKey(t *testing.T) (string, ssh.Signer) {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, err := ssh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "id_ed25519")
+	if err := os.WriteFile(p, pem.EncodeToMemory(blk), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, s
+}
+
+// checkNoLeak waits until the number of goroutines is back to baseline.
+func checkNoLeak(t *testing.T, baseline int) {
+	t.Helper()
+	deadline := time.NewTimer(waitLong)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for runtime.NumGoroutine() > baseline {
+		select {
+		case <-deadline.C:
+			var b strings.Builder
+			_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+			t.Fatalf("goroutines: %d, baseline %d\n%s", runtime.NumGoroutine(), baseline, b.String())
+		case <-tick.C:
+		}
+	}
+}
+
+// proxy is a loopback TCP proxy to a box that can be paused: while paused it accepts and reads
+// but forwards no byte in either direction and closes nothing, as a partitioned link behaves.
+type proxy struct {
+	ln     net.Listener
+	target string
+	done   chan struct{}
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	paused   bool
+	resume   chan struct{}
+	conns    []net.Conn
+	accepted int
+}
+
+func startProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target, done: make(chan struct{})}
+	p.wg.Go(p.serve)
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.accepted++
+		p.conns = append(p.conns, c, up)
+		p.mu.Unlock()
+		p.wg.Go(func() { p.pipe(up, c) })
+		p.wg.Go(func() { p.pipe(c, up) })
+	}
+}
+
+func (p *proxy) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if !p.gate() {
+				return
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// gate blocks while the proxy is paused; false when the proxy is closed.
+func (p *proxy) gate() bool {
+	p.mu.Lock()
+	if !p.paused {
+		p.mu.Unlock()
+		return true
+	}
+	ch := p.resume
+	p.mu.Unlock()
+	select {
+	case <-ch:
+		return true
+	case <-p.done:
+		return false
+	}
+}
+
+func (p *proxy) pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.paused {
+		p.paused, p.resume = true, make(chan struct{})
+	}
+}
+
+func (p *proxy) unpause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.paused {
+		p.paused = false
+		close(p.resume)
+	}
+}
+
+func (p *proxy) acceptedCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepted
+}
+
+func (p *proxy) close() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	close(p.done)
+	p.ln.Close()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+func isMismatch(err error) bool {
+	_, ok := errors.AsType[*HostKeyMismatchError](err)
+	return ok
+}
+
+func authorizedKey(k ssh.PublicKey) string { return string(ssh.MarshalAuthorizedKey(k)) }
