@@ -2,11 +2,11 @@ package providers
 
 import (
 	"bytes"
-	"slices"
-	"strings"
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
