@@ -22,6 +22,8 @@ type Config struct {
 	LogFormat string             `yaml:"logFormat"`
 	LogLevel  string             `yaml:"logLevel"`
 	Sweep     providers.Duration `yaml:"sweepInterval"`
+	// BundleDir holds cross-built worker bundles (openclaw-linux-arm64, …) from `make bundles`.
+	BundleDir string `yaml:"bundleDir"`
 	// Profiles are applied at start (created or replaced), in addition to those stored.
 	Profiles []providers.Profile `yaml:"profiles"`
 }

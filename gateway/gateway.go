@@ -17,9 +17,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/openclaw/cloudworkers/gateway/api"
+	"github.com/openclaw/cloudworkers/gateway/bootstrap"
 	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/gateway/hub"
 	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/gateway/tunnel"
 	"github.com/openclaw/cloudworkers/internal/version"
 	"github.com/openclaw/cloudworkers/providers"
 )
@@ -88,10 +91,48 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			return fmt.Errorf("config profiles[%d]: %w", i, err)
 		}
 	}
-	mgr := envs.New(envs.Config{
+	// The worker side: one hub listener for all tunnels, the worker endpoint served on it, and the
+	// bootstrapper that brings boxes to ready.
+	auditFn := func(ctx context.Context, kind, envID, detail string) {
+		if err := db.InTx(ctx, func(tx *sql.Tx) error { return store.Audit(ctx, tx, kind, envID, detail) }); err != nil {
+			log.Warn("audit", "kind", kind, "err", err)
+		}
+	}
+	var mgr *envs.Manager
+	tunnels := tunnel.NewHub(tunnel.Config{
+		Log: log.With("subsystem", "tunnel"),
+		OnHostKeyMismatch: func(envID string, err *tunnel.HostKeyMismatchError) {
+			auditFn(context.Background(), "ssh.hostkey-mismatch", envID, err.Error())
+		},
+	})
+	defer tunnels.Close()
+	creds := hub.NewCredentials(db)
+	workers, err := hub.New(hub.Config{
+		DB: db, Credentials: creds, Log: log.With("subsystem", "hub"),
+		ExpectedBundle: func(envID string) (string, bool) { return mgr.BundleHash(envID) },
+		OnAdmit:        func(envID string) { mgr.Touch(context.Background(), envID) },
+	})
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := workers.Serve(tunnels); err != nil && !errors.Is(err, hub.ErrClosed) && !errors.Is(err, tunnel.ErrHubClosed) {
+			log.Error("worker hub", "err", err)
+		}
+	}()
+	defer workers.Close()
+	boot := bootstrap.New(bootstrap.Config{
+		Tunnels: tunnels, Workers: workers, Credentials: creds, Audit: auditFn,
+		BundleDir: cfg.BundleDir, Log: log.With("subsystem", "bootstrap"),
+	})
+	defer boot.Close()
+	mgr = envs.New(envs.Config{
 		DB: db, Profiles: profStore, Providers: registry, GatewayID: gatewayID,
 		Log: log.With("subsystem", "envs"), SweepInterval: cfg.Sweep.D(),
+		Bootstrapper: boot,
+		TunnelStatus: func(envID string) string { return string(tunnels.Status(envID)) },
 	})
+	boot.SetEnvs(mgr)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -101,7 +142,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	info, _ := version.Get()
 	srv := api.New(api.Config{
 		Token: token, DB: db, Profiles: profStore, Envs: mgr, Registry: reg,
-		Log: log.With("subsystem", "api"), GatewayID: gatewayID, Version: info.Version, Ready: ready.Load,
+		Log: log.With("subsystem", "api"), GatewayID: gatewayID, Version: info.Version, Ready: ready.Load, Bootstrap: true,
 	})
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

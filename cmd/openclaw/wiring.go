@@ -29,6 +29,10 @@ func gatewayDeps(log *slog.Logger) gateway.Deps {
 			}, nil
 		},
 		// A fresh gateway can start a worker without any configuration.
-		Builtin: []providers.Profile{{ID: "local", Provider: "local"}},
+		// The local box is this machine: it has a default route and may have a Docker socket, so those
+		// checks only warn there.
+		Builtin: []providers.Profile{{ID: "local", Provider: "local", Hygiene: map[string]string{
+			providers.HygieneMetadataRoute: providers.HygieneWarn, providers.HygieneDockerSocket: providers.HygieneWarn,
+		}}},
 	}
 }

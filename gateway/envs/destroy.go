@@ -114,6 +114,9 @@ func (m *Manager) destroyStep(ctx context.Context, id string) (done bool, err er
 		// The provider was never called (provisioning records the lease id before its call).
 		return true, m.finishDestroy(ctx, id, "no lease was created")
 	}
+	if r, ok := m.cfg.Bootstrapper.(Releaser); ok {
+		r.Release(ctx, e)
+	}
 	lease := e.ProviderLease()
 	if err := prov.Destroy(ctx, e.Profile, lease); err != nil {
 		return false, fmt.Errorf("provider destroy: %w", err)
@@ -175,8 +178,14 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			m.goJob(id, func(ctx context.Context) { m.destroyLoop(ctx, id) })
 		case e.State.HasMachine():
 			m.goJob(id, func(ctx context.Context) {
-				if m.checkLease(ctx, e) && e.State == Bootstrapping {
-					m.bootstrap(ctx, id)
+				if m.checkLease(ctx, e) {
+					if e.State == Bootstrapping {
+						m.bootstrap(ctx, id)
+					} else if r, ok := m.cfg.Bootstrapper.(Resumer); ok {
+						if err := r.Resume(ctx, e); err != nil && ctx.Err() == nil {
+							m.Note(ctx, id, "resume after restart: "+err.Error())
+						}
+					}
 				}
 				m.chainDestroy(ctx, id)
 			})

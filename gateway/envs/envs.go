@@ -32,6 +32,11 @@ type Environment struct {
 	UpdatedAt      time.Time         `json:"updatedAt"`
 	LastActivityAt time.Time         `json:"lastActivityAt"`
 	Lease          LeaseInfo         `json:"lease"`
+	// BundleHash is the worker bundle installed on the box; WorkerSocket and WorkerHome say where
+	// the worker lives there. Set by bootstrap.
+	BundleHash   string `json:"bundleHash,omitempty"`
+	WorkerSocket string `json:"workerSocket,omitempty"`
+	WorkerHome   string `json:"workerHome,omitempty"`
 	Profile        providers.Profile `json:"-"`
 	// Derived when presented; never stored.
 	AgeMs              int64    `json:"ageMs"`
@@ -70,7 +75,7 @@ type Event struct {
 
 const envCols = `id, profile_id, provider_id, COALESCE(idempotency_key,''), operation_id, lease_id, state, error,
 	ssh_host, ssh_port, ssh_user, ssh_key_path, host_keys, lease_labels, lease_expires_at, profile_snapshot,
-	created_at, updated_at, last_activity_at`
+	created_at, updated_at, last_activity_at, bundle_hash, worker_socket, worker_home`
 
 type scanner interface{ Scan(...any) error }
 
@@ -79,7 +84,7 @@ func scanEnv(row scanner) (Environment, error) {
 	var hostKeys, labels, expires, snapshot, created, updated, activity string
 	err := row.Scan(&e.ID, &e.ProfileID, &e.ProviderID, &e.IdempotencyKey, &e.OperationID, &e.LeaseID, &e.State, &e.Error,
 		&e.Lease.SSHHost, &e.Lease.SSHPort, &e.Lease.SSHUser, &e.Lease.SSHKeyPath, &hostKeys, &labels, &expires, &snapshot,
-		&created, &updated, &activity)
+		&created, &updated, &activity, &e.BundleHash, &e.WorkerSocket, &e.WorkerHome)
 	if err != nil {
 		return e, err
 	}

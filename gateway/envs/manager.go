@@ -28,6 +28,18 @@ type Bootstrapper interface {
 	Bootstrap(ctx context.Context, env Environment) error
 }
 
+// Resumer is implemented by bootstrappers that can re-attach to a running worker after a gateway
+// restart (re-dial the box, re-open the tunnel, relaunch a dead worker, wait for re-admission).
+type Resumer interface {
+	Resume(ctx context.Context, env Environment) error
+}
+
+// Releaser is implemented by bootstrappers that must stop the worker and its tunnel before the
+// machine is destroyed.
+type Releaser interface {
+	Release(ctx context.Context, env Environment)
+}
+
 // Config configures a Manager.
 type Config struct {
 	DB        *store.DB
@@ -481,6 +493,45 @@ func (m *Manager) bootstrap(ctx context.Context, id string) {
 	if err := m.move(ctx, id, Bootstrapping, Ready, "worker admitted"); err != nil {
 		m.log.Warn("bootstrap: mark ready", "env", id, "err", err)
 	}
+}
+
+// Note records a progress note (an event without a state change) on an environment.
+func (m *Manager) Note(ctx context.Context, id, text string) {
+	text = Sanitize(text)
+	err := m.db.InTx(ctx, func(tx *sql.Tx) error {
+		var st string
+		if err := tx.QueryRowContext(ctx, `SELECT state FROM environments WHERE id=?`, id).Scan(&st); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO environment_events(environment_id, at, from_state, to_state, reason) VALUES(?,?,?,?,?)`,
+			id, store.Now(), st, st, text)
+		return err
+	})
+	if err != nil {
+		m.log.Warn("note", "env", id, "err", err)
+		return
+	}
+	m.log.Info("environment note", "env", id, "note", text)
+	m.notify()
+}
+
+// SetWorker records the bundle installed on an environment's box and where its worker lives.
+func (m *Manager) SetWorker(ctx context.Context, id, bundleHash, socket, home string) error {
+	_, err := m.db.W.ExecContext(ctx, `UPDATE environments SET bundle_hash=?, worker_socket=?, worker_home=?, updated_at=? WHERE id=?`,
+		bundleHash, socket, home, store.Now(), id)
+	return err
+}
+
+// BundleHash returns the bundle hash recorded for an environment (for worker admission).
+func (m *Manager) BundleHash(id string) (string, bool) {
+	var h string
+	err := m.db.R.QueryRowContext(context.Background(), `SELECT bundle_hash FROM environments WHERE id=?`, id).Scan(&h)
+	return h, err == nil && h != ""
+}
+
+// Touch records activity on an environment (idle time is measured from it).
+func (m *Manager) Touch(ctx context.Context, id string) {
+	_, _ = m.db.W.ExecContext(ctx, `UPDATE environments SET last_activity_at=? WHERE id=?`, store.Now(), id)
 }
 
 // releaseLease destroys a lease whose environment is failed or unknown, best effort, audited.

@@ -1,0 +1,406 @@
+package bootstrap
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pkg/sftp"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/gateway/hub"
+	"github.com/openclaw/cloudworkers/gateway/tunnel"
+	"github.com/openclaw/cloudworkers/internal/version"
+)
+
+// Recorder is the part of the environment manager bootstrap reports to.
+type Recorder interface {
+	Note(ctx context.Context, id, text string)
+	SetWorker(ctx context.Context, id, bundleHash, socket, home string) error
+}
+
+// Config configures a Bootstrapper.
+type Config struct {
+	Tunnels     *tunnel.Hub
+	Workers     *hub.Server
+	Credentials *hub.Credentials
+	Envs        Recorder
+	// Audit writes an audit row (host key mismatches, worker launches).
+	Audit func(ctx context.Context, kind, envID, detail string)
+	// BundleDir holds cross-built bundles (openclaw-linux-arm64, …) for boxes of another platform.
+	BundleDir string
+	// KeepBundles is how many bundles stay on a box (default 3).
+	KeepBundles int
+	// AdmitTimeout bounds the wait for a launched worker to be admitted (default 60s).
+	AdmitTimeout time.Duration
+	// CredentialTTL is the lifetime of a minted worker credential (default 72h; workers refresh it).
+	CredentialTTL time.Duration
+	// RelaunchGrace is how long a disconnected worker has to come back before it is checked and
+	// relaunched (default 5s).
+	RelaunchGrace time.Duration
+	DialTimeout   time.Duration
+	Log           *slog.Logger
+}
+
+// Bootstrapper brings leased machines to ready: bundle, hygiene, tunnel, worker, admission.
+type Bootstrapper struct {
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	watchers map[string]context.CancelFunc // env id → worker supervisor
+	wg       sync.WaitGroup
+}
+
+var (
+	_ envs.Bootstrapper = (*Bootstrapper)(nil)
+	_ envs.Resumer      = (*Bootstrapper)(nil)
+	_ envs.Releaser     = (*Bootstrapper)(nil)
+)
+
+// New returns a Bootstrapper.
+func New(cfg Config) *Bootstrapper {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.KeepBundles == 0 {
+		cfg.KeepBundles = 3
+	}
+	if cfg.AdmitTimeout == 0 {
+		cfg.AdmitTimeout = 60 * time.Second
+	}
+	if cfg.CredentialTTL == 0 {
+		cfg.CredentialTTL = 72 * time.Hour
+	}
+	if cfg.RelaunchGrace == 0 {
+		cfg.RelaunchGrace = 5 * time.Second
+	}
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = 20 * time.Second
+	}
+	if cfg.Audit == nil {
+		cfg.Audit = func(context.Context, string, string, string) {}
+	}
+	return &Bootstrapper{cfg: cfg, log: cfg.Log, watchers: map[string]context.CancelFunc{}}
+}
+
+// Close stops the worker supervisors.
+func (b *Bootstrapper) Close() {
+	b.mu.Lock()
+	for _, c := range b.watchers {
+		c()
+	}
+	b.mu.Unlock()
+	b.wg.Wait()
+}
+
+// Target is how the gateway reaches an environment's box.
+func Target(env envs.Environment) tunnel.Target {
+	return tunnel.Target{EnvironmentID: env.ID, Host: env.Lease.SSHHost, Port: env.Lease.SSHPort, User: env.Lease.SSHUser,
+		KeyPath: env.Lease.SSHKeyPath, HostKeys: env.Lease.HostKeys, SocketPath: env.WorkerSocket}
+}
+
+// Dial opens the second (sync/bootstrap) SSH connection with the same pinned trust; a host key
+// mismatch is audited.
+func (b *Bootstrapper) Dial(ctx context.Context, env envs.Environment) (*ssh.Client, error) {
+	c, err := tunnel.Dial(ctx, Target(env), b.cfg.DialTimeout)
+	var hk *tunnel.HostKeyMismatchError
+	if errors.As(err, &hk) {
+		b.cfg.Audit(ctx, "ssh.hostkey-mismatch", env.ID, hk.Error())
+	}
+	return c, err
+}
+
+// StateDir is the worker's state directory on the box, relative to HOME.
+func StateDir(envID string) string { return ".openclaw-worker/state/" + envID }
+
+// socketPath chooses the forwarded socket path: inside the state dir when it fits the unix socket
+// path limit, else a short private directory under /tmp.
+func socketPath(home, envID string) string {
+	p := path.Join(home, StateDir(envID), "gateway.sock")
+	if len(p) <= 100 {
+		return p
+	}
+	sum := sha256.Sum256([]byte(home + "\x00" + envID))
+	return "/tmp/ocw-" + hex.EncodeToString(sum[:6]) + "/gateway.sock"
+}
+
+// Bootstrap installs the bundle, checks hygiene, opens the tunnel, launches the worker and waits
+// for its admission. Each step is recorded as a note on the environment.
+func (b *Bootstrapper) Bootstrap(ctx context.Context, env envs.Environment) (err error) {
+	note := func(format string, args ...any) { b.cfg.Envs.Note(ctx, env.ID, fmt.Sprintf(format, args...)) }
+	defer func() {
+		if err != nil {
+			b.cfg.Tunnels.CloseEnv(env.ID)
+		}
+	}()
+	c, err := b.Dial(ctx, env)
+	if err != nil {
+		return fmt.Errorf("ssh %s@%s:%d: %w", env.Lease.SSHUser, env.Lease.SSHHost, env.Lease.SSHPort, err)
+	}
+	defer c.Close()
+	note("ssh: connected to %s:%d, host key pinned", env.Lease.SSHHost, env.Lease.SSHPort)
+
+	out, err := RunOK(ctx, c, "detect platform", `uname -s -m; printf '%s\n' "$HOME"`)
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[1], "/") {
+		return fmt.Errorf("detect platform: unexpected output %q", out)
+	}
+	goos, goarch, err := Platform(lines[0])
+	if err != nil {
+		return err
+	}
+	home := lines[1]
+	bundle, err := SelectBundle(goos, goarch, b.cfg.BundleDir)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	inst, err := Install(ctx, c, home, bundle, b.cfg.KeepBundles)
+	if err != nil {
+		return err
+	}
+	if inst.Uploaded == 0 {
+		note("bundle: %s/%s %s already installed (0 bytes uploaded)", goos, goarch, bundle.SHA256[:12])
+	} else {
+		note("bundle: %s/%s %s uploaded, %d bytes in %s", goos, goarch, bundle.SHA256[:12], inst.Uploaded, time.Since(start).Round(time.Millisecond))
+	}
+
+	checks, herr := CheckHygiene(ctx, c, env.Profile)
+	for _, ch := range checks {
+		note("check %s: %s (%s; policy %s)", ch.Name, ch.Result(), ch.Detail, ch.Policy)
+	}
+	if herr != nil {
+		return herr
+	}
+
+	sock := socketPath(home, env.ID)
+	if err := b.cfg.Envs.SetWorker(ctx, env.ID, bundle.SHA256, sock, home); err != nil {
+		return err
+	}
+	env.BundleHash, env.WorkerSocket, env.WorkerHome = bundle.SHA256, sock, home
+	if err := b.cfg.Tunnels.Open(ctx, Target(env)); err != nil {
+		return fmt.Errorf("tunnel: %w", err)
+	}
+	note("tunnel: reverse forward of %s connected", sock)
+
+	if err := b.launch(ctx, c, env, inst.RemotePath); err != nil {
+		return err
+	}
+	actx, cancel := context.WithTimeout(ctx, b.cfg.AdmitTimeout)
+	defer cancel()
+	if err := b.cfg.Workers.WaitAdmitted(actx, env.ID); err != nil {
+		tail, _ := RunOK(ctx, c, "worker log", "tail -c 600 "+Quote(path.Join(home, StateDir(env.ID), "worker.log"))+" 2>/dev/null || true")
+		return fmt.Errorf("worker not admitted within %s: %v; worker log: %s", b.cfg.AdmitTimeout, err, strings.TrimSpace(tail))
+	}
+	note("worker: admitted")
+	b.supervise(env)
+	return nil
+}
+
+// Descriptor is the launch descriptor the worker reads (0600 file in its state dir).
+type Descriptor struct {
+	EnvironmentID string `json:"environmentId"`
+	Credential    string `json:"credential"`
+	OwnerEpoch    uint64 `json:"ownerEpoch"`
+	BundleHash    string `json:"bundleHash"`
+	SocketPath    string `json:"socketPath"`
+	StateDir      string `json:"stateDir"`
+	Version       string `json:"version"`
+}
+
+// launch starts the worker unless its pidfile names a live process; a fresh credential is minted
+// for every launch.
+func (b *Bootstrapper) launch(ctx context.Context, c *ssh.Client, env envs.Environment, bundlePath string) error {
+	state := path.Join(env.WorkerHome, StateDir(env.ID))
+	pidf := path.Join(state, "worker.pid")
+	if pid, alive := workerAlive(ctx, c, pidf); alive {
+		b.cfg.Envs.Note(ctx, env.ID, "worker: already running (pid "+strconv.Itoa(pid)+")")
+		return nil
+	}
+	cred, err := b.cfg.Credentials.Mint(ctx, env.ID, env.BundleHash, b.cfg.CredentialTTL, nil)
+	if err != nil {
+		return fmt.Errorf("mint worker credential: %w", err)
+	}
+	d := Descriptor{EnvironmentID: env.ID, Credential: cred, BundleHash: env.BundleHash, SocketPath: env.WorkerSocket,
+		StateDir: state, Version: version.Version}
+	raw, _ := json.Marshal(d)
+	if err := writeRemote(c, state, "launch.json", raw); err != nil {
+		return fmt.Errorf("write launch descriptor: %w", err)
+	}
+	script := `set -e
+state=` + Quote(state) + `
+cd "$state"
+S=; command -v setsid >/dev/null 2>&1 && S=setsid
+$S env -i PATH=` + WorkerPath + ` HOME="$HOME" LANG=C.UTF-8 ` + Quote(bundlePath) + ` worker --descriptor "$state/launch.json" --log-file "$state/worker.log" </dev/null >"$state/worker.out" 2>&1 &
+echo $! > "$state/worker.pid"
+echo $!`
+	out, err := RunOK(ctx, c, "launch worker", script)
+	if err != nil {
+		return err
+	}
+	pid := strings.TrimSpace(out)
+	b.cfg.Audit(ctx, "worker.launch", env.ID, "pid "+pid+" bundle "+env.BundleHash)
+	b.cfg.Envs.Note(ctx, env.ID, "worker: launched (pid "+pid+")")
+	return nil
+}
+
+func workerAlive(ctx context.Context, c *ssh.Client, pidf string) (int, bool) {
+	res, err := Run(ctx, c, `p=$(cat `+Quote(pidf)+` 2>/dev/null) && [ -n "$p" ] && kill -0 "$p" 2>/dev/null && echo "$p"`)
+	if err != nil || res.ExitCode != 0 {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(res.Stdout))
+	return pid, err == nil
+}
+
+// writeRemote writes a 0600 file in dir (created 0700) through a temp name and a rename.
+func writeRemote(c *ssh.Client, dir, name string, data []byte) error {
+	sc, err := sftp.NewClient(c)
+	if err != nil {
+		return err
+	}
+	defer sc.Close()
+	if err := sc.MkdirAll(dir); err != nil {
+		return err
+	}
+	_ = sc.Chmod(dir, 0o700)
+	tmp := path.Join(dir, "."+name+".tmp-"+randHex(4))
+	f, err := sc.OpenFile(tmp, 0x1|0x40|0x200) // O_WRONLY|O_CREATE|O_TRUNC
+	if err != nil {
+		return err
+	}
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := sc.PosixRename(tmp, path.Join(dir, name)); err != nil {
+		return sc.Rename(tmp, path.Join(dir, name))
+	}
+	return nil
+}
+
+// Resume re-attaches to a ready environment after a gateway restart: re-open the tunnel, and
+// relaunch the worker if it is not re-admitted.
+func (b *Bootstrapper) Resume(ctx context.Context, env envs.Environment) error {
+	if env.WorkerSocket == "" {
+		return errors.New("no worker recorded for this environment")
+	}
+	if err := b.cfg.Tunnels.Open(ctx, Target(env)); err != nil {
+		return fmt.Errorf("tunnel: %w", err)
+	}
+	b.cfg.Envs.Note(ctx, env.ID, "tunnel: re-opened after gateway restart")
+	if err := b.ensureWorker(ctx, env); err != nil {
+		return err
+	}
+	b.supervise(env)
+	return nil
+}
+
+// ensureWorker waits for the worker to be admitted, relaunching it if its process is gone.
+func (b *Bootstrapper) ensureWorker(ctx context.Context, env envs.Environment) error {
+	gctx, cancel := context.WithTimeout(ctx, b.cfg.RelaunchGrace)
+	err := b.cfg.Workers.WaitAdmitted(gctx, env.ID)
+	cancel()
+	if err == nil {
+		b.cfg.Envs.Note(ctx, env.ID, "worker: re-admitted")
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	c, err := b.Dial(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	bundlePath := path.Join(env.WorkerHome, BundlesDir, env.BundleHash, "openclaw")
+	if err := b.launch(ctx, c, env, bundlePath); err != nil {
+		return err
+	}
+	actx, cancel := context.WithTimeout(ctx, b.cfg.AdmitTimeout)
+	defer cancel()
+	if err := b.cfg.Workers.WaitAdmitted(actx, env.ID); err != nil {
+		return fmt.Errorf("worker not re-admitted: %w", err)
+	}
+	b.cfg.Envs.Note(ctx, env.ID, "worker: re-admitted")
+	return nil
+}
+
+// supervise watches an admitted worker and relaunches it when it stays away past the grace period.
+func (b *Bootstrapper) supervise(env envs.Environment) {
+	b.mu.Lock()
+	if cancel, ok := b.watchers[env.ID]; ok {
+		cancel()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.watchers[env.ID] = cancel
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(b.cfg.RelaunchGrace):
+			}
+			if b.cfg.Workers.Admitted(env.ID) || !b.cfg.Tunnels.Status(env.ID).Up() {
+				continue // fine, or the tunnel is reconnecting and the worker will follow it
+			}
+			b.log.Warn("worker not connected; checking it", "env", env.ID)
+			if err := b.ensureWorker(ctx, env); err != nil && ctx.Err() == nil {
+				b.cfg.Envs.Note(ctx, env.ID, "worker: "+err.Error())
+			}
+		}
+	}()
+}
+
+// Release stops the worker and its tunnel before the machine goes away.
+func (b *Bootstrapper) Release(ctx context.Context, env envs.Environment) {
+	b.mu.Lock()
+	if cancel, ok := b.watchers[env.ID]; ok {
+		cancel()
+		delete(b.watchers, env.ID)
+	}
+	b.mu.Unlock()
+	if b.cfg.Workers.Admitted(env.ID) {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_ = b.cfg.Workers.Shutdown(sctx, env.ID, "environment destroyed")
+		cancel()
+	}
+	if env.WorkerHome != "" {
+		if c, err := b.Dial(ctx, env); err == nil {
+			pidf := path.Join(env.WorkerHome, StateDir(env.ID), "worker.pid")
+			_, _ = Run(ctx, c, `p=$(cat `+Quote(pidf)+` 2>/dev/null) && [ -n "$p" ] && kill "$p" 2>/dev/null; true`)
+			c.Close()
+		}
+	}
+	b.cfg.Tunnels.CloseEnv(env.ID)
+	if _, err := b.cfg.Credentials.RevokeEnv(ctx, env.ID); err != nil {
+		b.log.Warn("revoke worker credentials", "env", env.ID, "err", err)
+	}
+}
+
+// SetEnvs sets the recorder (the environment manager, which is built after the bootstrapper).
+func (b *Bootstrapper) SetEnvs(r Recorder) { b.cfg.Envs = r }
