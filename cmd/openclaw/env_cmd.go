@@ -26,8 +26,15 @@ func newEnvCmd(g *globals) *cobra.Command {
 }
 
 // watchStates prints each state an environment reaches until done(e) holds or ctx ends.
-func watchStates(ctx context.Context, c *api.Client, id string, done func(envs.Environment) bool) (envs.Environment, error) {
+// Events already recorded when the watch starts are skipped when skip is set.
+func watchStates(ctx context.Context, c *api.Client, id string, skip bool, done func(envs.Environment) bool) (envs.Environment, error) {
 	seen := 0
+	if skip {
+		var evs []envs.Event
+		if _, err := c.Do(ctx, http.MethodGet, "/api/v1/environments/"+id+"/events", nil, &evs); err == nil {
+			seen = len(evs)
+		}
+	}
 	var e envs.Environment
 	for {
 		var evs []envs.Event
@@ -90,7 +97,7 @@ reached and the command exits non-zero if the environment fails.`,
 				bootstrap := info.Features["bootstrap"]
 				wctx, cancel := context.WithTimeout(ctx, timeout)
 				defer cancel()
-				e, err = watchStates(wctx, c, e.ID, func(e envs.Environment) bool {
+				e, err = watchStates(wctx, c, e.ID, false, func(e envs.Environment) bool {
 					return e.State.Dead() || e.State == envs.Ready || e.State == envs.Attached || e.State == envs.Idle ||
 						(!bootstrap && e.State == envs.Bootstrapping)
 				})
@@ -269,6 +276,8 @@ until then the environment stays in destroying and the gateway retries with back
 			}
 			ctx := cmd.Context()
 			var e envs.Environment
+			var before []envs.Event
+			_, _ = c.Do(ctx, http.MethodGet, "/api/v1/environments/"+url.PathEscape(args[0])+"/events", nil, &before)
 			path := "/api/v1/environments/" + url.PathEscape(args[0]) + "?force=" + fmt.Sprint(force)
 			if _, err := c.Do(ctx, http.MethodDelete, path, nil, &e); err != nil {
 				return err
@@ -276,7 +285,7 @@ until then the environment stays in destroying and the gateway retries with back
 			if !noWait && e.State != envs.Destroyed {
 				wctx, cancel := context.WithTimeout(ctx, timeout)
 				defer cancel()
-				e, err = watchStates(wctx, c, e.ID, func(e envs.Environment) bool { return e.State == envs.Destroyed })
+				e, err = watchStates(wctx, c, e.ID, false, func(e envs.Environment) bool { return e.State == envs.Destroyed })
 				if err != nil {
 					return fmt.Errorf("%w (the gateway keeps retrying; last error: %s)", err, dash(e.Error))
 				}

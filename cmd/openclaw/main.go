@@ -83,6 +83,7 @@ token from <data-dir>/gateway.token, or --token.`,
 		newProfileCmd(g),
 		newEnvCmd(g),
 		newLocalboxCmd(),
+		newWorkerCmd(),
 	)
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)

@@ -143,10 +143,14 @@ func (h *harness) workerConfig(env, cred, bundle string) remote.Config {
 func (h *harness) run(cfg remote.Config) <-chan error {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- remote.Run(ctx, cfg) }()
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		done <- remote.Run(ctx, cfg)
+	}()
 	h.t.Cleanup(func() {
 		cancel()
-		<-done
+		<-finished
 	})
 	return done
 }
@@ -233,7 +237,8 @@ func recvChan[T any](t *testing.T, what string, ch <-chan T) T {
 }
 
 func TestAdmitHeartbeatShutdown(t *testing.T) {
-	h := newHarness(t, func(c *hub.Config) { c.HeartbeatTimeout = 600 * time.Millisecond })
+	const hbTimeout = 900 * time.Millisecond
+	h := newHarness(t, func(c *hub.Config) { c.HeartbeatTimeout = hbTimeout })
 	ctx := testContext(t)
 	secret := h.mint(envA, bundleA, time.Hour, nil)
 	done := h.run(h.workerConfig(envA, secret, bundleA))
@@ -255,7 +260,7 @@ func TestAdmitHeartbeatShutdown(t *testing.T) {
 		t.Fatalf("worker of %s disconnected despite heartbeats", env)
 	case err := <-done:
 		t.Fatalf("Run returned early: %v", err)
-	case <-time.After(3 * 600 * time.Millisecond):
+	case <-time.After(2 * hbTimeout):
 	}
 
 	if err := h.srv.Shutdown(ctx, envA, "test over"); err != nil {
@@ -513,7 +518,7 @@ func TestCredentialRefresh(t *testing.T) {
 	if !f.OK || protocol.DecodeParams(f.Payload, &rr) != nil || rr.Credential == "" || rr.Credential == secret {
 		t.Fatalf("refresh response %+v (%s)", f, f.Payload)
 	}
-	if rr.ExpiresInMs < (59*time.Minute).Milliseconds() {
+	if rr.ExpiresInMs < (59 * time.Minute).Milliseconds() {
 		t.Fatalf("refreshed credential expires in %dms, want the original lifetime", rr.ExpiresInMs)
 	}
 	nc, err := h.creds.Verify(ctx, rr.Credential)
@@ -537,7 +542,8 @@ func TestCredentialRefresh(t *testing.T) {
 func TestWorkerRefreshesAndReconnects(t *testing.T) {
 	h := newHarness(t, func(c *hub.Config) { c.HeartbeatTimeout = 300 * time.Millisecond })
 	ctx := testContext(t)
-	secret := h.mint(envA, bundleA, 400*time.Millisecond, nil)
+	// The worker refreshes at half the lifetime, so after about a second.
+	secret := h.mint(envA, bundleA, 2*time.Second, nil)
 	done := h.run(h.workerConfig(envA, secret, bundleA))
 	if err := h.srv.WaitAdmitted(ctx, envA); err != nil {
 		t.Fatal(err)
@@ -670,5 +676,22 @@ func TestCloseEndsWorkersAndWaiters(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("Run returned on a closed gateway (it should keep retrying): %v", err)
 	default:
+	}
+}
+
+func TestSilentWorkerIsDropped(t *testing.T) {
+	h := newHarness(t, func(c *hub.Config) { c.HeartbeatTimeout = 200 * time.Millisecond })
+	c := rawConn(t, h)
+	sendFrame(t, c, connectFrame(t, envA, h.mint(envA, bundleA, time.Hour, nil), bundleA))
+	if f := recvFrame(t, c); !f.OK {
+		t.Fatalf("connect: %+v", f.Error)
+	}
+	recvChan(t, "admission", h.admits)
+	// No heartbeats: the hub ends the admission after HeartbeatTimeout.
+	if got := recvChan(t, "disconnect of a silent worker", h.departs); got != envA {
+		t.Fatalf("OnDisconnect(%q)", got)
+	}
+	if _, _, err := c.Read(testContext(t)); err == nil {
+		t.Fatal("connection still open after heartbeat timeout")
 	}
 }
