@@ -23,9 +23,25 @@ type Config struct {
 	LogLevel  string             `yaml:"logLevel"`
 	Sweep     providers.Duration `yaml:"sweepInterval"`
 	// BundleDir holds cross-built worker bundles (openclaw-linux-arm64, …) from `make bundles`.
-	BundleDir string `yaml:"bundleDir"`
+	BundleDir string       `yaml:"bundleDir"`
+	Tunnel    TunnelConfig `yaml:"tunnel"`
+	Worker    WorkerConfig `yaml:"worker"`
 	// Profiles are applied at start (created or replaced), in addition to those stored.
 	Profiles []providers.Profile `yaml:"profiles"`
+}
+
+// TunnelConfig tunes the SSH control connections (zero means the default).
+type TunnelConfig struct {
+	KeepaliveInterval providers.Duration `yaml:"keepaliveInterval"` // default 10s
+	KeepaliveTimeout  providers.Duration `yaml:"keepaliveTimeout"`  // default 30s: a dead link is closed after it
+	BackoffMax        providers.Duration `yaml:"backoffMax"`        // default 30s
+}
+
+// WorkerConfig tunes worker admission and supervision (zero means the default).
+type WorkerConfig struct {
+	HeartbeatTimeout providers.Duration `yaml:"heartbeatTimeout"` // default 30s; workers heartbeat at a third of it
+	AdmitTimeout     providers.Duration `yaml:"admitTimeout"`     // default 60s
+	RelaunchGrace    providers.Duration `yaml:"relaunchGrace"`    // default 5s: a worker away longer is checked and relaunched
 }
 
 // DefaultListen is where the gateway listens unless told otherwise.

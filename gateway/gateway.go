@@ -100,7 +100,10 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	}
 	var mgr *envs.Manager
 	tunnels := tunnel.NewHub(tunnel.Config{
-		Log: log.With("subsystem", "tunnel"),
+		Log:               log.With("subsystem", "tunnel"),
+		KeepaliveInterval: cfg.Tunnel.KeepaliveInterval.D(),
+		KeepaliveTimeout:  cfg.Tunnel.KeepaliveTimeout.D(),
+		BackoffMax:        cfg.Tunnel.BackoffMax.D(),
 		OnHostKeyMismatch: func(envID string, err *tunnel.HostKeyMismatchError) {
 			auditFn(context.Background(), "ssh.hostkey-mismatch", envID, err.Error())
 		},
@@ -108,7 +111,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	defer tunnels.Close()
 	creds := hub.NewCredentials(db)
 	workers, err := hub.New(hub.Config{
-		DB: db, Credentials: creds, Log: log.With("subsystem", "hub"),
+		DB: db, Credentials: creds, Log: log.With("subsystem", "hub"), HeartbeatTimeout: cfg.Worker.HeartbeatTimeout.D(),
 		ExpectedBundle: func(envID string) (string, bool) { return mgr.BundleHash(envID) },
 		OnAdmit:        func(envID string) { mgr.Touch(context.Background(), envID) },
 	})
@@ -124,6 +127,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	boot := bootstrap.New(bootstrap.Config{
 		Tunnels: tunnels, Workers: workers, Credentials: creds, Audit: auditFn,
 		BundleDir: cfg.BundleDir, Log: log.With("subsystem", "bootstrap"),
+		AdmitTimeout: cfg.Worker.AdmitTimeout.D(), RelaunchGrace: cfg.Worker.RelaunchGrace.D(),
 	})
 	defer boot.Close()
 	mgr = envs.New(envs.Config{
@@ -143,6 +147,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	srv := api.New(api.Config{
 		Token: token, DB: db, Profiles: profStore, Envs: mgr, Registry: reg,
 		Log: log.With("subsystem", "api"), GatewayID: gatewayID, Version: info.Version, Ready: ready.Load, Bootstrap: true,
+		WorkerInfo: func(envID string) api.WorkerInfo {
+			return api.WorkerInfo{Admitted: workers.Admitted(envID), TunnelStatus: string(tunnels.Status(envID)), TunnelEpoch: tunnels.Epoch(envID)}
+		},
 	})
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -37,6 +37,10 @@ type Config struct {
 	Ready func() bool
 	// Bootstrap reports whether environments can reach ready (a worker bootstrapper is wired).
 	Bootstrap bool
+	// WorkerInfo reports the worker side of an environment (admission, tunnel epoch).
+	WorkerInfo func(envID string) WorkerInfo
+	// Mount adds routes of other subsystems to the authenticated /api/v1 group.
+	Mount []func(g *echo.Group)
 	// MaxBody bounds request bodies.
 	MaxBody int64
 }
@@ -106,7 +110,11 @@ func New(cfg Config) *Server {
 	v1.GET("/environments/:id", s.getEnv)
 	v1.GET("/environments/:id/events", s.envEvents)
 	v1.DELETE("/environments/:id", s.destroyEnv)
+	v1.GET("/environments/:id/worker", s.envWorker)
 	v1.GET("/audit", s.audit)
+	for _, m := range cfg.Mount {
+		m(v1)
+	}
 	v1.Any("/*", func(c echo.Context) error {
 		return apiErr(http.StatusNotFound, "not-found", "no API route %s %s", c.Request().Method, c.Request().URL.Path)
 	})
@@ -223,6 +231,25 @@ func bind(c echo.Context, v any) error {
 func (s *Server) gatewayInfo(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"id": s.cfg.GatewayID, "version": s.cfg.Version,
 		"features": map[string]bool{"bootstrap": s.cfg.Bootstrap}})
+}
+
+// WorkerInfo is the worker side of an environment.
+type WorkerInfo struct {
+	Admitted     bool   `json:"admitted"`
+	TunnelStatus string `json:"tunnelStatus"`
+	TunnelEpoch  uint64 `json:"tunnelEpoch"`
+}
+
+func (s *Server) envWorker(c echo.Context) error {
+	e, err := s.cfg.Envs.Get(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	info := WorkerInfo{TunnelStatus: e.TunnelStatus}
+	if s.cfg.WorkerInfo != nil {
+		info = s.cfg.WorkerInfo(e.ID)
+	}
+	return c.JSON(http.StatusOK, info)
 }
 
 func (s *Server) audit(c echo.Context) error {

@@ -20,24 +20,24 @@ import (
 
 // Environment is one leased machine as the gateway records it.
 type Environment struct {
-	ID             string            `json:"id"`
-	ProfileID      string            `json:"profileId"`
-	ProviderID     string            `json:"providerId"`
-	LeaseID        string            `json:"leaseId"`
-	OperationID    string            `json:"operationId"`
-	IdempotencyKey string            `json:"idempotencyKey,omitempty"`
-	State          State             `json:"state"`
-	Error          string            `json:"error"`
-	CreatedAt      time.Time         `json:"createdAt"`
-	UpdatedAt      time.Time         `json:"updatedAt"`
-	LastActivityAt time.Time         `json:"lastActivityAt"`
-	Lease          LeaseInfo         `json:"lease"`
+	ID             string    `json:"id"`
+	ProfileID      string    `json:"profileId"`
+	ProviderID     string    `json:"providerId"`
+	LeaseID        string    `json:"leaseId"`
+	OperationID    string    `json:"operationId"`
+	IdempotencyKey string    `json:"idempotencyKey,omitempty"`
+	State          State     `json:"state"`
+	Error          string    `json:"error"`
+	CreatedAt      time.Time `json:"createdAt"`
+	UpdatedAt      time.Time `json:"updatedAt"`
+	LastActivityAt time.Time `json:"lastActivityAt"`
+	Lease          LeaseInfo `json:"lease"`
 	// BundleHash is the worker bundle installed on the box; WorkerSocket and WorkerHome say where
 	// the worker lives there. Set by bootstrap.
-	BundleHash   string `json:"bundleHash,omitempty"`
-	WorkerSocket string `json:"workerSocket,omitempty"`
-	WorkerHome   string `json:"workerHome,omitempty"`
-	Profile        providers.Profile `json:"-"`
+	BundleHash   string            `json:"bundleHash,omitempty"`
+	WorkerSocket string            `json:"workerSocket,omitempty"`
+	WorkerHome   string            `json:"workerHome,omitempty"`
+	Profile      providers.Profile `json:"-"`
 	// Derived when presented; never stored.
 	AgeMs              int64    `json:"ageMs"`
 	IdleMs             int64    `json:"idleMs"`

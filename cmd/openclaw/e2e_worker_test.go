@@ -1,0 +1,312 @@
+package main_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/providers/local"
+)
+
+// fastWorkerConfig makes dead links and dead workers visible within a second or two.
+const fastWorkerConfig = `tunnel: {keepaliveInterval: 200ms, keepaliveTimeout: 1s, backoffMax: 500ms}
+worker: {heartbeatTimeout: 1500ms, relaunchGrace: 1s, admitTimeout: 30s}
+`
+
+func (g *gw) events(id string) []envs.Event {
+	g.t.Helper()
+	var evs []envs.Event
+	if _, err := g.do("GET", "/api/v1/environments/"+id+"/events", nil, &evs); err != nil {
+		g.t.Fatal(err)
+	}
+	return evs
+}
+
+// countNotes counts progress notes of an environment that contain s.
+func (g *gw) countNotes(id, s string) int {
+	n := 0
+	for _, ev := range g.events(id) {
+		if ev.From == ev.To && strings.Contains(ev.Reason, s) {
+			n++
+		}
+	}
+	return n
+}
+
+func (g *gw) waitNotes(id, s string, n int) {
+	g.t.Helper()
+	deadline := time.Now().Add(45 * time.Second)
+	for g.countNotes(id, s) < n {
+		if time.Now().After(deadline) {
+			var lines []string
+			for _, ev := range g.events(id) {
+				lines = append(lines, string(ev.To)+": "+ev.Reason)
+			}
+			g.t.Fatalf("environment %s: fewer than %d notes %q:\n%s", id, n, s, strings.Join(lines, "\n"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (g *gw) waitReady(id string) envs.Environment {
+	g.t.Helper()
+	e := g.waitEnv(id, func(e envs.Environment) bool { return e.State == envs.Ready || e.State.Dead() })
+	if e.State != envs.Ready {
+		var lines []string
+		for _, ev := range g.events(id) {
+			lines = append(lines, string(ev.To)+": "+ev.Reason)
+		}
+		g.t.Fatalf("environment %s %s: %s\n%s", id, e.State, e.Error, strings.Join(lines, "\n"))
+	}
+	return e
+}
+
+// workerPID reads the worker's pidfile on a box whose HOME is on this machine.
+func workerPID(t *testing.T, e envs.Environment) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(e.WorkerHome, ".openclaw-worker/state", e.ID, "worker.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d still alive", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestLocalBoxWorkerLifecycle: cold box → ready with an admitted worker; a killed worker is
+// relaunched and re-admitted; a SIGKILLed gateway re-dials and the same worker is re-admitted;
+// destroy stops the worker and removes the box.
+func TestLocalBoxWorkerLifecycle(t *testing.T) {
+	root := t.TempDir()
+	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig)
+	e := g.createEnv("local")
+	e = g.waitReady(e.ID)
+	if e.TunnelStatus != "connected" || e.BundleHash == "" {
+		t.Fatalf("ready but tunnel %s bundle %q", e.TunnelStatus, e.BundleHash)
+	}
+	for _, check := range []string{"check sshAgent: pass", "check cleanEnv: pass", "worker: admitted", "bytes uploaded", "host key pinned"} {
+		if check == "bytes uploaded" {
+			check = "uploaded,"
+		}
+		if g.countNotes(e.ID, check) == 0 {
+			t.Errorf("no note %q", check)
+		}
+	}
+	pid := workerPID(t, e)
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+
+	// the worker dies: it is relaunched and re-admitted
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	g.waitNotes(e.ID, "worker: launched", 2)
+	g.waitNotes(e.ID, "worker: re-admitted", 1)
+	pid2 := workerPID(t, e)
+	if pid2 == pid || !alive(pid2) {
+		t.Fatalf("worker not relaunched: old %d new %d alive=%v", pid, pid2, alive(pid2))
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid2, syscall.SIGKILL) })
+
+	// the gateway dies: the box and the worker live on; a new gateway re-dials and re-admits it
+	g.kill()
+	g.start()
+	g.waitNotes(e.ID, "tunnel: re-opened after gateway restart", 1)
+	g.waitNotes(e.ID, "worker: re-admitted", 2)
+	got := g.waitEnv(e.ID, func(e envs.Environment) bool { return e.TunnelStatus == "connected" })
+	if got.State != envs.Ready || workerPID(t, e) != pid2 || g.countNotes(e.ID, "worker: launched") != 2 {
+		t.Fatalf("after restart: state %s, worker pid %d (want %d), launches %d", got.State, workerPID(t, e), pid2, g.countNotes(e.ID, "worker: launched"))
+	}
+
+	var d envs.Environment
+	if _, err := g.do("DELETE", "/api/v1/environments/"+e.ID+"?wait=30s", nil, &d); err != nil || d.State != envs.Destroyed {
+		t.Fatalf("destroy: %v %s", err, d.State)
+	}
+	waitGone(t, pid2)
+	if _, err := os.Stat(e.WorkerHome); !os.IsNotExist(err) {
+		t.Fatalf("box dir left behind: %v", err)
+	}
+	g.stop()
+}
+
+// standaloneBox runs `openclaw localbox` outside any provider (a machine that exists on its own).
+func standaloneBox(t *testing.T, dir string) local.State {
+	t.Helper()
+	cmd := exec.Command(openclawBin, "localbox", "--dir", dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st, err := local.ReadState(dir)
+		if err == nil && st.Port > 0 {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("localbox did not start: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func staticProfile(id string, st local.State, hostKey string) string {
+	hosts, _ := json.Marshal([]map[string]any{{"host": st.Host, "port": st.Port, "user": st.User, "keyPath": st.ClientKeyPath, "hostKey": hostKey}})
+	return fmt.Sprintf("  - id: %s\n    provider: static\n    hygiene: {metadataRoute: warn, dockerSocket: warn}\n    settings: {hosts: %s}\n", id, hosts)
+}
+
+// TestWarmBoxAndHostKeyPinning: a second environment on the same (warm) box uploads zero bundle
+// bytes; a box that presents a different host key is refused, audited, and nothing is uploaded.
+func TestWarmBoxAndHostKeyPinning(t *testing.T) {
+	root := t.TempDir()
+	warm := standaloneBox(t, filepath.Join(root, "warm"))
+	other := standaloneBox(t, filepath.Join(root, "other"))
+	cfg := fastWorkerConfig + "profiles:\n" + staticProfile("warm", warm, warm.HostKey) +
+		staticProfile("liar", other, warm.HostKey) // pins warm's key, but the box presents its own
+	g := startGateway(t, filepath.Join(root, "data"), cfg)
+
+	e1 := g.createEnv("warm")
+	e1 = g.waitReady(e1.ID)
+	if g.countNotes(e1.ID, "uploaded,") != 1 {
+		t.Fatalf("cold box: no upload note")
+	}
+	if _, err := g.do("DELETE", "/api/v1/environments/"+e1.ID+"?wait=30s", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	e2 := g.createEnv("warm")
+	e2 = g.waitReady(e2.ID)
+	if g.countNotes(e2.ID, "already installed (0 bytes uploaded)") != 1 || g.countNotes(e2.ID, "uploaded,") != 0 {
+		t.Fatalf("warm box uploaded the bundle again")
+	}
+
+	bad := g.createEnv("liar")
+	bad = g.waitEnv(bad.ID, func(e envs.Environment) bool { return e.State.Dead() })
+	if bad.State != envs.Failed || !strings.Contains(bad.Error, "host key mismatch") ||
+		!strings.Contains(bad.Error, "SHA256:") {
+		t.Fatalf("mismatch: state %s error %q", bad.State, bad.Error)
+	}
+	var audit []struct{ Kind, EnvironmentID, Detail string }
+	if _, err := g.do("GET", "/api/v1/audit?environmentId="+bad.ID, nil, &audit); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, a := range audit {
+		found = found || a.Kind == "ssh.hostkey-mismatch"
+	}
+	if !found {
+		t.Fatalf("no hostkey-mismatch audit row: %+v", audit)
+	}
+	if _, err := os.Stat(filepath.Join(root, "other", ".openclaw-worker")); !os.IsNotExist(err) {
+		t.Fatalf("something was uploaded to the box with the wrong host key: %v", err)
+	}
+	g.stop()
+}
+
+// netnsBox leases a box with real OpenSSH sshd through the gateway.
+func netnsProfile(t *testing.T) (cfg, state string) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "ip", "sshd", "useradd", "setsid", "sha256sum")
+	state, err := os.MkdirTemp("", "ocw-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(state) })
+	if err := os.Chmod(state, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	l := leaseNetnsBin
+	return fmt.Sprintf(`profiles:
+  - id: netns
+    provider: command
+    settings:
+      provision: [%[1]s, --state-dir, %[2]s, warmup, --lease-id, "{leaseId}", --label, "openclaw.gateway={gatewayId}", --label, "openclaw.environment={envId}"]
+      inspect: [%[1]s, --state-dir, %[2]s, inspect, --id, "{leaseId}", --json]
+      destroy: [%[1]s, --state-dir, %[2]s, stop, "{leaseId}"]
+      list: [%[1]s, --state-dir, %[2]s, list, --json]
+      timeout: 1m
+      pollInterval: 100ms
+`, l, state), state
+}
+
+// TestNetnsPartitionAndRestart: against real OpenSSH sshd in a network namespace: a cold box
+// becomes ready; a link down longer than the keepalive deadline shows reconnecting, link up
+// shows connected and the same worker is re-admitted without a restart; a SIGKILLed gateway
+// re-dials and re-admits it too.
+func TestNetnsPartitionAndRestart(t *testing.T) {
+	profiles, state := netnsProfile(t)
+	g := startGateway(t, filepath.Join(t.TempDir(), "data"), fastWorkerConfig+profiles)
+	e := g.createEnv("netns")
+	t.Cleanup(func() {
+		_ = exec.Command(leaseNetnsBin, "--state-dir", state, "stop", e.LeaseID).Run()
+	})
+	e = g.waitReady(e.ID)
+	for _, check := range []string{"check metadataRoute: pass", "check dockerSocket: pass", "check sshAgent: pass", "check cleanEnv: pass"} {
+		if g.countNotes(e.ID, check) == 0 {
+			t.Errorf("no note %q", check)
+		}
+	}
+	pid := workerPID(t, e)
+	link := func(dir string) {
+		if out, err := exec.Command(leaseNetnsBin, "--state-dir", state, "link", "--id", e.LeaseID, dir).CombinedOutput(); err != nil {
+			t.Fatalf("link %s: %v %s", dir, err, out)
+		}
+	}
+	link("down")
+	g.waitEnv(e.ID, func(e envs.Environment) bool { return e.TunnelStatus == "reconnecting" })
+	link("up")
+	g.waitEnv(e.ID, func(e envs.Environment) bool { return e.TunnelStatus == "connected" })
+	// the same worker process comes back through the new forward
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var info struct{ Admitted bool }
+		_, _ = g.do("GET", "/api/v1/environments/"+e.ID+"/worker", nil, &info)
+		if info.Admitted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("worker not re-admitted after link up")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if workerPID(t, e) != pid || !alive(pid) || g.countNotes(e.ID, "worker: launched") != 1 {
+		t.Fatalf("worker was restarted (pid %d → %d, launches %d)", pid, workerPID(t, e), g.countNotes(e.ID, "worker: launched"))
+	}
+
+	g.kill()
+	g.start()
+	g.waitNotes(e.ID, "worker: re-admitted", 1)
+	if workerPID(t, e) != pid || g.countNotes(e.ID, "worker: launched") != 1 {
+		t.Fatalf("worker restarted across gateway restart")
+	}
+	var d envs.Environment
+	if _, err := g.do("DELETE", "/api/v1/environments/"+e.ID+"?wait=60s", nil, &d); err != nil || d.State != envs.Destroyed {
+		t.Fatalf("destroy: %v %s", err, d.State)
+	}
+	waitGone(t, pid)
+	g.stop()
+}
