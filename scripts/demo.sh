@@ -37,6 +37,7 @@ cat > "$WORK/gateway.yaml" <<YAML
 profiles:
   - id: demo
     provider: command
+    hygiene: {metadataRoute: warn, dockerSocket: warn}   # the demo's boxes share this machine's network
     settings:
       provision: [$LEASE, warmup, --lease-id, "{leaseId}", --label, "openclaw.gateway={gatewayId}", --label, "openclaw.environment={envId}", --delay, 300ms]
       inspect: [$LEASE, inspect, --id, "{leaseId}", --json]
@@ -45,7 +46,7 @@ profiles:
       list: [$LEASE, list, --json]
       timeout: 30s
       pollInterval: 100ms
-      env: {LEASE_DIR: $LEASE_DIR, LEASE_DIR_STOP_FAILS: "2"}
+      env: {LEASE_DIR: $LEASE_DIR, LEASE_DIR_LOCALBOX: $BIN, LEASE_DIR_STOP_FAILS: "2"}
     lifetime: {idleTimeout: 30m, ttl: 24h}
     maxEnvironments: 4
 YAML
@@ -60,21 +61,32 @@ stage "2. a second gateway on the same data dir refuses to start"
 if "$BIN" gateway --listen 127.0.0.1:0 2>"$WORK/second.err"; then fail "second gateway started"; fi
 cat "$WORK/second.err"
 
-stage "3. lease a machine through the lease CLI (examples/lease-dir), watching each state"
+stage "3. lease a machine through a lease CLI (examples/lease-dir, backed by a local box), watch it become ready"
+echo "(provision → pinned SSH → bundle upload → hygiene checks → reverse tunnel → worker launch → admission)"
 ENV=$("$BIN" env create --profile demo --wait)
 STATE=$("$BIN" env show "$ENV" -o json | sed -n 's/^  "state": "\(.*\)",$/\1/p')
-[ "$STATE" = bootstrapping ] || fail "environment $ENV is $STATE, expected bootstrapping"
+[ "$STATE" = ready ] || fail "environment $ENV is $STATE, expected ready"
 "$BIN" env show "$ENV"
 
-stage "4. the same through the built-in local box (openclaw localbox: a real SSH server)"
+stage "4. the same through the built-in profile 'local' (openclaw localbox: a real SSH server)"
 LOCAL=$("$BIN" env create --profile local --wait)
 "$BIN" env list
 
+stage "4b. the worker dies: the gateway relaunches it and re-admits it"
+WHOME=$("$BIN" env show "$LOCAL" -o json | sed -n 's/^  "workerHome": "\(.*\)",$/\1/p')
+WPID=$(cat "$WHOME/.openclaw-worker/state/$LOCAL/worker.pid")
+kill -9 "$WPID"; echo "killed worker pid $WPID"
+for _ in $(seq 200); do [ "$(cat "$WHOME/.openclaw-worker/state/$LOCAL/worker.pid")" != "$WPID" ] && \
+  curl -fsS -H "Authorization: Bearer $(cat "$DATA/gateway.token")" "http://$OPENCLAW_GATEWAY/api/v1/environments/$LOCAL/worker" | grep -q '"admitted":true' && break; sleep 0.1; done
+"$BIN" env events "$LOCAL" | tail -4
+curl -fsS -H "Authorization: Bearer $(cat "$DATA/gateway.token")" "http://$OPENCLAW_GATEWAY/api/v1/environments/$LOCAL/worker" | grep -q '"admitted":true' || fail "worker not re-admitted"
+echo "worker relaunched as pid $(cat "$WHOME/.openclaw-worker/state/$LOCAL/worker.pid") and admitted"
+
 stage "5. kill -9 the gateway mid-provision, restart it: the lease is adopted, not leased twice"
-"$BIN" profile add slow --provider command --settings "$(cat <<JSON
+"$BIN" profile add slow --provider command --hygiene metadataRoute=warn --hygiene dockerSocket=warn --settings "$(cat <<JSON
 {"provision":["$LEASE","warmup","--lease-id","{leaseId}","--label","openclaw.gateway={gatewayId}","--label","openclaw.environment={envId}","--delay","1500ms"],
  "inspect":["$LEASE","inspect","--id","{leaseId}","--json"],"destroy":["$LEASE","stop","{leaseId}"],"list":["$LEASE","list","--json"],
- "pollInterval":"100ms","env":{"LEASE_DIR":"$LEASE_DIR"}}
+ "pollInterval":"100ms","env":{"LEASE_DIR":"$LEASE_DIR","LEASE_DIR_LOCALBOX":"$BIN"}}
 JSON
 )"
 SLOW=$("$BIN" env create --profile slow -o json | sed -n 's/^  "id": "\(.*\)",$/\1/p')
@@ -84,7 +96,8 @@ echo "gateway killed while $SLOW was provisioning"
 "$BIN" gateway --config "$WORK/gateway.yaml" --listen "$OPENCLAW_GATEWAY" >>"$WORK/gateway.log" 2>&1 &
 GW_PID=$!
 for _ in $(seq 100); do curl -fsS "http://$OPENCLAW_GATEWAY/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
-for _ in $(seq 100); do "$BIN" env show "$SLOW" -o json | grep -q '"state": "bootstrapping"' && break; sleep 0.1; done
+for _ in $(seq 300); do "$BIN" env show "$SLOW" -o json | grep -q '"state": "ready"' && break; sleep 0.1; done
+"$BIN" env show "$SLOW" -o json | grep -q '"state": "ready"' || fail "$SLOW did not become ready after the restart"
 "$BIN" env events "$SLOW"
 SLOW_LEASE=$("$BIN" env show "$SLOW" -o json | sed -n 's/^  "leaseId": "\(.*\)",$/\1/p')
 CALLS=$(grep -c "\"$SLOW_LEASE\"" "$LEASE_DIR/calls.log")
@@ -93,7 +106,7 @@ echo "warmup was called $CALLS times, every time with lease id $SLOW_LEASE"
 
 stage "6. an orphan lease labelled with our gateway id is found and destroyed by the sweep"
 GWID=$(curl -fsS -H "Authorization: Bearer $(cat "$DATA/gateway.token")" "http://$OPENCLAW_GATEWAY/api/v1/gateway" | sed 's/.*"id":"\([^"]*\)".*/\1/')
-LEASE_DIR=$LEASE_DIR "$LEASE" warmup --lease-id ocl_leaked --label "openclaw.gateway=$GWID" >/dev/null
+LEASE_DIR=$LEASE_DIR LEASE_DIR_LOCALBOX=$BIN "$LEASE" warmup --lease-id ocl_leaked --label "openclaw.gateway=$GWID" >/dev/null
 # the lease CLI's stop fails twice (LEASE_DIR_STOP_FAILS=2): a failure is reported and retried, never taken as done
 for i in 1 2 3 4; do
   "$BIN" env sweep | tee "$WORK/sweep.txt"

@@ -73,7 +73,7 @@ func freeAddr(t *testing.T) string {
 
 // leaseDirProfile is a profile that drives examples/lease-dir with the given extra environment.
 func leaseDirProfile(id, leaseDir string, env map[string]string) string {
-	all := map[string]string{"LEASE_DIR": leaseDir}
+	all := map[string]string{"LEASE_DIR": leaseDir, "LEASE_DIR_LOCALBOX": openclawBin}
 	for k, v := range env {
 		all[k] = v
 	}
@@ -81,6 +81,7 @@ func leaseDirProfile(id, leaseDir string, env map[string]string) string {
 	l := leaseDirBin
 	return fmt.Sprintf(`  - id: %s
     provider: command
+    hygiene: {metadataRoute: warn, dockerSocket: warn}
     settings:
       provision: [%[2]s, warmup, --lease-id, "{leaseId}", --label, "openclaw.gateway={gatewayId}", --label, "openclaw.environment={envId}"]
       inspect: [%[2]s, inspect, --id, "{leaseId}", --json]
@@ -253,7 +254,7 @@ func TestGatewayKilledMidProvisionAdoptsLease(t *testing.T) {
 	}
 	g.kill() // SIGKILL mid-provision
 	g.start()
-	got := g.waitEnv(e.ID, state(envs.Bootstrapping))
+	got := g.waitReady(e.ID)
 	calls := warmupCalls(t, leaseDir)
 	if len(calls) < 2 {
 		t.Fatalf("warmup calls %v: the restarted gateway did not resume", calls)
@@ -377,14 +378,14 @@ func TestSweepDestroysUnknownLabelledLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := g.createEnv("ld")
-	e = g.waitEnv(e.ID, state(envs.Bootstrapping))
+	e = g.waitReady(e.ID)
 	warm := func(id string, labels ...string) {
 		args := []string{"warmup", "--lease-id", id}
 		for _, l := range labels {
 			args = append(args, "--label", l)
 		}
 		cmd := exec.Command(leaseDirBin, args...)
-		cmd.Env = append(os.Environ(), "LEASE_DIR="+leaseDir)
+		cmd.Env = append(os.Environ(), "LEASE_DIR="+leaseDir, "LEASE_DIR_LOCALBOX="+openclawBin)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("warmup %s: %v %s", id, err, out)
 		}
@@ -400,6 +401,11 @@ func TestSweepDestroysUnknownLabelledLease(t *testing.T) {
 	if err := json.Unmarshal(out, &rep); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		cmd := exec.Command(leaseDirBin, "stop", "ocl_other")
+		cmd.Env = append(os.Environ(), "LEASE_DIR="+leaseDir)
+		_ = cmd.Run()
+	})
 	if len(rep.Destroyed) != 1 || rep.Destroyed[0].LeaseID != "ocl_orphan" {
 		t.Fatalf("sweep report %s", out)
 	}
@@ -409,6 +415,9 @@ func TestSweepDestroysUnknownLabelledLease(t *testing.T) {
 	}
 	if !ids[e.LeaseID] || !ids["ocl_other"] || ids["ocl_orphan"] || len(ids) != 2 {
 		t.Fatalf("live leases after sweep: %v", ids)
+	}
+	if _, err := g.do("DELETE", "/api/v1/environments/"+e.ID+"?wait=30s", nil, nil); err != nil {
+		t.Fatal(err)
 	}
 	g.stop()
 }

@@ -26,15 +26,9 @@ func newEnvCmd(g *globals) *cobra.Command {
 }
 
 // watchStates prints each state an environment reaches until done(e) holds or ctx ends.
-// Events already recorded when the watch starts are skipped when skip is set.
-func watchStates(ctx context.Context, c *api.Client, id string, skip bool, done func(envs.Environment) bool) (envs.Environment, error) {
-	seen := 0
-	if skip {
-		var evs []envs.Event
-		if _, err := c.Do(ctx, http.MethodGet, "/api/v1/environments/"+id+"/events", nil, &evs); err == nil {
-			seen = len(evs)
-		}
-	}
+// The first skip events (already shown) are not printed.
+func watchStates(ctx context.Context, c *api.Client, id string, skip int, done func(envs.Environment) bool) (envs.Environment, error) {
+	seen := skip
 	var e envs.Environment
 	for {
 		var evs []envs.Event
@@ -97,7 +91,7 @@ reached and the command exits non-zero if the environment fails.`,
 				bootstrap := info.Features["bootstrap"]
 				wctx, cancel := context.WithTimeout(ctx, timeout)
 				defer cancel()
-				e, err = watchStates(wctx, c, e.ID, false, func(e envs.Environment) bool {
+				e, err = watchStates(wctx, c, e.ID, 0, func(e envs.Environment) bool {
 					return e.State.Dead() || e.State == envs.Ready || e.State == envs.Attached || e.State == envs.Idle ||
 						(!bootstrap && e.State == envs.Bootstrapping)
 				})
@@ -285,7 +279,7 @@ until then the environment stays in destroying and the gateway retries with back
 			if !noWait && e.State != envs.Destroyed {
 				wctx, cancel := context.WithTimeout(ctx, timeout)
 				defer cancel()
-				e, err = watchStates(wctx, c, e.ID, false, func(e envs.Environment) bool { return e.State == envs.Destroyed })
+				e, err = watchStates(wctx, c, e.ID, 0, func(e envs.Environment) bool { return e.State == envs.Destroyed })
 				if err != nil {
 					return fmt.Errorf("%w (the gateway keeps retrying; last error: %s)", err, dash(e.Error))
 				}

@@ -26,6 +26,7 @@ func newProfileAddCmd(g *globals) *cobra.Command {
 	var p providers.Profile
 	var settings string
 	var idle, ttl string
+	var hygiene []string
 	cmd := &cobra.Command{
 		Use:   "add ID --provider P [--settings JSON]",
 		Short: "Create a profile",
@@ -62,6 +63,16 @@ func newProfileAddCmd(g *globals) *cobra.Command {
 					p.Lifetime.IdleTimeout = d
 				}
 			}
+			for _, h := range hygiene {
+				k, v, ok := strings.Cut(h, "=")
+				if !ok {
+					return fmt.Errorf("--hygiene %q must be check=enforce|warn", h)
+				}
+				if p.Hygiene == nil {
+					p.Hygiene = map[string]string{}
+				}
+				p.Hygiene[k] = v
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
@@ -83,6 +94,7 @@ func newProfileAddCmd(g *globals) *cobra.Command {
 	f.IntVar(&p.MaxEnvironments, "max-environments", 0, "at most this many live environments (default 4)")
 	f.StringSliceVar(&p.Sync.Exclude, "exclude", nil, "sync exclude pattern (repeatable)")
 	f.StringSliceVar(&p.Sync.Include, "include", nil, "sync include pattern (repeatable)")
+	f.StringSliceVar(&hygiene, "hygiene", nil, "box hygiene policy CHECK=enforce|warn (sshAgent, dockerSocket, cleanEnv, metadataRoute; repeatable)")
 	_ = cmd.MarkFlagRequired("provider")
 	return cmd
 }

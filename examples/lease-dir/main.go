@@ -2,6 +2,7 @@
 package main
 
 import (
+	"cmp"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -39,6 +41,8 @@ Fault injection:
   LEASE_DIR_WARMUP_FAIL=msg    warmup exits 3 with this message (like --fail)
   LEASE_DIR_INSPECT_GARBAGE=1  inspect prints malformed JSON
   LEASE_DIR_NO_HOSTKEY=1       inspect and list omit the host key
+  LEASE_DIR_LOCALBOX=PATH      back each lease with a real machine: PATH is the openclaw binary,
+                               whose localbox serves SSH for the lease (stop ends it)
   LEASE_DIR_STOP_FAILS=N       the first N stop calls exit 1 with "temporary error"
 `
 
@@ -53,8 +57,13 @@ type lease struct {
 	WarmupCalls int               `json:"warmupCalls"`
 	HostKey     string            `json:"hostKey,omitempty"`
 	KeyPath     string            `json:"keyPath,omitempty"`
-	CreatedAt   time.Time         `json:"createdAt"`
-	ExpiresAt   time.Time         `json:"expiresAt"`
+	// A lease backed by `openclaw localbox` (LEASE_DIR_LOCALBOX) is a real SSH machine.
+	BoxDir    string    `json:"boxDir,omitempty"`
+	BoxPID    int       `json:"boxPid,omitempty"`
+	Port      int       `json:"port,omitempty"`
+	User      string    `json:"user,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+	ExpiresAt time.Time `json:"expiresAt"`
 }
 
 var leaseIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
@@ -292,11 +301,66 @@ func (d *leaseDir) create(l *lease, w warmupArgs) error {
 	if err := writeAtomic(l.KeyPath, pem.EncodeToMemory(block), 0o600); err != nil {
 		return err
 	}
+	if bin := os.Getenv("LEASE_DIR_LOCALBOX"); bin != "" {
+		if err := d.startBox(l, w, bin); err != nil {
+			return err
+		}
+		hk = nil
+	}
 	now := time.Now().UTC().Truncate(time.Second)
 	l.State, l.Labels, l.Provider, l.Class = "ready", w.labels, w.provider, w.class
-	l.HostKey = strings.TrimSpace(string(ssh.MarshalAuthorizedKey(hk)))
+	if hk != nil {
+		l.HostKey = strings.TrimSpace(string(ssh.MarshalAuthorizedKey(hk)))
+	}
 	l.TTL, l.CreatedAt, l.ExpiresAt = w.ttl.String(), now, now.Add(w.ttl)
 	return nil
+}
+
+// startBox starts `openclaw localbox` for the lease, detached so it outlives this command, and
+// takes its port, user, host key and client key from the state file it writes.
+func (d *leaseDir) startBox(l *lease, w warmupArgs, bin string) error {
+	l.BoxDir = filepath.Join(d.dir, l.ID+".box")
+	args := []string{"localbox", "--dir", l.BoxDir, "--lease-id", l.ID}
+	for k, v := range w.labels {
+		args = append(args, "--label", k+"="+v)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start localbox: %w", err)
+	}
+	go func() { _ = cmd.Wait() }()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var st struct {
+			PID           int    `json:"pid"`
+			Port          int    `json:"port"`
+			User          string `json:"user"`
+			HostKey       string `json:"hostKey"`
+			ClientKeyPath string `json:"clientKeyPath"`
+		}
+		b, err := os.ReadFile(filepath.Join(l.BoxDir, ".localbox", "state.json"))
+		if err == nil && json.Unmarshal(b, &st) == nil && st.Port > 0 {
+			l.BoxPID, l.Port, l.User, l.HostKey, l.KeyPath = st.PID, st.Port, st.User, st.HostKey, st.ClientKeyPath
+			return nil
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			return errors.New("localbox did not start within 15s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stopBox stops a localbox process and waits (bounded) for it to exit.
+func stopBox(pid int) {
+	if syscall.Kill(pid, syscall.SIGTERM) != nil {
+		return
+	}
+	for i := 0; i < 250 && syscall.Kill(pid, 0) == nil; i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
 }
 
 // view is what inspect and list print, in Crabbox's inspect --json shape.
@@ -306,7 +370,7 @@ func view(l *lease) map[string]any {
 	}
 	v := map[string]any{
 		"id": l.ID, "state": l.State, "ready": true,
-		"sshHost": "127.0.0.1", "sshPort": 22, "sshUser": "box", "sshKey": l.KeyPath,
+		"sshHost": "127.0.0.1", "sshPort": cmp.Or(l.Port, 22), "sshUser": cmp.Or(l.User, "box"), "sshKey": l.KeyPath,
 		"expiresAt": l.ExpiresAt.Format(time.RFC3339), "labels": l.Labels,
 	}
 	if os.Getenv("LEASE_DIR_NO_HOSTKEY") != "1" {
@@ -369,12 +433,17 @@ func (d *leaseDir) stop(id string) error {
 	if err != nil {
 		return err
 	}
-	if l.KeyPath != "" {
+	if l.BoxPID != 0 {
+		stopBox(l.BoxPID)
+		if err := os.RemoveAll(l.BoxDir); err != nil {
+			return err
+		}
+	} else if l.KeyPath != "" {
 		if err := os.Remove(l.KeyPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 	}
-	l.State, l.HostKey, l.KeyPath = "released", "", ""
+	l.State, l.HostKey, l.KeyPath, l.BoxPID = "released", "", "", 0
 	return d.save(l)
 }
 
