@@ -310,3 +310,77 @@ func TestNetnsPartitionAndRestart(t *testing.T) {
 	waitGone(t, pid)
 	g.stop()
 }
+
+// netnsBox leases a box from lease-netns directly (outside the gateway) and returns its inspect view.
+func netnsBox(t *testing.T, state, id string) local.State {
+	t.Helper()
+	run := func(args ...string) []byte {
+		out, err := exec.Command(leaseNetnsBin, append([]string{"--state-dir", state}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("lease-netns %v: %v", args, err)
+		}
+		return out
+	}
+	run("warmup", "--lease-id", id)
+	t.Cleanup(func() { _ = exec.Command(leaseNetnsBin, "--state-dir", state, "stop", id).Run() })
+	var v struct {
+		SSHHost, SSHUser, SSHKey, SSHHostKey string
+		SSHPort                              int
+	}
+	if err := json.Unmarshal(run("inspect", "--id", id, "--json"), &v); err != nil {
+		t.Fatal(err)
+	}
+	return local.State{Host: v.SSHHost, Port: v.SSHPort, User: v.SSHUser, ClientKeyPath: v.SSHKey, HostKey: v.SSHHostKey}
+}
+
+// TestNetnsWarmBoxPinningAndWorkerDeath: against real OpenSSH sshd: a second environment on a warm
+// box uploads zero bundle bytes, a killed worker is relaunched, and a box presenting another host
+// key is refused with nothing uploaded.
+func TestNetnsWarmBoxPinningAndWorkerDeath(t *testing.T) {
+	_, state := netnsProfile(t)
+	warm := netnsBox(t, state, "ocl_warmtest01")
+	other := netnsBox(t, state, "ocl_othertest1")
+	cfg := fastWorkerConfig + "profiles:\n" + staticProfile("warm", warm, warm.HostKey) + staticProfile("liar", other, warm.HostKey)
+	g := startGateway(t, filepath.Join(t.TempDir(), "data"), cfg)
+
+	e1 := g.waitReady(g.createEnv("warm").ID)
+	if g.countNotes(e1.ID, "uploaded,") != 1 {
+		t.Fatal("cold box: no upload")
+	}
+	pid := workerPID(t, e1)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	g.waitNotes(e1.ID, "worker: launched", 2)
+	g.waitNotes(e1.ID, "worker: re-admitted", 1)
+	pid2 := workerPID(t, e1)
+	if pid2 == pid || !alive(pid2) {
+		t.Fatalf("worker not relaunched (%d → %d)", pid, pid2)
+	}
+	if _, err := g.do("DELETE", "/api/v1/environments/"+e1.ID+"?wait=30s", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pid2)
+	e2 := g.waitReady(g.createEnv("warm").ID)
+	if g.countNotes(e2.ID, "already installed (0 bytes uploaded)") != 1 {
+		t.Fatal("warm box uploaded the bundle again")
+	}
+
+	bad := g.waitEnv(g.createEnv("liar").ID, func(e envs.Environment) bool { return e.State.Dead() })
+	if bad.State != envs.Failed || !strings.Contains(bad.Error, "host key mismatch") {
+		t.Fatalf("mismatch: %s %q", bad.State, bad.Error)
+	}
+	var v struct{ Home string }
+	out, _ := exec.Command(leaseNetnsBin, "--state-dir", state, "inspect", "--id", "ocl_othertest1", "--json").Output()
+	_ = json.Unmarshal(out, &v)
+	if v.Home == "" {
+		t.Fatal("lease-netns inspect has no home")
+	}
+	if _, err := os.Stat(filepath.Join(v.Home, ".openclaw-worker")); !os.IsNotExist(err) {
+		t.Fatalf("something was uploaded to the box with the wrong host key: %v", err)
+	}
+	if _, err := g.do("DELETE", "/api/v1/environments/"+e2.ID+"?wait=30s", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	g.stop()
+}
