@@ -100,6 +100,8 @@ const (
 	CodeEpochMismatch      Code = "epoch-mismatch"
 	CodeSessionNotAttached Code = "session-not-attached"
 	CodeCapacityExceeded   Code = "capacity-exceeded"
+	CodeStaleBaseLeaf      Code = "stale-base-leaf"
+	CodeInvalidBatch       Code = "invalid-batch"
 	CodeInternal           Code = "internal"
 )
 

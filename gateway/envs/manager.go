@@ -439,8 +439,9 @@ func (m *Manager) provision(ctx context.Context, id string) {
 		}
 	}
 	if err != nil {
-		m.fail(ctx, id, "provision: "+err.Error())
+		// Release first, so an operator who sees "failed" is not paying for the machine any more.
 		m.releaseLease(ctx, id, prov, e.Profile, providers.Lease{ID: leaseID}, "provisioning failed")
+		m.fail(ctx, id, "provision: "+err.Error())
 		return
 	}
 	hostKeys, _ := json.Marshal(lease.HostKeys)
