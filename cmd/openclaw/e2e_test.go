@@ -193,10 +193,6 @@ func (g *gw) waitEnv(id string, cond func(envs.Environment) bool) envs.Environme
 	return e
 }
 
-func state(s envs.State) func(envs.Environment) bool {
-	return func(e envs.Environment) bool { return e.State == s }
-}
-
 // warmupCalls reads lease-dir's calls.log: one line per warmup call.
 func warmupCalls(t *testing.T, leaseDir string) []string {
 	t.Helper()

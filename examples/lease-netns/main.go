@@ -47,7 +47,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if len(rest) == 0 {
-		return errors.New("missing command\n" + usage)
+		return fmt.Errorf("missing command\n%s", usage)
 	}
 	cmd, args := rest[0], rest[1:]
 	if cmd == "help" || cmd == "-h" || cmd == "--help" {

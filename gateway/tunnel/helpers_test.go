@@ -113,19 +113,6 @@ func (b box) target(env, addr string) Target {
 
 func (b box) socket(rel string) string { return filepath.Join(b.Dir, rel) }
 
-type hostPort struct {
-	host string
-	port int
-}
-
-func netipAddrPort(addr string) (hostPort, error) {
-	ta, err := net.ResolveTCPAddr("tcp", addr)
-	if err != nil {
-		return hostPort{}, err
-	}
-	return hostPort{ta.IP.String(), ta.Port}, nil
-}
-
 // dialSocket connects to a forwarded socket from the box side, as a worker does.
 func dialSocket(t *testing.T, path string) net.Conn {
 	t.Helper()
