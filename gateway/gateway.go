@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/hub"
 	"github.com/openclaw/cloudworkers/gateway/profiles"
+	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
 	"github.com/openclaw/cloudworkers/internal/version"
@@ -138,6 +140,12 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	})
 	boot.SetEnvs(mgr)
 
+	sess, err := sessions.New(sessions.Config{DB: db, Log: log.With("subsystem", "sessions")})
+	if err != nil {
+		return err
+	}
+	defer sess.Close(context.Background())
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(newEnvCollector(db))
@@ -147,6 +155,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	srv := api.New(api.Config{
 		Token: token, DB: db, Profiles: profStore, Envs: mgr, Registry: reg,
 		Log: log.With("subsystem", "api"), GatewayID: gatewayID, Version: info.Version, Ready: ready.Load, Bootstrap: true,
+		Mount: []func(g *echo.Group){func(g *echo.Group) { sessions.RegisterAPI(g, sess) }},
 		WorkerInfo: func(envID string) api.WorkerInfo {
 			return api.WorkerInfo{Admitted: workers.Admitted(envID), TunnelStatus: string(tunnels.Status(envID)), TunnelEpoch: tunnels.Epoch(envID)}
 		},

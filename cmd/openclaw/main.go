@@ -84,6 +84,7 @@ token from <data-dir>/gateway.token, or --token.`,
 		newEnvCmd(g),
 		newLocalboxCmd(),
 		newWorkerCmd(),
+		newSessionCmd(g),
 	)
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)

@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/coder/websocket/wsjson"
+	"github.com/spf13/cobra"
+
+	"github.com/openclaw/cloudworkers/gateway/api"
+	"github.com/openclaw/cloudworkers/gateway/sessions"
+)
+
+func newSessionCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "session",
+		Aliases: []string{"sessions"},
+		Short:   "List, inspect, follow and export sessions",
+	}
+	cmd.AddCommand(newSessionCreateCmd(g), newSessionListCmd(g), newSessionShowCmd(g), newSessionWatchCmd(g),
+		newSessionExportCmd(g))
+	return cmd
+}
+
+func newSessionCreateCmd(g *globals) *cobra.Command {
+	var p sessions.CreateParams
+	cmd := &cobra.Command{
+		Use:   "create [--title T] [--model provider/model] [--workspace DIR]",
+		Short: "Create a session",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			asJSON, err := g.json()
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var ses sessions.Session
+			if _, err := c.Do(cmd.Context(), http.MethodPost, "/api/v1/sessions", p, &ses); err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(stdout, ses)
+			}
+			fmt.Fprintln(stdout, ses.ID)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&p.Title, "title", "", "session title")
+	f.StringVar(&p.Agent, "agent", "", "agent id (default "+sessions.DefaultAgent+")")
+	f.StringVar(&p.Model, "model", "", "model reference, provider/model")
+	f.StringVar(&p.Workspace, "workspace", "", "workspace directory")
+	addOutput(cmd, g)
+	return cmd
+}
+
+func newSessionListCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List sessions, most recently updated first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			asJSON, err := g.json()
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var list []sessions.Session
+			if _, err := c.Do(cmd.Context(), http.MethodGet, "/api/v1/sessions", nil, &list); err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(stdout, list)
+			}
+			w := table(stdout)
+			fmt.Fprintln(w, "ID\tTITLE\tAGENT\tMODEL\tPLACEMENT\tENVIRONMENT\tUPDATED")
+			for _, s := range list {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, dash(truncate(s.Title, 40)), s.Agent, dash(s.Model),
+					s.Placement, dash(s.EnvironmentID), humanMs(time.Since(s.UpdatedAt).Milliseconds())+" ago")
+			}
+			return w.Flush()
+		},
+	}
+	addOutput(cmd, g)
+	return cmd
+}
+
+func getTranscript(ctx context.Context, c *api.Client, id string) (sessions.Transcript, error) {
+	var t sessions.Transcript
+	_, err := c.Do(ctx, http.MethodGet, "/api/v1/sessions/"+url.PathEscape(id)+"/transcript", nil, &t)
+	return t, err
+}
+
+func newSessionShowCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show a session and its transcript tree",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			asJSON, err := g.json()
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			t, err := getTranscript(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(stdout, t)
+			}
+			s := t.Session
+			w := table(stdout)
+			row := func(k, v string) { fmt.Fprintf(w, "%s\t%s\n", k, dash(v)) }
+			row("id", s.ID)
+			row("title", s.Title)
+			row("agent", s.Agent)
+			row("model", s.Model)
+			row("workspace", s.Workspace)
+			row("placement", string(s.Placement))
+			row("environment", s.EnvironmentID)
+			row("owner epoch", fmt.Sprint(s.OwnerEpoch))
+			row("leaf", s.LeafID)
+			row("entries", fmt.Sprint(len(t.Entries)))
+			row("created", s.CreatedAt.Local().Format(time.RFC3339))
+			row("updated", s.UpdatedAt.Local().Format(time.RFC3339))
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			if len(t.Entries) > 0 {
+				fmt.Fprintln(stdout)
+				w = table(stdout)
+				fmt.Fprintln(w, "ENTRY\tPARENT\tTYPE\tRUN\tSUMMARY")
+				for _, e := range t.Entries {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", e.ID, dash(e.ParentID), e.Type, e.RunEpoch, entrySummary(e))
+				}
+				return w.Flush()
+			}
+			return nil
+		},
+	}
+	addOutput(cmd, g)
+	return cmd
+}
+
+func entrySummary(e sessions.Entry) string {
+	s := strings.Join(strings.Fields(string(e.Content)), " ")
+	return truncate(s, 70)
+}
+
+func newSessionExportCmd(g *globals) *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "export ID [-o FILE]",
+		Short: "Export a transcript as JSONL in the upstream session file layout",
+		Long: `Export a session's transcript tree as JSONL in the upstream (pi) session file layout: a header line
+{"type":"session","version":3,"id","timestamp","cwd"} and then one line per entry
+{"type","id","parentId","timestamp",...}. Without -o the JSONL goes to stdout.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			t, err := getTranscript(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
+			}
+			if out == "" || out == "-" {
+				return sessions.WriteJSONL(stdout, t)
+			}
+			return writeFileAtomic(out, func(w io.Writer) error { return sessions.WriteJSONL(w, t) })
+		},
+	}
+	cmd.Flags().StringVarP(&out, "output", "o", "", "file to write (default stdout)")
+	return cmd
+}
+
+// writeFileAtomic writes path through a temp file that is fsynced and renamed into place.
+func writeFileAtomic(path string, write func(io.Writer) error) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+func newSessionWatchCmd(g *globals) *cobra.Command {
+	var cursor uint64
+	var thinking bool
+	cmd := &cobra.Command{
+		Use:   "watch ID [--cursor N]",
+		Short: "Follow a session's live events: assistant text, tool activity, run lifecycle",
+		Long: `Follow a session's live events. Retained events after --cursor are replayed first (0: all
+retained), then new ones are printed as they happen: assistant text on stdout, tool activity and run
+lifecycle on stderr. A watcher that falls behind is disconnected by the gateway and reconnects from the
+last event it printed.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			p := &livePrinter{out: stdout, info: stderr, thinking: thinking}
+			for {
+				err := watchOnce(cmd.Context(), c, args[0], &cursor, p)
+				var ce websocket.CloseError
+				if errors.As(err, &ce) && ce.Code == websocket.StatusTryAgainLater {
+					p.note("(fell behind; resuming after event %d)", cursor)
+					continue
+				}
+				if cmd.Context().Err() != nil {
+					return nil
+				}
+				return err
+			}
+		},
+	}
+	cmd.Flags().Uint64Var(&cursor, "cursor", 0, "replay retained events after this cursor")
+	cmd.Flags().BoolVar(&thinking, "thinking", false, "also print thinking deltas (on stderr)")
+	return cmd
+}
+
+// watchOnce follows one stream connection, advancing *cursor past every event printed.
+func watchOnce(ctx context.Context, c *api.Client, id string, cursor *uint64, p *livePrinter) error {
+	u := "ws" + strings.TrimPrefix(c.BaseURL, "http") + "/api/v1/sessions/" + url.PathEscape(id) + "/stream?cursor=" + fmt.Sprint(*cursor)
+	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{
+		HTTPHeader: http.Header{"Authorization": []string{"Bearer " + c.Token}},
+	})
+	if err != nil {
+		if resp != nil && resp.StatusCode == http.StatusNotFound {
+			return fmt.Errorf("session %s not found", id)
+		}
+		return fmt.Errorf("watch session %s: %w", id, err)
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(32 << 20)
+	for {
+		var m sessions.StreamMessage
+		if err := wsjson.Read(ctx, conn, &m); err != nil {
+			return err
+		}
+		switch {
+		case m.Type == "gap":
+			p.note("(%d earlier events are no longer retained)", m.Missed)
+		case m.LiveRecord != nil:
+			p.print(m.LiveRecord)
+			*cursor = m.Cursor
+		}
+	}
+}
+
+// livePrinter renders live events for a terminal.
+type livePrinter struct {
+	out, info io.Writer
+	thinking  bool
+	midLine   bool // the last text delta did not end a line
+}
+
+func (p *livePrinter) note(format string, args ...any) {
+	if p.midLine {
+		fmt.Fprintln(p.out)
+		p.midLine = false
+	}
+	fmt.Fprintf(p.info, format+"\n", args...)
+}
+
+func (p *livePrinter) print(r *sessions.LiveRecord) {
+	e := r.Event
+	switch e.Type {
+	case sessions.LiveTextDelta:
+		fmt.Fprint(p.out, e.Delta)
+		p.midLine = !strings.HasSuffix(e.Delta, "\n")
+	case sessions.LiveThinkingDelta:
+		if p.thinking {
+			fmt.Fprint(p.info, e.Delta)
+		}
+	case sessions.LiveToolStart:
+		p.note("→ %s %s", e.ToolName, truncate(string(e.Args), 120))
+	case sessions.LiveToolUpdate:
+	case sessions.LiveToolResult:
+		status := "ok"
+		if e.IsError {
+			status = "error"
+		}
+		p.note("← %s %s %s", dash(e.ToolName), status, truncate(strings.Join(strings.Fields(string(e.Result)), " "), 120))
+	case sessions.LiveLifecycleStart:
+		p.note("[run %s started]", dash(r.RunID))
+	case sessions.LiveLifecycleEnd:
+		p.note("[run %s ended]", dash(r.RunID))
+	case sessions.LiveLifecycleError:
+		p.note("[run %s failed: %s]", dash(r.RunID), e.Error)
+	}
+}

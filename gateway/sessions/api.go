@@ -1,0 +1,216 @@
+package sessions
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/coder/websocket/wsjson"
+	"github.com/labstack/echo/v4"
+
+	"github.com/openclaw/cloudworkers/gateway/store"
+)
+
+// streamWriteTimeout bounds one WebSocket write; a peer that stops reading is disconnected.
+const streamWriteTimeout = 10 * time.Second
+
+// Close reasons of the stream WebSockets.
+const (
+	CloseReasonLagged = "lagged"
+	CloseReasonClosed = "closed"
+)
+
+// StreamMessage is one WebSocket message of GET /sessions/:id/stream: a live record
+// ({"type":"live","cursor",...}) or, first, a gap ({"type":"gap","missed":N}) when events after the
+// requested cursor are no longer retained.
+type StreamMessage struct {
+	Type   string `json:"type"`
+	Missed uint64 `json:"missed,omitempty"`
+	*LiveRecord
+}
+
+// ChangeMessage is one WebSocket message of GET /events: {"type":"change","cursor","kind","id","at"}
+// or a gap.
+type ChangeMessage struct {
+	Type   string `json:"type"`
+	Missed uint64 `json:"missed,omitempty"`
+	*Change
+}
+
+// RegisterAPI mounts the session routes on g (the caller adds auth):
+//
+//	POST /sessions, GET /sessions, GET /sessions/:id, GET /sessions/:id/transcript,
+//	GET /sessions/:id/stream?cursor=N (WebSocket), GET /events?cursor=N (WebSocket).
+func RegisterAPI(g *echo.Group, s *Store) {
+	h := &handlers{s: s}
+	g.POST("/sessions", h.create)
+	g.GET("/sessions", h.list)
+	g.GET("/sessions/:id", h.get)
+	g.GET("/sessions/:id/transcript", h.transcript)
+	g.GET("/sessions/:id/stream", h.stream)
+	g.GET("/events", h.events)
+}
+
+type handlers struct{ s *Store }
+
+// apiError writes the gateway's JSON error body {"error":{"code","message"}}.
+func apiError(c echo.Context, status int, code, format string, args ...any) error {
+	return c.JSON(status, map[string]any{"error": map[string]string{"code": code, "message": fmt.Sprintf(format, args...)}})
+}
+
+func (h *handlers) fail(c echo.Context, err error) error {
+	var se *Error
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return apiError(c, http.StatusNotFound, "not-found", "%v", err)
+	case errors.As(err, &se):
+		return apiError(c, http.StatusConflict, string(se.Code), "%s", se.Message)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return apiError(c, http.StatusGatewayTimeout, "timeout", "%v", err)
+	}
+	h.s.cfg.Log.Error("sessions api", "path", c.Request().URL.Path, "err", err)
+	return apiError(c, http.StatusInternalServerError, "internal", "%v", err)
+}
+
+func (h *handlers) create(c echo.Context) error {
+	var p CreateParams
+	body, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		return apiError(c, http.StatusBadRequest, "bad-request", "read body: %v", err)
+	}
+	if len(body) > 0 {
+		if err := strictJSON(body, &p); err != nil {
+			return apiError(c, http.StatusBadRequest, "bad-request", "%v", err)
+		}
+	}
+	if len(p.Title) > MaxTitleLen {
+		return apiError(c, http.StatusBadRequest, "invalid-field", "title longer than %d bytes", MaxTitleLen)
+	}
+	ses, err := h.s.Create(c.Request().Context(), p)
+	if err != nil {
+		return h.fail(c, err)
+	}
+	return c.JSON(http.StatusCreated, ses)
+}
+
+func strictJSON(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("trailing data after JSON value")
+	}
+	return nil
+}
+
+func (h *handlers) list(c echo.Context) error {
+	list, err := h.s.List(c.Request().Context())
+	if err != nil {
+		return h.fail(c, err)
+	}
+	return c.JSON(http.StatusOK, list)
+}
+
+func (h *handlers) get(c echo.Context) error {
+	ses, err := h.s.Get(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return h.fail(c, err)
+	}
+	return c.JSON(http.StatusOK, ses)
+}
+
+func (h *handlers) transcript(c echo.Context) error {
+	t, err := h.s.Transcript(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return h.fail(c, err)
+	}
+	return c.JSON(http.StatusOK, t)
+}
+
+func cursorParam(c echo.Context) (uint64, error) {
+	v := c.QueryParam("cursor")
+	if v == "" {
+		return 0, nil
+	}
+	return strconv.ParseUint(v, 10, 64)
+}
+
+func (h *handlers) stream(c echo.Context) error {
+	cursor, err := cursorParam(c)
+	if err != nil {
+		return apiError(c, http.StatusBadRequest, "invalid-field", "cursor: %v", err)
+	}
+	sub, err := h.s.Subscribe(c.Request().Context(), c.Param("id"), cursor)
+	if err != nil {
+		return h.fail(c, err)
+	}
+	defer sub.Close()
+	var gap any
+	if sub.Missed > 0 {
+		gap = StreamMessage{Type: "gap", Missed: sub.Missed}
+	}
+	return serveFeed(c, sub, gap, func(r *LiveRecord) any { return StreamMessage{Type: "live", LiveRecord: r} })
+}
+
+func (h *handlers) events(c echo.Context) error {
+	cursor, err := cursorParam(c)
+	if err != nil {
+		return apiError(c, http.StatusBadRequest, "invalid-field", "cursor: %v", err)
+	}
+	sub := h.s.SubscribeChanges(cursor)
+	defer sub.Close()
+	var gap any
+	if sub.Missed > 0 {
+		gap = ChangeMessage{Type: "gap", Missed: sub.Missed}
+	}
+	return serveFeed(c, sub, gap, func(ch *Change) any { return ChangeMessage{Type: "change", Change: ch} })
+}
+
+// serveFeed upgrades to a WebSocket and writes the subscription's items until either side ends. A
+// lagged subscription closes the socket with status 1013 and reason "lagged"; the client reconnects
+// with the cursor of the last item it received.
+func serveFeed[T any](c echo.Context, sub *Subscription[T], first any, msg func(T) any) error {
+	conn, err := websocket.Accept(c.Response(), c.Request(), nil)
+	if err != nil {
+		return nil // Accept has written the HTTP error
+	}
+	defer conn.CloseNow()
+	ctx := conn.CloseRead(c.Request().Context())
+	write := func(v any) error {
+		wctx, cancel := context.WithTimeout(ctx, streamWriteTimeout)
+		defer cancel()
+		return wsjson.Write(wctx, conn, v)
+	}
+	if first != nil {
+		if err := write(first); err != nil {
+			return nil
+		}
+	}
+	for {
+		select {
+		case it, ok := <-sub.C():
+			if !ok {
+				if errors.Is(sub.Err(), ErrLagged) {
+					_ = conn.Close(websocket.StatusTryAgainLater, CloseReasonLagged)
+				} else {
+					_ = conn.Close(websocket.StatusGoingAway, CloseReasonClosed)
+				}
+				return nil
+			}
+			if err := write(msg(it)); err != nil {
+				return nil
+			}
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}

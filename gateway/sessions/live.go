@@ -1,0 +1,337 @@
+package sessions
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/protocol"
+)
+
+// LiveEventType discriminates the LiveEvent union.
+type LiveEventType string
+
+// Live event types.
+const (
+	LiveTextDelta      LiveEventType = "text_delta"      // Delta
+	LiveThinkingDelta  LiveEventType = "thinking_delta"  // Delta
+	LiveToolStart      LiveEventType = "tool_start"      // ToolCallID, ToolName, Args?
+	LiveToolUpdate     LiveEventType = "tool_update"     // ToolCallID, ToolName?, PartialResult
+	LiveToolResult     LiveEventType = "tool_result"     // ToolCallID, ToolName?, Result?, IsError?
+	LiveLifecycleStart LiveEventType = "lifecycle_start" // nothing else
+	LiveLifecycleEnd   LiveEventType = "lifecycle_end"   // nothing else
+	LiveLifecycleError LiveEventType = "lifecycle_error" // Error
+)
+
+// Lifecycle reports whether t is a run lifecycle event.
+func (t LiveEventType) Lifecycle() bool {
+	return t == LiveLifecycleStart || t == LiveLifecycleEnd || t == LiveLifecycleError
+}
+
+// LiveEvent is the typed union of process-local live events of a run. Only the fields of its Type may be set.
+type LiveEvent struct {
+	Type          LiveEventType   `json:"type"`
+	Delta         string          `json:"delta,omitempty"`
+	ToolCallID    string          `json:"toolCallId,omitempty"`
+	ToolName      string          `json:"toolName,omitempty"`
+	Args          json.RawMessage `json:"args,omitempty"`
+	PartialResult json.RawMessage `json:"partialResult,omitempty"`
+	Result        json.RawMessage `json:"result,omitempty"`
+	IsError       bool            `json:"isError,omitempty"`
+	Error         string          `json:"error,omitempty"`
+}
+
+// Validate checks that the event has the fields its type requires and no others.
+func (e LiveEvent) Validate() error {
+	set := map[string]bool{
+		"delta": e.Delta != "", "toolCallId": e.ToolCallID != "", "toolName": e.ToolName != "",
+		"args": len(e.Args) > 0, "partialResult": len(e.PartialResult) > 0, "result": len(e.Result) > 0,
+		"isError": e.IsError, "error": e.Error != "",
+	}
+	var required, optional []string
+	switch e.Type {
+	case LiveTextDelta, LiveThinkingDelta:
+		required = []string{"delta"}
+	case LiveToolStart:
+		required, optional = []string{"toolCallId", "toolName"}, []string{"args"}
+	case LiveToolUpdate:
+		required, optional = []string{"toolCallId", "partialResult"}, []string{"toolName"}
+	case LiveToolResult:
+		required, optional = []string{"toolCallId"}, []string{"toolName", "result", "isError"}
+	case LiveLifecycleStart, LiveLifecycleEnd:
+	case LiveLifecycleError:
+		required = []string{"error"}
+	default:
+		return fmt.Errorf("unknown live event type %.32q", string(e.Type))
+	}
+	for _, k := range required {
+		if !set[k] {
+			return fmt.Errorf("%s event: missing %s", e.Type, k)
+		}
+		delete(set, k)
+	}
+	for _, k := range optional {
+		delete(set, k)
+	}
+	for k, v := range set {
+		if v {
+			return fmt.Errorf("%s event: field %s belongs to another event type", e.Type, k)
+		}
+	}
+	for name, raw := range map[string]json.RawMessage{"args": e.Args, "partialResult": e.PartialResult, "result": e.Result} {
+		if len(raw) > 0 && !json.Valid(raw) {
+			return fmt.Errorf("%s event: %s is not JSON", e.Type, name)
+		}
+	}
+	return nil
+}
+
+// LiveParams are one live event from a run. (SessionID, OwnerEpoch) come from the caller's binding.
+type LiveParams struct {
+	SessionID  string
+	OwnerEpoch uint64
+	RunEpoch   uint64
+	RunID      string
+	// Seq numbers the events of one (OwnerEpoch, RunEpoch) stream from 1.
+	Seq uint64
+	// LastAckedSeq is the worker's view of the cumulative ACK; informational.
+	LastAckedSeq uint64
+	Event        LiveEvent
+}
+
+// LiveRequest is the wire params of worker.live-event.
+type LiveRequest struct {
+	RunEpoch     uint64    `json:"runEpoch"`
+	LastAckedSeq uint64    `json:"lastAckedSeq"`
+	Seq          uint64    `json:"seq"`
+	RunID        string    `json:"runId"`
+	Event        LiveEvent `json:"event"`
+}
+
+// LiveResult is the wire payload answering worker.live-event.
+type LiveResult struct {
+	AckedSeq uint64 `json:"ackedSeq"`
+}
+
+// DecodeLive strictly decodes worker.live-event params for the worker's bound session and owner epoch.
+func DecodeLive(sessionID string, ownerEpoch uint64, raw json.RawMessage) (LiveParams, error) {
+	var req LiveRequest
+	if err := protocol.DecodeParams(raw, &req); err != nil {
+		return LiveParams{}, &Error{Code: protocol.CodeInvalidFrame, Message: err.Error(), Err: err}
+	}
+	p := LiveParams{SessionID: sessionID, OwnerEpoch: ownerEpoch, RunEpoch: req.RunEpoch, RunID: req.RunID,
+		Seq: req.Seq, LastAckedSeq: req.LastAckedSeq, Event: req.Event}
+	if err := p.Event.Validate(); err != nil {
+		return LiveParams{}, &Error{Code: protocol.CodeInvalidFrame, Message: err.Error(), Err: err}
+	}
+	return p, nil
+}
+
+// LiveRecord is a live event as subscribers see it. Cursor numbers the session's stream across runs
+// and gateway restarts; a subscriber resumes after the last Cursor it received.
+type LiveRecord struct {
+	Cursor    uint64    `json:"cursor"`
+	SessionID string    `json:"sessionId"`
+	RunEpoch  uint64    `json:"runEpoch"`
+	RunID     string    `json:"runId,omitempty"`
+	Seq       uint64    `json:"seq"`
+	At        time.Time `json:"at"`
+	Event     LiveEvent `json:"event"`
+}
+
+func (r *LiveRecord) cursor() uint64 { return r.Cursor }
+
+// liveState is the in-memory ACK cursor and fan-out of one session. The in-memory cursor is the truth
+// while the gateway runs; the persisted copy may lag only after a failed write, and catches up on the
+// next event.
+type liveState struct {
+	ready   chan struct{} // closed once loaded from SQLite
+	loadErr error
+	// mu serialises PublishLive for the session; it is held across the cursor write.
+	mu                           chan struct{}
+	owner, run, acked            uint64
+	runID                        string
+	stream                       uint64 // last Cursor assigned
+	persistedAcked               uint64
+	persistedOwner, persistedRun uint64
+	feed                         *feed[*LiveRecord]
+}
+
+func (ls *liveState) lock(ctx context.Context) error {
+	select {
+	case ls.mu <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (ls *liveState) unlock() { <-ls.mu }
+
+// liveFor returns the loaded live state of a session.
+func (s *Store) liveFor(ctx context.Context, id string) (*liveState, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	ls, ok := s.live[id]
+	if !ok {
+		ls = &liveState{ready: make(chan struct{}), mu: make(chan struct{}, 1),
+			feed: newFeed[*LiveRecord](s.cfg.Retention, s.cfg.SubscriberBuffer, 0)}
+		s.live[id] = ls
+	}
+	s.mu.Unlock()
+	if ok {
+		select {
+		case <-ls.ready:
+			return ls, ls.loadErr
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	ls.loadErr = s.loadLive(ctx, id, ls)
+	if ls.loadErr != nil {
+		s.mu.Lock()
+		delete(s.live, id)
+		s.mu.Unlock()
+	}
+	close(ls.ready)
+	return ls, ls.loadErr
+}
+
+func (s *Store) loadLive(ctx context.Context, id string, ls *liveState) error {
+	var n int
+	if err := s.db.R.QueryRowContext(ctx, `SELECT COUNT(*) FROM sessions WHERE id = ?`, id).Scan(&n); err != nil {
+		return fmt.Errorf("load live cursor of %s: %w", id, err)
+	}
+	if n == 0 {
+		return notFound(id)
+	}
+	err := s.db.R.QueryRowContext(ctx, `SELECT owner_epoch, run_epoch, run_id, acked_seq, stream_seq FROM live_cursors
+		WHERE session_id = ?`, id).Scan(&ls.owner, &ls.run, &ls.runID, &ls.acked, &ls.stream)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("load live cursor of %s: %w", id, err)
+	}
+	ls.persistedOwner, ls.persistedRun, ls.persistedAcked = ls.owner, ls.run, ls.acked
+	ls.feed.mu.Lock()
+	ls.feed.last = ls.stream
+	ls.feed.mu.Unlock()
+	return nil
+}
+
+// PublishLive accepts one live event and returns the cumulative ACK of its stream. A seq already
+// acknowledged is acknowledged again without being published twice; a seq past ackedSeq+1 is
+// resync-required; an event of an older run epoch, or of an owner epoch that is not the session's, is
+// epoch-mismatch. The event reaches subscribers before the ACK is returned.
+func (s *Store) PublishLive(ctx context.Context, p LiveParams) (uint64, error) {
+	if err := p.Event.Validate(); err != nil {
+		return 0, &Error{Code: protocol.CodeInvalidFrame, Message: err.Error(), Err: err}
+	}
+	if p.Seq == 0 || p.RunEpoch == 0 {
+		return 0, errorf(protocol.CodeInvalidFrame, "runEpoch and seq start at 1")
+	}
+	ls, err := s.liveFor(ctx, p.SessionID)
+	if err != nil {
+		return 0, err
+	}
+	if err := ls.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer ls.unlock()
+	var acked uint64
+	published := false
+	err = s.db.InTx(ctx, func(tx *sql.Tx) error {
+		var owner uint64
+		err := tx.QueryRowContext(ctx, `SELECT owner_epoch FROM sessions WHERE id = ?`, p.SessionID).Scan(&owner)
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound(p.SessionID)
+		}
+		if err != nil {
+			return err
+		}
+		if p.OwnerEpoch != owner {
+			return errorf(protocol.CodeEpochMismatch, "owner epoch %d is not the session's active epoch %d", p.OwnerEpoch, owner)
+		}
+		curAcked := ls.acked
+		switch {
+		case p.OwnerEpoch < ls.owner || (p.OwnerEpoch == ls.owner && p.RunEpoch < ls.run):
+			return errorf(protocol.CodeEpochMismatch, "late event of run epoch %d/%d; the stream is at %d/%d",
+				p.OwnerEpoch, p.RunEpoch, ls.owner, ls.run)
+		case p.OwnerEpoch > ls.owner || p.RunEpoch > ls.run:
+			curAcked = 0 // a new run stream
+		}
+		if p.Seq <= curAcked {
+			acked = curAcked
+			if ls.persistedAcked == ls.acked && ls.persistedOwner == ls.owner && ls.persistedRun == ls.run {
+				return nil
+			}
+			return s.writeCursor(ctx, tx, p.SessionID, ls, ls.owner, ls.run, ls.runID, ls.acked, ls.stream)
+		}
+		if p.Seq > curAcked+1 {
+			return &Error{Code: CodeResyncRequired, AckedSeq: curAcked, ExpectedSeq: curAcked + 1,
+				Message: fmt.Sprintf("seq %d skips ahead: ackedSeq %d, expectedSeq %d", p.Seq, curAcked, curAcked+1)}
+		}
+		rec := &LiveRecord{Cursor: ls.stream + 1, SessionID: p.SessionID, RunEpoch: p.RunEpoch, RunID: p.RunID,
+			Seq: p.Seq, At: s.now(), Event: p.Event}
+		if err := s.writeCursor(ctx, tx, p.SessionID, ls, p.OwnerEpoch, p.RunEpoch, p.RunID, p.Seq, rec.Cursor); err != nil {
+			return err
+		}
+		// Publish before the commit: if the gateway dies in between, the worker resends this seq and it is
+		// published again under the same Cursor, which a resuming subscriber skips.
+		ls.owner, ls.run, ls.runID, ls.acked, ls.stream = p.OwnerEpoch, p.RunEpoch, p.RunID, p.Seq, rec.Cursor
+		ls.feed.publish(rec)
+		acked, published = p.Seq, true
+		return nil
+	})
+	if err != nil {
+		var se *Error
+		if errors.As(err, &se) {
+			return 0, se
+		}
+		// A failed commit leaves the persisted cursor behind the in-memory one; the retry catches it up.
+		ls.persistedAcked = 0
+		return 0, fmt.Errorf("live event of session %s: %w", p.SessionID, err)
+	}
+	if published && p.Event.Type.Lifecycle() {
+		s.Notify(ChangeSessionUpdated, p.SessionID)
+	}
+	return acked, nil
+}
+
+func (s *Store) writeCursor(ctx context.Context, tx *sql.Tx, id string, ls *liveState, owner, run uint64, runID string, acked, stream uint64) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO live_cursors(session_id, owner_epoch, run_epoch, run_id, acked_seq, stream_seq, updated_at)
+		VALUES(?,?,?,?,?,?,?) ON CONFLICT(session_id) DO UPDATE SET owner_epoch = excluded.owner_epoch,
+		run_epoch = excluded.run_epoch, run_id = excluded.run_id, acked_seq = excluded.acked_seq,
+		stream_seq = excluded.stream_seq, updated_at = excluded.updated_at`,
+		id, owner, run, runID, acked, stream, store.FormatTime(s.now()))
+	if err != nil {
+		return fmt.Errorf("write live cursor: %w", err)
+	}
+	ls.persistedOwner, ls.persistedRun, ls.persistedAcked = owner, run, acked
+	return nil
+}
+
+// Subscribe follows a session's live events after cursor (0: everything retained), replaying the
+// retained ones first. The subscription is dropped with ErrLagged if its reader falls more than
+// Config.SubscriberBuffer events behind; publishers never wait for it.
+func (s *Store) Subscribe(ctx context.Context, sessionID string, cursor uint64) (*Subscription[*LiveRecord], error) {
+	ls, err := s.liveFor(ctx, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	return ls.feed.subscribe(cursor), nil
+}
+
+// LiveCursor returns the Cursor of the newest live event of a session.
+func (s *Store) LiveCursor(ctx context.Context, sessionID string) (uint64, error) {
+	ls, err := s.liveFor(ctx, sessionID)
+	if err != nil {
+		return 0, err
+	}
+	return ls.feed.lastCursor(), nil
+}

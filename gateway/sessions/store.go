@@ -1,0 +1,274 @@
+package sessions
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/store"
+)
+
+// Defaults of Config.
+const (
+	DefaultRetention        = 2000
+	DefaultSubscriberBuffer = 256
+	DefaultChangesRetention = 1024
+	// DefaultAgent is the agent of a session created without one.
+	DefaultAgent = "main"
+	// MaxTitleLen bounds a session title, in bytes.
+	MaxTitleLen = 512
+)
+
+// Config configures a Store.
+type Config struct {
+	DB *store.DB
+	// Retention is how many live events are kept in memory per session for replay (default 2000).
+	Retention int
+	// SubscriberBuffer is how many items a subscriber may fall behind before it is dropped (default 256).
+	SubscriberBuffer int
+	// ChangesRetention is how many gateway-wide changes are kept for replay (default 1024).
+	ChangesRetention int
+	Log              *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if c.Retention == 0 {
+		c.Retention = DefaultRetention
+	}
+	if c.SubscriberBuffer == 0 {
+		c.SubscriberBuffer = DefaultSubscriberBuffer
+	}
+	if c.ChangesRetention == 0 {
+		c.ChangesRetention = DefaultChangesRetention
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Validate reports a config that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.DB == nil:
+		return errors.New("sessions: DB is required")
+	case c.Retention < 1 || c.SubscriberBuffer < 1 || c.ChangesRetention < 1:
+		return errors.New("sessions: Retention, SubscriberBuffer and ChangesRetention must be positive")
+	}
+	return nil
+}
+
+// PlacementState is where a session's agent loop runs. The dispatch work owns the transitions; this
+// package only stores the value.
+type PlacementState string
+
+// PlacementLocal is a session whose loop runs in the gateway.
+const PlacementLocal PlacementState = "local"
+
+// Session is one conversation: its metadata, transcript leaf and placement fields.
+type Session struct {
+	ID        string `json:"id"`
+	Title     string `json:"title"`
+	Agent     string `json:"agent"`
+	Model     string `json:"model"` // model reference, "provider/model"
+	Workspace string `json:"workspace"`
+	// LeafID is the transcript entry the next commit appends under; "" for an empty transcript.
+	LeafID            string         `json:"leafId"`
+	Placement         PlacementState `json:"placement"`
+	EnvironmentID     string         `json:"environmentId,omitempty"`
+	OwnerEpoch        uint64         `json:"ownerEpoch"`
+	LifecycleRevision uint64         `json:"lifecycleRevision"`
+	CreatedAt         time.Time      `json:"createdAt"`
+	UpdatedAt         time.Time      `json:"updatedAt"`
+}
+
+// CreateParams are the caller-chosen fields of a new session.
+type CreateParams struct {
+	Title     string `json:"title,omitempty"`
+	Agent     string `json:"agent,omitempty"`
+	Model     string `json:"model,omitempty"`
+	Workspace string `json:"workspace,omitempty"`
+}
+
+// Change kinds on the gateway-wide changes feed. Other packages pass their own kinds to Notify.
+const (
+	ChangeSessionCreated = "session.created"
+	ChangeSessionUpdated = "session.updated"
+)
+
+// Change is one item of the gateway-wide changes feed.
+type Change struct {
+	Cursor uint64    `json:"cursor"`
+	Kind   string    `json:"kind"`
+	ID     string    `json:"id"`
+	At     time.Time `json:"at"`
+}
+
+func (c *Change) cursor() uint64 { return c.Cursor }
+
+// Store is the session store. Both placements call its methods directly.
+type Store struct {
+	cfg     Config
+	db      *store.DB
+	changes *feed[*Change]
+
+	mu     sync.Mutex
+	live   map[string]*liveState
+	closed bool
+}
+
+// New returns a store over cfg.DB (already migrated by store.Open). Close releases subscribers.
+func New(cfg Config) (*Store, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Store{
+		cfg:     cfg,
+		db:      cfg.DB,
+		changes: newFeed[*Change](cfg.ChangesRetention, cfg.SubscriberBuffer, 0),
+		live:    map[string]*liveState{},
+	}, nil
+}
+
+// Close ends every subscription. It does not close the database.
+func (s *Store) Close(context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	states := make([]*liveState, 0, len(s.live))
+	for _, ls := range s.live {
+		states = append(states, ls)
+	}
+	s.mu.Unlock()
+	for _, ls := range states {
+		ls.feed.close()
+	}
+	s.changes.close()
+	return nil
+}
+
+func newID(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+func (s *Store) now() time.Time { return s.cfg.Now().UTC() }
+
+// Create inserts a new session.
+func (s *Store) Create(ctx context.Context, p CreateParams) (Session, error) {
+	if len(p.Title) > MaxTitleLen {
+		return Session{}, fmt.Errorf("create session: title longer than %d bytes", MaxTitleLen)
+	}
+	if p.Agent == "" {
+		p.Agent = DefaultAgent
+	}
+	now := store.ParseTime(store.FormatTime(s.now()))
+	ses := Session{
+		ID: newID("ses_"), Title: p.Title, Agent: p.Agent, Model: p.Model, Workspace: p.Workspace,
+		Placement: PlacementLocal, OwnerEpoch: 1, CreatedAt: now, UpdatedAt: now,
+	}
+	err := s.db.InTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO sessions(id, title, agent, model, workspace, placement_state,
+			owner_epoch, created_at, updated_at) VALUES(?,?,?,?,?,?,?,?,?)`,
+			ses.ID, ses.Title, ses.Agent, ses.Model, ses.Workspace, string(ses.Placement), ses.OwnerEpoch,
+			store.FormatTime(now), store.FormatTime(now))
+		if err != nil {
+			return err
+		}
+		return store.Audit(ctx, tx, "session.create", "", fmt.Sprintf("session %s agent %s model %q", ses.ID, ses.Agent, ses.Model))
+	})
+	if err != nil {
+		return Session{}, fmt.Errorf("create session: %w", err)
+	}
+	s.Notify(ChangeSessionCreated, ses.ID)
+	return ses, nil
+}
+
+const sessionCols = `id, title, agent, model, workspace, leaf_id, placement_state, environment_id, owner_epoch,
+	lifecycle_revision, created_at, updated_at`
+
+type scanner interface{ Scan(...any) error }
+
+func scanSession(r scanner) (Session, error) {
+	var ses Session
+	var placement, created, updated string
+	err := r.Scan(&ses.ID, &ses.Title, &ses.Agent, &ses.Model, &ses.Workspace, &ses.LeafID, &placement,
+		&ses.EnvironmentID, &ses.OwnerEpoch, &ses.LifecycleRevision, &created, &updated)
+	ses.Placement = PlacementState(placement)
+	ses.CreatedAt, ses.UpdatedAt = store.ParseTime(created), store.ParseTime(updated)
+	return ses, err
+}
+
+// Get returns one session; an unknown id is an *Error wrapping ErrNotFound.
+func (s *Store) Get(ctx context.Context, id string) (Session, error) {
+	ses, err := scanSession(s.db.R.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM sessions WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Session{}, notFound(id)
+	}
+	if err != nil {
+		return Session{}, fmt.Errorf("get session %s: %w", id, err)
+	}
+	return ses, nil
+}
+
+// List returns every session, most recently updated first.
+func (s *Store) List(ctx context.Context) ([]Session, error) {
+	rows, err := s.db.R.QueryContext(ctx, `SELECT `+sessionCols+` FROM sessions ORDER BY updated_at DESC, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list sessions: %w", err)
+	}
+	defer rows.Close()
+	out := []Session{}
+	for rows.Next() {
+		ses, err := scanSession(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list sessions: %w", err)
+		}
+		out = append(out, ses)
+	}
+	return out, rows.Err()
+}
+
+// AdvanceOwnerEpoch fences the session's current owner: frames carrying the old epoch are rejected with
+// epoch-mismatch from now on. It returns the new epoch. (Step 6 of the migration barrier.)
+func (s *Store) AdvanceOwnerEpoch(ctx context.Context, id string) (uint64, error) {
+	var epoch uint64
+	err := s.db.InTx(ctx, func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(ctx, `UPDATE sessions SET owner_epoch = owner_epoch + 1, updated_at = ?
+			WHERE id = ? RETURNING owner_epoch`, store.FormatTime(s.now()), id).Scan(&epoch)
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound(id)
+		}
+		if err != nil {
+			return err
+		}
+		return store.Audit(ctx, tx, "session.fence", "", fmt.Sprintf("session %s owner epoch %d", id, epoch))
+	})
+	if err != nil {
+		return 0, fmt.Errorf("advance owner epoch of %s: %w", id, err)
+	}
+	s.Notify(ChangeSessionUpdated, id)
+	return epoch, nil
+}
+
+// Notify publishes a change on the gateway-wide feed (GET /api/v1/events). It never blocks.
+func (s *Store) Notify(kind, id string) {
+	at := s.now()
+	s.changes.publishNext(func(cursor uint64) *Change { return &Change{Cursor: cursor, Kind: kind, ID: id, At: at} })
+}
+
+// SubscribeChanges follows the changes feed after cursor (0: everything retained).
+func (s *Store) SubscribeChanges(cursor uint64) *Subscription[*Change] {
+	return s.changes.subscribe(cursor)
+}
