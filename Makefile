@@ -5,7 +5,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -s -w -X github.com/openclaw/cloudworkers/internal/version.Version=$(VERSION) -X github.com/openclaw/cloudworkers/internal/version.Commit=$(COMMIT)
 # Packages with concurrency run under the race detector in `make test`.
-RACE_PKGS := ./gateway/... ./providers/... ./internal/...
+RACE_PKGS := ./gateway/... ./providers/... ./internal/... ./protocol/... ./worker/... ./sync/...
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: help build test race lint bench demo run bundles examples clean

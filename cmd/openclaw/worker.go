@@ -137,6 +137,8 @@ drops, until the gateway tells it to shut down. It exits non-zero when admission
 	cmd.Flags().StringVar(&descriptorPath, "descriptor", "", "read the launch descriptor from FILE (mode 0600) instead of stdin")
 	cmd.Flags().StringVar(&logPath, "log-file", "", "write logs to FILE (bounded by --log-max-bytes, rotated once to FILE.1) instead of stderr")
 	cmd.Flags().Int64Var(&logMax, "log-max-bytes", 4<<20, "size bound of --log-file")
+	// Box-side halves of workspace sync, run by the gateway over the sync connection.
+	cmd.AddCommand(newUnpackCmd(), newPackCmd(), newManifestCmd())
 	return cmd
 }
 

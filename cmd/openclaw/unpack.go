@@ -1,0 +1,90 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/openclaw/cloudworkers/sync/manifest"
+	"github.com/openclaw/cloudworkers/sync/stream"
+)
+
+// newUnpackCmd is `openclaw worker unpack --dir D`: apply a tar+zstd sync archive from stdin.
+func newUnpackCmd() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "unpack --dir DIR",
+		Short: "Apply a workspace sync archive from stdin (run by the gateway on a box)",
+		Long: `Reads one tar+zstd sync archive on stdin and applies it below DIR. Every file is staged in a
+temporary directory inside DIR and checked against the plan at the head of the archive (paths,
+types, sizes, sha256) before anything in DIR changes; then deletions are made and files renamed
+into place.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dir == "" {
+				return fmt.Errorf("--dir is required")
+			}
+			st, err := stream.BoxUnpack(cmd.Context(), cmd.InOrStdin(), dir)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "unpacked %d files (%d bytes), %d dirs, %d symlinks, %d deletions\n",
+				st.Files, st.Bytes, st.Dirs, st.Symlinks, st.Deleted)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "directory to apply the archive to")
+	return cmd
+}
+
+// newPackCmd is `openclaw worker pack --dir D`: write the archive of the plan read on stdin.
+func newPackCmd() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "pack --dir DIR",
+		Short: "Write a sync archive of the files a plan on stdin asks for (run by the gateway on a box)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dir == "" {
+				return fmt.Errorf("--dir is required")
+			}
+			_, err := stream.BoxPack(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout(), dir)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "directory the plan's paths are relative to")
+	return cmd
+}
+
+// newManifestCmd is `openclaw worker manifest [--git] DIR`: print DIR's manifest as JSON.
+func newManifestCmd() *cobra.Command {
+	var git bool
+	var exclude, include []string
+	var cacheFile string
+	cmd := &cobra.Command{
+		Use:   "manifest [--git] DIR",
+		Short: "Print the sync manifest of DIR as JSON (run by the gateway on a box)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts := manifest.Options{Mode: manifest.ModePlain, Exclude: exclude, Include: include}
+			if git {
+				opts.Mode = manifest.ModeGit
+			}
+			if cacheFile != "" {
+				opts.Cache = manifest.LoadCache(cacheFile)
+			}
+			if err := stream.BoxManifest(cmd.Context(), cmd.OutOrStdout(), args[0], opts); err != nil {
+				return err
+			}
+			if opts.Cache != nil {
+				return opts.Cache.Save(cacheFile)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&git, "git", false, "list tracked and eligible untracked files (git mode)")
+	cmd.Flags().StringArrayVar(&exclude, "exclude", nil, "gitignore-style pattern to leave out (repeatable)")
+	cmd.Flags().StringArrayVar(&include, "include", nil, "gitignore-style pattern to keep even if excluded (repeatable)")
+	cmd.Flags().StringVar(&cacheFile, "cache", "", "hash cache file, so unchanged files are not re-hashed")
+	return cmd
+}

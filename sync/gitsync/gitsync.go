@@ -1,0 +1,302 @@
+// Package gitsync keeps a git workspace's anchor — a managed worktree on its own branch — and adopts
+// the commits a worker made, as a bundle, by fast-forward only.
+package gitsync
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/openclaw/cloudworkers/sync/gitexec"
+	"github.com/openclaw/cloudworkers/sync/manifest"
+)
+
+// BranchPrefix names managed branches: openclaw/<name>.
+const BranchPrefix = "openclaw/"
+
+// ResultRefPrefix stores adopted worker results: refs/openclaw/worker-results/<session>.
+const ResultRefPrefix = "refs/openclaw/worker-results/"
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
+
+// ValidName reports whether s can name an anchor or a session in refs and paths.
+func ValidName(s string) bool {
+	return nameRE.MatchString(s) && !strings.Contains(s, "..") && !strings.HasSuffix(s, ".lock")
+}
+
+// Anchor is a managed worktree: Dir, on branch Branch, created at Base, of the repository Repo.
+type Anchor struct {
+	Repo, Dir, Name, Branch, Base string
+}
+
+// Fingerprint identifies a repository by its common git directory.
+func Fingerprint(ctx context.Context, repo string) (string, error) {
+	dir, err := gitexec.Line(ctx, repo, "rev-parse", "--path-format=absolute", "--git-common-dir")
+	if err != nil {
+		return "", err
+	}
+	h := sha256.Sum256([]byte(filepath.Clean(dir)))
+	return hex.EncodeToString(h[:8]), nil
+}
+
+// CreateAnchor adds the managed worktree <dataDir>/worktrees/<fingerprint>/<name> of repo on a new
+// branch openclaw/<name> at base (HEAD when empty), and copies in the ignored-and-untracked files
+// that .worktreeinclude selects (never through a symlinked directory). The user's checkout is not
+// touched.
+func CreateAnchor(ctx context.Context, repo, dataDir, name, base string) (*Anchor, error) {
+	if !ValidName(name) {
+		return nil, fmt.Errorf("invalid anchor name %q", name)
+	}
+	if base == "" {
+		base = "HEAD"
+	}
+	commit, err := gitexec.Line(ctx, repo, "rev-parse", "--verify", base+"^{commit}")
+	if err != nil {
+		return nil, fmt.Errorf("resolve base %s: %w", base, err)
+	}
+	fp, err := Fingerprint(ctx, repo)
+	if err != nil {
+		return nil, err
+	}
+	a := &Anchor{Repo: repo, Name: name, Branch: BranchPrefix + name, Base: commit,
+		Dir: filepath.Join(dataDir, "worktrees", fp, name)}
+	if err := os.MkdirAll(filepath.Dir(a.Dir), 0o700); err != nil {
+		return nil, err
+	}
+	if _, err := gitexec.Run(ctx, repo, "worktree", "add", "-q", "-b", a.Branch, a.Dir, commit); err != nil {
+		return nil, fmt.Errorf("create managed worktree: %w", err)
+	}
+	if err := copyIncluded(ctx, repo, a.Dir); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// copyIncluded copies repo's ignored-and-untracked files matched by its .worktreeinclude into dst.
+func copyIncluded(ctx context.Context, repo, dst string) error {
+	data, err := os.ReadFile(filepath.Join(repo, manifest.WorktreeIncludeFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	rules := manifest.ParseRules(strings.Split(string(data), "\n"))
+	out, err := gitexec.Run(ctx, repo, "ls-files", "-z", "--others", "--ignored", "--exclude-standard")
+	if err != nil {
+		return err
+	}
+	for _, p := range bytes.Split(out, []byte{0}) {
+		rel := string(p)
+		if rel == "" || !rules.Match(rel, false) || manifest.ValidPath(rel) != nil {
+			continue
+		}
+		if !realParents(repo, rel) {
+			continue
+		}
+		src := filepath.Join(repo, filepath.FromSlash(rel))
+		fi, err := os.Lstat(src)
+		if err != nil {
+			continue
+		}
+		to := filepath.Join(dst, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+			return err
+		}
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			t, err := os.Readlink(src)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(t, to); err != nil {
+				return err
+			}
+		case fi.Mode().IsRegular():
+			if err := copyFile(src, to, fi.Mode().Perm()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func realParents(root, rel string) bool {
+	d := filepath.Dir(filepath.FromSlash(rel))
+	for d != "." {
+		fi, err := os.Lstat(filepath.Join(root, d))
+		if err != nil || !fi.IsDir() {
+			return false
+		}
+		d = filepath.Dir(d)
+	}
+	return true
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// Manifest builds the anchor's git-mode manifest, recording the base commit.
+func (a *Anchor) Manifest(ctx context.Context, opts manifest.Options) (*manifest.Manifest, error) {
+	opts.Mode = manifest.ModeGit
+	m, _, err := manifest.Build(ctx, a.Dir, opts)
+	if err != nil {
+		return nil, err
+	}
+	m.BaseCommit = a.Base
+	return m, nil
+}
+
+// BaseBundle writes a bundle of the managed branch at the base commit to file: the box fetches it
+// into an empty repository so that its HEAD is the base (see BoxRepoCommand).
+func (a *Anchor) BaseBundle(ctx context.Context, file string) error {
+	tmp := "refs/openclaw/tmp-base/" + a.Name
+	if _, err := gitexec.Run(ctx, a.Dir, "update-ref", tmp, a.Base); err != nil {
+		return err
+	}
+	defer gitexec.Run(context.WithoutCancel(ctx), a.Dir, "update-ref", "-d", tmp)
+	_, err := gitexec.Run(ctx, a.Dir, "bundle", "create", "-q", file, tmp)
+	if err != nil {
+		return fmt.Errorf("bundle base: %w", err)
+	}
+	return nil
+}
+
+// BoxRepoCommand is the shell command that turns dir on the box (already holding the synced files)
+// into a repository on branch openclaw/<name> whose HEAD is base, from the bundle at bundlePath;
+// the index is reset to base and the files are left as synced, so uncommitted changes stay
+// uncommitted. There is no remote and no credential.
+func BoxRepoCommand(dir, bundlePath, name, base string) string {
+	q := func(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+	return strings.Join([]string{
+		"set -e",
+		"cd " + q(dir),
+		"git init -q",
+		"git fetch -q " + q(bundlePath) + " " + q("refs/openclaw/tmp-base/"+name),
+		"git update-ref " + q("refs/heads/"+BranchPrefix+name) + " " + q(base),
+		"git symbolic-ref HEAD " + q("refs/heads/"+BranchPrefix+name),
+		"git reset -q",
+		"rm -f " + q(bundlePath),
+	}, "\n")
+}
+
+// DivergedError stops an adoption whose tip does not descend from what the anchor holds; nothing
+// was changed.
+type DivergedError struct {
+	Base, Tip, Branch string
+	Reason            string
+}
+
+func (e *DivergedError) Error() string {
+	return fmt.Sprintf("worker result %s cannot fast-forward %s (base %s): %s; nothing was changed",
+		short(e.Tip), e.Branch, short(e.Base), e.Reason)
+}
+
+func short(s string) string {
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
+}
+
+// MaxBundleBytes bounds a bundle read from a box.
+const MaxBundleBytes = 2 << 30
+
+// Adopt takes the worker's commits from bundle (the box made it with `git bundle create F
+// <base>..HEAD`, hostile input): it verifies the bundle against the anchor, requires exactly one
+// tip, requires the recorded base to be an ancestor of the tip and the managed branch to still be
+// at the base or behind the tip, then stores the tip under refs/openclaw/worker-results/<session>
+// and fast-forwards the managed branch and worktree. Any failure before the ref update leaves refs
+// and worktree unchanged (unreferenced objects may remain until gc).
+func (a *Anchor) Adopt(ctx context.Context, session, bundle string) (string, error) {
+	if !ValidName(session) {
+		return "", fmt.Errorf("invalid session name %q", session)
+	}
+	fi, err := os.Stat(bundle)
+	if err != nil {
+		return "", err
+	}
+	if fi.Size() > MaxBundleBytes {
+		return "", fmt.Errorf("bundle of %d bytes over the limit of %d", fi.Size(), int64(MaxBundleBytes))
+	}
+	if _, err := gitexec.Run(ctx, a.Dir, "bundle", "verify", "-q", bundle); err != nil {
+		return "", fmt.Errorf("verify worker bundle: %w", err)
+	}
+	heads, err := gitexec.Run(ctx, a.Dir, "bundle", "list-heads", bundle)
+	if err != nil {
+		return "", fmt.Errorf("list bundle heads: %w", err)
+	}
+	tips := map[string]bool{}
+	sc := bufio.NewScanner(bytes.NewReader(heads))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) >= 1 {
+			tips[f[0]] = true
+		}
+	}
+	if len(tips) != 1 {
+		return "", fmt.Errorf("worker bundle must carry exactly one tip, has %d", len(tips))
+	}
+	var tip string
+	for t := range tips {
+		tip = t
+	}
+	if len(tip) != 40 && len(tip) != 64 {
+		return "", fmt.Errorf("worker bundle tip %q is not an object id", tip)
+	}
+	// Objects only: no ref of the anchor changes yet.
+	if _, err := gitexec.Run(ctx, a.Dir, "bundle", "unbundle", bundle); err != nil {
+		return "", fmt.Errorf("unbundle: %w", err)
+	}
+	if _, err := gitexec.Run(ctx, a.Dir, "cat-file", "-e", tip+"^{commit}"); err != nil {
+		return "", fmt.Errorf("worker bundle tip is not a commit: %w", err)
+	}
+	if !a.isAncestor(ctx, a.Base, tip) {
+		return "", &DivergedError{Base: a.Base, Tip: tip, Branch: a.Branch, Reason: "the tip does not descend from the recorded base"}
+	}
+	head, err := gitexec.Line(ctx, a.Dir, "rev-parse", "--verify", "refs/heads/"+a.Branch)
+	if err != nil {
+		return "", err
+	}
+	if !a.isAncestor(ctx, head, tip) {
+		return "", &DivergedError{Base: a.Base, Tip: tip, Branch: a.Branch, Reason: "the managed branch moved to " + short(head) + " meanwhile"}
+	}
+	if cur, err := gitexec.Line(ctx, a.Dir, "symbolic-ref", "HEAD"); err != nil || cur != "refs/heads/"+a.Branch {
+		return "", fmt.Errorf("managed worktree %s is not on %s", a.Dir, a.Branch)
+	}
+	if _, err := gitexec.Run(ctx, a.Dir, "update-ref", ResultRefPrefix+session, tip); err != nil {
+		return "", err
+	}
+	if _, err := gitexec.Run(ctx, a.Dir, "merge", "-q", "--ff-only", tip); err != nil {
+		return "", fmt.Errorf("fast-forward %s: %w", a.Branch, err)
+	}
+	return tip, nil
+}
+
+func (a *Anchor) isAncestor(ctx context.Context, anc, desc string) bool {
+	_, err := gitexec.Run(ctx, a.Dir, "merge-base", "--is-ancestor", anc, desc)
+	return err == nil
+}

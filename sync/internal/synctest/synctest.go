@@ -1,0 +1,138 @@
+// Package synctest holds test helpers shared by the sync packages: an isolated git environment,
+// repositories and file trees.
+package synctest
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openclaw/cloudworkers/sync/gitexec"
+)
+
+// IsolateGit points git at an empty HOME and no system config, with a fixed identity, for the
+// whole test binary. Call it from TestMain; it returns a cleanup.
+func IsolateGit() func() {
+	home, err := os.MkdirTemp("", "synctest-home")
+	if err != nil {
+		panic(err)
+	}
+	for k, v := range map[string]string{
+		"HOME":                home,
+		"XDG_CONFIG_HOME":     filepath.Join(home, ".config"),
+		"GIT_CONFIG_NOSYSTEM": "1",
+		"GIT_CONFIG_GLOBAL":   filepath.Join(home, ".gitconfig"),
+		"GIT_AUTHOR_NAME":     "Test Author",
+		"GIT_AUTHOR_EMAIL":    "author@example.invalid",
+		"GIT_COMMITTER_NAME":  "Test Committer",
+		"GIT_COMMITTER_EMAIL": "committer@example.invalid",
+	} {
+		os.Setenv(k, v)
+	}
+	_ = os.WriteFile(filepath.Join(home, ".gitconfig"), []byte("[init]\n\tdefaultBranch = main\n[protocol \"file\"]\n\tallow = always\n"), 0o600)
+	return func() { os.RemoveAll(home) }
+}
+
+// HaveGit skips the test when git is missing, failing it when integration tests are required.
+func HaveGit(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		if os.Getenv("OPENCLAW_REQUIRE_INTEGRATION") == "1" {
+			t.Fatalf("git is required: %v", err)
+		}
+		t.Skipf("SKIP: git not installed: %v", err)
+	}
+}
+
+// Context is a bounded context for one test.
+func Context(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Git runs git in dir and returns trimmed stdout, failing the test on error.
+func Git(t testing.TB, dir string, args ...string) string {
+	t.Helper()
+	out, err := gitexec.Run(context.Background(), dir, args...)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// Write writes files (path → content) below root, creating directories.
+func Write(t testing.TB, root string, files map[string]string) {
+	t.Helper()
+	for p, c := range files {
+		full := filepath.Join(root, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Read returns a file's content below root, or "<missing>".
+func Read(t testing.TB, root, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(p)))
+	if os.IsNotExist(err) {
+		return "<missing>"
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// Snapshot returns every path below root with its type and content (symlink targets for links),
+// for "nothing changed" assertions.
+func Snapshot(t testing.TB, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			t, _ := os.Readlink(p)
+			out[rel] = "link:" + t
+		case fi.IsDir():
+			out[rel] = "dir:" + fi.Mode().Perm().String()
+		default:
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			out[rel] = fi.Mode().Perm().String() + ":" + string(b)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// InitRepo creates a repository at dir with files committed on main and returns the commit.
+func InitRepo(t testing.TB, dir string, files map[string]string) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	Git(t, dir, "init", "-q", "-b", "main")
+	Write(t, dir, files)
+	Git(t, dir, "add", "-A")
+	Git(t, dir, "commit", "-q", "-m", "initial")
+	return Git(t, dir, "rev-parse", "HEAD")
+}

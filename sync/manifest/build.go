@@ -1,0 +1,419 @@
+package manifest
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/openclaw/cloudworkers/sync/gitexec"
+)
+
+// StagingPrefix starts the names of the staging directories that archive readers create inside
+// a root; Build never lists them.
+const StagingPrefix = ".openclaw-stage-"
+
+// WorktreeIncludeFile names the file of gitignore-style patterns, at the repository root, that
+// selects ignored-and-untracked files to sync in git mode.
+const WorktreeIncludeFile = ".worktreeinclude"
+
+// Mode selects which files of a root are part of its manifest.
+type Mode string
+
+const (
+	// ModePlain lists every file, directory and symlink, minus the profile's exclusions.
+	ModePlain Mode = "plain"
+	// ModeGit lists tracked and untracked-but-not-ignored files, plus ignored-and-untracked files
+	// matched by .worktreeinclude or the profile's includes, minus the profile's exclusions.
+	ModeGit Mode = "git"
+)
+
+// Options configure Build.
+type Options struct {
+	Mode Mode
+	// Exclude and Include are the profile's gitignore-style rules: a path matched by Exclude is left
+	// out unless Include matches it too. In git mode Include also selects ignored files, like
+	// .worktreeinclude.
+	Exclude, Include []string
+	// Cache, when set, is used and updated so that unchanged files are not re-hashed.
+	Cache *Cache
+	// Parallel bounds concurrent hashing; default 2×GOMAXPROCS.
+	Parallel int
+}
+
+// Stats report what Build did.
+type Stats struct {
+	Hashed, Cached int
+	// Skipped names paths left out because no manifest can carry them: devices, FIFOs, sockets,
+	// non-UTF-8 names, submodules.
+	Skipped []string
+}
+
+// Build lists root according to opts. Symlinks are recorded, never followed.
+func Build(ctx context.Context, root string, opts Options) (*Manifest, Stats, error) {
+	if opts.Mode == "" {
+		opts.Mode = ModePlain
+	}
+	if opts.Parallel <= 0 {
+		opts.Parallel = 2 * runtime.GOMAXPROCS(0)
+	}
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return nil, Stats{}, err
+	}
+	b := &builder{
+		root:    root,
+		opts:    opts,
+		exclude: ParseRules(opts.Exclude),
+		include: ParseRules(opts.Include),
+		dirs:    map[string]fs.FileInfo{},
+	}
+	switch opts.Mode {
+	case ModePlain:
+		err = b.walk(ctx)
+	case ModeGit:
+		err = b.git(ctx)
+	default:
+		err = fmt.Errorf("unknown manifest mode %q", opts.Mode)
+	}
+	if err != nil {
+		return nil, b.stats, err
+	}
+	if err := b.hash(ctx); err != nil {
+		return nil, b.stats, err
+	}
+	m := &Manifest{Version: Version, Entries: b.entries}
+	m.Sort()
+	if opts.Cache != nil {
+		keep := make(map[string]bool, len(m.Entries))
+		for _, e := range m.Entries {
+			keep[e.Path] = true
+		}
+		opts.Cache.prune(keep)
+	}
+	return m, b.stats, nil
+}
+
+type builder struct {
+	root             string
+	opts             Options
+	exclude, include *Rules
+	entries          []Entry
+	infos            []fs.FileInfo // parallel to entries, files only set
+	dirs             map[string]fs.FileInfo
+	stats            Stats
+}
+
+func (b *builder) excluded(p string, isDir bool) bool {
+	return b.exclude.Match(p, isDir) && !b.include.Match(p, isDir)
+}
+
+// alwaysSkipped: repository metadata and our own staging directories are never synced.
+func alwaysSkipped(p string) bool {
+	base := path.Base(p)
+	return strings.EqualFold(base, ".git") || (!strings.Contains(p, "/") && strings.HasPrefix(base, StagingPrefix))
+}
+
+func (b *builder) add(p string, fi fs.FileInfo) error {
+	e := Entry{Path: p, Mode: uint32(fi.Mode().Perm())}
+	switch {
+	case fi.Mode().IsRegular():
+		e.Type, e.Size, e.MTime = TypeFile, fi.Size(), fi.ModTime().UnixNano()
+	case fi.Mode()&fs.ModeSymlink != 0:
+		t, err := os.Readlink(filepath.Join(b.root, filepath.FromSlash(p)))
+		if err != nil {
+			return err
+		}
+		e.Type, e.Target, e.Mode = TypeSymlink, t, 0o777
+		if !utf8.ValidString(t) {
+			b.stats.Skipped = append(b.stats.Skipped, p)
+			return nil
+		}
+	case fi.IsDir():
+		e.Type = TypeDir
+	default:
+		b.stats.Skipped = append(b.stats.Skipped, p)
+		return nil
+	}
+	b.entries = append(b.entries, e)
+	b.infos = append(b.infos, fi)
+	return nil
+}
+
+func (b *builder) walk(ctx context.Context) error {
+	var dirs []Entry
+	err := filepath.WalkDir(b.root, func(full string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if full == b.root {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(b.root, full)
+		p := filepath.ToSlash(rel)
+		if alwaysSkipped(p) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !utf8.ValidString(p) {
+			b.stats.Skipped = append(b.stats.Skipped, strings.ToValidUTF8(p, "?"))
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		ex := b.excluded(p, d.IsDir())
+		if d.IsDir() {
+			if ex && b.include.Empty() {
+				return filepath.SkipDir
+			}
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			b.dirs[p] = fi
+			if !ex {
+				dirs = append(dirs, Entry{Path: p})
+			}
+			return nil
+		}
+		if ex {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		return b.add(p, fi)
+	})
+	if err != nil {
+		return fmt.Errorf("walk %s: %w", b.root, err)
+	}
+	keep := map[string]bool{}
+	for _, d := range dirs {
+		keep[d.Path] = true
+	}
+	for _, e := range b.entries {
+		for d := path.Dir(e.Path); d != "."; d = path.Dir(d) {
+			keep[d] = true
+		}
+	}
+	for d := range keep {
+		if fi, ok := b.dirs[d]; ok {
+			if err := b.add(d, fi); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func splitZ(out []byte) []string {
+	var ps []string
+	for _, p := range bytes.Split(out, []byte{0}) {
+		if len(p) > 0 {
+			ps = append(ps, string(p))
+		}
+	}
+	return ps
+}
+
+func (b *builder) git(ctx context.Context) error {
+	out, err := gitexec.Run(ctx, b.root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+	if err != nil {
+		return fmt.Errorf("list files of %s: %w", b.root, err)
+	}
+	paths := splitZ(out)
+	inc := b.include
+	if data, err := os.ReadFile(filepath.Join(b.root, WorktreeIncludeFile)); err == nil {
+		inc = ParseRules(append(strings.Split(string(data), "\n"), b.opts.Include...))
+	}
+	if !inc.Empty() {
+		out, err := gitexec.Run(ctx, b.root, "ls-files", "-z", "--others", "--ignored", "--exclude-standard")
+		if err != nil {
+			return fmt.Errorf("list ignored files of %s: %w", b.root, err)
+		}
+		for _, p := range splitZ(out) {
+			if inc.Match(p, false) {
+				paths = append(paths, p)
+			}
+		}
+	}
+	sort.Strings(paths)
+	seen := map[string]bool{}
+	for _, p := range paths {
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !utf8.ValidString(p) {
+			b.stats.Skipped = append(b.stats.Skipped, strings.ToValidUTF8(p, "?"))
+			continue
+		}
+		if alwaysSkipped(p) || b.excluded(p, false) {
+			continue
+		}
+		ok, err := b.realParents(p)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue // below a symlink: never followed
+		}
+		fi, err := os.Lstat(filepath.Join(b.root, filepath.FromSlash(p)))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // tracked but deleted in the worktree
+		}
+		if err != nil {
+			return err
+		}
+		if fi.IsDir() { // a submodule
+			b.stats.Skipped = append(b.stats.Skipped, p)
+			continue
+		}
+		if err := b.add(p, fi); err != nil {
+			return err
+		}
+	}
+	var parents []string
+	for d := range b.dirs {
+		parents = append(parents, d)
+	}
+	sort.Strings(parents)
+	for _, d := range parents {
+		if fi := b.dirs[d]; fi != nil {
+			if err := b.add(d, fi); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// realParents reports whether every parent directory of p is a real directory (not a symlink),
+// remembering the directories it saw.
+func (b *builder) realParents(p string) (bool, error) {
+	var parents []string
+	for d := path.Dir(p); d != "."; d = path.Dir(d) {
+		parents = append(parents, d)
+	}
+	for i := len(parents) - 1; i >= 0; i-- {
+		d := parents[i]
+		fi, seen := b.dirs[d]
+		if !seen {
+			var err error
+			fi, err = os.Lstat(filepath.Join(b.root, filepath.FromSlash(d)))
+			if errors.Is(err, fs.ErrNotExist) {
+				return false, nil
+			}
+			if err != nil {
+				return false, err
+			}
+			if !fi.IsDir() {
+				fi = nil
+			}
+			b.dirs[d] = fi
+		}
+		if fi == nil {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// hash fills the SHA256 of every file entry, from the cache where it is still valid.
+func (b *builder) hash(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(b.opts.Parallel)
+	var cached, hashed int64
+	type result struct{ cached bool }
+	res := make([]result, len(b.entries))
+	for i := range b.entries {
+		e := &b.entries[i]
+		if e.Type != TypeFile {
+			continue
+		}
+		fi := b.infos[i]
+		if sum, ok := b.opts.Cache.get(e.Path, fi); ok {
+			e.SHA256 = sum
+			res[i].cached = true
+			continue
+		}
+		g.Go(func() error {
+			start := time.Now()
+			sum, size, err := HashFile(ctx, filepath.Join(b.root, filepath.FromSlash(e.Path)))
+			if err != nil {
+				return err
+			}
+			if size != e.Size {
+				return fmt.Errorf("hash %s: file changed while listing", e.Path)
+			}
+			e.SHA256 = sum
+			b.opts.Cache.put(e.Path, fi, sum, start)
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for i, e := range b.entries {
+		if e.Type == TypeFile {
+			if res[i].cached {
+				cached++
+			} else {
+				hashed++
+			}
+		}
+	}
+	b.stats.Cached, b.stats.Hashed = int(cached), int(hashed)
+	return nil
+}
+
+// HashFile returns the hex sha256 and size of a regular file, refusing to follow a symlink.
+func HashFile(ctx context.Context, file string) (string, int64, error) {
+	f, err := openNoFollow(file)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, ctxReader{ctx, f})
+	if err != nil {
+		return "", 0, fmt.Errorf("hash %s: %w", file, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}

@@ -1,0 +1,140 @@
+package manifest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// Cache remembers file hashes by size, mtime, ctime and inode, so that Build does not re-hash
+// files that did not change. It is safe for concurrent use.
+type Cache struct {
+	mu    sync.Mutex
+	m     map[string]cacheEntry
+	dirty bool
+}
+
+type cacheEntry struct {
+	Size   int64  `json:"s"`
+	MTime  int64  `json:"m"`
+	CTime  int64  `json:"c"`
+	Ino    uint64 `json:"i"`
+	SHA256 string `json:"h"`
+}
+
+// racyWindow: a file modified this recently before it was hashed may change again within the
+// filesystem's timestamp granularity without its mtime moving, so its hash is not cached.
+const racyWindow = 2 * time.Second
+
+// NewCache returns an empty cache.
+func NewCache() *Cache { return &Cache{m: map[string]cacheEntry{}} }
+
+// LoadCache reads a cache file; a missing or unreadable file gives an empty cache (it is only a cache).
+func LoadCache(file string) *Cache {
+	c := NewCache()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return c
+	}
+	var m map[string]cacheEntry
+	if json.Unmarshal(b, &m) == nil && m != nil {
+		c.m = m
+	}
+	return c
+}
+
+// Save writes the cache temp-then-fsync-then-rename, if it changed.
+func (c *Cache) Save(file string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.dirty {
+		return nil
+	}
+	b, err := json.Marshal(c.m)
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(file, b); err != nil {
+		return fmt.Errorf("save hash cache: %w", err)
+	}
+	c.dirty = false
+	return nil
+}
+
+// Len is the number of cached hashes.
+func (c *Cache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m)
+}
+
+func (c *Cache) get(p string, fi fs.FileInfo) (string, bool) {
+	if c == nil {
+		return "", false
+	}
+	ino, ctime := statKey(fi)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[p]
+	if !ok || e.Size != fi.Size() || e.MTime != fi.ModTime().UnixNano() || e.CTime != ctime || e.Ino != ino {
+		return "", false
+	}
+	return e.SHA256, true
+}
+
+func (c *Cache) put(p string, fi fs.FileInfo, sum string, hashedAt time.Time) {
+	if c == nil {
+		return
+	}
+	if !fi.ModTime().Before(hashedAt.Add(-racyWindow)) {
+		return
+	}
+	ino, ctime := statKey(fi)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m[p] = cacheEntry{Size: fi.Size(), MTime: fi.ModTime().UnixNano(), CTime: ctime, Ino: ino, SHA256: sum}
+	c.dirty = true
+}
+
+// prune drops the paths not in keep.
+func (c *Cache) prune(keep map[string]bool) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for p := range c.m {
+		if !keep[p] {
+			delete(c.m, p)
+			c.dirty = true
+		}
+	}
+}
+
+func writeFileAtomic(file string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(file), ".tmp-"+filepath.Base(file)+"-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, file)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return errors.Join(err)
+	}
+	return nil
+}

@@ -1,0 +1,381 @@
+package manifest
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"sort"
+	"strings"
+	"unicode/utf8"
+)
+
+// Version is the manifest format version.
+const Version = 1
+
+// Type is the kind of a manifest entry.
+type Type string
+
+// Entry types. Devices, FIFOs and sockets are never part of a manifest.
+const (
+	TypeFile    Type = "file"
+	TypeDir     Type = "dir"
+	TypeSymlink Type = "symlink"
+)
+
+// Valid reports whether t is one of the three entry types.
+func (t Type) Valid() bool { return t == TypeFile || t == TypeDir || t == TypeSymlink }
+
+// Entry is one path of a tree.
+type Entry struct {
+	// Path is relative to the root, slash-separated and clean.
+	Path string `json:"path"`
+	Type Type   `json:"type"`
+	// Mode holds the permission bits only (0 to 0777).
+	Mode uint32 `json:"mode"`
+	// Size, MTime (Unix nanoseconds) and SHA256 (hex) are set for files only.
+	Size   int64  `json:"size,omitempty"`
+	MTime  int64  `json:"mtime,omitempty"`
+	SHA256 string `json:"sha256,omitempty"`
+	// Target is a symlink's target, as stored in the link.
+	Target string `json:"target,omitempty"`
+}
+
+// Same reports whether e and o describe the same content: type, mode, and the hash (files) or
+// target (symlinks). MTime is not content.
+func (e Entry) Same(o Entry) bool {
+	if e.Type != o.Type || e.Mode != o.Mode {
+		return false
+	}
+	switch e.Type {
+	case TypeFile:
+		return e.SHA256 == o.SHA256 && e.Size == o.Size
+	case TypeSymlink:
+		return e.Target == o.Target
+	}
+	return true
+}
+
+// Manifest is a whole tree: entries sorted by path, each path once.
+type Manifest struct {
+	Version int `json:"version"`
+	// BaseCommit is the commit the tree was synced at (git mode), or "".
+	BaseCommit string  `json:"baseCommit,omitempty"`
+	Entries    []Entry `json:"entries"`
+}
+
+// Sort orders the entries by path.
+func (m *Manifest) Sort() {
+	sort.Slice(m.Entries, func(i, j int) bool { return m.Entries[i].Path < m.Entries[j].Path })
+}
+
+// Index maps each path to its entry.
+func (m *Manifest) Index() map[string]Entry {
+	idx := make(map[string]Entry, len(m.Entries))
+	for _, e := range m.Entries {
+		idx[e.Path] = e
+	}
+	return idx
+}
+
+// Files counts the file and symlink entries.
+func (m *Manifest) Files() int {
+	n := 0
+	for _, e := range m.Entries {
+		if e.Type != TypeDir {
+			n++
+		}
+	}
+	return n
+}
+
+// TotalSize sums the sizes of the file entries.
+func (m *Manifest) TotalSize() int64 {
+	var n int64
+	for _, e := range m.Entries {
+		n += e.Size
+	}
+	return n
+}
+
+// Encode writes m as JSON.
+func (m *Manifest) Encode(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	return enc.Encode(m)
+}
+
+// Changes is what turns one tree into another.
+type Changes struct {
+	// Added and Changed hold the entries of the other tree; Deleted those of the base.
+	Added, Changed, Deleted []Entry
+}
+
+// Empty reports whether there is nothing to do.
+func (c Changes) Empty() bool { return len(c.Added)+len(c.Changed)+len(c.Deleted) == 0 }
+
+// Send is what has to be transferred: Added and Changed, sorted by path.
+func (c Changes) Send() []Entry {
+	out := append(append([]Entry(nil), c.Added...), c.Changed...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+// DeletePaths lists the deleted paths, plus the changed paths whose type changed (the old
+// entry has to go before the new one can be written), sorted.
+func (c Changes) DeletePaths(base *Manifest) []string {
+	var out []string
+	for _, e := range c.Deleted {
+		out = append(out, e.Path)
+	}
+	if base != nil {
+		idx := base.Index()
+		for _, e := range c.Changed {
+			if old, ok := idx[e.Path]; ok && old.Type != e.Type {
+				out = append(out, e.Path)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Paths lists the paths of entries.
+func Paths(entries []Entry) []string {
+	out := make([]string, len(entries))
+	for i, e := range entries {
+		out[i] = e.Path
+	}
+	return out
+}
+
+// Diff compares base with other. Both must be sorted.
+func Diff(base, other *Manifest) Changes {
+	var c Changes
+	a, b := base.Entries, other.Entries
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || (i < len(a) && a[i].Path < b[j].Path):
+			c.Deleted = append(c.Deleted, a[i])
+			i++
+		case i == len(a) || b[j].Path < a[i].Path:
+			c.Added = append(c.Added, b[j])
+			j++
+		default:
+			if !a[i].Same(b[j]) {
+				c.Changed = append(c.Changed, b[j])
+			}
+			i++
+			j++
+		}
+	}
+	return c
+}
+
+// Limits bound a manifest read from a box.
+type Limits struct {
+	// MaxBytes bounds the encoded manifest; default 256 MiB.
+	MaxBytes int64
+	// MaxEntries bounds the number of entries; default 1,000,000.
+	MaxEntries int
+}
+
+// DefaultLimits are the limits used when a field is zero.
+var DefaultLimits = Limits{MaxBytes: 256 << 20, MaxEntries: 1_000_000}
+
+func (l *Limits) setDefaults() {
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = DefaultLimits.MaxBytes
+	}
+	if l.MaxEntries <= 0 {
+		l.MaxEntries = DefaultLimits.MaxEntries
+	}
+}
+
+// ErrTooLarge is returned for a manifest over its byte or entry limit.
+var ErrTooLarge = errors.New("manifest over limit")
+
+// PathError names the offending path of a refused manifest or archive.
+type PathError struct {
+	Path   string
+	Reason string
+}
+
+func (e *PathError) Error() string { return fmt.Sprintf("refused path %q: %s", e.Path, e.Reason) }
+
+// Decode reads a manifest strictly: bounded size and entry count, no unknown fields, no trailing
+// data, and every entry valid (see Validate).
+func Decode(r io.Reader, lim Limits) (*Manifest, error) {
+	lim.setDefaults()
+	b, err := io.ReadAll(io.LimitReader(r, lim.MaxBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read manifest: %w", err)
+	}
+	if int64(len(b)) > lim.MaxBytes {
+		return nil, fmt.Errorf("read manifest: %w: more than %d bytes", ErrTooLarge, lim.MaxBytes)
+	}
+	return DecodeBytes(b, lim)
+}
+
+// DecodeBytes is Decode of a byte slice.
+func DecodeBytes(b []byte, lim Limits) (*Manifest, error) {
+	lim.setDefaults()
+	if int64(len(b)) > lim.MaxBytes {
+		return nil, fmt.Errorf("decode manifest: %w: more than %d bytes", ErrTooLarge, lim.MaxBytes)
+	}
+	// Count entries before allocating them: every entry has a "path" key.
+	if n := bytes.Count(b, []byte(`"path"`)); n > lim.MaxEntries {
+		return nil, fmt.Errorf("decode manifest: %w: more than %d entries", ErrTooLarge, lim.MaxEntries)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var m Manifest
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("decode manifest: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("decode manifest: trailing data")
+	}
+	if err := m.Validate(lim); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// maxPath bounds one path or symlink target.
+const maxPath = 4096
+
+// ValidPath checks that p is a clean relative slash path inside the root: not empty, not ".", no
+// NUL, not absolute, no ".." component, no ".git" component (nothing may write into a repository's
+// metadata), valid UTF-8.
+func ValidPath(p string) error {
+	switch {
+	case p == "" || p == ".":
+		return &PathError{p, "empty path"}
+	case len(p) > maxPath:
+		return &PathError{p[:64] + "…", "path too long"}
+	case strings.IndexByte(p, 0) >= 0:
+		return &PathError{p, "NUL in path"}
+	case !utf8.ValidString(p):
+		return &PathError{p, "path is not UTF-8"}
+	case strings.HasPrefix(p, "/"):
+		return &PathError{p, "absolute path"}
+	}
+	for _, c := range strings.Split(p, "/") {
+		if c == ".." {
+			return &PathError{p, "path escapes the root (..)"}
+		}
+		if strings.EqualFold(c, ".git") {
+			return &PathError{p, "path inside .git"}
+		}
+	}
+	if path.Clean(p) != p {
+		return &PathError{p, "path is not clean"}
+	}
+	return nil
+}
+
+// SymlinkInside reports whether a symlink at linkPath with target stays inside the root whatever
+// the tree holds: the target is relative, and its ".." components all come first and climb no
+// higher than the link's own directory depth. (A ".." after a name could climb out through a
+// symlink to a shallower directory, so it is refused.)
+func SymlinkInside(linkPath, target string) bool {
+	if target == "" || strings.HasPrefix(target, "/") || strings.IndexByte(target, 0) >= 0 {
+		return false
+	}
+	depth := strings.Count(linkPath, "/") // directories above the link
+	up, named := 0, false
+	for _, c := range strings.Split(target, "/") {
+		switch c {
+		case "", ".":
+		case "..":
+			if named {
+				return false
+			}
+			up++
+		default:
+			named = true
+		}
+	}
+	return up <= depth
+}
+
+// ValidateEntry checks one entry's fields.
+func ValidateEntry(e Entry) error {
+	if err := ValidPath(e.Path); err != nil {
+		return err
+	}
+	if !e.Type.Valid() {
+		return &PathError{e.Path, fmt.Sprintf("type %q not allowed", e.Type)}
+	}
+	if e.Mode > 0o777 {
+		return &PathError{e.Path, fmt.Sprintf("mode %o not allowed", e.Mode)}
+	}
+	switch e.Type {
+	case TypeFile:
+		if e.Size < 0 {
+			return &PathError{e.Path, "negative size"}
+		}
+		if len(e.SHA256) != 64 || !isLowerHex(e.SHA256) {
+			return &PathError{e.Path, "invalid sha256"}
+		}
+		if e.Target != "" {
+			return &PathError{e.Path, "file with a symlink target"}
+		}
+	case TypeSymlink:
+		if e.Target == "" || len(e.Target) > maxPath || strings.IndexByte(e.Target, 0) >= 0 || !utf8.ValidString(e.Target) {
+			return &PathError{e.Path, "invalid symlink target"}
+		}
+		if e.Size != 0 || e.SHA256 != "" {
+			return &PathError{e.Path, "symlink with content"}
+		}
+	case TypeDir:
+		if e.Size != 0 || e.SHA256 != "" || e.Target != "" {
+			return &PathError{e.Path, "directory with content"}
+		}
+	}
+	return nil
+}
+
+func isLowerHex(s string) bool {
+	if _, err := hex.DecodeString(s); err != nil {
+		return false
+	}
+	return strings.ToLower(s) == s
+}
+
+// Validate checks the version, the entry count, every entry, strict path order, and that no
+// entry lies below a file or symlink entry.
+func (m *Manifest) Validate(lim Limits) error {
+	lim.setDefaults()
+	if m.Version != Version {
+		return fmt.Errorf("manifest version %d not supported", m.Version)
+	}
+	if len(m.Entries) > lim.MaxEntries {
+		return fmt.Errorf("manifest: %w: %d entries", ErrTooLarge, len(m.Entries))
+	}
+	if m.BaseCommit != "" && (len(m.BaseCommit) < 40 || len(m.BaseCommit) > 64 || !isLowerHex(m.BaseCommit)) {
+		return errors.New("manifest: invalid base commit")
+	}
+	types := make(map[string]Type, len(m.Entries))
+	for i, e := range m.Entries {
+		if err := ValidateEntry(e); err != nil {
+			return err
+		}
+		if i > 0 && m.Entries[i-1].Path >= e.Path {
+			return &PathError{e.Path, "entries not sorted or duplicated"}
+		}
+		types[e.Path] = e.Type
+	}
+	for _, e := range m.Entries {
+		for d := path.Dir(e.Path); d != "."; d = path.Dir(d) {
+			if t, ok := types[d]; ok && t != TypeDir {
+				return &PathError{e.Path, fmt.Sprintf("parent %q is a %s", d, t)}
+			}
+		}
+	}
+	return nil
+}

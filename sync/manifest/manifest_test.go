@@ -1,0 +1,331 @@
+package manifest
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/openclaw/cloudworkers/sync/internal/synctest"
+)
+
+func TestRules(t *testing.T) {
+	tests := []struct {
+		rules []string
+		path  string
+		dir   bool
+		want  bool
+	}{
+		{[]string{"*.log"}, "a/b/x.log", false, true},
+		{[]string{"*.log"}, "a/b/x.txt", false, false},
+		{[]string{"/build"}, "build/x", false, true},
+		{[]string{"/build"}, "src/build/x", false, false},
+		{[]string{"build/"}, "build", false, false},
+		{[]string{"build/"}, "build", true, true},
+		{[]string{"build/"}, "src/build/o.o", false, true},
+		{[]string{"docs/*.md"}, "docs/a.md", false, true},
+		{[]string{"docs/*.md"}, "docs/x/a.md", false, false},
+		{[]string{"**/cache"}, "a/b/cache/f", false, true},
+		{[]string{"a/**/z"}, "a/z", false, true},
+		{[]string{"a/**/z"}, "a/b/c/z", false, true},
+		{[]string{"*.env", "!keep.env"}, "keep.env", false, false},
+		{[]string{"*.env", "!keep.env"}, "x.env", false, true},
+		{[]string{"# comment", "", "f[0-9].txt"}, "f3.txt", false, true},
+		{[]string{"f[!0-9].txt"}, "f3.txt", false, false},
+		{[]string{`\#hash`}, "#hash", false, true},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.rules, ",")+"|"+tt.path, func(t *testing.T) {
+			if got := ParseRules(tt.rules).Match(tt.path, tt.dir); got != tt.want {
+				t.Fatalf("Match(%q, dir=%v) = %v, want %v", tt.path, tt.dir, got, tt.want)
+			}
+		})
+	}
+}
+
+func paths(m *Manifest) []string {
+	var out []string
+	for _, e := range m.Entries {
+		out = append(out, string(e.Type[0])+":"+e.Path)
+	}
+	return out
+}
+
+func TestBuildPlain(t *testing.T) {
+	ctx := synctest.Context(t)
+	root := t.TempDir()
+	synctest.Write(t, root, map[string]string{
+		"a.txt":               "a",
+		"src/main.go":         "package main",
+		"node_modules/x.js":   "x",
+		"build/out.o":         "o",
+		"build/keep.txt":      "keep",
+		".git/config":         "never",
+		"nested/.git/HEAD":    "never",
+		"logs/app.log":        "log",
+		StagingPrefix + "1/x": "staging",
+	})
+	if err := os.Symlink("src/main.go", filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(root, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(root, "empty"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	m, st, err := Build(ctx, root, Options{
+		Exclude: []string{"node_modules/", "build/", "*.log"},
+		Include: []string{"build/keep.txt"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"f:a.txt", "d:build", "f:build/keep.txt", "d:empty", "s:link", "d:logs", "d:nested", "d:src", "f:src/main.go"}
+	if got := paths(m); !slices.Equal(got, want) {
+		t.Fatalf("entries %v\nwant %v", got, want)
+	}
+	if !slices.Equal(st.Skipped, []string{"fifo"}) {
+		t.Fatalf("skipped %v, want the fifo", st.Skipped)
+	}
+	idx := m.Index()
+	if e := idx["link"]; e.Target != "src/main.go" {
+		t.Fatalf("symlink target %q", e.Target)
+	}
+	if e := idx["empty"]; e.Mode != 0o750 {
+		t.Fatalf("dir mode %o", e.Mode)
+	}
+	if e := idx["a.txt"]; e.SHA256 != "ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb" || e.Size != 1 {
+		t.Fatalf("a.txt entry %+v", e)
+	}
+	if err := m.Validate(Limits{}); err != nil {
+		t.Fatalf("built manifest does not validate: %v", err)
+	}
+}
+
+func TestBuildGit(t *testing.T) {
+	synctest.HaveGit(t)
+	ctx := synctest.Context(t)
+	root := filepath.Join(t.TempDir(), "repo")
+	outside := t.TempDir()
+	synctest.Write(t, outside, map[string]string{"secret.env": "outside"})
+	synctest.InitRepo(t, root, map[string]string{
+		".gitignore":       "*.env\nbuild/\nlinked\n",
+		".worktreeinclude": "*.env\nlinked/\n",
+		"tracked.txt":      "t",
+		"gone.txt":         "g",
+		"dir/code.go":      "c",
+	})
+	synctest.Write(t, root, map[string]string{
+		"untracked.txt":  "u",
+		"local.env":      "ignored but included",
+		"build/out.o":    "ignored",
+		"dir/.env":       "ignored, included",
+		"excluded/x.txt": "profile-excluded",
+	})
+	if err := os.Remove(filepath.Join(root, "gone.txt")); err != nil {
+		t.Fatal(err)
+	}
+	// An ignored symlinked directory matched by .worktreeinclude: never followed.
+	if err := os.Symlink(outside, filepath.Join(root, "linked")); err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := Build(ctx, root, Options{Mode: ModeGit, Exclude: []string{"excluded/"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"f:.gitignore", "f:.worktreeinclude", "d:dir", "f:dir/.env", "f:dir/code.go", "f:local.env", "f:tracked.txt", "f:untracked.txt"}
+	got := paths(m)
+	if !slices.Equal(got, want) {
+		t.Fatalf("entries %v\nwant %v", got, want)
+	}
+}
+
+func TestCacheSkipsUnchangedFiles(t *testing.T) {
+	ctx := synctest.Context(t)
+	root := t.TempDir()
+	synctest.Write(t, root, map[string]string{"a": "one", "b": "two", "c": "three"})
+	old := time.Now().Add(-time.Hour)
+	for _, p := range []string{"a", "b", "c"} {
+		if err := os.Chtimes(filepath.Join(root, p), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cache := NewCache()
+	m1, st, err := Build(ctx, root, Options{Cache: cache})
+	if err != nil || st.Hashed != 3 {
+		t.Fatalf("first build hashed %d, err %v", st.Hashed, err)
+	}
+	cacheFile := filepath.Join(t.TempDir(), "cache.json")
+	if err := cache.Save(cacheFile); err != nil {
+		t.Fatal(err)
+	}
+	cache = LoadCache(cacheFile)
+	_, st, err = Build(ctx, root, Options{Cache: cache})
+	if err != nil || st.Hashed != 0 || st.Cached != 3 {
+		t.Fatalf("second build: hashed %d cached %d, err %v", st.Hashed, st.Cached, err)
+	}
+	// Same size, same mtime, new content: the ctime moves, so the file is hashed again.
+	if err := os.WriteFile(filepath.Join(root, "b"), []byte("TWO"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(filepath.Join(root, "b"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	m3, st, err := Build(ctx, root, Options{Cache: cache})
+	if err != nil || st.Hashed != 1 {
+		t.Fatalf("third build hashed %d, err %v", st.Hashed, err)
+	}
+	c := Diff(m1, m3)
+	if len(c.Changed) != 1 || c.Changed[0].Path != "b" || len(c.Added)+len(c.Deleted) != 0 {
+		t.Fatalf("diff %+v", c)
+	}
+}
+
+func TestDiff(t *testing.T) {
+	h := func(c byte) string { return strings.Repeat(string(c), 64) }
+	base := &Manifest{Version: 1, Entries: []Entry{
+		{Path: "a", Type: TypeFile, Mode: 0o644, SHA256: h('a')},
+		{Path: "b", Type: TypeFile, Mode: 0o644, SHA256: h('b')},
+		{Path: "c", Type: TypeFile, Mode: 0o644, SHA256: h('c')},
+		{Path: "d", Type: TypeSymlink, Mode: 0o777, Target: "a"},
+	}}
+	other := &Manifest{Version: 1, Entries: []Entry{
+		{Path: "a", Type: TypeFile, Mode: 0o644, SHA256: h('a'), MTime: 99},
+		{Path: "b", Type: TypeFile, Mode: 0o755, SHA256: h('b')},
+		{Path: "d", Type: TypeSymlink, Mode: 0o777, Target: "b"},
+		{Path: "e", Type: TypeDir, Mode: 0o755},
+	}}
+	c := Diff(base, other)
+	if got := Paths(c.Added); !slices.Equal(got, []string{"e"}) {
+		t.Fatalf("added %v", got)
+	}
+	if got := Paths(c.Changed); !slices.Equal(got, []string{"b", "d"}) {
+		t.Fatalf("changed %v", got)
+	}
+	if got := Paths(c.Deleted); !slices.Equal(got, []string{"c"}) {
+		t.Fatalf("deleted %v", got)
+	}
+}
+
+func TestDecodeRefusesHostileManifests(t *testing.T) {
+	h := strings.Repeat("a", 64)
+	file := func(p string) string {
+		return `{"path":` + quote(p) + `,"type":"file","mode":420,"size":1,"sha256":"` + h + `"}`
+	}
+	doc := func(entries ...string) string {
+		return `{"version":1,"entries":[` + strings.Join(entries, ",") + `]}`
+	}
+	tests := map[string]string{
+		"dotdot":          doc(file("../x")),
+		"inner dotdot":    doc(file("a/../../x")),
+		"absolute":        doc(file("/etc/passwd")),
+		"nul":             doc(file("a\x00b")),
+		"unclean":         doc(file("a//b")),
+		"dot":             doc(file(".")),
+		"git metadata":    doc(file(".git/hooks/post-commit")),
+		"git metadata ci": doc(file("sub/.GIT/config")),
+		"device type":     doc(`{"path":"dev","type":"device","mode":420}`),
+		"fifo type":       doc(`{"path":"p","type":"fifo","mode":420}`),
+		"setuid mode":     doc(`{"path":"x","type":"file","mode":2541,"size":1,"sha256":"` + h + `"}`),
+		"bad hash":        doc(`{"path":"x","type":"file","mode":420,"size":1,"sha256":"zz"}`),
+		"unsorted":        doc(file("b"), file("a")),
+		"duplicate":       doc(file("a"), file("a")),
+		"below file":      doc(file("a"), file("a/b")),
+		"below symlink":   doc(`{"path":"l","type":"symlink","mode":511,"target":"/etc"}`, file("l/passwd")),
+		"unknown field":   `{"version":1,"entries":[],"extra":1}`,
+		"trailing data":   doc() + `{}`,
+		"wrong version":   `{"version":2,"entries":[]}`,
+		"too many":        doc(file("a"), file("b"), file("c"), file("d")),
+		"negative size":   doc(`{"path":"x","type":"file","mode":420,"size":-1,"sha256":"` + h + `"}`),
+		"empty target":    doc(`{"path":"l","type":"symlink","mode":511}`),
+	}
+	for name, in := range tests {
+		t.Run(name, func(t *testing.T) {
+			m, err := Decode(strings.NewReader(in), Limits{MaxEntries: 3})
+			if err == nil {
+				t.Fatalf("accepted: %+v", m)
+			}
+		})
+	}
+	t.Run("oversized", func(t *testing.T) {
+		_, err := Decode(strings.NewReader(doc(file("a"))), Limits{MaxBytes: 20})
+		if !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("err %v, want ErrTooLarge", err)
+		}
+	})
+	t.Run("valid", func(t *testing.T) {
+		if _, err := Decode(strings.NewReader(doc(file("a"), file("b/c"))), Limits{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func quote(s string) string {
+	var b bytes.Buffer
+	b.WriteByte('"')
+	for _, r := range s {
+		if r < 0x20 {
+			b.WriteString(`\u00`)
+			b.WriteString("0123456789abcdef"[r>>4 : r>>4+1])
+			b.WriteString("0123456789abcdef"[r&15 : r&15+1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+func TestSymlinkInside(t *testing.T) {
+	tests := []struct {
+		link, target string
+		want         bool
+	}{
+		{"l", "a/b", true},
+		{"d/l", "../a", true},
+		{"l", "../a", false},
+		{"l", "/etc", false},
+		{"d/l", "x/../../..", false},
+		{"l", "s/..", false}, // s may be a symlink to "."
+		{"l", ".", true},
+		{"d/e/l", "../../x", true},
+	}
+	for _, tt := range tests {
+		if got := SymlinkInside(tt.link, tt.target); got != tt.want {
+			t.Errorf("SymlinkInside(%q, %q) = %v, want %v", tt.link, tt.target, got, tt.want)
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	h := strings.Repeat("0", 64)
+	f.Add([]byte(`{"version":1,"entries":[{"path":"a","type":"file","mode":420,"size":1,"sha256":"` + h + `"}]}`))
+	f.Add([]byte(`{"version":1,"entries":[{"path":"d","type":"dir","mode":493},{"path":"d/l","type":"symlink","mode":511,"target":"../x"}]}`))
+	f.Add([]byte(`{"version":1,"entries":[{"path":"../a","type":"file"}]}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := DecodeBytes(b, Limits{MaxBytes: 1 << 16, MaxEntries: 64})
+		if err != nil {
+			return
+		}
+		// Whatever is accepted is safe to join below a root and re-validates after a round trip.
+		for _, e := range m.Entries {
+			if ValidPath(e.Path) != nil || strings.HasPrefix(filepath.Clean(e.Path), "..") || filepath.IsAbs(e.Path) {
+				t.Fatalf("accepted unsafe path %q", e.Path)
+			}
+		}
+		var buf bytes.Buffer
+		if err := m.Encode(&buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeBytes(buf.Bytes(), Limits{MaxBytes: 1 << 20, MaxEntries: 64}); err != nil {
+			t.Fatalf("re-decode: %v", err)
+		}
+	})
+}

@@ -1,0 +1,319 @@
+package stream
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/openclaw/cloudworkers/sync/internal/synctest"
+	"github.com/openclaw/cloudworkers/sync/manifest"
+)
+
+func build(t *testing.T, root string) *manifest.Manifest {
+	t.Helper()
+	m, _, err := manifest.Build(synctest.Context(t), root, manifest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func sameTree(t *testing.T, a, b *manifest.Manifest) {
+	t.Helper()
+	if c := manifest.Diff(a, b); !c.Empty() {
+		t.Fatalf("trees differ: added %v changed %v deleted %v",
+			manifest.Paths(c.Added), manifest.Paths(c.Changed), manifest.Paths(c.Deleted))
+	}
+}
+
+func TestRoundTripAndDelta(t *testing.T) {
+	ctx := synctest.Context(t)
+	src, dst := t.TempDir(), t.TempDir()
+	synctest.Write(t, src, map[string]string{
+		"README.md":   "hello",
+		"src/a.go":    "package a",
+		"src/b/b.go":  strings.Repeat("b", 1<<20),
+		"old/x.txt":   "x",
+		"becomes-dir": "file now",
+		"bin/tool":    "#!/bin/sh",
+	})
+	must(t, os.Chmod(filepath.Join(src, "bin/tool"), 0o755))
+	must(t, os.Symlink("src/a.go", filepath.Join(src, "link")))
+	must(t, os.Symlink("/usr/lib", filepath.Join(src, "abs-link")))
+	must(t, os.Mkdir(filepath.Join(src, "empty"), 0o700))
+
+	base := build(t, src)
+	var buf bytes.Buffer
+	st, err := Write(ctx, &buf, src, PlanFor(nil, base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Files != 6 || st.Symlinks != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+	// The box side accepts the workspace's absolute symlink; an inbound apply would not.
+	if _, err := Apply(ctx, bytes.NewReader(buf.Bytes()), t.TempDir(), ApplyOptions{}); err == nil {
+		t.Fatal("strict apply accepted a symlink leaving the root")
+	}
+	if _, err := Apply(ctx, bytes.NewReader(buf.Bytes()), dst, ApplyOptions{AllowEscapingSymlinks: true}); err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, base, build(t, dst))
+
+	// Change, delete, rename, and turn a file into a directory.
+	must(t, os.WriteFile(filepath.Join(src, "README.md"), []byte("changed"), 0o644))
+	must(t, os.RemoveAll(filepath.Join(src, "old")))
+	must(t, os.Rename(filepath.Join(src, "src/a.go"), filepath.Join(src, "src/renamed.go")))
+	must(t, os.Remove(filepath.Join(src, "becomes-dir")))
+	synctest.Write(t, src, map[string]string{"becomes-dir/inner": "i"})
+	next := build(t, src)
+	plan := PlanFor(build(t, dst), next)
+	if got := plan.Deletes; !slices.Equal(got, []string{"becomes-dir", "old", "old/x.txt", "src/a.go"}) {
+		t.Fatalf("deletes %v", got)
+	}
+	if plan.Bytes() > 100 {
+		t.Fatalf("delta carries %d bytes: the unchanged 1 MiB file was sent again", plan.Bytes())
+	}
+	buf.Reset()
+	if _, err := Write(ctx, &buf, src, plan); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Apply(ctx, &buf, dst, ApplyOptions{AllowEscapingSymlinks: true}); err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, next, build(t, dst))
+}
+
+func TestWriteNoticesChangedFile(t *testing.T) {
+	ctx := synctest.Context(t)
+	src := t.TempDir()
+	synctest.Write(t, src, map[string]string{"a": "one"})
+	m := build(t, src)
+	must(t, os.WriteFile(filepath.Join(src, "a"), []byte("two"), 0o644))
+	if _, err := Write(ctx, &bytes.Buffer{}, src, PlanFor(nil, m)); !errors.Is(err, ErrChanged) {
+		t.Fatalf("err %v, want ErrChanged", err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// raw is one tar entry of a hand-made archive.
+type raw struct {
+	h    tar.Header
+	body string
+}
+
+func sum(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
+
+func fileEntry(p, body string) (manifest.Entry, raw) {
+	return manifest.Entry{Path: p, Type: manifest.TypeFile, Mode: 0o644, Size: int64(len(body)), SHA256: sum(body)},
+		raw{tar.Header{Name: p, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body))}, body}
+}
+
+// archive builds a tar+zstd archive with plan at its head followed by entries, as a hostile box could.
+func archive(t testing.TB, plan Plan, entries ...raw) []byte {
+	t.Helper()
+	if plan.Version == 0 {
+		plan.Version = 1
+	}
+	var tb bytes.Buffer
+	tw := tar.NewWriter(&tb)
+	pb, _ := json.Marshal(plan)
+	_ = tw.WriteHeader(&tar.Header{Name: headerName, Typeflag: tar.TypeReg, Mode: 0o600, Size: int64(len(pb))})
+	_, _ = tw.Write(pb)
+	for _, e := range entries {
+		h := e.h
+		h.Format = tar.FormatPAX
+		if err := tw.WriteHeader(&h); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = tw.Write([]byte(e.body))
+	}
+	_ = tw.Close()
+	return compress(t, tb.Bytes())
+}
+
+func compress(t testing.TB, b []byte) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	zw, err := zstd.NewWriter(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = zw.Write(b)
+	_ = zw.Close()
+	return out.Bytes()
+}
+
+func TestApplyRefusesHostileArchives(t *testing.T) {
+	okE, okR := fileEntry("ok.txt", "fine")
+	evilE, evilR := fileEntry("../evil", "x")
+	absE, absR := fileEntry("/tmp/evil", "x")
+	bigE, bigR := fileEntry("big", strings.Repeat("z", 2048))
+	viaE, viaR := fileEntry("out/pwned", "x")
+	gitE, gitR := fileEntry(".git/hooks/post-checkout", "#!/bin/sh")
+	badHash, badHashR := fileEntry("a", "aaaa")
+	badHashR.body = "bbbb"
+	manyPlan := Plan{}
+	var manyRaw []raw
+	for i := range 50 {
+		e, r := fileEntry(strings.Repeat("f", 1)+string(rune('a'+i%26))+strings.Repeat("x", i/26), "")
+		manyPlan.Entries = append(manyPlan.Entries, e)
+		manyRaw = append(manyRaw, r)
+	}
+	slices.SortFunc(manyPlan.Entries, func(a, b manifest.Entry) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(manyRaw, func(a, b raw) int { return strings.Compare(a.h.Name, b.h.Name) })
+	link := func(p, target string) (manifest.Entry, raw) {
+		return manifest.Entry{Path: p, Type: manifest.TypeSymlink, Mode: 0o777, Target: target},
+			raw{tar.Header{Name: p, Typeflag: tar.TypeSymlink, Linkname: target, Mode: 0o777}, ""}
+	}
+	etcE, etcR := link("etc", "/etc")
+	upE, upR := link("up", "../../outside")
+	dotE, dotR := link("d", ".")
+	dotdotE, dotdotR := link("e", "d/..")
+	valid := archive(t, Plan{Entries: []manifest.Entry{bigE, okE}}, bigR, okR)
+
+	tests := []struct {
+		name  string
+		data  []byte
+		lim   Limits
+		setup func(t *testing.T, root, outside string)
+	}{
+		{name: "dotdot in plan", data: archive(t, Plan{Entries: []manifest.Entry{evilE}}, evilR)},
+		{name: "absolute in plan", data: archive(t, Plan{Entries: []manifest.Entry{absE}}, absR)},
+		{name: "tar name differs from plan", data: archive(t, Plan{Entries: []manifest.Entry{okE}}, raw{tar.Header{Name: "../ok.txt", Typeflag: tar.TypeReg, Size: 4}, "fine"})},
+		{name: "git metadata", data: archive(t, Plan{Entries: []manifest.Entry{gitE}}, gitR)},
+		{name: "symlink to /etc", data: archive(t, Plan{Entries: []manifest.Entry{etcE}}, etcR)},
+		{name: "symlink climbing out", data: archive(t, Plan{Entries: []manifest.Entry{upE}}, upR)},
+		{name: "dotdot through a symlink", data: archive(t, Plan{Entries: []manifest.Entry{dotE, dotdotE}}, dotR, dotdotR)},
+		{name: "write below a symlink in the archive", data: archive(t, Plan{Entries: []manifest.Entry{etcE, {Path: "etc/passwd", Type: manifest.TypeFile, Mode: 0o644, SHA256: sum("")}}}, etcR, raw{tar.Header{Name: "etc/passwd", Typeflag: tar.TypeReg}, ""})},
+		{
+			name: "symlinked directory in the target used to write outside",
+			data: archive(t, Plan{Entries: []manifest.Entry{viaE}}, viaR),
+			setup: func(t *testing.T, root, outside string) {
+				must(t, os.Symlink(outside, filepath.Join(root, "out")))
+			},
+		},
+		{
+			name: "deletion through a symlinked directory",
+			data: archive(t, Plan{Deletes: []string{"out/keep"}}),
+			setup: func(t *testing.T, root, outside string) {
+				must(t, os.Symlink(outside, filepath.Join(root, "out")))
+			},
+		},
+		{name: "fifo", data: archive(t, Plan{Entries: []manifest.Entry{okE}}, raw{tar.Header{Name: "ok.txt", Typeflag: tar.TypeFifo, Mode: 0o644}, ""})},
+		{name: "char device", data: archive(t, Plan{Entries: []manifest.Entry{okE}}, raw{tar.Header{Name: "ok.txt", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3}, ""})},
+		{name: "hard link", data: archive(t, Plan{Entries: []manifest.Entry{okE}}, raw{tar.Header{Name: "ok.txt", Typeflag: tar.TypeLink, Linkname: "/etc/passwd"}, ""})},
+		{name: "device type in plan", data: archive(t, Plan{Entries: []manifest.Entry{{Path: "dev", Type: "device"}}})},
+		{name: "oversized file", data: valid, lim: Limits{MaxFileSize: 1024}},
+		{name: "over total size", data: valid, lim: Limits{MaxTotalSize: 2050}},
+		{name: "huge entry count", data: archive(t, manyPlan, manyRaw...), lim: Limits{MaxEntries: 10}},
+		{name: "content does not match hash", data: archive(t, Plan{Entries: []manifest.Entry{badHash}}, badHashR)},
+		{name: "entry missing", data: archive(t, Plan{Entries: []manifest.Entry{bigE, okE}}, bigR)},
+		{name: "entry beyond plan", data: archive(t, Plan{Entries: []manifest.Entry{okE}}, okR, bigR)},
+		{name: "no plan", data: compress(t, []byte{})},
+		{name: "truncated", data: valid[:len(valid)-20]},
+		{name: "truncated early", data: valid[:len(valid)/2]},
+		{name: "corrupt", data: func() []byte { b := slices.Clone(valid); b[len(b)/2] ^= 0xff; b[len(b)/2+1] ^= 0x55; return b }()},
+		{name: "trailing garbage", data: append(slices.Clone(valid), []byte("garbage garbage garbage")...)},
+		{name: "not zstd", data: []byte("plain text, not an archive")},
+		{
+			name: "file over an existing directory not deleted first",
+			data: archive(t, Plan{Entries: []manifest.Entry{okE}}, okR),
+			setup: func(t *testing.T, root, outside string) {
+				must(t, os.Mkdir(filepath.Join(root, "ok.txt"), 0o755))
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := synctest.Context(t)
+			root, outside := t.TempDir(), t.TempDir()
+			synctest.Write(t, root, map[string]string{"existing.txt": "keep me", "ok.txt": "old"})
+			synctest.Write(t, outside, map[string]string{"keep": "outside"})
+			if tt.setup != nil {
+				must(t, os.Remove(filepath.Join(root, "ok.txt")))
+				tt.setup(t, root, outside)
+			}
+			before, beforeOut := synctest.Snapshot(t, root), synctest.Snapshot(t, outside)
+			_, err := Apply(ctx, bytes.NewReader(tt.data), root, ApplyOptions{Limits: tt.lim})
+			if err == nil {
+				t.Fatal("archive accepted")
+			}
+			t.Logf("refused: %v", err)
+			if after := synctest.Snapshot(t, root); !maps.Equal(before, after) {
+				t.Fatalf("target changed:\nbefore %v\nafter  %v", before, after)
+			}
+			if after := synctest.Snapshot(t, outside); !maps.Equal(beforeOut, after) {
+				t.Fatalf("outside changed: %v", after)
+			}
+		})
+	}
+	t.Run("the valid archive applies", func(t *testing.T) {
+		root := t.TempDir()
+		if _, err := Apply(synctest.Context(t), bytes.NewReader(valid), root, ApplyOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if got := synctest.Read(t, root, "ok.txt"); got != "fine" {
+			t.Fatalf("ok.txt = %q", got)
+		}
+	})
+}
+
+var fuzzEnc, _ = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true))
+
+func FuzzApply(f *testing.F) {
+	okE, okR := fileEntry("ok.txt", "fine")
+	dirE := manifest.Entry{Path: "d", Type: manifest.TypeDir, Mode: 0o755}
+	dirR := raw{tar.Header{Name: "d", Typeflag: tar.TypeDir, Mode: 0o755}, ""}
+	lE := manifest.Entry{Path: "d/l", Type: manifest.TypeSymlink, Mode: 0o777, Target: "../ok.txt"}
+	lR := raw{tar.Header{Name: "d/l", Typeflag: tar.TypeSymlink, Linkname: "../ok.txt"}, ""}
+	seed := func(plan Plan, entries ...raw) []byte {
+		z := archive(f, plan, entries...)
+		d, _ := zstd.NewReader(nil)
+		defer d.Close()
+		b, _ := d.DecodeAll(z, nil)
+		return b
+	}
+	f.Add(seed(Plan{Entries: []manifest.Entry{dirE, lE, okE}}, dirR, lR, okR))
+	f.Add(seed(Plan{Deletes: []string{"x"}}))
+	f.Add(seed(Plan{Entries: []manifest.Entry{okE}}, raw{tar.Header{Name: "ok.txt", Typeflag: tar.TypeFifo}, ""}))
+	f.Fuzz(func(t *testing.T, tarBytes []byte) {
+		parent := t.TempDir()
+		root := filepath.Join(parent, "root")
+		outside := filepath.Join(parent, "outside")
+		must(t, os.MkdirAll(filepath.Join(root, "x"), 0o755))
+		must(t, os.MkdirAll(outside, 0o755))
+		before := synctest.Snapshot(t, root)
+		_, err := Apply(synctest.Context(t), bytes.NewReader(fuzzEnc.EncodeAll(tarBytes, nil)), root,
+			ApplyOptions{Limits: Limits{MaxEntries: 64, MaxFileSize: 1 << 16, MaxTotalSize: 1 << 18}})
+		if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+			t.Fatal("wrote outside the root")
+		}
+		after := synctest.Snapshot(t, root)
+		if err != nil && !maps.Equal(before, after) {
+			t.Fatalf("refused archive changed the root: %v", err)
+		}
+		for p, v := range after {
+			if strings.HasPrefix(v, "link:") && !manifest.SymlinkInside(filepath.ToSlash(p), strings.TrimPrefix(v, "link:")) {
+				t.Fatalf("escaping symlink %s %s", p, v)
+			}
+		}
+	})
+}

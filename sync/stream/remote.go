@@ -1,0 +1,252 @@
+package stream
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/openclaw/cloudworkers/gateway/bootstrap"
+	"github.com/openclaw/cloudworkers/sync/manifest"
+)
+
+// DefaultCommand is how the worker executable is invoked on a box.
+const DefaultCommand = "openclaw worker"
+
+// Remote runs the box side of a sync (`openclaw worker unpack|pack|manifest`) through exec
+// channels of the sync connection.
+type Remote struct {
+	Client *ssh.Client
+	// Command invokes the worker executable (already shell-quoted as needed); DefaultCommand when
+	// empty. Tests point it at a test binary.
+	Command string
+	// ManifestLimits bound manifests read from the box; defaults when zero.
+	ManifestLimits manifest.Limits
+}
+
+func (r Remote) command(sub string, args ...string) string {
+	c := r.Command
+	if c == "" {
+		c = DefaultCommand
+	}
+	parts := []string{c, sub}
+	for _, a := range args {
+		parts = append(parts, bootstrap.Quote(a))
+	}
+	return strings.Join(parts, " ")
+}
+
+// RemoteError is a box command that exited non-zero.
+type RemoteError struct {
+	Command string
+	Exit    int
+	Stderr  string // bounded
+}
+
+func (e *RemoteError) Error() string {
+	return fmt.Sprintf("box command %q: exit %d: %s", e.Command, e.Exit, e.Stderr)
+}
+
+// run runs cmd on the box, feeding stdin from in (when set) and handing stdout to out (when set).
+func (r Remote) run(ctx context.Context, cmd string, in func(io.Writer) error, out func(io.Reader) error) error {
+	sess, err := r.Client.NewSession()
+	if err != nil {
+		return fmt.Errorf("open sync channel: %w", err)
+	}
+	defer sess.Close()
+	stdin, err := sess.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := sess.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	errb := &capped{max: 4 << 10}
+	sess.Stderr = errb
+	if err := sess.Start(cmd); err != nil {
+		return fmt.Errorf("start %q: %w", cmd, err)
+	}
+	stop := context.AfterFunc(ctx, func() {
+		_ = sess.Signal(ssh.SIGKILL)
+		_ = sess.Close()
+	})
+	defer stop()
+
+	inErr := make(chan error, 1)
+	go func() {
+		var err error
+		if in != nil {
+			err = in(stdin)
+		}
+		if cerr := stdin.Close(); err == nil && cerr != nil && !errors.Is(cerr, io.EOF) {
+			err = cerr
+		}
+		if err != nil {
+			_ = sess.Close() // the box must not apply a partial stream
+		}
+		inErr <- err
+	}()
+	var outErr error
+	if out != nil {
+		outErr = out(stdout)
+		if outErr != nil {
+			_ = sess.Close()
+		}
+	}
+	_, _ = io.Copy(io.Discard, stdout)
+	waitErr := sess.Wait()
+	werr := <-inErr
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if outErr != nil {
+		return outErr
+	}
+	var ee *ssh.ExitError
+	if errors.As(waitErr, &ee) {
+		return &RemoteError{Command: cmd, Exit: ee.ExitStatus(), Stderr: strings.TrimSpace(errb.String())}
+	}
+	if werr != nil {
+		return werr
+	}
+	if waitErr != nil {
+		return fmt.Errorf("box command %q: %w", cmd, waitErr)
+	}
+	return nil
+}
+
+// ManifestOptions select the box manifest; they mirror manifest.Options.
+type ManifestOptions struct {
+	Mode             manifest.Mode
+	Exclude, Include []string
+}
+
+func (o ManifestOptions) args(dir string) []string {
+	var a []string
+	if o.Mode == manifest.ModeGit {
+		a = append(a, "--git")
+	}
+	for _, x := range o.Exclude {
+		a = append(a, "--exclude", x)
+	}
+	for _, x := range o.Include {
+		a = append(a, "--include", x)
+	}
+	return append(a, dir)
+}
+
+// Manifest runs `manifest DIR` on the box and strictly decodes its output.
+func (r Remote) Manifest(ctx context.Context, dir string, opts ManifestOptions) (*manifest.Manifest, error) {
+	var m *manifest.Manifest
+	err := r.run(ctx, r.command("manifest", opts.args(dir)...), nil, func(rd io.Reader) error {
+		var err error
+		m, err = manifest.Decode(rd, r.ManifestLimits)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("box manifest of %s: %w", dir, err)
+	}
+	return m, nil
+}
+
+// Unpack runs `unpack --dir DIR` on the box and streams the plan's archive of root into it.
+func (r Remote) Unpack(ctx context.Context, dir, root string, plan Plan) (Stats, error) {
+	var st Stats
+	err := r.run(ctx, r.command("unpack", "--dir", dir), func(w io.Writer) error {
+		var err error
+		st, err = Write(ctx, w, root, plan)
+		return err
+	}, nil)
+	if err != nil {
+		return st, fmt.Errorf("send to %s: %w", dir, err)
+	}
+	return st, nil
+}
+
+// Pack runs `pack --dir DIR` on the box with plan on stdin and applies the archive it sends back
+// below root, requiring exactly the plan (opts.Expect is set to it).
+func (r Remote) Pack(ctx context.Context, dir string, plan Plan, root string, opts ApplyOptions) (Stats, error) {
+	plan.Version = 1
+	req, err := json.Marshal(plan)
+	if err != nil {
+		return Stats{}, err
+	}
+	opts.Expect = &plan
+	opts.AllowEscapingSymlinks = false
+	var st Stats
+	err = r.run(ctx, r.command("pack", "--dir", dir), func(w io.Writer) error {
+		_, err := w.Write(req)
+		return err
+	}, func(rd io.Reader) error {
+		var err error
+		st, err = Apply(ctx, rd, root, opts)
+		return err
+	})
+	if err != nil {
+		return st, fmt.Errorf("fetch from %s: %w", dir, err)
+	}
+	return st, nil
+}
+
+// Push sends the tree of root described by base to dir on the box. A warm box (one that holds an
+// earlier sync) is asked for its manifest first and gets only the difference, deletions included.
+func Push(ctx context.Context, r Remote, root, dir string, base *manifest.Manifest, warm bool, mopts ManifestOptions) (Plan, Stats, error) {
+	var from *manifest.Manifest
+	if warm {
+		var err error
+		from, err = r.Manifest(ctx, dir, mopts)
+		if err != nil {
+			return Plan{}, Stats{}, err
+		}
+	}
+	plan := PlanFor(from, base)
+	if plan.Empty() {
+		return plan, Stats{}, nil
+	}
+	st, err := r.Unpack(ctx, dir, root, plan)
+	return plan, st, err
+}
+
+// ReadPlanRequest strictly decodes the plan a `pack` command receives on stdin.
+func ReadPlanRequest(rd io.Reader, lim Limits) (*Plan, error) {
+	lim.setDefaults()
+	b, err := io.ReadAll(io.LimitReader(rd, lim.MaxPlanBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > lim.MaxPlanBytes {
+		return nil, refused("", "plan over %d bytes", lim.MaxPlanBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var p Plan
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("decode plan: %w", err)
+	}
+	if err := ValidatePlan(&p, lim, true); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+type capped struct {
+	bytes.Buffer
+	max int
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := c.max - c.Len(); room > 0 {
+		if len(p) > room {
+			c.Buffer.Write(p[:room])
+		} else {
+			c.Buffer.Write(p)
+		}
+	}
+	return len(p), nil
+}

@@ -1,0 +1,128 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/bootstrap"
+	"github.com/openclaw/cloudworkers/gateway/tunnel"
+	"github.com/openclaw/cloudworkers/providers/local"
+	"github.com/openclaw/cloudworkers/sync/internal/synctest"
+	"github.com/openclaw/cloudworkers/sync/manifest"
+)
+
+// startBox runs an in-process local box and returns its directory and a sync connection to it,
+// with the test binary as the worker executable.
+func startBox(t *testing.T) (string, Remote) {
+	t.Helper()
+	root, err := os.MkdirTemp("", "sb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	dir := filepath.Join(root, "box")
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan local.State, 1)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- local.Serve(ctx, local.BoxConfig{Dir: dir, Ready: func(st local.State) { ready <- st }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("box: %v", err)
+		}
+	})
+	var st local.State
+	select {
+	case st = <-ready:
+	case err := <-errc:
+		t.Fatalf("box: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("box not ready")
+	}
+	c, err := tunnel.Dial(synctest.Context(t), tunnel.Target{
+		EnvironmentID: "env-sync", Host: st.Host, Port: st.Port, User: st.User,
+		KeyPath: st.ClientKeyPath, HostKeys: []string{st.HostKey}, SocketPath: "x.sock",
+	}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, Remote{Client: c, Command: bootstrap.Quote(exe) + " worker"}
+}
+
+func TestPushOverSSHColdThenWarm(t *testing.T) {
+	ctx := synctest.Context(t)
+	boxDir, remote := startBox(t)
+	src := t.TempDir()
+	synctest.Write(t, src, map[string]string{"a.txt": "a", "dir/b.txt": "b", "dir/c.txt": "c", "keep/big": string(make([]byte, 3<<20))})
+	base := build(t, src)
+	dst := filepath.Join(boxDir, "ws")
+
+	plan, st, err := Push(ctx, remote, src, dst, base, true, ManifestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Entries) != len(base.Entries) || st.Files != 4 {
+		t.Fatalf("cold push sent %d entries (%+v), want all %d", len(plan.Entries), st, len(base.Entries))
+	}
+	sameTree(t, base, build(t, dst))
+
+	// No-op resync sends nothing.
+	plan, _, err = Push(ctx, remote, src, dst, base, true, ManifestOptions{})
+	if err != nil || !plan.Empty() {
+		t.Fatalf("no-op resync: plan %+v, err %v", plan, err)
+	}
+
+	// A warm resync sends only the change and the deletion.
+	must(t, os.WriteFile(filepath.Join(src, "a.txt"), []byte("A!"), 0o644))
+	must(t, os.Remove(filepath.Join(src, "dir/c.txt")))
+	next := build(t, src)
+	plan, st, err = Push(ctx, remote, src, dst, next, true, ManifestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := manifest.Paths(plan.Entries); !slices.Equal(got, []string{"a.txt"}) || !slices.Equal(plan.Deletes, []string{"dir/c.txt"}) {
+		t.Fatalf("warm plan sends %v deletes %v", got, plan.Deletes)
+	}
+	if st.Bytes != 2 {
+		t.Fatalf("warm push sent %d bytes", st.Bytes)
+	}
+	sameTree(t, next, build(t, dst))
+
+	// And back: the box's changes fetched with pack.
+	must(t, os.WriteFile(filepath.Join(dst, "new.txt"), []byte("from the box"), 0o644))
+	boxM, err := remote.Manifest(ctx, dst, ManifestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := t.TempDir()
+	if _, err := remote.Pack(ctx, dst, PlanFor(nil, boxM), back, ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, boxM, build(t, back))
+}
+
+func TestPushReportsBoxFailure(t *testing.T) {
+	ctx := synctest.Context(t)
+	boxDir, remote := startBox(t)
+	src := t.TempDir()
+	synctest.Write(t, src, map[string]string{"a": "a"})
+	// The target is a file on the box: unpack fails there and says why.
+	must(t, os.WriteFile(filepath.Join(boxDir, "ws"), []byte("x"), 0o644))
+	_, _, err := Push(ctx, remote, src, filepath.Join(boxDir, "ws"), build(t, src), false, ManifestOptions{})
+	if _, ok := errors.AsType[*RemoteError](err); !ok {
+		t.Fatalf("err %v", err)
+	}
+	t.Logf("error: %v", err)
+}
