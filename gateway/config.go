@@ -12,6 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/openclaw/cloudworkers/gateway/inference"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -26,6 +27,8 @@ type Config struct {
 	BundleDir string       `yaml:"bundleDir"`
 	Tunnel    TunnelConfig `yaml:"tunnel"`
 	Worker    WorkerConfig `yaml:"worker"`
+	// Models is the model catalog; empty means the built-in scripted demo catalog.
+	Models inference.CatalogConfig `yaml:"models"`
 	// Profiles are applied at start (created or replaced), in addition to those stored.
 	Profiles []providers.Profile `yaml:"profiles"`
 }
@@ -109,5 +112,6 @@ func LoadConfigFile(path string, into *Config) error {
 	if err := dec.Decode(into); err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
+	into.Models.ResolvePaths(filepath.Dir(path))
 	return nil
 }

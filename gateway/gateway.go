@@ -19,8 +19,11 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/bootstrap"
+	"github.com/openclaw/cloudworkers/gateway/credentials"
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/hub"
+	"github.com/openclaw/cloudworkers/gateway/inference"
+	"github.com/openclaw/cloudworkers/gateway/inference/builtin"
 	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/store"
@@ -111,9 +114,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		},
 	})
 	defer tunnels.Close()
-	creds := hub.NewCredentials(db)
+	workerCreds := hub.NewCredentials(db)
 	workers, err := hub.New(hub.Config{
-		DB: db, Credentials: creds, Log: log.With("subsystem", "hub"), HeartbeatTimeout: cfg.Worker.HeartbeatTimeout.D(),
+		DB: db, Credentials: workerCreds, Log: log.With("subsystem", "hub"), HeartbeatTimeout: cfg.Worker.HeartbeatTimeout.D(),
 		ExpectedBundle: func(envID string) (string, bool) { return mgr.BundleHash(envID) },
 		OnAdmit:        func(envID string) { mgr.Touch(context.Background(), envID) },
 	})
@@ -127,7 +130,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	}()
 	defer workers.Close()
 	boot := bootstrap.New(bootstrap.Config{
-		Tunnels: tunnels, Workers: workers, Credentials: creds, Audit: auditFn,
+		Tunnels: tunnels, Workers: workers, Credentials: workerCreds, Audit: auditFn,
 		BundleDir: cfg.BundleDir, Log: log.With("subsystem", "bootstrap"),
 		AdmitTimeout: cfg.Worker.AdmitTimeout.D(), RelaunchGrace: cfg.Worker.RelaunchGrace.D(),
 	})
@@ -146,6 +149,15 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	}
 	defer sess.Close(context.Background())
 
+	creds, err := credentials.Open(db, dataDir)
+	if err != nil {
+		return err
+	}
+	catalog, err := inference.NewCatalog(cfg.Models, creds, builtin.Adapters())
+	if err != nil {
+		return fmt.Errorf("config models: %w", err)
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(newEnvCollector(db))
@@ -155,7 +167,10 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	srv := api.New(api.Config{
 		Token: token, DB: db, Profiles: profStore, Envs: mgr, Registry: reg,
 		Log: log.With("subsystem", "api"), GatewayID: gatewayID, Version: info.Version, Ready: ready.Load, Bootstrap: true,
-		Mount: []func(g *echo.Group){func(g *echo.Group) { sessions.RegisterAPI(g, sess) }},
+		Mount: []func(g *echo.Group){
+			func(g *echo.Group) { sessions.RegisterAPI(g, sess) },
+			func(g *echo.Group) { inference.RegisterAPI(g, catalog, creds) },
+		},
 		WorkerInfo: func(envID string) api.WorkerInfo {
 			return api.WorkerInfo{Admitted: workers.Admitted(envID), TunnelStatus: string(tunnels.Status(envID)), TunnelEpoch: tunnels.Epoch(envID)}
 		},

@@ -85,6 +85,8 @@ token from <data-dir>/gateway.token, or --token.`,
 		newLocalboxCmd(),
 		newWorkerCmd(),
 		newSessionCmd(g),
+		newModelsCmd(g),
+		newCredentialCmd(g),
 	)
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)

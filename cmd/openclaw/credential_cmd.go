@@ -1,0 +1,137 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/openclaw/cloudworkers/gateway/credentials"
+	"github.com/openclaw/cloudworkers/gateway/inference"
+)
+
+// stdin is where `credential set` reads the value; tests replace it.
+var stdin io.Reader = os.Stdin
+
+func newCredentialCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "credential",
+		Aliases: []string{"credentials"},
+		Short:   "Store provider credentials (API keys) on the gateway, encrypted at rest",
+		Long: `Provider credentials are stored by the gateway, encrypted with a key in <data-dir>/credentials.key.
+They are write-only: no command or API returns a value. A provider in the model catalog names its
+credential with "credential: NAME".`,
+	}
+	cmd.AddCommand(newCredentialSetCmd(g), newCredentialListCmd(g), newCredentialRmCmd(g))
+	return cmd
+}
+
+func newCredentialSetCmd(g *globals) *cobra.Command {
+	var fromEnv string
+	cmd := &cobra.Command{
+		Use:   "set NAME [--from-env VAR]",
+		Short: "Set a credential from stdin or an environment variable",
+		Example: `  printf %s "$ANTHROPIC_API_KEY" | openclaw credential set anthropic
+  openclaw credential set openai --from-env OPENAI_API_KEY`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if !credentials.ValidName(name) {
+				return fmt.Errorf("credential name %q must be letters, digits, '.', '_' or '-'", name)
+			}
+			var value string
+			if fromEnv != "" {
+				v, ok := os.LookupEnv(fromEnv)
+				if !ok || v == "" {
+					return fmt.Errorf("environment variable %s is not set", fromEnv)
+				}
+				value = v
+			} else {
+				if f, ok := stdin.(*os.File); ok {
+					if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+						fmt.Fprintf(stderr, "paste the value of %s, then press Enter and Ctrl-D:\n", name)
+					}
+				}
+				b, err := io.ReadAll(io.LimitReader(stdin, credentials.MaxValueBytes+2))
+				if err != nil {
+					return fmt.Errorf("read value from stdin: %w", err)
+				}
+				value = strings.TrimRight(string(b), "\r\n")
+			}
+			if value == "" {
+				return fmt.Errorf("empty value: pipe it on stdin or use --from-env VAR")
+			}
+			if len(value) > credentials.MaxValueBytes {
+				return fmt.Errorf("value is longer than %d bytes", credentials.MaxValueBytes)
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			if _, err := c.Do(cmd.Context(), http.MethodPut, "/api/v1/credentials/"+url.PathEscape(name), inference.CredentialSetRequest{Value: value}, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "credential %s set\n", name)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&fromEnv, "from-env", "", "read the value from this environment variable instead of stdin")
+	return cmd
+}
+
+func newCredentialListCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List credential names (never values)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			asJSON, err := g.json()
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var list []inference.CredentialInfo
+			if _, err := c.Do(cmd.Context(), http.MethodGet, "/api/v1/credentials", nil, &list); err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(stdout, list)
+			}
+			w := table(stdout)
+			fmt.Fprintln(w, "NAME\tUSED BY")
+			for _, cr := range list {
+				fmt.Fprintf(w, "%s\t%s\n", cr.Name, dash(strings.Join(cr.UsedBy, ", ")))
+			}
+			return w.Flush()
+		},
+	}
+	addOutput(cmd, g)
+	return cmd
+}
+
+func newCredentialRmCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "rm NAME",
+		Aliases: []string{"delete", "remove"},
+		Short:   "Delete a credential",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			if _, err := c.Do(cmd.Context(), http.MethodDelete, "/api/v1/credentials/"+url.PathEscape(args[0]), nil, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "credential %s deleted\n", args[0])
+			return nil
+		},
+	}
+}

@@ -1,0 +1,185 @@
+package credentials_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/credentials"
+	"github.com/openclaw/cloudworkers/gateway/store"
+)
+
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func openStore(t *testing.T, dir string) (*credentials.Store, *store.DB) {
+	t.Helper()
+	db, err := store.Open(testCtx(t), filepath.Join(dir, "gateway.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	s, err := credentials.Open(db, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, db
+}
+
+func TestSetGetListDelete(t *testing.T) {
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	s, _ := openStore(t, dir)
+
+	if err := s.Set(ctx, "anthropic", "sk-ant-first"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Set(ctx, "openai", "sk-openai"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Set(ctx, "anthropic", "sk-ant-second"); err != nil { // replace
+		t.Fatal(err)
+	}
+	got, err := s.Get(ctx, "anthropic")
+	if err != nil || got != "sk-ant-second" {
+		t.Fatalf("Get = %q, %v", got, err)
+	}
+	names, err := s.List(ctx)
+	if err != nil || !slices.Equal(names, []string{"anthropic", "openai"}) {
+		t.Fatalf("List = %v, %v", names, err)
+	}
+	if err := s.Delete(ctx, "openai"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "openai"); !errors.Is(err, credentials.ErrNotFound) || !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Get after delete: %v", err)
+	}
+	if err := s.Delete(ctx, "openai"); !errors.Is(err, credentials.ErrNotFound) {
+		t.Fatalf("second Delete: %v", err)
+	}
+
+	fi, err := os.Stat(filepath.Join(dir, credentials.KeyFile))
+	if err != nil || fi.Mode().Perm() != 0o600 || fi.Size() != 32 {
+		t.Fatalf("key file: %v %v", fi, err)
+	}
+	// A restarted gateway reads the same values with the same key.
+	s2, err := credentials.Open(mustDB(t, dir), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s2.Get(ctx, "anthropic"); err != nil || got != "sk-ant-second" {
+		t.Fatalf("after reopen Get = %q, %v", got, err)
+	}
+}
+
+func mustDB(t *testing.T, dir string) *store.DB {
+	t.Helper()
+	db, err := store.Open(testCtx(t), filepath.Join(dir, "gateway.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func TestValidation(t *testing.T) {
+	ctx := testCtx(t)
+	s, _ := openStore(t, t.TempDir())
+	for _, tc := range []struct{ name, value string }{
+		{"", "v"}, {"has space", "v"}, {"../x", "v"}, {"ok", ""}, {"big", string(make([]byte, credentials.MaxValueBytes+1))},
+	} {
+		if err := s.Set(ctx, tc.name, tc.value); err == nil {
+			t.Errorf("Set(%q, %d bytes) succeeded", tc.name, len(tc.value))
+		}
+	}
+}
+
+func TestValueNeverOnDiskInClear(t *testing.T) {
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	s, db := openStore(t, dir)
+	const secret = "sk-live-5ecret-VALUE-that-must-not-leak"
+	if err := s.Set(ctx, "anthropic", secret); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "anthropic"); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "gateway.db*"))
+	if !slices.Contains(files, db.Path()+"-wal") {
+		t.Fatalf("expected a WAL file to check, have %v", files)
+	}
+	check := func() {
+		t.Helper()
+		files, _ := filepath.Glob(filepath.Join(dir, "*"))
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bytes.Contains(b, []byte(secret)) {
+				t.Errorf("%s contains the credential value in clear", filepath.Base(f))
+			}
+		}
+	}
+	check()
+	// After a checkpoint the main file holds the row too.
+	if _, err := db.W.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+		t.Fatal(err)
+	}
+	check()
+	rows, err := db.ListAudit(ctx, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if bytes.Contains([]byte(r.Detail), []byte(secret)) {
+			t.Errorf("audit row %d contains the value", r.ID)
+		}
+	}
+}
+
+func TestWrongKeyOrMovedValueFails(t *testing.T) {
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	s, db := openStore(t, dir)
+	if err := s.Set(ctx, "a", "secret-a"); err != nil {
+		t.Fatal(err)
+	}
+	// A sealed value copied under another name does not open (the name is authenticated).
+	if _, err := db.W.ExecContext(ctx, `INSERT INTO credentials(name, sealed, created_at, updated_at)
+		SELECT 'b', sealed, created_at, updated_at FROM credentials WHERE name = 'a'`); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Get(ctx, "b"); err == nil {
+		t.Fatalf("moved value opened: %q", v)
+	}
+	// Another key cannot read the values, and the error does not contain them.
+	if err := os.WriteFile(filepath.Join(dir, credentials.KeyFile), bytes.Repeat([]byte{7}, 32), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := credentials.Open(db, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s2.Get(ctx, "a")
+	if err == nil || bytes.Contains([]byte(err.Error()), []byte("secret-a")) {
+		t.Fatalf("Get with wrong key: %v", err)
+	}
+	// A short key file is refused.
+	if err := os.WriteFile(filepath.Join(dir, credentials.KeyFile), []byte("short"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := credentials.Open(db, dir); err == nil {
+		t.Fatal("short key accepted")
+	}
+}

@@ -1,0 +1,342 @@
+package anthropic_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/inference"
+	"github.com/openclaw/cloudworkers/gateway/inference/anthropic"
+	"github.com/openclaw/cloudworkers/gateway/inference/inferencetest"
+	"github.com/openclaw/cloudworkers/protocol"
+)
+
+const secret = "sk-ant-test-SECRET-0123456789"
+
+func call(baseURL string, retries int) inference.Call {
+	return inference.Call{
+		Model: inference.Model{Ref: "anthropic/claude-sonnet-4-5", Provider: "anthropic", ID: "claude-sonnet-4-5",
+			API: inference.APIAnthropicMessages, BaseURL: baseURL, MaxTokens: 8192, MaxRetries: retries,
+			Headers: map[string]string{"X-Catalog-Header": "from-catalog"},
+			Cost:    inference.Cost{Input: 3, Output: 15, CacheRead: 0.3, CacheWrite: 3.75}},
+		Context: protocol.Context{
+			SystemPrompt: "You are terse.",
+			Messages: []protocol.Message{
+				{Role: protocol.RoleUser, Content: []protocol.Content{{Type: protocol.ContentText, Text: "read the readme"}}},
+				{Role: protocol.RoleAssistant, StopReason: protocol.StopToolUse, Content: []protocol.Content{
+					{Type: protocol.ContentThinking, Thinking: "hmm"},
+					{Type: protocol.ContentToolCall, ID: "toolu_0", Name: "read", Arguments: json.RawMessage(`{"path":"README.md"}`)}}},
+				{Role: protocol.RoleToolResult, ToolCallID: "toolu_0", ToolName: "read", Content: []protocol.Content{{Type: protocol.ContentText, Text: "# Hello"}}},
+			},
+			Tools: []protocol.Tool{{Name: "read", Description: "Read a file", Parameters: json.RawMessage(
+				`{"type":"object","properties":{"path":{"type":"string"}},"required":["path"],"additionalProperties":false}`)}},
+		},
+		APIKey: secret,
+	}
+}
+
+const (
+	msgStart = `event: message_start
+data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-sonnet-4-5","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":25,"cache_creation_input_tokens":10,"cache_read_input_tokens":100,"output_tokens":1}}}`
+	ping      = "event: ping\ndata: {\"type\": \"ping\"}"
+	msgStop   = "event: message_stop\ndata: {\"type\":\"message_stop\"}"
+	textStart = `event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`
+)
+
+func delta(i int, d string) string {
+	return "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":" + itoa(i) + ",\"delta\":" + d + "}"
+}
+func blockStop(i int) string {
+	return "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":" + itoa(i) + "}"
+}
+func msgDelta(reason string, out int) string {
+	return "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"" + reason + "\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":" + itoa(out) + "}}"
+}
+func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
+
+func TestStream(t *testing.T) {
+	textTurn := []string{msgStart, textStart, ping, delta(0, `{"type":"text_delta","text":"Hello"}`),
+		delta(0, `{"type":"text_delta","text":" world"}`), blockStop(0), msgDelta("end_turn", 15), msgStop}
+	for _, tc := range []struct {
+		name     string
+		handler  inferencetest.Handler
+		retries  int
+		want     []string
+		stop     string
+		text     string
+		usage    *protocol.Usage
+		status   int
+		retry    time.Duration
+		errMatch string
+		requests int
+	}{
+		{
+			name:    "plain text with usage",
+			handler: func(_ int, w http.ResponseWriter, _ *http.Request) { inferencetest.SSE(w, textTurn...) },
+			want: []string{"start", "text_start 0", "text_delta 0 Hello", "text_delta 0  world", "text_end 0 Hello world",
+				"done stop"},
+			stop: protocol.StopStop, text: "Hello world", requests: 1,
+			usage: &protocol.Usage{Input: 25, Output: 15, CacheRead: 100, CacheWrite: 10, TotalTokens: 150},
+		},
+		{
+			name: "thinking then tool use with streamed JSON arguments",
+			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
+				inferencetest.SSE(w, msgStart,
+					`event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}`,
+					delta(0, `{"type":"thinking_delta","thinking":"I should read "}`),
+					delta(0, `{"type":"thinking_delta","thinking":"the file."}`),
+					delta(0, `{"type":"signature_delta","signature":"EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"}`),
+					blockStop(0),
+					`event: content_block_start
+data: {"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_01T1x1fJ34qAmk2tNTrN7Up6","name":"read","input":{}}}`,
+					delta(1, `{"type":"input_json_delta","partial_json":""}`),
+					delta(1, `{"type":"input_json_delta","partial_json":"{\"path\": \"REA"}`),
+					delta(1, `{"type":"input_json_delta","partial_json":"DME.md\"}"}`),
+					blockStop(1), msgDelta("tool_use", 89), msgStop)
+			},
+			want: []string{"start", "thinking_start 0", "thinking_delta 0 I should read ", "thinking_delta 0 the file.",
+				"thinking_end 0 I should read the file.", "toolcall_start 1 toolu_01T1x1fJ34qAmk2tNTrN7Up6 read",
+				`toolcall_delta 1 {"path": "REA`, `toolcall_delta 1 DME.md"}`,
+				`toolcall_end 1 toolu_01T1x1fJ34qAmk2tNTrN7Up6 read {"path": "README.md"}`, "done toolUse"},
+			stop: protocol.StopToolUse, requests: 1,
+			usage: &protocol.Usage{Input: 25, Output: 89, CacheRead: 100, CacheWrite: 10, TotalTokens: 224},
+		},
+		{
+			name: "max_tokens maps to length",
+			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
+				inferencetest.SSE(w, msgStart, textStart, delta(0, `{"type":"text_delta","text":"Hi"}`), blockStop(0), msgDelta("max_tokens", 2), msgStop)
+			},
+			want: []string{"start", "text_start 0", "text_delta 0 Hi", "text_end 0 Hi", "done length"},
+			stop: protocol.StopLength, text: "Hi", requests: 1,
+		},
+		{
+			name: "error event mid-stream",
+			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
+				inferencetest.SSE(w, msgStart, textStart, delta(0, `{"type":"text_delta","text":"Hel"}`),
+					`event: error
+data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded (key `+secret+`)"}}`)
+			},
+			want: []string{"start", "text_start 0", "text_delta 0 Hel", "error error"},
+			stop: protocol.StopError, text: "Hel", errMatch: "Overloaded", requests: 1,
+		},
+		{
+			name: "connection cut mid-stream",
+			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
+				inferencetest.SSE(w, msgStart, textStart, delta(0, `{"type":"text_delta","text":"Hel"}`))
+				inferencetest.Cut()
+			},
+			want: []string{"start", "text_start 0", "text_delta 0 Hel", "error error"},
+			stop: protocol.StopError, text: "Hel", errMatch: "EOF", requests: 1,
+		},
+		{
+			name: "stream closed cleanly before message_stop",
+			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
+				inferencetest.SSE(w, msgStart, textStart, delta(0, `{"type":"text_delta","text":"Hel"}`))
+			},
+			want: []string{"start", "text_start 0", "text_delta 0 Hel", "error error"},
+			stop: protocol.StopError, text: "Hel", errMatch: "before message_stop", requests: 1,
+		},
+		{
+			name: "429 with retry-after, no retries",
+			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Retry-After", "7")
+				w.WriteHeader(http.StatusTooManyRequests)
+				_, _ = w.Write([]byte(`{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}`))
+			},
+			want: []string{"start", "error error"},
+			stop: protocol.StopError, status: 429, retry: 7 * time.Second, errMatch: "rate limit", requests: 1,
+		},
+		{
+			name:    "429 with retry-after-ms is retried once",
+			retries: 1,
+			handler: func(n int, w http.ResponseWriter, _ *http.Request) {
+				if n == 0 {
+					w.Header().Set("Retry-After-Ms", "1")
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(http.StatusTooManyRequests)
+					_, _ = w.Write([]byte(`{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`))
+					return
+				}
+				inferencetest.SSE(w, textTurn...)
+			},
+			want: []string{"start", "text_start 0", "text_delta 0 Hello", "text_delta 0  world", "text_end 0 Hello world", "done stop"},
+			stop: protocol.StopStop, text: "Hello world", requests: 2,
+		},
+		{
+			name: "401 echoing the key is redacted",
+			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusUnauthorized)
+				_, _ = w.Write([]byte(`{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key ` + secret + `"}}`))
+			},
+			want: []string{"start", "error error"},
+			stop: protocol.StopError, status: 401, errMatch: "invalid x-api-key [redacted]", requests: 1,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := inferencetest.Context(t)
+			srv := inferencetest.NewServer(t, tc.handler)
+			rec := &inferencetest.Recorder{}
+			msg, err := anthropic.New().Stream(ctx, call(srv.URL, tc.retries), rec.Emit)
+			if d := inferencetest.Diff(rec.Summary(), tc.want); d != "" {
+				t.Fatal(d)
+			}
+			last := rec.Events[len(rec.Events)-1]
+			if last.Message == nil || last.Message.StopReason != tc.stop || msg.StopReason != tc.stop {
+				t.Fatalf("stop reason: event %+v, returned %q", last.Message, msg.StopReason)
+			}
+			if got := msg.Text(); got != tc.text {
+				t.Errorf("text = %q, want %q", got, tc.text)
+			}
+			if tc.usage != nil {
+				want := *tc.usage
+				call(srv.URL, 0).Model.Cost.ApplyCost(&want)
+				if *msg.Usage != want {
+					t.Errorf("usage = %+v, want %+v", *msg.Usage, want)
+				}
+				if msg.Usage.Cost.Total <= 0 {
+					t.Errorf("cost not computed: %+v", msg.Usage.Cost)
+				}
+			}
+			if tc.errMatch != "" {
+				var ce *inference.CallError
+				if !errors.As(err, &ce) || ce.Reason != protocol.StopError || !strings.Contains(msg.ErrorMessage, tc.errMatch) {
+					t.Fatalf("err = %v, errorMessage %q, want one containing %q", err, msg.ErrorMessage, tc.errMatch)
+				}
+				if ce.Status != tc.status || ce.RetryAfter != tc.retry {
+					t.Errorf("status %d retry %v, want %d %v", ce.Status, ce.RetryAfter, tc.status, tc.retry)
+				}
+				if strings.Contains(err.Error(), secret) {
+					t.Errorf("error contains the credential: %v", err)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(rec.JSON(), secret) {
+				t.Error("an event contains the credential")
+			}
+			reqs := srv.Requests()
+			if len(reqs) != tc.requests {
+				t.Fatalf("%d requests, want %d", len(reqs), tc.requests)
+			}
+			r := reqs[0]
+			if r.Path != "/v1/messages" || !(strings.Contains(r.Header.Get("Authorization"), secret) || r.Header.Get("X-Api-Key") == secret) {
+				t.Errorf("request %s without the credential in its auth header: %v", r.Path, r.Header)
+			}
+			if r.Header.Get("X-Catalog-Header") != "from-catalog" {
+				t.Errorf("catalog header missing")
+			}
+		})
+	}
+}
+
+func TestRequestMapping(t *testing.T) {
+	ctx := inferencetest.Context(t)
+	srv := inferencetest.NewServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		inferencetest.SSE(w, msgStart, msgDelta("end_turn", 1), msgStop)
+	})
+	c := call(srv.URL, 0)
+	c.Options = inference.Options{Reasoning: inference.ReasoningLow, MaxTokens: 4000}
+	if _, err := anthropic.New().Stream(ctx, c, (&inferencetest.Recorder{}).Emit); err != nil {
+		t.Fatal(err)
+	}
+	var body struct {
+		Model     string `json:"model"`
+		MaxTokens int    `json:"max_tokens"`
+		Stream    bool   `json:"stream"`
+		System    []struct{ Text string }
+		Thinking  struct {
+			Type         string `json:"type"`
+			BudgetTokens int    `json:"budget_tokens"`
+		}
+		Messages []struct {
+			Role    string           `json:"role"`
+			Content []map[string]any `json:"content"`
+		}
+		Tools []struct {
+			Name        string         `json:"name"`
+			InputSchema map[string]any `json:"input_schema"`
+		}
+	}
+	if err := json.Unmarshal(srv.Requests()[0].Body, &body); err != nil {
+		t.Fatal(err)
+	}
+	if body.Model != "claude-sonnet-4-5" || body.MaxTokens != 4000 || !body.Stream || body.System[0].Text != "You are terse." {
+		t.Errorf("request: %+v", body)
+	}
+	if body.Thinking.Type != "enabled" || body.Thinking.BudgetTokens != 2048 {
+		t.Errorf("thinking: %+v", body.Thinking)
+	}
+	if len(body.Messages) != 3 || body.Messages[1].Content[0]["type"] != "tool_use" || len(body.Messages[1].Content) != 1 ||
+		body.Messages[2].Role != "user" || body.Messages[2].Content[0]["type"] != "tool_result" || body.Messages[2].Content[0]["tool_use_id"] != "toolu_0" {
+		t.Errorf("messages: %+v", body.Messages)
+	}
+	if len(body.Tools) != 1 || body.Tools[0].InputSchema["additionalProperties"] != false || body.Tools[0].InputSchema["required"] == nil {
+		t.Errorf("tools: %+v", body.Tools)
+	}
+}
+
+func TestCancelClosesProviderConnection(t *testing.T) {
+	ctx := inferencetest.Context(t)
+	closed := make(chan struct{})
+	srv := inferencetest.NewServer(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		inferencetest.SSE(w, msgStart, textStart, delta(0, `{"type":"text_delta","text":"Hel"}`))
+		<-r.Context().Done() // the provider waits until the client goes away
+		close(closed)
+	})
+	callCtx, cancel := context.WithCancel(ctx)
+	rec := &inferencetest.Recorder{OnEvent: func(ev protocol.StreamEvent) error {
+		if ev.Type == protocol.EventTextDelta {
+			cancel()
+		}
+		return nil
+	}}
+	msg, err := anthropic.New().Stream(callCtx, call(srv.URL, 0), rec.Emit)
+	var ce *inference.CallError
+	if !errors.As(err, &ce) || ce.Reason != protocol.StopAborted || msg.StopReason != protocol.StopAborted {
+		t.Fatalf("err = %v, stop %q", err, msg.StopReason)
+	}
+	if d := inferencetest.Diff(rec.Summary(), []string{"start", "text_start 0", "text_delta 0 Hel", "error aborted"}); d != "" {
+		t.Fatal(d)
+	}
+	select {
+	case <-closed:
+	case <-ctx.Done():
+		t.Fatal("the provider never saw the connection close")
+	}
+}
+
+func TestEmitErrorStopsStream(t *testing.T) {
+	ctx := inferencetest.Context(t)
+	closed := make(chan struct{})
+	srv := inferencetest.NewServer(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		inferencetest.SSE(w, msgStart, textStart, delta(0, `{"type":"text_delta","text":"Hel"}`))
+		<-r.Context().Done()
+		close(closed)
+	})
+	gone := errors.New("consumer gone")
+	rec := &inferencetest.Recorder{OnEvent: func(ev protocol.StreamEvent) error {
+		if ev.Type == protocol.EventTextDelta {
+			return gone
+		}
+		return nil
+	}}
+	if _, err := anthropic.New().Stream(ctx, call(srv.URL, 0), rec.Emit); !errors.Is(err, gone) {
+		t.Fatalf("err = %v", err)
+	}
+	if n := len(rec.Events); rec.Events[n-1].Type != protocol.EventTextDelta {
+		t.Errorf("events after the failed emit: %v", rec.Summary())
+	}
+	select {
+	case <-closed:
+	case <-ctx.Done():
+		t.Fatal("the provider never saw the connection close")
+	}
+}

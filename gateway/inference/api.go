@@ -1,0 +1,99 @@
+package inference
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/openclaw/cloudworkers/gateway/credentials"
+	"github.com/openclaw/cloudworkers/providers"
+)
+
+// CredentialSetRequest is the body of PUT /credentials/:name. The value is write-only.
+type CredentialSetRequest struct {
+	Value string `json:"value"`
+}
+
+// CredentialInfo is what the API says about a credential: its name and whether the catalog uses it.
+type CredentialInfo struct {
+	Name string `json:"name"`
+	// UsedBy lists the providers of the catalog that name this credential.
+	UsedBy []string `json:"usedBy,omitempty"`
+}
+
+// ModelsResponse is the body of GET /models.
+type ModelsResponse struct {
+	Default string  `json:"default"`
+	Models  []Model `json:"models"`
+}
+
+// RegisterAPI adds GET /models and the write-only credential routes to g (the authenticated
+// /api/v1 group). Credential values are accepted, never returned; errors name the field only.
+func RegisterAPI(g *echo.Group, cat *Catalog, creds *credentials.Store) {
+	g.GET("/models", func(c echo.Context) error {
+		return c.JSON(http.StatusOK, ModelsResponse{Default: cat.Default(), Models: cat.Models()})
+	})
+	g.GET("/credentials", func(c echo.Context) error {
+		names, err := creds.List(c.Request().Context())
+		if err != nil {
+			return err
+		}
+		usedBy := map[string][]string{}
+		for _, m := range cat.Models() {
+			if m.Credential != "" && !slices.Contains(usedBy[m.Credential], m.Provider) {
+				usedBy[m.Credential] = append(usedBy[m.Credential], m.Provider)
+			}
+		}
+		out := make([]CredentialInfo, 0, len(names))
+		for _, n := range names {
+			out = append(out, CredentialInfo{Name: n, UsedBy: usedBy[n]})
+		}
+		return c.JSON(http.StatusOK, out)
+	})
+	g.PUT("/credentials/:name", func(c echo.Context) error {
+		name := c.Param("name")
+		var req CredentialSetRequest
+		// Decoded by hand: a JSON error from the standard binder could quote the body.
+		b, err := io.ReadAll(io.LimitReader(c.Request().Body, credentials.MaxValueBytes*2+1024))
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return err
+			}
+			return providers.Fieldf("value", "cannot read request body")
+		}
+		if err := decodeStrict(b, &req); err != nil {
+			return providers.Fieldf("value", "body must be {\"value\": \"...\"}")
+		}
+		req.Value = strings.TrimRight(req.Value, "\r\n")
+		if err := creds.Set(c.Request().Context(), name, req.Value); err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, CredentialInfo{Name: name})
+	})
+	g.DELETE("/credentials/:name", func(c echo.Context) error {
+		name := c.Param("name")
+		if err := creds.Delete(c.Request().Context(), name); err != nil {
+			return err
+		}
+		return c.NoContent(http.StatusNoContent)
+	})
+}
+
+func decodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data")
+	}
+	return nil
+}
