@@ -24,6 +24,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/hub"
 	"github.com/openclaw/cloudworkers/gateway/inference"
 	"github.com/openclaw/cloudworkers/gateway/inference/builtin"
+	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/store"
@@ -158,6 +159,13 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		return fmt.Errorf("config models: %w", err)
 	}
 
+	turns, err := placement.New(ctx, placement.Config{DB: db, Sessions: sess, Catalog: catalog, DataDir: dataDir,
+		Log: log.With("subsystem", "placement")})
+	if err != nil {
+		return err
+	}
+	defer turns.Close()
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(newEnvCollector(db))
@@ -170,6 +178,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		Mount: []func(g *echo.Group){
 			func(g *echo.Group) { sessions.RegisterAPI(g, sess) },
 			func(g *echo.Group) { inference.RegisterAPI(g, catalog, creds) },
+			func(g *echo.Group) { placement.RegisterAPI(g, turns) },
 		},
 		WorkerInfo: func(envID string) api.WorkerInfo {
 			return api.WorkerInfo{Admitted: workers.Admitted(envID), TunnelStatus: string(tunnels.Status(envID)), TunnelEpoch: tunnels.Epoch(envID)}

@@ -26,7 +26,7 @@ func newSessionCmd(g *globals) *cobra.Command {
 		Aliases: []string{"sessions"},
 		Short:   "List, inspect, follow and export sessions",
 	}
-	cmd.AddCommand(newSessionCreateCmd(g), newSessionListCmd(g), newSessionShowCmd(g), newSessionWatchCmd(g),
+	cmd.AddCommand(newSessionCreateCmd(g), newSessionSendCmd(g), newSessionListCmd(g), newSessionShowCmd(g), newSessionWatchCmd(g),
 		newSessionExportCmd(g))
 	return cmd
 }
@@ -34,7 +34,8 @@ func newSessionCmd(g *globals) *cobra.Command {
 func newSessionCreateCmd(g *globals) *cobra.Command {
 	var p sessions.CreateParams
 	cmd := &cobra.Command{
-		Use:   "create [--title T] [--model provider/model] [--workspace DIR]",
+		Use:     "create [--title T] [--model provider/model] [--workspace DIR]",
+		Aliases: []string{"new"},
 		Short: "Create a session",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -236,7 +237,7 @@ last event it printed.`,
 			}
 			p := &livePrinter{out: stdout, info: stderr, thinking: thinking}
 			for {
-				err := watchOnce(cmd.Context(), c, args[0], &cursor, p)
+				err := watchOnce(cmd.Context(), c, args[0], &cursor, p, nil)
 				var ce websocket.CloseError
 				if errors.As(err, &ce) && ce.Code == websocket.StatusTryAgainLater {
 					p.note("(fell behind; resuming after event %d)", cursor)
@@ -255,7 +256,8 @@ last event it printed.`,
 }
 
 // watchOnce follows one stream connection, advancing *cursor past every event printed.
-func watchOnce(ctx context.Context, c *api.Client, id string, cursor *uint64, p *livePrinter) error {
+// It returns nil once until (if set) reports true for a printed event.
+func watchOnce(ctx context.Context, c *api.Client, id string, cursor *uint64, p *livePrinter, until func(*sessions.LiveRecord) bool) error {
 	u := "ws" + strings.TrimPrefix(c.BaseURL, "http") + "/api/v1/sessions/" + url.PathEscape(id) + "/stream?cursor=" + fmt.Sprint(*cursor)
 	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{
 		HTTPHeader: http.Header{"Authorization": []string{"Bearer " + c.Token}},
@@ -279,6 +281,9 @@ func watchOnce(ctx context.Context, c *api.Client, id string, cursor *uint64, p 
 		case m.LiveRecord != nil:
 			p.print(m.LiveRecord)
 			*cursor = m.Cursor
+			if until != nil && until(m.LiveRecord) {
+				return nil
+			}
 		}
 	}
 }

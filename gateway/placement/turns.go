@@ -1,0 +1,261 @@
+// Package placement decides where a session's turns run and runs them: on the gateway (local
+// placement) or, later, on a worker.
+package placement
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+
+	"github.com/openclaw/cloudworkers/gateway/inference"
+	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/protocol"
+	"github.com/openclaw/cloudworkers/worker/runner"
+	"github.com/openclaw/cloudworkers/worker/tools"
+)
+
+// ErrBusy is returned when a session already has a turn in flight.
+var ErrBusy = errors.New("session has a turn in progress")
+
+// Turn statuses.
+const (
+	TurnRunning  = "running"
+	TurnDone     = "done"
+	TurnFailed   = "failed"
+	TurnCanceled = "canceled"
+)
+
+// Turn is one run of a session.
+type Turn struct {
+	SessionID      string `json:"sessionId"`
+	RunEpoch       uint64 `json:"runEpoch"`
+	RunID          string `json:"runId"`
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+	Placement      string `json:"placement"`
+	Model          string `json:"model"`
+	Status         string `json:"status"`
+	Error          string `json:"error,omitempty"`
+	CreatedAt      string `json:"createdAt"`
+	FinishedAt     string `json:"finishedAt,omitempty"`
+	// Cursor is the session's live-event cursor when the turn was admitted: a stream opened
+	// from it sees every event of the turn.
+	Cursor   uint64 `json:"cursor"`
+	Replayed bool   `json:"replayed,omitempty"`
+}
+
+// Config configures the turn service.
+type Config struct {
+	DB       *store.DB
+	Sessions *sessions.Store
+	Catalog  *inference.Catalog
+	DataDir  string
+	Log      *slog.Logger
+	MaxSteps int
+}
+
+// Service admits and runs turns.
+type Service struct {
+	cfg    Config
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	running map[string]context.CancelFunc // session id → cancel of its turn
+}
+
+// New returns the service. Turns left running by a gateway that died are marked failed: a turn
+// whose gateway died mid-call is retried as a new turn, never replayed into the provider.
+func New(ctx context.Context, cfg Config) (*Service, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	_, err := cfg.DB.W.ExecContext(ctx, `UPDATE turns SET status=?, error=?, finished_at=? WHERE status=?`,
+		TurnFailed, "the gateway stopped during this turn; send the message again to retry", store.Now(), TurnRunning)
+	if err != nil {
+		return nil, fmt.Errorf("recover turns: %w", err)
+	}
+	c, cancel := context.WithCancel(context.Background())
+	return &Service{cfg: cfg, log: cfg.Log, ctx: c, cancel: cancel, running: map[string]context.CancelFunc{}}, nil
+}
+
+// Close cancels running turns and waits for them.
+func (s *Service) Close() {
+	s.cancel()
+	s.wg.Wait()
+}
+
+func randID(prefix string) string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// Send admits a turn for the session and starts it. A repeated idempotency key returns the turn it
+// started. A session that is already running a turn is refused with ErrBusy.
+func (s *Service) Send(ctx context.Context, sessionID, text, idempotencyKey string) (Turn, error) {
+	if text == "" {
+		return Turn{}, errors.New("text is empty")
+	}
+	sess, err := s.cfg.Sessions.Get(ctx, sessionID)
+	if err != nil {
+		return Turn{}, err
+	}
+	if idempotencyKey != "" {
+		if t, err := s.turnByKey(ctx, sessionID, idempotencyKey); err == nil {
+			t.Replayed = true
+			return t, nil
+		}
+	}
+	if sess.Placement != "" && sess.Placement != "local" {
+		return Turn{}, fmt.Errorf("session %s is placed on %s (%s): worker turns are not available in this build", sessionID, sess.EnvironmentID, sess.Placement)
+	}
+	model := sess.Model
+	if model == "" {
+		model = s.cfg.Catalog.Default()
+	}
+	if _, err := s.cfg.Catalog.Resolve(model); err != nil {
+		return Turn{}, err
+	}
+	// Turn admission: one turn per session at a time.
+	s.mu.Lock()
+	if _, busy := s.running[sessionID]; busy {
+		s.mu.Unlock()
+		return Turn{}, fmt.Errorf("session %s: %w", sessionID, ErrBusy)
+	}
+	tctx, cancel := context.WithCancel(s.ctx)
+	s.running[sessionID] = cancel
+	s.mu.Unlock()
+	release := func() {
+		s.mu.Lock()
+		delete(s.running, sessionID)
+		s.mu.Unlock()
+		cancel()
+	}
+	cursor, err := s.cfg.Sessions.LiveCursor(ctx, sessionID)
+	if err != nil {
+		release()
+		return Turn{}, err
+	}
+	t := Turn{SessionID: sessionID, RunID: randID("run_"), IdempotencyKey: idempotencyKey, Placement: "local",
+		Model: model, Status: TurnRunning, CreatedAt: store.Now(), Cursor: cursor}
+	err = s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(run_epoch),0)+1 FROM turns WHERE session_id=?`, sessionID).Scan(&t.RunEpoch); err != nil {
+			return err
+		}
+		var key any
+		if idempotencyKey != "" {
+			key = idempotencyKey
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO turns(session_id, run_epoch, run_id, idempotency_key, placement, model, status, created_at) VALUES(?,?,?,?,?,?,?,?)`,
+			sessionID, t.RunEpoch, t.RunID, key, t.Placement, t.Model, t.Status, t.CreatedAt)
+		return err
+	})
+	if err != nil {
+		release()
+		return Turn{}, fmt.Errorf("admit turn: %w", err)
+	}
+	ws := sess.Workspace
+	if ws == "" {
+		ws = filepath.Join(s.cfg.DataDir, "workspaces", sessionID)
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer release()
+		s.run(tctx, t, ws, text)
+	}()
+	return t, nil
+}
+
+func (s *Service) run(ctx context.Context, t Turn, workspace, text string) {
+	set := tools.NewSet(tools.Config{Workspace: workspace})
+	defer set.Close(context.WithoutCancel(ctx))
+	r := runner.New(runner.Config{
+		Model:    catalogModel{s.cfg.Catalog},
+		Backend:  &LocalBackend{Store: s.cfg.Sessions},
+		Tools:    set,
+		MaxSteps: s.cfg.MaxSteps,
+	})
+	err := ensureDir(workspace)
+	if err == nil {
+		err = r.Run(ctx, runner.Turn{SessionID: t.SessionID, RunEpoch: t.RunEpoch, RunID: t.RunID, ModelRef: t.Model, Text: text})
+	}
+	status, msg := TurnDone, ""
+	switch {
+	case errors.Is(err, context.Canceled):
+		status, msg = TurnCanceled, "canceled"
+	case err != nil:
+		status, msg = TurnFailed, err.Error()
+	}
+	if _, uerr := s.cfg.DB.W.ExecContext(context.WithoutCancel(ctx), `UPDATE turns SET status=?, error=?, finished_at=? WHERE run_id=?`,
+		status, msg, store.Now(), t.RunID); uerr != nil {
+		s.log.Error("record turn outcome", "run", t.RunID, "err", uerr)
+	}
+	s.log.Info("turn finished", "session", t.SessionID, "run", t.RunID, "status", status, "err", msg)
+}
+
+// Cancel cancels the session's running turn, if any.
+func (s *Service) Cancel(sessionID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.running[sessionID]
+	if ok {
+		c()
+	}
+	return ok
+}
+
+const turnCols = `session_id, run_epoch, run_id, COALESCE(idempotency_key,''), placement, model, status, error, created_at, finished_at`
+
+func scanTurn(row interface{ Scan(...any) error }) (Turn, error) {
+	var t Turn
+	err := row.Scan(&t.SessionID, &t.RunEpoch, &t.RunID, &t.IdempotencyKey, &t.Placement, &t.Model, &t.Status, &t.Error, &t.CreatedAt, &t.FinishedAt)
+	return t, err
+}
+
+func (s *Service) turnByKey(ctx context.Context, sessionID, key string) (Turn, error) {
+	return scanTurn(s.cfg.DB.R.QueryRowContext(ctx, `SELECT `+turnCols+` FROM turns WHERE session_id=? AND idempotency_key=?`, sessionID, key))
+}
+
+// Get returns one turn by run id.
+func (s *Service) Get(ctx context.Context, runID string) (Turn, error) {
+	t, err := scanTurn(s.cfg.DB.R.QueryRowContext(ctx, `SELECT `+turnCols+` FROM turns WHERE run_id=?`, runID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, fmt.Errorf("turn %q: %w", runID, store.ErrNotFound)
+	}
+	return t, err
+}
+
+// List returns a session's turns, oldest first.
+func (s *Service) List(ctx context.Context, sessionID string) ([]Turn, error) {
+	rows, err := s.cfg.DB.R.QueryContext(ctx, `SELECT `+turnCols+` FROM turns WHERE session_id=? ORDER BY run_epoch`, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []Turn{}
+	for rows.Next() {
+		t, err := scanTurn(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// catalogModel makes the gateway's catalog a runner.Model (local placement calls it directly).
+type catalogModel struct{ c *inference.Catalog }
+
+func (m catalogModel) Stream(ctx context.Context, ref string, c protocol.Context, emit func(protocol.StreamEvent) error) (protocol.Message, error) {
+	return m.c.Stream(ctx, ref, c, inference.Options{}, emit)
+}

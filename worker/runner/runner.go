@@ -1,0 +1,231 @@
+// Package runner is the agent loop, identical on the gateway (local placement) and in `openclaw worker`.
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/openclaw/cloudworkers/protocol"
+	"github.com/openclaw/cloudworkers/worker/tools"
+)
+
+// Model streams one model call. On the gateway it is the catalog; on a worker it is the inference
+// proxy through the gateway.
+type Model interface {
+	Stream(ctx context.Context, modelRef string, c protocol.Context, emit func(protocol.StreamEvent) error) (protocol.Message, error)
+}
+
+// Event is a live event of a run (the session backend's typed union, by type name).
+type Event struct {
+	Type       string          `json:"type"` // text_delta, thinking_delta, tool_start, tool_result, lifecycle_start, lifecycle_end, lifecycle_error
+	Delta      string          `json:"delta,omitempty"`
+	ToolCallID string          `json:"toolCallId,omitempty"`
+	ToolName   string          `json:"toolName,omitempty"`
+	Args       json.RawMessage `json:"args,omitempty"`
+	Result     json.RawMessage `json:"result,omitempty"`
+	IsError    bool            `json:"isError,omitempty"`
+	Error      string          `json:"error,omitempty"`
+}
+
+// Backend is where a run reads its context and writes its transcript and live events. On the
+// gateway it is the session store; on a worker it is the worker protocol.
+type Backend interface {
+	// Context returns the session's messages (leaf → root walk, root first) and its leaf id.
+	Context(ctx context.Context, sessionID string) ([]protocol.Message, string, error)
+	// Commit appends messages under baseLeaf and returns the new leaf. seq numbers the commits of a run from 1.
+	Commit(ctx context.Context, sessionID string, runEpoch, seq uint64, baseLeaf string, msgs []protocol.Message) (string, error)
+	// Live publishes one live event. seq numbers the events of a run from 1.
+	Live(ctx context.Context, sessionID string, runEpoch uint64, runID string, seq uint64, ev Event) error
+}
+
+// Config configures a Runner.
+type Config struct {
+	Model   Model
+	Backend Backend
+	Tools   *tools.Set
+	// MaxSteps bounds model calls per run (default 32).
+	MaxSteps     int
+	SystemPrompt string
+	Now          func() time.Time
+}
+
+// Runner runs turns of one session.
+type Runner struct{ cfg Config }
+
+// New returns a Runner.
+func New(cfg Config) *Runner {
+	if cfg.MaxSteps == 0 {
+		cfg.MaxSteps = 32
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.SystemPrompt == "" {
+		cfg.SystemPrompt = DefaultSystemPrompt
+	}
+	return &Runner{cfg: cfg}
+}
+
+// DefaultSystemPrompt is the agent's instructions when none are configured.
+const DefaultSystemPrompt = "You are a coding agent working in the user's workspace. Use the tools to read, edit and run code; keep answers short."
+
+// Turn is one user message to run.
+type Turn struct {
+	SessionID string
+	RunEpoch  uint64
+	RunID     string
+	ModelRef  string
+	Text      string
+}
+
+// ErrStepLimit ends a run that called the model MaxSteps times without finishing.
+var ErrStepLimit = errors.New("step limit reached")
+
+type run struct {
+	r                 *Runner
+	t                 Turn
+	leaf              string
+	commitSeq, evSeq  uint64
+	messages          []protocol.Message
+	toolSchemas       []protocol.Tool
+	lastStop, lastErr string
+}
+
+// Run runs one turn to its end: the user message, model calls, tool calls, commits and live
+// events, until the model stops. Every failure is also published as a lifecycle_error event.
+func (r *Runner) Run(ctx context.Context, t Turn) (err error) {
+	u := &run{r: r, t: t}
+	if r.cfg.Tools != nil {
+		u.toolSchemas = r.cfg.Tools.Schemas()
+	}
+	if err := u.live(ctx, Event{Type: "lifecycle_start"}); err != nil {
+		return err
+	}
+	defer func() {
+		ev := Event{Type: "lifecycle_end"}
+		if err != nil {
+			ev = Event{Type: "lifecycle_error", Error: err.Error()}
+		}
+		// The run's own context may be cancelled; still tell subscribers how it ended.
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if lerr := u.live(lctx, ev); lerr != nil && err == nil {
+			err = lerr
+		}
+	}()
+	msgs, leaf, err := r.cfg.Backend.Context(ctx, t.SessionID)
+	if err != nil {
+		return fmt.Errorf("load context: %w", err)
+	}
+	u.messages, u.leaf = msgs, leaf
+	user := protocol.Message{Role: protocol.RoleUser, Content: []protocol.Content{{Type: protocol.ContentText, Text: t.Text}}, Timestamp: r.now()}
+	if err := u.commit(ctx, user); err != nil {
+		return err
+	}
+	for step := 0; step < r.cfg.MaxSteps; step++ {
+		msg, err := u.call(ctx)
+		if msg.Role == protocol.RoleAssistant {
+			if cerr := u.commit(ctx, msg); cerr != nil {
+				return cerr
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if msg.StopReason != protocol.StopToolUse {
+			return nil
+		}
+		var results []protocol.Message
+		for _, c := range msg.Content {
+			if c.Type != protocol.ContentToolCall {
+				continue
+			}
+			res, err := u.tool(ctx, c)
+			if err != nil {
+				return err
+			}
+			results = append(results, res)
+		}
+		if len(results) == 0 {
+			return errors.New("model stopped for tool use without a tool call")
+		}
+		if err := u.commit(ctx, results...); err != nil {
+			return err
+		}
+	}
+	return ErrStepLimit
+}
+
+func (r *Runner) now() int64 { return r.cfg.Now().UnixMilli() }
+
+func (u *run) live(ctx context.Context, ev Event) error {
+	u.evSeq++
+	if err := u.r.cfg.Backend.Live(ctx, u.t.SessionID, u.t.RunEpoch, u.t.RunID, u.evSeq, ev); err != nil {
+		return fmt.Errorf("live event: %w", err)
+	}
+	return nil
+}
+
+func (u *run) commit(ctx context.Context, msgs ...protocol.Message) error {
+	u.commitSeq++
+	leaf, err := u.r.cfg.Backend.Commit(ctx, u.t.SessionID, u.t.RunEpoch, u.commitSeq, u.leaf, msgs)
+	if err != nil {
+		return fmt.Errorf("commit transcript: %w", err)
+	}
+	u.leaf = leaf
+	u.messages = append(u.messages, msgs...)
+	return nil
+}
+
+// call makes one model call, streaming its deltas as live events.
+func (u *run) call(ctx context.Context) (protocol.Message, error) {
+	c := protocol.Context{SystemPrompt: u.r.cfg.SystemPrompt, Messages: u.messages, Tools: u.toolSchemas}
+	msg, err := u.r.cfg.Model.Stream(ctx, u.t.ModelRef, c, func(ev protocol.StreamEvent) error {
+		switch ev.Type {
+		case protocol.EventTextDelta:
+			return u.live(ctx, Event{Type: "text_delta", Delta: ev.Delta})
+		case protocol.EventThinkingDelta:
+			return u.live(ctx, Event{Type: "thinking_delta", Delta: ev.Delta})
+		}
+		return nil
+	})
+	if err != nil {
+		if msg.Role == protocol.RoleAssistant && msg.StopReason == "" {
+			msg.StopReason = protocol.StopError
+		}
+		return msg, fmt.Errorf("model %s: %w", u.t.ModelRef, err)
+	}
+	if msg.StopReason == protocol.StopError || msg.StopReason == protocol.StopAborted {
+		return msg, fmt.Errorf("model %s: %s", u.t.ModelRef, msg.ErrorMessage)
+	}
+	return msg, nil
+}
+
+// tool runs one tool call; tool failures go back to the model as error results.
+func (u *run) tool(ctx context.Context, call protocol.Content) (protocol.Message, error) {
+	args := call.Arguments
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
+	}
+	if err := u.live(ctx, Event{Type: "tool_start", ToolCallID: call.ID, ToolName: call.Name, Args: args}); err != nil {
+		return protocol.Message{}, err
+	}
+	var res tools.Result
+	if u.r.cfg.Tools == nil {
+		res = tools.Result{IsError: true, Content: []protocol.Content{{Type: protocol.ContentText, Text: "no tools are available"}}}
+	} else {
+		res = u.r.cfg.Tools.Run(ctx, call.Name, args)
+	}
+	if ctx.Err() != nil {
+		return protocol.Message{}, ctx.Err()
+	}
+	summary, _ := json.Marshal(res.Text())
+	if err := u.live(ctx, Event{Type: "tool_result", ToolCallID: call.ID, ToolName: call.Name, Result: summary, IsError: res.IsError}); err != nil {
+		return protocol.Message{}, err
+	}
+	return protocol.Message{Role: protocol.RoleToolResult, ToolCallID: call.ID, ToolName: call.Name,
+		Content: res.Content, Details: res.Details, IsError: res.IsError, Timestamp: u.r.now()}, nil
+}
