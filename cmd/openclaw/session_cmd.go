@@ -36,8 +36,8 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "create [--title T] [--model provider/model] [--workspace DIR]",
 		Aliases: []string{"new"},
-		Short: "Create a session",
-		Args:  cobra.NoArgs,
+		Short:   "Create a session",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			asJSON, err := g.json()
 			if err != nil {
