@@ -54,6 +54,9 @@ type Config struct {
 	RetryMin, RetryMax time.Duration
 	// SweepInterval is how often the orphan sweep runs; 0 means the default, negative disables it.
 	SweepInterval time.Duration
+	// LifecycleInterval is how often idle, TTL and renewal policy is applied; 0 means 30s,
+	// negative disables it.
+	LifecycleInterval time.Duration
 	Bootstrapper  Bootstrapper
 	// TunnelStatus reports the tunnel state of an environment; nil means "stopped".
 	TunnelStatus func(envID string) string
@@ -78,6 +81,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.LifecycleInterval == 0 {
+		c.LifecycleInterval = 30 * time.Second
 	}
 }
 
@@ -113,6 +119,10 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.mu.Unlock()
 	if err := m.Reconcile(ctx); err != nil {
 		return err
+	}
+	if m.cfg.LifecycleInterval > 0 {
+		m.wg.Add(1)
+		go m.lifecycleLoop(m.cfg.LifecycleInterval)
 	}
 	if m.cfg.SweepInterval > 0 {
 		m.wg.Add(1)
@@ -532,7 +542,7 @@ func (m *Manager) BundleHash(id string) (string, bool) {
 
 // Touch records activity on an environment (idle time is measured from it).
 func (m *Manager) Touch(ctx context.Context, id string) {
-	_, _ = m.db.W.ExecContext(ctx, `UPDATE environments SET last_activity_at=? WHERE id=?`, store.Now(), id)
+	_, _ = m.db.W.ExecContext(ctx, `UPDATE environments SET last_activity_at=? WHERE id=?`, store.FormatTime(m.cfg.Now()), id)
 }
 
 // releaseLease destroys a lease whose environment is failed or unknown, best effort, audited.

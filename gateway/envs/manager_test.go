@@ -317,3 +317,68 @@ func TestReconcileOrphansVanishedLeaseAndResumesProvisioning(t *testing.T) {
 		t.Fatalf("orphan reason %q", o.Error)
 	}
 }
+
+type readyBootstrapper struct{}
+
+func (readyBootstrapper) Bootstrap(context.Context, envs.Environment) error { return nil }
+
+func TestLifecycleStopsIdleButNeverAttached(t *testing.T) {
+	ctx := testCtx(t)
+	prov := fake.New()
+	db, err := store.Open(ctx, t.TempDir()+"/gateway.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	reg := providers.Registry{"fake": prov}
+	ps := profiles.New(db, reg, nil)
+	if _, err := ps.Put(ctx, &providers.Profile{ID: "p", Provider: "fake", Lifetime: providers.Lifetime{IdleTimeout: providers.Duration(time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	var clock atomic.Int64
+	clock.Store(now.UnixNano())
+	mgr := envs.New(envs.Config{DB: db, Profiles: ps, Providers: reg, GatewayID: gwID, SweepInterval: -1, LifecycleInterval: -1,
+		RetryMin: time.Millisecond, RetryMax: time.Millisecond, Bootstrapper: readyBootstrapper{},
+		Now: func() time.Time { return time.Unix(0, clock.Load()) }})
+	if err := mgr.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mgr.Close(context.Background()) })
+	wait := func(id string, s envs.State) {
+		t.Helper()
+		if _, err := mgr.WaitFor(ctx, id, func(e envs.Environment) bool { return e.State == s }); err != nil {
+			t.Fatalf("%s never %s: %v", id, s, err)
+		}
+	}
+	idle, _, _ := mgr.Create(ctx, "p", "")
+	busy, _, _ := mgr.Create(ctx, "p", "")
+	wait(idle.ID, envs.Ready)
+	wait(busy.ID, envs.Ready)
+	if err := mgr.Attach(ctx, busy.ID, "ses_1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := mgr.ApplyLifecycle(ctx); len(got) != 0 {
+		t.Fatalf("stopped %v before any idle time", got)
+	}
+	clock.Add(int64(2 * time.Hour)) // two hours pass
+	got := mgr.ApplyLifecycle(ctx)
+	if len(got) != 1 || got[0] != idle.ID {
+		t.Fatalf("lifecycle stopped %v, want only the idle %s", got, idle.ID)
+	}
+	wait(idle.ID, envs.Destroyed)
+	if e, _ := mgr.Get(ctx, busy.ID); e.State != envs.Attached {
+		t.Fatalf("attached environment is %s", e.State)
+	}
+	// once detached, idle time counts from the detach
+	if err := mgr.Detach(ctx, busy.ID, "ses_1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := mgr.ApplyLifecycle(ctx); len(got) != 0 {
+		t.Fatalf("stopped %v right after detach", got)
+	}
+	clock.Add(int64(2 * time.Hour))
+	if got := mgr.ApplyLifecycle(ctx); len(got) != 1 || got[0] != busy.ID {
+		t.Fatalf("idle after detach not stopped: %v", got)
+	}
+}
