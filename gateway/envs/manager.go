@@ -57,7 +57,7 @@ type Config struct {
 	// LifecycleInterval is how often idle, TTL and renewal policy is applied; 0 means 30s,
 	// negative disables it.
 	LifecycleInterval time.Duration
-	Bootstrapper  Bootstrapper
+	Bootstrapper      Bootstrapper
 	// TunnelStatus reports the tunnel state of an environment; nil means "stopped".
 	TunnelStatus func(envID string) string
 	Now          func() time.Time
