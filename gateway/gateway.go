@@ -115,11 +115,18 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		},
 	})
 	defer tunnels.Close()
+	sess, err := sessions.New(sessions.Config{DB: db, Log: log.With("subsystem", "sessions")})
+	if err != nil {
+		return err
+	}
+	defer sess.Close(context.Background())
+
 	workerCreds := hub.NewCredentials(db)
 	workers, err := hub.New(hub.Config{
 		DB: db, Credentials: workerCreds, Log: log.With("subsystem", "hub"), HeartbeatTimeout: cfg.Worker.HeartbeatTimeout.D(),
 		ExpectedBundle: func(envID string) (string, bool) { return mgr.BundleHash(envID) },
 		OnAdmit:        func(envID string) { mgr.Touch(context.Background(), envID) },
+		Sessions:       sess,
 	})
 	if err != nil {
 		return err
@@ -143,12 +150,6 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		TunnelStatus: func(envID string) string { return string(tunnels.Status(envID)) },
 	})
 	boot.SetEnvs(mgr)
-
-	sess, err := sessions.New(sessions.Config{DB: db, Log: log.With("subsystem", "sessions")})
-	if err != nil {
-		return err
-	}
-	defer sess.Close(context.Background())
 
 	creds, err := credentials.Open(db, dataDir)
 	if err != nil {
@@ -177,11 +178,19 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		Log: log.With("subsystem", "api"), GatewayID: gatewayID, Version: info.Version, Ready: ready.Load, Bootstrap: true,
 		Mount: []func(g *echo.Group){
 			func(g *echo.Group) { sessions.RegisterAPI(g, sess) },
+			func(g *echo.Group) {
+				sessions.RegisterPlacementAPI(g, sess, func(ctx context.Context, id string) error {
+					_, err := mgr.Get(ctx, id)
+					return err
+				})
+			},
 			func(g *echo.Group) { inference.RegisterAPI(g, catalog, creds) },
 			func(g *echo.Group) { placement.RegisterAPI(g, turns) },
 		},
 		WorkerInfo: func(envID string) api.WorkerInfo {
-			return api.WorkerInfo{Admitted: workers.Admitted(envID), TunnelStatus: string(tunnels.Status(envID)), TunnelEpoch: tunnels.Epoch(envID)}
+			bp := workers.Backpressure(envID)
+			return api.WorkerInfo{Admitted: workers.Admitted(envID), TunnelStatus: string(tunnels.Status(envID)), TunnelEpoch: tunnels.Epoch(envID),
+				Backpressure: bp.Active, Queued: bp.Queued, CapacityRejections: bp.Rejected}
 		},
 	})
 	ln, err := net.Listen("tcp", cfg.Listen)

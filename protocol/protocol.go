@@ -45,6 +45,12 @@ const (
 	MethodCredentialRefresh = "worker.credential.refresh"
 	// MethodShutdown is sent by the gateway (as an event, or a request) telling the worker to exit cleanly.
 	MethodShutdown = "worker.shutdown"
+	// MethodTranscriptCommit appends a batch of messages to a session's transcript (TranscriptCommitParams).
+	MethodTranscriptCommit = "worker.transcript.commit"
+	// MethodLiveEvent publishes one live event of a run (LiveEventParams).
+	MethodLiveEvent = "worker.live-event"
+	// MethodResume returns the gateway's persisted cursors of a session (ResumeParams, ResumeResult).
+	MethodResume = "worker.resume"
 )
 
 // WorkerMethods is the allowlist of methods a worker may call after admission. A credential's method
@@ -52,6 +58,9 @@ const (
 var WorkerMethods = map[string]bool{
 	MethodHeartbeat:         true,
 	MethodCredentialRefresh: true,
+	MethodTranscriptCommit:  true,
+	MethodLiveEvent:         true,
+	MethodResume:            true,
 }
 
 // GatewayMethods are the methods and events the gateway sends to a worker.
@@ -67,10 +76,12 @@ const (
 	FeatureHeartbeat         = "heartbeat"
 	FeatureCredentialRefresh = "credential-refresh"
 	FeatureShutdown          = "shutdown"
+	// FeatureDurableSessions: worker.transcript.commit, worker.live-event and worker.resume.
+	FeatureDurableSessions = "durable-sessions"
 )
 
 // Features lists the feature flags this binary supports.
-var Features = []string{FeatureHeartbeat, FeatureCredentialRefresh, FeatureShutdown}
+var Features = []string{FeatureHeartbeat, FeatureCredentialRefresh, FeatureShutdown, FeatureDurableSessions}
 
 // NegotiateFeatures returns the features both sides support, in Features order.
 func NegotiateFeatures(offered []string) []string {
@@ -102,7 +113,10 @@ const (
 	CodeCapacityExceeded   Code = "capacity-exceeded"
 	CodeStaleBaseLeaf      Code = "stale-base-leaf"
 	CodeInvalidBatch       Code = "invalid-batch"
-	CodeInternal           Code = "internal"
+	// CodeResyncRequired answers a seq that skips ahead of the gateway's cursor; the error carries
+	// AckedSeq and ExpectedSeq and the worker resends from ExpectedSeq.
+	CodeResyncRequired Code = "resync-required"
+	CodeInternal       Code = "internal"
 )
 
 // PermanentAdmission reports whether an admission rejected with this code can never succeed by
@@ -121,6 +135,11 @@ type Error struct {
 	Message      string `json:"message,omitempty"`
 	Retryable    bool   `json:"retryable,omitempty"`
 	RetryAfterMs int64  `json:"retryAfterMs,omitempty"`
+	// AckedSeq and ExpectedSeq are set with CodeResyncRequired (ackedSeq 0 is omitted).
+	AckedSeq    uint64 `json:"ackedSeq,omitempty"`
+	ExpectedSeq uint64 `json:"expectedSeq,omitempty"`
+	// LeafID is the session's current leaf, set with CodeStaleBaseLeaf.
+	LeafID string `json:"leafId,omitempty"`
 }
 
 func (e *Error) Error() string {

@@ -238,6 +238,12 @@ type WorkerInfo struct {
 	Admitted     bool   `json:"admitted"`
 	TunnelStatus string `json:"tunnelStatus"`
 	TunnelEpoch  uint64 `json:"tunnelEpoch"`
+	// Backpressure: the worker's requests are being refused or queued near their bound.
+	Backpressure bool `json:"backpressure"`
+	// Queued is the number of worker requests waiting in the gateway's stream queues.
+	Queued int `json:"queued"`
+	// CapacityRejections counts capacity-exceeded answers to this worker since the gateway started.
+	CapacityRejections uint64 `json:"capacityRejections"`
 }
 
 func (s *Server) envWorker(c echo.Context) error {

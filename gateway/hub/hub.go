@@ -52,6 +52,18 @@ type Config struct {
 	// environment does not trigger OnDisconnect. They must not block for long.
 	OnAdmit      func(envID string)
 	OnDisconnect func(envID string)
+	// Sessions serves worker.transcript.commit, worker.live-event and worker.resume; nil answers
+	// them with method-not-allowed.
+	Sessions SessionBackend
+	// StreamQueue bounds the requests queued per stream (session + stream kind); a full queue answers
+	// capacity-exceeded. Default DefaultStreamQueue.
+	StreamQueue int
+	// MaxStreams bounds the streams of one connection. Default DefaultMaxStreams.
+	MaxStreams int
+	// ConnQueueBytes bounds the params bytes queued on one connection. Default DefaultConnQueueBytes.
+	ConnQueueBytes int
+	// RetryAfter is the retryAfterMs hint sent with capacity-exceeded. Default DefaultRetryAfter.
+	RetryAfter time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -69,6 +81,18 @@ func (c *Config) setDefaults() {
 	}
 	if c.FrameLimit <= 0 {
 		c.FrameLimit = protocol.DefaultFrameLimit
+	}
+	if c.StreamQueue <= 0 {
+		c.StreamQueue = DefaultStreamQueue
+	}
+	if c.MaxStreams <= 0 {
+		c.MaxStreams = DefaultMaxStreams
+	}
+	if c.ConnQueueBytes <= 0 {
+		c.ConnQueueBytes = DefaultConnQueueBytes
+	}
+	if c.RetryAfter <= 0 {
+		c.RetryAfter = DefaultRetryAfter
 	}
 }
 
@@ -97,9 +121,11 @@ type Server struct {
 	conns map[*workerConn]struct{} // every live connection, admitted or not
 	// workers maps an environment to its admitted connection.
 	workers map[string]*workerConn
-	changed chan struct{} // closed and replaced whenever workers changes
-	closed  bool
-	wg      sync.WaitGroup
+	// pressure holds each environment's backpressure record (see Backpressure).
+	pressure map[string]*pressure
+	changed  chan struct{} // closed and replaced whenever workers changes
+	closed   bool
+	wg       sync.WaitGroup
 }
 
 // New returns a Server; it serves nothing until Serve.
@@ -112,6 +138,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, log: cfg.Log.With("subsystem", "hub"), ctx: ctx, stop: stop,
 		conns: map[*workerConn]struct{}{}, workers: map[string]*workerConn{}, changed: make(chan struct{}),
+		pressure: map[string]*pressure{},
 	}
 	s.http = &http.Server{
 		Handler:           http.HandlerFunc(s.serveHTTP),
@@ -226,7 +253,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ws.SetReadLimit(protocol.PreAdmissionFrameLimit)
-	wc := &workerConn{ws: ws}
+	wc := &workerConn{ws: ws, streamState: streamState{streams: map[string]*stream{}}}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -263,6 +290,8 @@ type workerConn struct {
 
 	mu  sync.Mutex
 	seq uint64
+
+	streamState
 }
 
 func (wc *workerConn) nextSeq() uint64 {
@@ -467,8 +496,14 @@ func (s *Server) notifyLocked() {
 	s.changed = make(chan struct{})
 }
 
-// serveAdmitted serves requests until the connection ends.
+// serveAdmitted serves requests until the connection ends. Durable-session requests are queued per
+// stream (see dispatch); everything else is answered inline.
 func (s *Server) serveAdmitted(ctx context.Context, wc *workerConn) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		wc.swg.Wait()
+	}()
 	wc.ws.SetReadLimit(int64(s.cfg.FrameLimit))
 	for {
 		rctx, cancel := context.WithTimeout(ctx, s.cfg.HeartbeatTimeout)
@@ -488,6 +523,16 @@ func (s *Server) serveAdmitted(ctx context.Context, wc *workerConn) error {
 		}
 		switch f.Type {
 		case protocol.TypeReq:
+			if wc.cred.Allows(f.Method) && isStreamMethod(f.Method) {
+				res, queued := s.dispatch(ctx, wc, f)
+				if queued {
+					continue
+				}
+				if err := wc.write(ctx, res); err != nil {
+					return err
+				}
+				continue
+			}
 			res := s.handle(ctx, wc, f)
 			if err := wc.write(ctx, res); err != nil {
 				return err

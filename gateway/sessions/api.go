@@ -214,3 +214,52 @@ func serveFeed[T any](c echo.Context, sub *Subscription[T], first any, msg func(
 		}
 	}
 }
+
+// AttachRequest is the body of POST /sessions/:id/attach.
+type AttachRequest struct {
+	EnvironmentID string `json:"environmentId"`
+}
+
+// AttachResponse answers POST /sessions/:id/attach and /detach.
+type AttachResponse struct {
+	OwnerEpoch uint64 `json:"ownerEpoch"`
+}
+
+// RegisterPlacementAPI mounts the low-level placement routes for operators and tests:
+//
+//	POST /sessions/:id/attach {environmentId} → {ownerEpoch}: bind the session to the environment's
+//	worker and advance (fence) its owner epoch; POST /sessions/:id/detach → {ownerEpoch}.
+//
+// envExists checks the environment id (it returns an error wrapping store.ErrNotFound when unknown).
+// The placement state machine (dispatch) is built on the same primitive.
+func RegisterPlacementAPI(g *echo.Group, s *Store, envExists func(ctx context.Context, id string) error) {
+	h := &handlers{s: s}
+	g.POST("/sessions/:id/attach", func(c echo.Context) error {
+		var req AttachRequest
+		body, err := io.ReadAll(c.Request().Body)
+		if err != nil {
+			return apiError(c, http.StatusBadRequest, "bad-request", "read body: %v", err)
+		}
+		if err := strictJSON(body, &req); err != nil {
+			return apiError(c, http.StatusBadRequest, "bad-request", "%v", err)
+		}
+		if req.EnvironmentID == "" {
+			return apiError(c, http.StatusBadRequest, "invalid-field", "environmentId is required")
+		}
+		if err := envExists(c.Request().Context(), req.EnvironmentID); err != nil {
+			return h.fail(c, err)
+		}
+		epoch, err := s.Attach(c.Request().Context(), c.Param("id"), req.EnvironmentID)
+		if err != nil {
+			return h.fail(c, err)
+		}
+		return c.JSON(http.StatusOK, AttachResponse{OwnerEpoch: epoch})
+	})
+	g.POST("/sessions/:id/detach", func(c echo.Context) error {
+		epoch, err := s.Detach(c.Request().Context(), c.Param("id"))
+		if err != nil {
+			return h.fail(c, err)
+		}
+		return c.JSON(http.StatusOK, AttachResponse{OwnerEpoch: epoch})
+	})
+}

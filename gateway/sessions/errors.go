@@ -9,8 +9,7 @@ import (
 )
 
 // CodeResyncRequired answers a live event whose seq skips ahead of the gateway's ACK cursor.
-// TODO(lead): move to protocol's code list; this package may only add the two transcript codes there.
-const CodeResyncRequired protocol.Code = "resync-required"
+const CodeResyncRequired = protocol.CodeResyncRequired
 
 // ErrNotFound is returned (wrapped in an *Error with CodeSessionNotAttached) for an unknown session.
 var ErrNotFound = store.ErrNotFound
@@ -38,7 +37,7 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Protocol converts the error into the error object of a res frame.
 func (e *Error) Protocol() *protocol.Error {
-	return &protocol.Error{Code: e.Code, Message: e.Message}
+	return &protocol.Error{Code: e.Code, Message: e.Message, AckedSeq: e.AckedSeq, ExpectedSeq: e.ExpectedSeq, LeafID: e.LeafID}
 }
 
 func errorf(code protocol.Code, format string, args ...any) *Error {

@@ -72,8 +72,13 @@ func (c Config) Validate() error {
 // package only stores the value.
 type PlacementState string
 
-// PlacementLocal is a session whose loop runs in the gateway.
-const PlacementLocal PlacementState = "local"
+// Placement states.
+const (
+	// PlacementLocal is a session whose loop runs in the gateway.
+	PlacementLocal PlacementState = "local"
+	// PlacementWorker is a session attached to an environment's worker (see Attach).
+	PlacementWorker PlacementState = "worker"
+)
 
 // Session is one conversation: its metadata, transcript leaf and placement fields.
 type Session struct {

@@ -341,6 +341,11 @@ func DecodeCommit(sessionID string, ownerEpoch uint64, raw json.RawMessage) (Com
 	if err := protocol.DecodeParams(raw, &req); err != nil {
 		return CommitParams{}, &Error{Code: protocol.CodeInvalidBatch, Message: err.Error(), Err: err}
 	}
+	return decodeCommitRequest(sessionID, ownerEpoch, req)
+}
+
+// decodeCommitRequest checks and decodes the messages of a commit request.
+func decodeCommitRequest(sessionID string, ownerEpoch uint64, req CommitRequest) (CommitParams, error) {
 	if len(req.Messages) == 0 || len(req.Messages) > MaxBatch {
 		return CommitParams{}, errorf(protocol.CodeInvalidBatch, "a commit carries 1..%d messages, got %d", MaxBatch, len(req.Messages))
 	}

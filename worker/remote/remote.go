@@ -109,13 +109,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	w := &worker{cfg: cfg, log: cfg.Log.With("subsystem", "worker", "env", cfg.EnvironmentID), credential: cfg.Credential}
-	w.client = &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", cfg.SocketPath)
-		},
-	}}
+	w := newWorker(cfg)
 	defer w.client.CloseIdleConnections()
 	bo := backoff{min: cfg.BackoffMin, max: cfg.BackoffMax}
 	for {
@@ -146,6 +140,17 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 }
 
+func newWorker(cfg Config) *worker {
+	w := &worker{cfg: cfg, log: cfg.Log.With("subsystem", "worker", "env", cfg.EnvironmentID), credential: cfg.Credential}
+	w.client = &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", cfg.SocketPath)
+		},
+	}}
+	return w
+}
+
 type worker struct {
 	cfg    Config
 	log    *slog.Logger
@@ -166,52 +171,12 @@ func (w *worker) id() string {
 // session runs one connection: dial, admission, then heartbeats until the connection ends.
 // It returns nil on a requested shutdown; admitted tells whether admission succeeded.
 func (w *worker) session(ctx context.Context) (admitted bool, err error) {
-	dctx, cancel := context.WithTimeout(ctx, w.cfg.DialTimeout)
-	defer cancel()
-	ws, _, err := websocket.Dial(dctx, gatewayURL, &websocket.DialOptions{HTTPClient: w.client})
-	if err != nil {
-		return false, fmt.Errorf("dial gateway at %s: %w", w.cfg.SocketPath, err)
-	}
-	defer ws.CloseNow()
-	ws.SetReadLimit(protocol.DefaultFrameLimit)
-
-	w.mu.Lock()
-	cred := w.credential
-	w.mu.Unlock()
-	connectID := w.id()
-	req, err := protocol.Request(connectID, protocol.MethodConnect, protocol.ConnectParams{
-		Role: protocol.RoleWorker,
-		Admission: protocol.Admission{
-			EnvironmentID: w.cfg.EnvironmentID, Credential: cred, OwnerEpoch: w.cfg.OwnerEpoch, SessionID: w.cfg.SessionID,
-			Handshake: protocol.Handshake{BundleHash: w.cfg.BundleHash, Version: w.cfg.ProtocolVersion,
-				BuildVersion: w.cfg.Version, ProtocolFeatures: w.cfg.Features},
-		},
-	})
+	ws, cr, err := w.admit(ctx)
 	if err != nil {
 		return false, err
 	}
-	if err := writeFrame(dctx, ws, req); err != nil {
-		return false, fmt.Errorf("send connect: %w", err)
-	}
-	res, err := readFrame(dctx, ws)
-	if err != nil {
-		return false, fmt.Errorf("read connect response: %w", err)
-	}
-	if res.Type != protocol.TypeRes || res.ID != connectID {
-		return false, fmt.Errorf("connect: unexpected %s frame", res.Type)
-	}
-	if !res.OK {
-		return false, &AdmissionError{Err: res.Error}
-	}
-	var cr protocol.ConnectResult
-	if err := protocol.DecodeParams(res.Payload, &cr); err != nil {
-		return false, fmt.Errorf("connect response: %w", err)
-	}
-	cancel()
-	interval := time.Duration(cr.HeartbeatIntervalMs) * time.Millisecond
-	if interval <= 0 {
-		interval = 10 * time.Second
-	}
+	defer ws.CloseNow()
+	interval := heartbeatInterval(cr)
 	w.log.Info("admitted by gateway", "heartbeatInterval", interval, "features", cr.Features)
 
 	s := &conn{w: w, ws: ws, interval: interval, pending: map[string]string{}}
@@ -229,6 +194,64 @@ func (w *worker) session(ctx context.Context) (admitted bool, err error) {
 		return true, nil
 	}
 	return true, err
+}
+
+func heartbeatInterval(cr protocol.ConnectResult) time.Duration {
+	interval := time.Duration(cr.HeartbeatIntervalMs) * time.Millisecond
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	return interval
+}
+
+// admit dials the gateway and runs admission; the caller owns the returned connection.
+func (w *worker) admit(ctx context.Context) (_ *websocket.Conn, _ protocol.ConnectResult, err error) {
+	var cr protocol.ConnectResult
+	dctx, cancel := context.WithTimeout(ctx, w.cfg.DialTimeout)
+	defer cancel()
+	ws, _, err := websocket.Dial(dctx, gatewayURL, &websocket.DialOptions{HTTPClient: w.client})
+	if err != nil {
+		return nil, cr, fmt.Errorf("dial gateway at %s: %w", w.cfg.SocketPath, err)
+	}
+	defer func() {
+		if err != nil {
+			ws.CloseNow()
+		}
+	}()
+	ws.SetReadLimit(protocol.DefaultFrameLimit)
+
+	w.mu.Lock()
+	cred := w.credential
+	w.mu.Unlock()
+	connectID := w.id()
+	req, err := protocol.Request(connectID, protocol.MethodConnect, protocol.ConnectParams{
+		Role: protocol.RoleWorker,
+		Admission: protocol.Admission{
+			EnvironmentID: w.cfg.EnvironmentID, Credential: cred, OwnerEpoch: w.cfg.OwnerEpoch, SessionID: w.cfg.SessionID,
+			Handshake: protocol.Handshake{BundleHash: w.cfg.BundleHash, Version: w.cfg.ProtocolVersion,
+				BuildVersion: w.cfg.Version, ProtocolFeatures: w.cfg.Features},
+		},
+	})
+	if err != nil {
+		return nil, cr, err
+	}
+	if err := writeFrame(dctx, ws, req); err != nil {
+		return nil, cr, fmt.Errorf("send connect: %w", err)
+	}
+	res, err := readFrame(dctx, ws)
+	if err != nil {
+		return nil, cr, fmt.Errorf("read connect response: %w", err)
+	}
+	if res.Type != protocol.TypeRes || res.ID != connectID {
+		return nil, cr, fmt.Errorf("connect: unexpected %s frame", res.Type)
+	}
+	if !res.OK {
+		return nil, cr, &AdmissionError{Err: res.Error}
+	}
+	if err := protocol.DecodeParams(res.Payload, &cr); err != nil {
+		return nil, cr, fmt.Errorf("connect response: %w", err)
+	}
+	return ws, cr, nil
 }
 
 // conn is the admitted part of one session.

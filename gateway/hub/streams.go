@@ -1,0 +1,280 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/openclaw/cloudworkers/protocol"
+)
+
+// SessionBackend is the session store as the worker endpoint uses it; *sessions.Store implements it.
+// Errors that carry a protocol code implement `Protocol() *protocol.Error`; any other error is
+// answered as a retryable internal error.
+type SessionBackend interface {
+	// WorkerBinding returns the environment a session is attached to ("" when none), its active
+	// owner epoch and its lifecycle revision.
+	WorkerBinding(ctx context.Context, sessionID string) (envID string, ownerEpoch, lifecycleRevision uint64, err error)
+	WorkerCommit(ctx context.Context, p protocol.TranscriptCommitParams) (protocol.TranscriptCommitResult, error)
+	WorkerLive(ctx context.Context, p protocol.LiveEventParams) (protocol.LiveEventResult, error)
+	WorkerResume(ctx context.Context, p protocol.ResumeParams) (protocol.ResumeResult, error)
+}
+
+// Defaults of the flow-control settings in Config.
+const (
+	DefaultStreamQueue    = 256
+	DefaultMaxStreams     = 64
+	DefaultConnQueueBytes = 64 << 20
+	DefaultRetryAfter     = 200 * time.Millisecond
+	// backpressureHold keeps an environment in the backpressure state this long after a rejection.
+	backpressureHold = 5 * time.Second
+)
+
+// Backpressure is the flow-control state of an environment's worker connection.
+type Backpressure struct {
+	// Active: a stream queue is at least three quarters full, or a request was refused with
+	// capacity-exceeded within the last few seconds.
+	Active bool `json:"active"`
+	// Queued is the number of requests waiting in the connection's stream queues.
+	Queued int `json:"queued"`
+	// Rejected counts capacity-exceeded answers since the gateway started.
+	Rejected uint64 `json:"rejected"`
+}
+
+// pressure is the per-environment record behind Backpressure; it outlives connections.
+type pressure struct {
+	rejected   atomic.Uint64
+	lastReject atomic.Int64 // unix nanos
+}
+
+func (s *Server) pressureOf(envID string) *pressure {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.pressure[envID]
+	if p == nil {
+		p = &pressure{}
+		s.pressure[envID] = p
+	}
+	return p
+}
+
+// Backpressure reports the flow-control state of envID's worker.
+func (s *Server) Backpressure(envID string) Backpressure {
+	s.mu.Lock()
+	p, wc := s.pressure[envID], s.workers[envID]
+	s.mu.Unlock()
+	var b Backpressure
+	if p != nil {
+		b.Rejected = p.rejected.Load()
+		b.Active = time.Since(time.Unix(0, p.lastReject.Load())) < backpressureHold
+	}
+	if wc != nil {
+		wc.smu.Lock()
+		for _, st := range wc.streams {
+			n := len(st.q)
+			b.Queued += n
+			if n*4 >= cap(st.q)*3 {
+				b.Active = true
+			}
+		}
+		wc.smu.Unlock()
+	}
+	return b
+}
+
+// stream is one ordered stream of a connection (session + stream kind): its requests are served in
+// order by one goroutine, from a bounded queue, so a slow stream never blocks the read loop.
+type stream struct {
+	q chan queued
+}
+
+type queued struct {
+	f      protocol.Frame
+	params any // *protocol.TranscriptCommitParams, *protocol.LiveEventParams or *protocol.ResumeParams
+	size   int
+}
+
+// isStreamMethod reports whether method is served through a stream queue.
+func isStreamMethod(method string) bool {
+	switch method {
+	case protocol.MethodTranscriptCommit, protocol.MethodLiveEvent, protocol.MethodResume:
+		return true
+	}
+	return false
+}
+
+// dispatch decodes a durable-session request and queues it on its stream. It answers (returns a
+// frame) only when the request is refused before queueing; ok reports that it was queued.
+func (s *Server) dispatch(ctx context.Context, wc *workerConn, f protocol.Frame) (res protocol.Frame, ok bool) {
+	fail := func(code protocol.Code, format string, args ...any) (protocol.Frame, bool) {
+		return protocol.ErrorResponse(f.ID, protocol.Errorf(code, format, args...)), false
+	}
+	if s.cfg.Sessions == nil {
+		return fail(protocol.CodeMethodNotAllowed, "method %.128q is not served", f.Method)
+	}
+	var key, sessionID string
+	var params any
+	switch f.Method {
+	case protocol.MethodTranscriptCommit:
+		var p protocol.TranscriptCommitParams
+		if err := protocol.DecodeParams(f.Params, &p); err != nil {
+			return fail(protocol.CodeInvalidBatch, "params: %v", err)
+		}
+		if err := p.Scope.Validate(protocol.StreamTranscript); err != nil {
+			return fail(protocol.CodeInvalidBatch, "%v", err)
+		}
+		if len(p.Messages) == 0 || len(p.Messages) > protocol.MaxCommitMessages {
+			return fail(protocol.CodeInvalidBatch, "a commit carries 1..%d messages, got %d", protocol.MaxCommitMessages, len(p.Messages))
+		}
+		key, sessionID, params = p.StreamKey(), p.SessionID, &p
+	case protocol.MethodLiveEvent:
+		var p protocol.LiveEventParams
+		if err := protocol.DecodeParams(f.Params, &p); err != nil {
+			return fail(protocol.CodeInvalidFrame, "params: %v", err)
+		}
+		if err := p.Scope.Validate(protocol.StreamLive); err != nil {
+			return fail(protocol.CodeInvalidFrame, "%v", err)
+		}
+		key, sessionID, params = p.StreamKey(), p.SessionID, &p
+	case protocol.MethodResume:
+		var p protocol.ResumeParams
+		if err := protocol.DecodeParams(f.Params, &p); err != nil {
+			return fail(protocol.CodeInvalidFrame, "params: %v", err)
+		}
+		if p.SessionID == "" || p.OwnerEpoch == 0 {
+			return fail(protocol.CodeInvalidFrame, "sessionId and ownerEpoch are required")
+		}
+		key, sessionID, params = p.SessionID+"\x00resume", p.SessionID, &p
+	}
+	if wc.sessionID != "" && sessionID != wc.sessionID {
+		return fail(protocol.CodeSessionNotAttached, "this worker is admitted for session %s only", wc.sessionID)
+	}
+	size := len(f.Params)
+	capacity := func(why string) (protocol.Frame, bool) {
+		p := s.pressureOf(wc.envID)
+		p.rejected.Add(1)
+		p.lastReject.Store(time.Now().UnixNano())
+		return protocol.ErrorResponse(f.ID, &protocol.Error{Code: protocol.CodeCapacityExceeded, Message: why,
+			Retryable: true, RetryAfterMs: s.cfg.RetryAfter.Milliseconds()}), false
+	}
+	if wc.queuedBytes.Add(int64(size)) > int64(s.cfg.ConnQueueBytes) {
+		wc.queuedBytes.Add(-int64(size))
+		return capacity(fmt.Sprintf("more than %d bytes queued on this connection", s.cfg.ConnQueueBytes))
+	}
+	st, err := wc.stream(ctx, s, key)
+	if err != nil {
+		wc.queuedBytes.Add(-int64(size))
+		return capacity(err.Error())
+	}
+	select {
+	case st.q <- queued{f: f, params: params, size: size}:
+		return protocol.Frame{}, true
+	default:
+		wc.queuedBytes.Add(-int64(size))
+		return capacity(fmt.Sprintf("stream queue full (%d requests)", cap(st.q)))
+	}
+}
+
+var errTooManyStreams = errors.New("too many streams on this connection")
+
+// stream returns the stream for key, starting its goroutine on first use.
+func (wc *workerConn) stream(ctx context.Context, s *Server, key string) (*stream, error) {
+	wc.smu.Lock()
+	defer wc.smu.Unlock()
+	if st := wc.streams[key]; st != nil {
+		return st, nil
+	}
+	if len(wc.streams) >= s.cfg.MaxStreams {
+		return nil, errTooManyStreams
+	}
+	st := &stream{q: make(chan queued, s.cfg.StreamQueue)}
+	wc.streams[key] = st
+	wc.swg.Add(1)
+	go func() {
+		defer wc.swg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case it := <-st.q:
+				res := s.serveStream(ctx, wc, it)
+				wc.queuedBytes.Add(-int64(it.size))
+				if err := wc.write(ctx, res); err != nil {
+					_ = wc.ws.CloseNow()
+					return
+				}
+			}
+		}
+	}()
+	return st, nil
+}
+
+// serveStream checks a queued operation's scope against the session and serves it.
+func (s *Server) serveStream(ctx context.Context, wc *workerConn, it queued) protocol.Frame {
+	b := s.cfg.Sessions
+	var scope protocol.Scope
+	switch p := it.params.(type) {
+	case *protocol.TranscriptCommitParams:
+		scope = p.Scope
+	case *protocol.LiveEventParams:
+		scope = p.Scope
+	case *protocol.ResumeParams:
+		scope = protocol.Scope{SessionID: p.SessionID, OwnerEpoch: p.OwnerEpoch}
+	}
+	env, owner, rev, err := b.WorkerBinding(ctx, scope.SessionID)
+	if err != nil {
+		return s.errorFrame(wc, it.f, err)
+	}
+	switch {
+	case env != wc.envID:
+		return protocol.ErrorResponse(it.f.ID, protocol.Errorf(protocol.CodeSessionNotAttached,
+			"session %.128q is not attached to environment %s", scope.SessionID, wc.envID))
+	case scope.OwnerEpoch != owner:
+		return protocol.ErrorResponse(it.f.ID, protocol.Errorf(protocol.CodeEpochMismatch,
+			"owner epoch %d is not the session's active epoch %d", scope.OwnerEpoch, owner))
+	case scope.LifecycleRevision != 0 && scope.LifecycleRevision != rev:
+		return protocol.ErrorResponse(it.f.ID, protocol.Errorf(protocol.CodeEpochMismatch,
+			"lifecycle revision %d is not the session's revision %d", scope.LifecycleRevision, rev))
+	}
+	var out any
+	switch p := it.params.(type) {
+	case *protocol.TranscriptCommitParams:
+		out, err = b.WorkerCommit(ctx, *p)
+	case *protocol.LiveEventParams:
+		out, err = b.WorkerLive(ctx, *p)
+	case *protocol.ResumeParams:
+		out, err = b.WorkerResume(ctx, *p)
+	}
+	if err != nil {
+		return s.errorFrame(wc, it.f, err)
+	}
+	res, err := protocol.Response(it.f.ID, out)
+	if err != nil {
+		return s.errorFrame(wc, it.f, err)
+	}
+	return res
+}
+
+// coded is an error that knows its protocol error object (sessions.Error).
+type coded interface{ Protocol() *protocol.Error }
+
+func (s *Server) errorFrame(wc *workerConn, f protocol.Frame, err error) protocol.Frame {
+	var c coded
+	if errors.As(err, &c) {
+		return protocol.ErrorResponse(f.ID, c.Protocol())
+	}
+	s.log.Warn("worker request failed", "env", wc.envID, "method", f.Method, "err", err)
+	return protocol.ErrorResponse(f.ID, &protocol.Error{Code: protocol.CodeInternal, Message: "request failed",
+		Retryable: true, RetryAfterMs: s.cfg.RetryAfter.Milliseconds()})
+}
+
+// streamState is the per-connection stream bookkeeping, embedded in workerConn.
+type streamState struct {
+	smu         sync.Mutex
+	streams     map[string]*stream
+	swg         sync.WaitGroup
+	queuedBytes atomic.Int64
+}

@@ -1,0 +1,219 @@
+package hub_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/hub"
+	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/protocol"
+	"github.com/openclaw/cloudworkers/worker/remote"
+)
+
+var _ hub.SessionBackend = (*sessions.Store)(nil)
+
+func withSessions(t *testing.T) (*harness, *sessions.Store) {
+	t.Helper()
+	var st *sessions.Store
+	h := newHarness(t, func(c *hub.Config) {
+		var err error
+		st, err = sessions.New(sessions.Config{DB: c.DB})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Sessions = st
+	})
+	t.Cleanup(func() { _ = st.Close(context.Background()) })
+	return h, st
+}
+
+func userMessage(text string) protocol.Message {
+	return protocol.Message{Role: protocol.RoleUser, Content: []protocol.Content{{Type: protocol.ContentText, Text: text}}, Timestamp: 1}
+}
+
+// A worker client commits and streams live events while the tunnel drops repeatedly: every commit
+// lands once, in order, and every live event reaches a subscriber once, in order.
+func TestClientSurvivesTunnelDrops(t *testing.T) {
+	h, st := withSessions(t)
+	ctx := testContext(t)
+	ses, err := st.Create(ctx, sessions.CreateParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch, err := st.Attach(ctx, ses.ID, envA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := st.Subscribe(ctx, ses.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	const commits, events = 20, 600
+	received := make(chan []*sessions.LiveRecord, 1)
+	go func() {
+		var got []*sessions.LiveRecord
+		defer func() { received <- got }()
+		for len(got) < events {
+			r, ok := <-sub.C()
+			if !ok {
+				t.Errorf("subscription ended: %v", sub.Err())
+				return
+			}
+			got = append(got, r)
+		}
+	}()
+	cfg := h.workerConfig(envA, h.mint(envA, bundleA, time.Hour, nil), bundleA)
+	cfg.SessionID, cfg.OwnerEpoch, cfg.DialTimeout = ses.ID, epoch, 2*time.Second
+	c, err := remote.NewClient(remote.ClientConfig{Config: cfg, RunID: "run-1", LiveWindow: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range commits {
+			if _, err := c.Commit(ctx, []protocol.Message{userMessage(fmt.Sprintf("m%d", i))}); err != nil {
+				t.Errorf("commit %d: %v", i, err)
+				return
+			}
+		}
+	}()
+	var last uint64
+	for i := range events {
+		seq, err := c.Live(ctx, sessions.LiveEvent{Type: sessions.LiveTextDelta, Delta: fmt.Sprintf("d%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = seq
+		if i%150 == 75 {
+			h.dropTunnel()
+			h.listen()
+		}
+	}
+	if err := c.WaitLiveAcked(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	got := recvChan(t, "subscriber", received)
+	if len(got) != events {
+		t.Fatalf("subscriber got %d of %d events", len(got), events)
+	}
+	for i, r := range got {
+		if want := fmt.Sprintf("d%d", i); r.Event.Delta != want || r.Seq != uint64(i+1) {
+			t.Fatalf("event %d: got seq %d %q, want %q", i, r.Seq, r.Event.Delta, want)
+		}
+	}
+	select {
+	case r := <-sub.C():
+		t.Fatalf("extra event %+v", r)
+	default:
+	}
+	msgs, err := st.Context(ctx, ses.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != commits {
+		t.Fatalf("%d messages, want %d", len(msgs), commits)
+	}
+	for i, m := range msgs {
+		if m.Text() != fmt.Sprintf("m%d", i) {
+			t.Fatalf("message %d = %q", i, m.Text())
+		}
+	}
+	if c.Stats().Connects < 2 {
+		t.Fatalf("stats %+v: the tunnel drops did not reconnect", c.Stats())
+	}
+}
+
+// slowBackend blocks live events of the session "slow" until released.
+type slowBackend struct {
+	release chan struct{}
+	entered chan uint64 // seqs of the slow session as they reach the backend
+}
+
+func (b *slowBackend) WorkerBinding(context.Context, string) (string, uint64, uint64, error) {
+	return envA, 1, 0, nil
+}
+func (b *slowBackend) WorkerCommit(context.Context, protocol.TranscriptCommitParams) (protocol.TranscriptCommitResult, error) {
+	return protocol.TranscriptCommitResult{}, nil
+}
+func (b *slowBackend) WorkerResume(context.Context, protocol.ResumeParams) (protocol.ResumeResult, error) {
+	return protocol.ResumeResult{}, nil
+}
+func (b *slowBackend) WorkerLive(ctx context.Context, p protocol.LiveEventParams) (protocol.LiveEventResult, error) {
+	if p.SessionID == "slow" {
+		b.entered <- p.Seq
+		select {
+		case <-b.release:
+		case <-ctx.Done():
+			return protocol.LiveEventResult{}, ctx.Err()
+		}
+	}
+	return protocol.LiveEventResult{AckedSeq: p.Seq}, nil
+}
+
+// A stream whose backend is stuck fills its bounded queue and is answered capacity-exceeded with
+// retryAfterMs; another stream on the same connection is served meanwhile (no head-of-line
+// blocking); the environment shows backpressure.
+func TestStreamQueueBackpressureWithoutHeadOfLineBlocking(t *testing.T) {
+	b := &slowBackend{release: make(chan struct{}), entered: make(chan uint64, 16)}
+	h := newHarness(t, func(c *hub.Config) { c.Sessions = b; c.StreamQueue = 4; c.RetryAfter = 150 * time.Millisecond })
+	c := rawConn(t, h)
+	sendFrame(t, c, connectFrame(t, envA, h.mint(envA, bundleA, time.Hour, nil), bundleA))
+	if f := recvFrame(t, c); !f.OK {
+		t.Fatalf("connect: %+v", f.Error)
+	}
+	live := func(id, session string, seq uint64) protocol.Frame {
+		f, err := protocol.Request(id, protocol.MethodLiveEvent, protocol.LiveEventParams{
+			Scope: protocol.Scope{SessionID: session, OwnerEpoch: 1, StreamKind: protocol.StreamLive, RunEpoch: 1, Seq: seq},
+			Event: json.RawMessage(`{"type":"text_delta","delta":"x"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	// One in service, four queued, the rest refused.
+	sendFrame(t, c, live("s0", "slow", 1))
+	recvChan(t, "s0 in the backend", b.entered)
+	for i := 1; i < 10; i++ {
+		sendFrame(t, c, live(fmt.Sprintf("s%d", i), "slow", uint64(i+1)))
+	}
+	refused := 0
+	for range 5 {
+		f := recvFrame(t, c)
+		if f.OK || f.Error.Code != protocol.CodeCapacityExceeded || f.Error.RetryAfterMs != 150 || !f.Error.Retryable {
+			t.Fatalf("answer %+v (%+v), want capacity-exceeded with retryAfterMs", f, f.Error)
+		}
+		refused++
+	}
+	if bp := h.srv.Backpressure(envA); !bp.Active || bp.Rejected != uint64(refused) {
+		t.Fatalf("backpressure %+v, want active with %d rejections", bp, refused)
+	}
+	// The fast stream is answered while the slow one is stuck.
+	sendFrame(t, c, live("f1", "fast", 1))
+	if f := recvFrame(t, c); f.ID != "f1" || !f.OK {
+		t.Fatalf("fast stream answer %+v", f)
+	}
+	close(b.release)
+	got := map[string]bool{}
+	for range 5 {
+		f := recvFrame(t, c)
+		if !f.OK {
+			t.Fatalf("slow stream answer %+v", f.Error)
+		}
+		got[f.ID] = true
+	}
+	for i := range 5 {
+		if !got[fmt.Sprintf("s%d", i)] {
+			t.Fatalf("queued request s%d not answered: %v", i, got)
+		}
+	}
+}

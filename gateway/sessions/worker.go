@@ -1,0 +1,122 @@
+package sessions
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/protocol"
+)
+
+// Attach binds a session to an environment's worker and advances its owner epoch in the same
+// transaction, fencing any previous owner. It returns the new owner epoch. It is the low-level
+// placement primitive; the placement state machine builds on it.
+func (s *Store) Attach(ctx context.Context, id, envID string) (uint64, error) {
+	if envID == "" {
+		return 0, fmt.Errorf("attach session %s: environment id is required", id)
+	}
+	return s.bind(ctx, id, envID, PlacementWorker, "session.attach")
+}
+
+// Detach returns a session to local placement and advances its owner epoch, fencing the worker.
+func (s *Store) Detach(ctx context.Context, id string) (uint64, error) {
+	return s.bind(ctx, id, "", PlacementLocal, "session.detach")
+}
+
+func (s *Store) bind(ctx context.Context, id, envID string, placement PlacementState, kind string) (uint64, error) {
+	var epoch uint64
+	err := s.db.InTx(ctx, func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(ctx, `UPDATE sessions SET environment_id = ?, placement_state = ?,
+			owner_epoch = owner_epoch + 1, updated_at = ? WHERE id = ? RETURNING owner_epoch`,
+			envID, string(placement), store.FormatTime(s.now()), id).Scan(&epoch)
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound(id)
+		}
+		if err != nil {
+			return err
+		}
+		return store.Audit(ctx, tx, kind, envID, fmt.Sprintf("session %s owner epoch %d", id, epoch))
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%s %s: %w", kind, id, err)
+	}
+	s.Notify(ChangeSessionUpdated, id)
+	return epoch, nil
+}
+
+// WorkerBinding returns the environment a session is attached to ("" when local), its active owner
+// epoch and its lifecycle revision. An unknown session is session-not-attached.
+func (s *Store) WorkerBinding(ctx context.Context, id string) (envID string, ownerEpoch, lifecycleRevision uint64, err error) {
+	err = s.db.R.QueryRowContext(ctx, `SELECT environment_id, owner_epoch, lifecycle_revision FROM sessions WHERE id = ?`, id).
+		Scan(&envID, &ownerEpoch, &lifecycleRevision)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", 0, 0, notFound(id)
+	}
+	if err != nil {
+		return "", 0, 0, fmt.Errorf("binding of session %s: %w", id, err)
+	}
+	return envID, ownerEpoch, lifecycleRevision, nil
+}
+
+// WorkerCommit serves worker.transcript.commit once the caller has checked the scope against the
+// worker's admission: it decodes the batch (invalid-batch) and commits it (see Commit).
+func (s *Store) WorkerCommit(ctx context.Context, p protocol.TranscriptCommitParams) (protocol.TranscriptCommitResult, error) {
+	cp, err := decodeCommitRequest(p.SessionID, p.OwnerEpoch,
+		CommitRequest{RunEpoch: p.RunEpoch, Seq: p.Seq, BaseLeafID: p.BaseLeafID, Messages: p.Messages})
+	if err != nil {
+		return protocol.TranscriptCommitResult{}, err
+	}
+	res, err := s.Commit(ctx, cp)
+	if err != nil {
+		return protocol.TranscriptCommitResult{}, err
+	}
+	return protocol.TranscriptCommitResult{EntryIDs: res.EntryIDs, NewLeafID: res.NewLeafID, Replayed: res.Replayed}, nil
+}
+
+// WorkerLive serves worker.live-event: it strictly decodes the event union and publishes it (see
+// PublishLive).
+func (s *Store) WorkerLive(ctx context.Context, p protocol.LiveEventParams) (protocol.LiveEventResult, error) {
+	var ev LiveEvent
+	if err := protocol.DecodeParams(p.Event, &ev); err != nil {
+		return protocol.LiveEventResult{}, &Error{Code: protocol.CodeInvalidFrame, Message: "event: " + err.Error(), Err: err}
+	}
+	acked, err := s.PublishLive(ctx, LiveParams{SessionID: p.SessionID, OwnerEpoch: p.OwnerEpoch, RunEpoch: p.RunEpoch,
+		RunID: p.RunID, Seq: p.Seq, LastAckedSeq: p.LastAckedSeq, Event: ev})
+	if err != nil {
+		return protocol.LiveEventResult{}, err
+	}
+	return protocol.LiveEventResult{AckedSeq: acked}, nil
+}
+
+// WorkerResume serves worker.resume: the session's leaf, the newest transcript operation committed
+// in the owner epoch and the live ACK cursor of the owner epoch's newest live stream. A stale owner
+// epoch is epoch-mismatch.
+func (s *Store) WorkerResume(ctx context.Context, p protocol.ResumeParams) (protocol.ResumeResult, error) {
+	ses, err := s.Get(ctx, p.SessionID)
+	if err != nil {
+		return protocol.ResumeResult{}, err
+	}
+	if p.OwnerEpoch != ses.OwnerEpoch {
+		return protocol.ResumeResult{}, errorf(protocol.CodeEpochMismatch, "owner epoch %d is not the session's active epoch %d", p.OwnerEpoch, ses.OwnerEpoch)
+	}
+	res := protocol.ResumeResult{SessionID: ses.ID, OwnerEpoch: ses.OwnerEpoch, LifecycleRevision: ses.LifecycleRevision, LeafID: ses.LeafID}
+	err = s.db.R.QueryRowContext(ctx, `SELECT run_epoch, seq FROM transcript_commits WHERE session_id = ? AND owner_epoch = ?
+		ORDER BY run_epoch DESC, seq DESC LIMIT 1`, p.SessionID, p.OwnerEpoch).Scan(&res.LastCommitted.RunEpoch, &res.LastCommitted.Seq)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return protocol.ResumeResult{}, fmt.Errorf("resume session %s: %w", p.SessionID, err)
+	}
+	ls, err := s.liveFor(ctx, p.SessionID)
+	if err != nil {
+		return protocol.ResumeResult{}, err
+	}
+	if err := ls.lock(ctx); err != nil {
+		return protocol.ResumeResult{}, err
+	}
+	if ls.owner == p.OwnerEpoch {
+		res.LiveAcked = protocol.StreamCursor{RunEpoch: ls.run, Seq: ls.acked}
+	}
+	ls.unlock()
+	return res, nil
+}
