@@ -384,3 +384,48 @@ func TestNetnsWarmBoxPinningAndWorkerDeath(t *testing.T) {
 	}
 	g.stop()
 }
+
+// TestDoctor: every link of the chain is reported for a working profile, and a broken one names the
+// failing link and a fix.
+func TestDoctor(t *testing.T) {
+	root := t.TempDir()
+	cfg := fastWorkerConfig + `profiles:
+  - id: broken
+    provider: static
+    settings: {hosts: [{host: 127.0.0.1, port: 1, user: x, keyPath: /nonexistent/key, hostKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBce48quDS/+tr2Hvg38tWASAm84+L03gfwWbiXyQsK3"}]}
+`
+	g := startGateway(t, filepath.Join(root, "data"), cfg)
+	doctor := func(profile string) ([]map[string]any, error) {
+		out, err := exec.Command(openclawBin, "doctor", "--profile", profile, "-o", "json", "--gateway", g.addr, "--data-dir", g.dataDir).Output()
+		var steps []map[string]any
+		if jerr := json.Unmarshal(out, &steps); jerr != nil {
+			t.Fatalf("doctor output %q: %v", out, jerr)
+		}
+		return steps, err
+	}
+	steps, err := doctor("local")
+	if err != nil {
+		t.Fatalf("doctor on a working profile failed: %v %v", err, steps)
+	}
+	var names []string
+	for _, s := range steps {
+		names = append(names, s["name"].(string))
+		if s["ok"] != true {
+			t.Errorf("step %v failed", s)
+		}
+	}
+	for _, want := range []string{"gateway", "profile", "provider", "ssh", "bundle", "hygiene", "tunnel", "worker", "inference", "cleanup"} {
+		if !strings.Contains(" "+strings.Join(names, " ")+" ", " "+want+" ") {
+			t.Errorf("no %s step in %v", want, names)
+		}
+	}
+	steps, err = doctor("broken")
+	if err == nil {
+		t.Fatalf("doctor on a broken profile succeeded: %v", steps)
+	}
+	last := steps[len(steps)-2] // the cleanup step comes last
+	if last["name"] != "ssh" || last["ok"] != false || !strings.Contains(fmt.Sprint(last["fix"]), "private key") {
+		t.Fatalf("failing step %v", last)
+	}
+	g.stop()
+}

@@ -87,6 +87,7 @@ token from <data-dir>/gateway.token, or --token.`,
 		newSessionCmd(g),
 		newModelsCmd(g),
 		newCredentialCmd(g),
+		newDoctorCmd(g),
 	)
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)

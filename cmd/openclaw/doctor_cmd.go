@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/openclaw/cloudworkers/gateway/api"
+	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/providers"
+)
+
+// doctorStep is one checked link of the chain.
+type doctorStep struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"`
+}
+
+// fixes maps what a failure says to what the operator can do about it.
+var fixes = []struct{ match, fix string }{
+	{"host key mismatch", "the box presented a different host key than the provider reported: re-provision, or make the lease CLI report the box's real sshHostKey"},
+	{"unpinned", "the lease CLI's inspect output has no sshHostKey: the gateway never connects unpinned"},
+	{"read key", "the gateway cannot read the lease's private key file (sshKey / keyPath)"},
+	{"connection refused", "nothing listens on the box's SSH port: check sshd on the box and the lease's sshHost/sshPort"},
+	{"i/o timeout", "the box's SSH port is unreachable from the gateway: check routing/firewall to sshHost"},
+	{"unable to authenticate", "the box refused the lease key: check the lease's sshKey and the box's authorized_keys"},
+	{"box hygiene", "a hygiene check failed under policy enforce: fix the box, or set the check to warn in the profile's hygiene block"},
+	{"no bundle", "the box's platform differs from the gateway's: run `make bundles` and set bundleDir in the gateway config"},
+	{"not admitted", "the worker did not connect back: read the worker log in ~/.openclaw-worker/state/<env>/worker.log on the box"},
+	{"lease CLI", "the lease CLI failed: its own message is quoted above; run the profile's provision command by hand"},
+	{"capacity", "the profile is at maxEnvironments: destroy an environment or raise the limit"},
+}
+
+func fixFor(detail string) string {
+	l := strings.ToLower(detail)
+	for _, f := range fixes {
+		if strings.Contains(l, strings.ToLower(f.match)) {
+			return f.fix
+		}
+	}
+	return ""
+}
+
+func newDoctorCmd(g *globals) *cobra.Command {
+	var profile string
+	var keep bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "doctor [--profile P]",
+		Short: "Check the whole chain: gateway → provider → SSH → bundle → hygiene → tunnel → worker → inference",
+		Long: `doctor leases a machine through the profile (default: the built-in local profile), follows it to
+ready, and reports every link of the chain with its result and, for a failure, what to do about it.
+The environment is destroyed afterwards unless --keep is given. It exits non-zero if a step failed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			asJSON, err := g.json()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			steps := runDoctor(ctx, g, profile, keep)
+			failed := 0
+			if asJSON {
+				if err := printJSON(stdout, steps); err != nil {
+					return err
+				}
+			}
+			for _, s := range steps {
+				if !s.OK {
+					failed++
+				}
+				if asJSON {
+					continue
+				}
+				mark := "ok  "
+				if !s.OK {
+					mark = "FAIL"
+				}
+				fmt.Fprintf(stdout, "%s  %-10s %s\n", mark, s.Name, s.Detail)
+				if s.Fix != "" {
+					fmt.Fprintf(stdout, "      %-10s fix: %s\n", "", s.Fix)
+				}
+			}
+			if failed > 0 {
+				return &exitError{code: 1, msg: fmt.Sprintf("%d check(s) failed", failed)}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&profile, "profile", "local", "profile to lease a machine through")
+	f.BoolVar(&keep, "keep", false, "keep the environment instead of destroying it")
+	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up after this long")
+	addOutput(cmd, g)
+	return cmd
+}
+
+func runDoctor(ctx context.Context, g *globals, profile string, keep bool) (steps []doctorStep) {
+	add := func(name string, ok bool, detail string) {
+		s := doctorStep{Name: name, OK: ok, Detail: detail}
+		if !ok {
+			s.Fix = fixFor(detail)
+		}
+		steps = append(steps, s)
+	}
+	c, err := g.client()
+	if err != nil {
+		add("gateway", false, err.Error())
+		return steps
+	}
+	var info struct {
+		ID      string `json:"id"`
+		Version string `json:"version"`
+	}
+	if _, err := c.Do(ctx, http.MethodGet, "/api/v1/gateway", nil, &info); err != nil {
+		add("gateway", false, err.Error())
+		return steps
+	}
+	add("gateway", true, fmt.Sprintf("%s (%s) at %s, token accepted", info.ID, info.Version, c.BaseURL))
+
+	var p providers.Profile
+	if _, err := c.Do(ctx, http.MethodGet, "/api/v1/profiles/"+url.PathEscape(profile), nil, &p); err != nil {
+		add("profile", false, err.Error())
+		return steps
+	}
+	detail := fmt.Sprintf("%s (provider %s)", p.ID, p.Provider)
+	if len(p.Warnings) > 0 {
+		detail += "; warning: " + strings.Join(p.Warnings, "; ")
+	}
+	add("profile", true, detail)
+
+	var e envs.Environment
+	if _, err := c.Do(ctx, http.MethodPost, "/api/v1/environments", map[string]string{"profileId": profile}, &e); err != nil {
+		add("provider", false, err.Error())
+		return steps
+	}
+	if !keep {
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+			defer cancel()
+			var d envs.Environment
+			_, err := c.Do(dctx, http.MethodDelete, "/api/v1/environments/"+e.ID+"?wait=90s", nil, &d)
+			switch {
+			case err != nil:
+				add("cleanup", false, err.Error())
+			case d.State != envs.Destroyed:
+				add("cleanup", false, fmt.Sprintf("environment %s still %s (the gateway keeps retrying)", e.ID, d.State))
+			default:
+				add("cleanup", true, "environment "+e.ID+" destroyed, provider confirmed")
+			}
+		}()
+	}
+	e, err = waitSettled(ctx, c, e.ID)
+	evs := doctorEvents(ctx, c, e.ID)
+	note := func(prefix string) (string, bool) {
+		for i := len(evs) - 1; i >= 0; i-- {
+			if strings.HasPrefix(evs[i].Reason, prefix) {
+				return evs[i].Reason, true
+			}
+		}
+		return "", false
+	}
+	lease, leased := "", false
+	for _, ev := range evs {
+		if ev.To == envs.Bootstrapping && ev.From == envs.Provisioning {
+			lease, leased = ev.Reason, true
+		}
+	}
+	failure := e.Error
+	if err != nil && failure == "" {
+		failure = err.Error()
+	}
+	if !leased {
+		add("provider", false, "no lease: "+failure)
+		return steps
+	}
+	add("provider", true, lease)
+	for _, link := range []struct{ name, prefix string }{
+		{"ssh", "ssh:"}, {"bundle", "bundle:"}, {"hygiene", "check "}, {"tunnel", "tunnel:"}, {"worker", "worker: admitted"},
+	} {
+		if link.name == "hygiene" {
+			var checks []string
+			bad := false
+			for _, ev := range evs {
+				if strings.HasPrefix(ev.Reason, "check ") {
+					checks = append(checks, strings.TrimPrefix(ev.Reason, "check "))
+					bad = bad || strings.Contains(ev.Reason, ": fail")
+				}
+			}
+			if len(checks) == 0 {
+				add("hygiene", false, "not reached: "+failure)
+				return steps
+			}
+			add("hygiene", !bad, strings.Join(checks, "; "))
+			if bad {
+				steps[len(steps)-1].Detail += " — " + failure
+				return steps
+			}
+			continue
+		}
+		if n, ok := note(link.prefix); ok {
+			add(link.name, true, n)
+			continue
+		}
+		add(link.name, false, "not reached: "+failure)
+		return steps
+	}
+	var wi api.WorkerInfo
+	if _, err := c.Do(ctx, http.MethodGet, "/api/v1/environments/"+e.ID+"/worker", nil, &wi); err == nil {
+		add("tunnel", wi.TunnelStatus == "connected" && wi.Admitted, fmt.Sprintf("now %s, worker admitted=%v, epoch %d", wi.TunnelStatus, wi.Admitted, wi.TunnelEpoch))
+	}
+	var models struct {
+		Default string `json:"default"`
+	}
+	if _, err := c.Do(ctx, http.MethodGet, "/api/v1/models", nil, &models); err != nil {
+		add("inference", false, err.Error())
+	} else {
+		add("inference", models.Default != "", "default model "+models.Default+" resolved by the gateway's catalog (the box holds no credential)")
+	}
+	return steps
+}
+
+// waitSettled waits until an environment is ready or dead.
+func waitSettled(ctx context.Context, c *api.Client, id string) (envs.Environment, error) {
+	for {
+		var e envs.Environment
+		if _, err := c.Do(ctx, http.MethodGet, "/api/v1/environments/"+id, nil, &e); err != nil {
+			return e, err
+		}
+		if e.State == envs.Ready || e.State.Dead() {
+			return e, nil
+		}
+		select {
+		case <-ctx.Done():
+			return e, fmt.Errorf("environment %s still %s: %w", id, e.State, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func doctorEvents(ctx context.Context, c *api.Client, id string) []envs.Event {
+	var evs []envs.Event
+	_, _ = c.Do(context.WithoutCancel(ctx), http.MethodGet, "/api/v1/environments/"+id+"/events", nil, &evs)
+	return evs
+}
