@@ -85,13 +85,12 @@ type Turn struct {
 var ErrStepLimit = errors.New("step limit reached")
 
 type run struct {
-	r                 *Runner
-	t                 Turn
-	leaf              string
-	commitSeq, evSeq  uint64
-	messages          []protocol.Message
-	toolSchemas       []protocol.Tool
-	lastStop, lastErr string
+	r                *Runner
+	t                Turn
+	leaf             string
+	commitSeq, evSeq uint64
+	messages         []protocol.Message
+	toolSchemas      []protocol.Tool
 }
 
 // Run runs one turn to its end: the user message, model calls, tool calls, commits and live
