@@ -88,6 +88,7 @@ token from <data-dir>/gateway.token, or --token.`,
 		newModelsCmd(g),
 		newCredentialCmd(g),
 		newDoctorCmd(g),
+		newSyncCmd(g),
 	)
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)

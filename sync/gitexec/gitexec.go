@@ -48,9 +48,15 @@ func Run(ctx context.Context, dir string, args ...string) ([]byte, error) {
 
 // RunInput is Run with stdin.
 func RunInput(ctx context.Context, dir string, stdin []byte, args ...string) ([]byte, error) {
+	return RunEnv(ctx, dir, nil, stdin, args...)
+}
+
+// RunEnv is RunInput with extra environment variables (KEY=value) after Env(), such as
+// GIT_INDEX_FILE for a temporary index.
+func RunEnv(ctx context.Context, dir string, env []string, stdin []byte, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir = dir
-	cmd.Env = Env()
+	cmd.Env = append(Env(), env...)
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}

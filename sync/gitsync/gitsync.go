@@ -203,6 +203,19 @@ func BoxRepoCommand(dir, bundlePath, name, base string) string {
 	}, "\n")
 }
 
+// BoxBundleCommand is the shell command that writes, on stdout, the bundle of the commits made
+// on the box in dir since base (`git bundle create - <base>..HEAD`), for Adopt. It prints
+// nothing and succeeds when HEAD is still base (git refuses an empty bundle).
+func BoxBundleCommand(dir, base string) string {
+	q := func(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+	return strings.Join([]string{
+		"set -e",
+		"cd " + q(dir),
+		`if [ "$(git rev-parse HEAD)" = ` + q(base) + " ]; then exit 0; fi",
+		"git bundle create -q - " + q(base+"..HEAD"),
+	}, "\n")
+}
+
 // DivergedError stops an adoption whose tip does not descend from what the anchor holds; nothing
 // was changed.
 type DivergedError struct {

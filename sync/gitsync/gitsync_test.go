@@ -19,6 +19,7 @@ import (
 func TestMain(m *testing.M) {
 	cleanup := synctest.IsolateGit()
 	code := m.Run()
+	synctest.CleanupBinaries()
 	cleanup()
 	os.Exit(code)
 }

@@ -86,6 +86,15 @@ func refused(p, format string, args ...any) error {
 // Write streams the plan as a tar+zstd archive of the files below root to w. Every file is
 // re-hashed while it is sent; one that no longer matches its entry fails with ErrChanged.
 func Write(ctx context.Context, w io.Writer, root string, plan Plan) (Stats, error) {
+	return WriteFrom(ctx, w, plan, func(e manifest.Entry) string {
+		return filepath.Join(root, filepath.FromSlash(e.Path))
+	})
+}
+
+// WriteFrom is Write with the content of each file entry read from source(entry) instead of from
+// below a root: a content-addressed store, for example. Each file is still checked against its
+// entry's size and sha256 while it is sent.
+func WriteFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest.Entry) string) (Stats, error) {
 	var st Stats
 	plan.Version = 1
 	zw, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)))
@@ -129,7 +138,7 @@ func Write(ctx context.Context, w io.Writer, root string, plan Plan) (Stats, err
 		if e.Type != manifest.TypeFile {
 			continue
 		}
-		n, err := copyFile(tw, filepath.Join(root, filepath.FromSlash(e.Path)), e, buf)
+		n, err := copyFile(tw, source(e), e, buf)
 		st.Bytes += n
 		if err != nil {
 			return st, err

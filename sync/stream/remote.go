@@ -125,6 +125,9 @@ func (r Remote) run(ctx context.Context, cmd string, in func(io.Writer) error, o
 type ManifestOptions struct {
 	Mode             manifest.Mode
 	Exclude, Include []string
+	// CacheFile, when set, is a hash cache file on the box (`--cache`), so that a warm box does
+	// not re-hash files that did not change.
+	CacheFile string
 }
 
 func (o ManifestOptions) args(dir string) []string {
@@ -137,6 +140,9 @@ func (o ManifestOptions) args(dir string) []string {
 	}
 	for _, x := range o.Include {
 		a = append(a, "--include", x)
+	}
+	if o.CacheFile != "" {
+		a = append(a, "--cache", o.CacheFile)
 	}
 	return append(a, dir)
 }
@@ -249,4 +255,22 @@ func (c *capped) Write(p []byte) (int, error) {
 		}
 	}
 	return len(p), nil
+}
+
+// ErrOutputTooLarge is returned by Exec when a box command writes more than allowed.
+var ErrOutputTooLarge = errors.New("box command output over limit")
+
+// Exec runs a shell command on the box (not a worker subcommand) and copies its stdout to w,
+// failing with ErrOutputTooLarge past max bytes (the box is not trusted to bound it).
+func (r Remote) Exec(ctx context.Context, cmd string, w io.Writer, max int64) error {
+	return r.run(ctx, cmd, nil, func(rd io.Reader) error {
+		n, err := io.Copy(w, io.LimitReader(rd, max+1))
+		if err != nil {
+			return err
+		}
+		if n > max {
+			return fmt.Errorf("%q: %w (%d bytes)", cmd, ErrOutputTooLarge, max)
+		}
+		return nil
+	})
 }

@@ -1,0 +1,197 @@
+package synctest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/openclaw/cloudworkers/gateway/tunnel"
+	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/providers/local"
+)
+
+// Box is a machine reachable over SSH for sync tests: an in-process local box or a network
+// namespace running OpenSSH sshd.
+type Box struct {
+	Host    string
+	Port    int
+	User    string
+	KeyPath string
+	// HostKey is the pinned host key, authorized_keys format.
+	HostKey string
+	// Home is the box user's HOME (on this machine's filesystem for both kinds).
+	Home string
+}
+
+// PublicDir returns a new temporary directory that other users can traverse (0711), removed at
+// the end of the test: netns boxes run as their own user.
+func PublicDir(t testing.TB, pattern string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+var (
+	buildMu sync.Mutex
+	built   = map[string]string{}
+)
+
+// BuildBinary builds the Go package pkg (an import path) into a directory other users can
+// execute from, once per test binary, and returns the executable's path. The directory is
+// removed by CleanupBinaries (call it from TestMain).
+func BuildBinary(t testing.TB, pkg string) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := built[pkg]; ok {
+		return p
+	}
+	dir, err := os.MkdirTemp("", "synctest-bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	built[pkg] = out
+	return out
+}
+
+// CleanupBinaries removes what BuildBinary built.
+func CleanupBinaries() {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	for _, p := range built {
+		os.RemoveAll(filepath.Dir(p))
+	}
+	built = map[string]string{}
+}
+
+// LocalBox serves an in-process local box (providers/local) until the end of the test.
+func LocalBox(t testing.TB) Box {
+	t.Helper()
+	root := PublicDir(t, "sb")
+	dir := filepath.Join(root, "box")
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan local.State, 1)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- local.Serve(ctx, local.BoxConfig{Dir: dir, Ready: func(st local.State) { ready <- st }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("box: %v", err)
+		}
+	})
+	select {
+	case st := <-ready:
+		return Box{Host: st.Host, Port: st.Port, User: st.User, KeyPath: st.ClientKeyPath, HostKey: st.HostKey, Home: dir}
+	case err := <-errc:
+		t.Fatalf("box: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("box not ready")
+	}
+	return Box{}
+}
+
+// NetnsBox leases a box from examples/lease-netns (a network namespace in 198.18.0.0/15 with
+// OpenSSH sshd and its own user) and stops it at the end of the test, even on failure. Without
+// root or the commands it needs, the test is stopped through internal/testenv.
+func NetnsBox(t testing.TB, leaseID string) Box {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "ip", "sshd", "useradd", "userdel")
+	bin := BuildBinary(t, "github.com/openclaw/cloudworkers/examples/lease-netns")
+	state := PublicDir(t, "ocw-sync-")
+	run := func(args ...string) []byte {
+		out, err := exec.Command(bin, append([]string{"--state-dir", state}, args...)...).Output()
+		if err != nil {
+			msg := ""
+			if ee, ok := err.(*exec.ExitError); ok {
+				msg = string(ee.Stderr)
+			}
+			t.Fatalf("lease-netns %v: %v %s", args, err, msg)
+		}
+		return out
+	}
+	// Registered before warmup: a warmup that fails half way is rolled back by stop too.
+	t.Cleanup(func() {
+		if out, err := exec.Command(bin, "--state-dir", state, "stop", leaseID).CombinedOutput(); err != nil && !strings.Contains(string(out), "no such lease") {
+			t.Errorf("lease-netns stop %s: %v %s", leaseID, err, out)
+		}
+	})
+	run("warmup", "--lease-id", leaseID, "--ttl", "30m")
+	var v struct {
+		SSHHost, SSHUser, SSHKey, SSHHostKey, Home string
+		SSHPort                                    int
+	}
+	if err := json.Unmarshal(run("inspect", "--id", leaseID, "--json"), &v); err != nil {
+		t.Fatal(err)
+	}
+	return Box{Host: v.SSHHost, Port: v.SSHPort, User: v.SSHUser, KeyPath: v.SSHKey, HostKey: v.SSHHostKey, Home: v.Home}
+}
+
+// Dial opens an SSH connection to the box with its pinned host key, closed at the end of the test.
+func Dial(t testing.TB, b Box) *ssh.Client {
+	t.Helper()
+	c, err := tunnel.Dial(Context(t), tunnel.Target{EnvironmentID: "env-sync", Host: b.Host, Port: b.Port, User: b.User,
+		KeyPath: b.KeyPath, HostKeys: []string{b.HostKey}, SocketPath: "x.sock"}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Exec runs a shell command on the box and returns its combined output, failing the test on error.
+func Exec(t testing.TB, c *ssh.Client, cmd string) string {
+	t.Helper()
+	s, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	out, err := s.CombinedOutput(cmd)
+	if err != nil {
+		t.Fatalf("box: %s: %v\n%s", cmd, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// KnownHosts writes an OpenSSH known_hosts file pinning the box's host key and returns its path.
+func KnownHosts(t testing.TB, b Box) string {
+	t.Helper()
+	host := b.Host
+	if b.Port != 22 {
+		host = fmt.Sprintf("[%s]:%d", b.Host, b.Port)
+	}
+	f := filepath.Join(t.TempDir(), "known_hosts")
+	if err := os.WriteFile(f, []byte(host+" "+strings.TrimSpace(b.HostKey)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
