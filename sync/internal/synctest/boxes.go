@@ -71,7 +71,6 @@ func BuildBinary(t testing.TB, pkg string) string {
 	}
 	out := filepath.Join(dir, filepath.Base(pkg))
 	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
 		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
