@@ -121,12 +121,22 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	}
 	defer sess.Close(context.Background())
 
+	creds, err := credentials.Open(db, dataDir)
+	if err != nil {
+		return err
+	}
+	catalog, err := inference.NewCatalog(cfg.Models, creds, builtin.Adapters())
+	if err != nil {
+		return fmt.Errorf("config models: %w", err)
+	}
+
 	workerCreds := hub.NewCredentials(db)
 	workers, err := hub.New(hub.Config{
 		DB: db, Credentials: workerCreds, Log: log.With("subsystem", "hub"), HeartbeatTimeout: cfg.Worker.HeartbeatTimeout.D(),
 		ExpectedBundle: func(envID string) (string, bool) { return mgr.BundleHash(envID) },
 		OnAdmit:        func(envID string) { mgr.Touch(context.Background(), envID) },
 		Sessions:       sess,
+		Models:         catalog,
 	})
 	if err != nil {
 		return err
@@ -151,17 +161,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	})
 	boot.SetEnvs(mgr)
 
-	creds, err := credentials.Open(db, dataDir)
-	if err != nil {
-		return err
-	}
-	catalog, err := inference.NewCatalog(cfg.Models, creds, builtin.Adapters())
-	if err != nil {
-		return fmt.Errorf("config models: %w", err)
-	}
-
 	turns, err := placement.New(ctx, placement.Config{DB: db, Sessions: sess, Catalog: catalog, DataDir: dataDir,
-		Log: log.With("subsystem", "placement")})
+		Log: log.With("subsystem", "placement"), Workers: workers})
 	if err != nil {
 		return err
 	}
@@ -189,8 +190,14 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		},
 		WorkerInfo: func(envID string) api.WorkerInfo {
 			bp := workers.Backpressure(envID)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			it, err := workers.InferenceTotals(ctx, envID)
+			cancel()
+			if err != nil {
+				log.Warn("inference totals", "env", envID, "err", err)
+			}
 			return api.WorkerInfo{Admitted: workers.Admitted(envID), TunnelStatus: string(tunnels.Status(envID)), TunnelEpoch: tunnels.Epoch(envID),
-				Backpressure: bp.Active, Queued: bp.Queued, CapacityRejections: bp.Rejected}
+				Backpressure: bp.Active, Queued: bp.Queued, CapacityRejections: bp.Rejected, Inference: api.InferenceTotals(it)}
 		},
 	})
 	ln, err := net.Listen("tcp", cfg.Listen)

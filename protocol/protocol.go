@@ -61,11 +61,19 @@ var WorkerMethods = map[string]bool{
 	MethodTranscriptCommit:  true,
 	MethodLiveEvent:         true,
 	MethodResume:            true,
+	MethodInferenceStart:    true,
+	MethodInferenceCredit:   true,
+	MethodInferenceCancel:   true,
+	MethodTranscriptContext: true,
 }
 
 // GatewayMethods are the methods and events the gateway sends to a worker.
 var GatewayMethods = map[string]bool{
-	MethodShutdown: true,
+	MethodShutdown:          true,
+	MethodInferenceEvent:    true,
+	MethodInferenceTerminal: true,
+	MethodTurnStart:         true,
+	MethodTurnCancel:        true,
 }
 
 // RoleWorker is the only role accepted on the worker endpoint.

@@ -551,7 +551,7 @@ func TestDurableFencingAndHostileFramesLocalBox(t *testing.T) {
 	w.expect("another session's live stream", protocol.CodeSessionNotAttached, protocol.MethodLiveEvent, protocol.LiveEventParams{
 		Scope: protocol.Scope{SessionID: other, OwnerEpoch: 1, StreamKind: protocol.StreamLive, RunEpoch: 1, Seq: 1},
 		Event: json.RawMessage(`{"type":"text_delta","delta":"x"}`)})
-	w.expect("method outside the allowlist", protocol.CodeMethodNotAllowed, "worker.inference.start", map[string]string{})
+	w.expect("method outside the allowlist", protocol.CodeMethodNotAllowed, "worker.sessions.spawn", map[string]string{})
 	w.expect("gateway method", protocol.CodeMethodNotAllowed, protocol.MethodShutdown, nil)
 	big := make([]json.RawMessage, 65)
 	for i := range big {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/internal/version"
 	"github.com/openclaw/cloudworkers/worker/remote"
+	"github.com/openclaw/cloudworkers/worker/turns"
 )
 
 // maxDescriptorBytes bounds the launch descriptor.
@@ -64,7 +65,9 @@ must not be readable by anyone but its owner (mode 0600 or narrower):
 
 It then connects to the gateway through the tunnelled unix socket at socketPath, presents its
 credential and the sha256 of its own executable, and stays connected, reconnecting after tunnel
-drops, until the gateway tells it to shut down. It exits non-zero when admission is refused.`,
+drops, until the gateway tells it to shut down. It runs the turns the gateway assigns
+(worker.turn.start), one at a time, with its tools on this box and every model call proxied
+through the gateway. It exits non-zero when admission is refused.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d, err := readDescriptor(cmd.InOrStdin(), descriptorPath)
@@ -113,7 +116,7 @@ drops, until the gateway tells it to shut down. It exits non-zero when admission
 					}
 				}
 			}()
-			err = remote.Run(ctx, remote.Config{
+			rcfg := remote.Config{
 				SocketPath:    d.SocketPath,
 				EnvironmentID: d.EnvironmentID,
 				Credential:    d.Credential,
@@ -121,7 +124,13 @@ drops, until the gateway tells it to shut down. It exits non-zero when admission
 				BundleHash:    sum,
 				Version:       version.Version,
 				Log:           log,
-			})
+			}
+			// Turns the gateway assigns (worker.turn.start) run here, one at a time; each opens its own
+			// connection for its session.
+			exec := turns.New(turns.Config{Remote: rcfg, StateDir: d.StateDir, Log: log})
+			defer exec.Close()
+			rcfg.Handler = exec.Handle
+			err = remote.Run(ctx, rcfg)
 			if errors.Is(err, context.Canceled) {
 				log.Info("worker stopped")
 				return nil // told to stop (signal, or the box is being torn down)

@@ -244,6 +244,19 @@ type WorkerInfo struct {
 	Queued int `json:"queued"`
 	// CapacityRejections counts capacity-exceeded answers to this worker since the gateway started.
 	CapacityRejections uint64 `json:"capacityRejections"`
+	// Inference is the running total of the model calls the gateway proxied for this environment.
+	Inference InferenceTotals `json:"inference"`
+}
+
+// InferenceTotals are an environment's running totals of proxied model calls.
+type InferenceTotals struct {
+	Calls        int64   `json:"calls"`
+	InputTokens  int64   `json:"inputTokens"`
+	OutputTokens int64   `json:"outputTokens"`
+	TotalTokens  int64   `json:"totalTokens"`
+	Cost         float64 `json:"cost"`
+	BytesIn      int64   `json:"bytesIn"`
+	BytesOut     int64   `json:"bytesOut"`
 }
 
 func (s *Server) envWorker(c echo.Context) error {

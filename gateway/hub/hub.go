@@ -55,6 +55,9 @@ type Config struct {
 	// Sessions serves worker.transcript.commit, worker.live-event and worker.resume; nil answers
 	// them with method-not-allowed.
 	Sessions SessionBackend
+	// Models serves worker.inference.start (the inference proxy); nil answers it with
+	// method-not-allowed.
+	Models Models
 	// StreamQueue bounds the requests queued per stream (session + stream kind); a full queue answers
 	// capacity-exceeded. Default DefaultStreamQueue.
 	StreamQueue int
@@ -121,6 +124,9 @@ type Server struct {
 	conns map[*workerConn]struct{} // every live connection, admitted or not
 	// workers maps an environment to its admitted connection.
 	workers map[string]*workerConn
+	// sessionConns maps environment+"\x00"+session to a connection admitted for one session only
+	// (a worker's per-turn client); they neither replace nor count as the environment's worker.
+	sessionConns map[string]*workerConn
 	// pressure holds each environment's backpressure record (see Backpressure).
 	pressure map[string]*pressure
 	changed  chan struct{} // closed and replaced whenever workers changes
@@ -137,7 +143,8 @@ func New(cfg Config) (*Server, error) {
 	ctx, stop := context.WithCancel(context.Background())
 	s := &Server{
 		cfg: cfg, log: cfg.Log.With("subsystem", "hub"), ctx: ctx, stop: stop,
-		conns: map[*workerConn]struct{}{}, workers: map[string]*workerConn{}, changed: make(chan struct{}),
+		conns: map[*workerConn]struct{}{}, workers: map[string]*workerConn{}, sessionConns: map[string]*workerConn{},
+		changed:  make(chan struct{}),
 		pressure: map[string]*pressure{},
 	}
 	s.http = &http.Server{
@@ -232,6 +239,49 @@ func (s *Server) Shutdown(ctx context.Context, envID, reason string) error {
 	return nil
 }
 
+// Request sends a request to envID's worker (the connection admitted for the environment, not a
+// per-session one) and waits for its answer. A refused request returns its *protocol.Error.
+func (s *Server) Request(ctx context.Context, envID, method string, params any) (json.RawMessage, error) {
+	if !protocol.GatewayMethods[method] {
+		return nil, fmt.Errorf("request %s: not a gateway method", method)
+	}
+	s.mu.Lock()
+	wc := s.workers[envID]
+	s.mu.Unlock()
+	if wc == nil {
+		return nil, fmt.Errorf("%s to worker of %s: %w", method, envID, ErrNotAdmitted)
+	}
+	ch := make(chan protocol.Frame, 1)
+	wc.mu.Lock()
+	wc.reqID++
+	id := fmt.Sprintf("g%d", wc.reqID)
+	wc.pending[id] = ch
+	wc.mu.Unlock()
+	defer func() {
+		wc.mu.Lock()
+		delete(wc.pending, id)
+		wc.mu.Unlock()
+	}()
+	req, err := protocol.Request(id, method, params)
+	if err != nil {
+		return nil, err
+	}
+	if err := wc.write(ctx, req); err != nil {
+		return nil, fmt.Errorf("%s to worker of %s: %w", method, envID, err)
+	}
+	select {
+	case f := <-ch:
+		if !f.OK {
+			return nil, f.Error
+		}
+		return f.Payload, nil
+	case <-wc.done:
+		return nil, fmt.Errorf("%s to worker of %s: connection lost", method, envID)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%s to worker of %s: %w", method, envID, ctx.Err())
+	}
+}
+
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != WorkerPath {
 		http.NotFound(w, r)
@@ -253,7 +303,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ws.SetReadLimit(protocol.PreAdmissionFrameLimit)
-	wc := &workerConn{ws: ws, streamState: streamState{streams: map[string]*stream{}}}
+	wc := &workerConn{ws: ws, streamState: streamState{streams: map[string]*stream{}}, callState: callState{calls: map[string]*proxyCall{}},
+		pending: map[string]chan protocol.Frame{}, done: make(chan struct{})}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -267,6 +318,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		delete(s.conns, wc)
 		s.mu.Unlock()
 		_ = ws.CloseNow()
+		close(wc.done)
 	}()
 
 	ctx, cancel := context.WithCancel(s.ctx)
@@ -288,10 +340,14 @@ type workerConn struct {
 	ownerEpoch uint64
 	sessionID  string
 
-	mu  sync.Mutex
-	seq uint64
+	mu      sync.Mutex
+	seq     uint64
+	reqID   uint64
+	pending map[string]chan protocol.Frame // gateway request id → where its answer goes
+	done    chan struct{}                  // closed when the connection ends
 
 	streamState
+	callState
 }
 
 func (wc *workerConn) nextSeq() uint64 {
@@ -453,10 +509,26 @@ func (s *Server) reject(ctx context.Context, wc *workerConn, reqID, envID string
 	_ = wc.ws.Close(status, string(e.Code))
 }
 
-// register makes wc the admitted connection of its environment, closing any older one.
+// register makes wc the admitted connection of its environment, closing any older one. A
+// connection admitted for one session replaces only an older one of the same session.
 func (s *Server) register(wc *workerConn) {
 	s.cbMu.Lock()
 	defer s.cbMu.Unlock()
+	if wc.sessionID != "" {
+		key := wc.envID + "\x00" + wc.sessionID
+		s.mu.Lock()
+		old := s.sessionConns[key]
+		s.sessionConns[key] = wc
+		s.mu.Unlock()
+		if old != nil {
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				_ = old.ws.Close(websocket.StatusPolicyViolation, "replaced by a newer connection")
+			}()
+		}
+		return
+	}
 	s.mu.Lock()
 	old := s.workers[wc.envID]
 	s.workers[wc.envID] = wc
@@ -479,6 +551,15 @@ func (s *Server) register(wc *workerConn) {
 func (s *Server) release(wc *workerConn) {
 	s.cbMu.Lock()
 	defer s.cbMu.Unlock()
+	if wc.sessionID != "" {
+		key := wc.envID + "\x00" + wc.sessionID
+		s.mu.Lock()
+		if s.sessionConns[key] == wc {
+			delete(s.sessionConns, key)
+		}
+		s.mu.Unlock()
+		return
+	}
 	s.mu.Lock()
 	current := s.workers[wc.envID] == wc
 	if current {
@@ -523,6 +604,14 @@ func (s *Server) serveAdmitted(ctx context.Context, wc *workerConn) error {
 		}
 		switch f.Type {
 		case protocol.TypeReq:
+			if wc.cred.Allows(f.Method) && isInferenceMethod(f.Method) {
+				if res, now := s.serveInference(ctx, wc, f); now {
+					if err := wc.write(ctx, res); err != nil {
+						return err
+					}
+				}
+				continue
+			}
 			if wc.cred.Allows(f.Method) && isStreamMethod(f.Method) {
 				res, queued := s.dispatch(ctx, wc, f)
 				if queued {
@@ -537,8 +626,16 @@ func (s *Server) serveAdmitted(ctx context.Context, wc *workerConn) error {
 			if err := wc.write(ctx, res); err != nil {
 				return err
 			}
-		case protocol.TypeCancel, protocol.TypeRes:
-			// Nothing the worker can cancel or answer exists yet.
+		case protocol.TypeRes:
+			wc.mu.Lock()
+			ch := wc.pending[f.ID]
+			delete(wc.pending, f.ID)
+			wc.mu.Unlock()
+			if ch != nil {
+				ch <- f // buffered: one answer per request
+			}
+		case protocol.TypeCancel:
+			// Nothing the worker can cancel exists yet.
 		case protocol.TypeEvent:
 			s.log.Debug("ignoring worker event", "env", wc.envID, "event", f.Event)
 		}

@@ -1,5 +1,5 @@
 // Package placement decides where a session's turns run and runs them: on the gateway (local
-// placement) or, later, on a worker.
+// placement) or on the worker of the environment the session is attached to.
 package placement
 
 import (
@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -58,7 +59,18 @@ type Config struct {
 	DataDir  string
 	Log      *slog.Logger
 	MaxSteps int
+	// Workers reaches admitted workers; nil means worker placement is unavailable.
+	Workers Workers
 }
+
+// Workers is the worker endpoint as turn placement uses it; *hub.Server implements it.
+type Workers interface {
+	Admitted(envID string) bool
+	Request(ctx context.Context, envID, method string, params any) (json.RawMessage, error)
+}
+
+// ErrWorkerUnavailable is a session placed on a worker that is not connected.
+var ErrWorkerUnavailable = errors.New("the session's worker is not connected")
 
 // Service admits and runs turns.
 type Service struct {
@@ -115,8 +127,16 @@ func (s *Service) Send(ctx context.Context, sessionID, text, idempotencyKey stri
 			return t, nil
 		}
 	}
-	if sess.Placement != "" && sess.Placement != "local" {
-		return Turn{}, fmt.Errorf("session %s is placed on %s (%s): worker turns are not available in this build", sessionID, sess.EnvironmentID, sess.Placement)
+	placement := "local"
+	switch sess.Placement {
+	case "", sessions.PlacementLocal:
+	case sessions.PlacementWorker:
+		if s.cfg.Workers == nil || !s.cfg.Workers.Admitted(sess.EnvironmentID) {
+			return Turn{}, fmt.Errorf("session %s on environment %s: %w", sessionID, sess.EnvironmentID, ErrWorkerUnavailable)
+		}
+		placement = "worker"
+	default:
+		return Turn{}, fmt.Errorf("session %s is %s: turns cannot run now", sessionID, sess.Placement)
 	}
 	model := sess.Model
 	if model == "" {
@@ -145,7 +165,7 @@ func (s *Service) Send(ctx context.Context, sessionID, text, idempotencyKey stri
 		release()
 		return Turn{}, err
 	}
-	t := Turn{SessionID: sessionID, RunID: randID("run_"), IdempotencyKey: idempotencyKey, Placement: "local",
+	t := Turn{SessionID: sessionID, RunID: randID("run_"), IdempotencyKey: idempotencyKey, Placement: placement,
 		Model: model, Status: TurnRunning, CreatedAt: store.Now(), Cursor: cursor}
 	err = s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
 		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(run_epoch),0)+1 FROM turns WHERE session_id=?`, sessionID).Scan(&t.RunEpoch); err != nil {
@@ -162,6 +182,12 @@ func (s *Service) Send(ctx context.Context, sessionID, text, idempotencyKey stri
 	if err != nil {
 		release()
 		return Turn{}, fmt.Errorf("admit turn: %w", err)
+	}
+	if placement == "worker" {
+		if err := s.startOnWorker(ctx, tctx, sess, t, text, release); err != nil {
+			return Turn{}, err
+		}
+		return t, nil
 	}
 	ws := sess.Workspace
 	if ws == "" {

@@ -120,3 +120,23 @@ func (s *Store) WorkerResume(ctx context.Context, p protocol.ResumeParams) (prot
 	ls.unlock()
 	return res, nil
 }
+
+// WorkerContext serves worker.transcript.context once the caller has checked the binding: the
+// session's messages (root first) and its leaf, for a worker that starts a run.
+func (s *Store) WorkerContext(ctx context.Context, p protocol.TranscriptContextParams) (protocol.TranscriptContextResult, error) {
+	ses, err := s.Get(ctx, p.SessionID)
+	if err != nil {
+		return protocol.TranscriptContextResult{}, err
+	}
+	if p.OwnerEpoch != ses.OwnerEpoch {
+		return protocol.TranscriptContextResult{}, errorf(protocol.CodeEpochMismatch, "owner epoch %d is not the session's active epoch %d", p.OwnerEpoch, ses.OwnerEpoch)
+	}
+	msgs, err := s.Context(ctx, p.SessionID)
+	if err != nil {
+		return protocol.TranscriptContextResult{}, err
+	}
+	if msgs == nil {
+		msgs = []protocol.Message{}
+	}
+	return protocol.TranscriptContextResult{Messages: msgs, LeafID: ses.LeafID}, nil
+}

@@ -106,6 +106,8 @@ type Client struct {
 	commits    []*pendingCommit
 	commitNext uint64
 	leaf       string
+
+	infer inferState // model calls through the gateway's inference proxy
 }
 
 type pendingCommit struct {
@@ -369,7 +371,7 @@ func (c *Client) session(ctx context.Context) (admitted bool, err error) {
 		return false, err
 	}
 	defer ws.CloseNow()
-	cc := &clientConn{ws: ws, handler: map[string]func(protocol.Frame){}, lost: make(chan struct{})}
+	cc := &clientConn{ws: ws, handler: map[string]func(protocol.Frame){}, lost: make(chan struct{}), onEvent: c.inferenceEvent}
 	interval := heartbeatInterval(cr)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return cc.readLoop(gctx, 3*interval+time.Second) })
@@ -602,6 +604,8 @@ type clientConn struct {
 	mu      sync.Mutex
 	handler map[string]func(protocol.Frame) // request id → what to do with its answer
 	lost    chan struct{}                   // closed when the read loop ends
+	// onEvent receives the gateway's event frames other than worker.shutdown, on the read loop.
+	onEvent func(protocol.Frame)
 }
 
 // send writes a request; on its answer, onAnswer (if not nil) runs on the read loop.
@@ -650,6 +654,9 @@ func (cc *clientConn) readLoop(ctx context.Context, silence time.Duration) error
 		case protocol.TypeEvent:
 			if f.Event == protocol.MethodShutdown {
 				return errShutdown
+			}
+			if cc.onEvent != nil {
+				cc.onEvent(f)
 			}
 		case protocol.TypeReq:
 			if f.Method == protocol.MethodShutdown {

@@ -46,6 +46,10 @@ type Config struct {
 	BackoffMin, BackoffMax time.Duration
 	// DialTimeout bounds one connection attempt including admission. Default 30s.
 	DialTimeout time.Duration
+	// Handler answers the gateway's requests other than worker.shutdown (worker.turn.start, …) on
+	// the connection Run keeps. It runs on the read loop, so it must not block: it starts work and
+	// returns the answer. nil answers them with method-not-allowed.
+	Handler func(ctx context.Context, method string, params json.RawMessage) (any, *protocol.Error)
 }
 
 func (c *Config) setDefaults() {
@@ -287,8 +291,16 @@ func (c *conn) readLoop(ctx context.Context) error {
 				_ = writeFrame(ctx, c.ws, res)
 				return errShutdown
 			}
-			e := protocol.Errorf(protocol.CodeMethodNotAllowed, "worker does not serve %.128q", f.Method)
-			if err := writeFrame(ctx, c.ws, protocol.ErrorResponse(f.ID, e)); err != nil {
+			res := protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeMethodNotAllowed, "worker does not serve %.128q", f.Method))
+			if h := c.w.cfg.Handler; h != nil && protocol.GatewayMethods[f.Method] {
+				out, e := h(ctx, f.Method, f.Params)
+				if e != nil {
+					res = protocol.ErrorResponse(f.ID, e)
+				} else if r, err := protocol.Response(f.ID, out); err == nil {
+					res = r
+				}
+			}
+			if err := writeFrame(ctx, c.ws, res); err != nil {
 				return err
 			}
 		case protocol.TypeRes:

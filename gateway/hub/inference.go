@@ -1,0 +1,390 @@
+package hub
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/inference"
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/protocol"
+)
+
+// Models is the gateway's model catalog as the inference proxy uses it; *inference.Catalog is one.
+// The worker names only a model reference: endpoint, credentials and headers come from here.
+type Models interface {
+	Resolve(ref string) (inference.Model, error)
+	Stream(ctx context.Context, ref string, cx protocol.Context, opts inference.Options, emit inference.Emit) (protocol.Message, error)
+}
+
+// ContextBackend serves worker.transcript.context; *sessions.Store implements it.
+type ContextBackend interface {
+	WorkerContext(ctx context.Context, p protocol.TranscriptContextParams) (protocol.TranscriptContextResult, error)
+}
+
+// Call outcomes recorded in inference_calls.
+const (
+	callRunning = "running"
+	callDone    = "done"
+	callError   = "error"
+	callAborted = "aborted"
+)
+
+// proxyCall is one model call in flight on a connection.
+type proxyCall struct {
+	window *protocol.CreditWindow
+	size   uint64 // the initial credit: no event costs more than this
+	cancel context.CancelFunc
+}
+
+// callState is the per-connection bookkeeping of proxied calls, embedded in workerConn.
+type callState struct {
+	cmu   sync.Mutex
+	calls map[string]*proxyCall // CallKey → call
+}
+
+// isInferenceMethod reports whether method is served by the inference proxy (or the context read).
+func isInferenceMethod(method string) bool {
+	switch method {
+	case protocol.MethodInferenceStart, protocol.MethodInferenceCredit, protocol.MethodInferenceCancel, protocol.MethodTranscriptContext:
+		return true
+	}
+	return false
+}
+
+// serveInference answers credit and cancel inline and starts a goroutine (owned by the connection)
+// for a context read or a call. It returns a frame to write now, or ok false when the goroutine answers.
+func (s *Server) serveInference(ctx context.Context, wc *workerConn, f protocol.Frame) (protocol.Frame, bool) {
+	fail := func(code protocol.Code, format string, args ...any) (protocol.Frame, bool) {
+		return protocol.ErrorResponse(f.ID, protocol.Errorf(code, format, args...)), true
+	}
+	switch f.Method {
+	case protocol.MethodInferenceCredit:
+		var p protocol.InferenceCreditParams
+		if err := protocol.DecodeParams(f.Params, &p); err != nil {
+			return fail(protocol.CodeInvalidFrame, "params: %v", err)
+		}
+		key := protocol.InferenceStartParams{SessionID: p.SessionID, RunEpoch: p.RunEpoch, TurnID: p.TurnID}.CallKey()
+		wc.cmu.Lock()
+		if c := wc.calls[key]; c != nil {
+			c.window.Grant(p.Limit)
+		}
+		wc.cmu.Unlock()
+		res, _ := protocol.Response(f.ID, struct{}{})
+		return res, true
+	case protocol.MethodInferenceCancel:
+		var p protocol.InferenceCancelParams
+		if err := protocol.DecodeParams(f.Params, &p); err != nil {
+			return fail(protocol.CodeInvalidFrame, "params: %v", err)
+		}
+		key := protocol.InferenceStartParams{SessionID: p.SessionID, RunEpoch: p.RunEpoch, TurnID: p.TurnID}.CallKey()
+		wc.cmu.Lock()
+		c := wc.calls[key]
+		wc.cmu.Unlock()
+		if c != nil {
+			c.cancel()
+		}
+		res, _ := protocol.Response(f.ID, map[string]bool{"canceled": c != nil})
+		return res, true
+	case protocol.MethodTranscriptContext:
+		cb, ok := s.cfg.Sessions.(ContextBackend)
+		if !ok {
+			return fail(protocol.CodeMethodNotAllowed, "method %.128q is not served", f.Method)
+		}
+		var p protocol.TranscriptContextParams
+		if err := protocol.DecodeParams(f.Params, &p); err != nil {
+			return fail(protocol.CodeInvalidFrame, "params: %v", err)
+		}
+		if wc.sessionID != "" && p.SessionID != wc.sessionID {
+			return fail(protocol.CodeSessionNotAttached, "this worker is admitted for session %s only", wc.sessionID)
+		}
+		wc.swg.Add(1)
+		go func() {
+			defer wc.swg.Done()
+			res := func() protocol.Frame {
+				if e := s.checkBinding(ctx, wc, p.SessionID, p.OwnerEpoch); e != nil {
+					return protocol.ErrorResponse(f.ID, e)
+				}
+				out, err := cb.WorkerContext(ctx, p)
+				if err != nil {
+					return s.errorFrame(wc, f, err)
+				}
+				r, err := protocol.Response(f.ID, out)
+				if err != nil {
+					return s.errorFrame(wc, f, err)
+				}
+				return r
+			}()
+			if err := wc.write(ctx, res); err != nil {
+				_ = wc.ws.CloseNow()
+			}
+		}()
+		return protocol.Frame{}, false
+	}
+	// worker.inference.start
+	if s.cfg.Models == nil || s.cfg.Sessions == nil {
+		return fail(protocol.CodeMethodNotAllowed, "method %.128q is not served", f.Method)
+	}
+	if len(f.Params) > protocol.MaxInferenceRequestBytes {
+		s.auditInference(ctx, wc.envID, "request of %d bytes refused", len(f.Params))
+		return fail(protocol.CodeInvalidContext, "request of %d bytes, at most %d", len(f.Params), protocol.MaxInferenceRequestBytes)
+	}
+	var p protocol.InferenceStartParams
+	if err := protocol.DecodeParams(f.Params, &p); err != nil {
+		// A closed schema: a base URL, header or model object the worker adds is an unknown field.
+		s.auditInference(ctx, wc.envID, "malformed request refused: %.200v", err)
+		return fail(protocol.CodeInvalidContext, "params: %v", err)
+	}
+	if err := p.Validate(); err != nil {
+		s.auditInference(ctx, wc.envID, "request refused: %.200v", err)
+		return fail(protocol.CodeInvalidContext, "%v", err)
+	}
+	if !inference.ValidReasoning(p.Options.Reasoning) {
+		return fail(protocol.CodeInvalidContext, "options.reasoning %.32q is not a reasoning level", p.Options.Reasoning)
+	}
+	if wc.sessionID != "" && p.SessionID != wc.sessionID {
+		return fail(protocol.CodeSessionNotAttached, "this worker is admitted for session %s only", wc.sessionID)
+	}
+	if _, err := s.cfg.Models.Resolve(p.ModelRef); err != nil {
+		s.auditInference(ctx, wc.envID, "model %.200q not approved (session %s)", p.ModelRef, p.SessionID)
+		return fail(protocol.CodeModelNotApproved, "%v", err)
+	}
+	wc.swg.Add(1)
+	go func() {
+		defer wc.swg.Done()
+		s.runCall(ctx, wc, f, p)
+	}()
+	return protocol.Frame{}, false
+}
+
+func (s *Server) auditInference(ctx context.Context, envID, format string, args ...any) {
+	detail := fmt.Sprintf(format, args...)
+	if err := s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
+		return store.Audit(ctx, tx, "worker.inference.reject", envID, detail)
+	}); err != nil {
+		s.log.Warn("audit inference refusal", "env", envID, "err", err)
+	}
+}
+
+// checkBinding checks that sessionID is attached to wc's environment with ownerEpoch active.
+func (s *Server) checkBinding(ctx context.Context, wc *workerConn, sessionID string, ownerEpoch uint64) *protocol.Error {
+	env, owner, _, err := s.cfg.Sessions.WorkerBinding(ctx, sessionID)
+	var c coded
+	switch {
+	case errors.As(err, &c):
+		return c.Protocol()
+	case err != nil:
+		return &protocol.Error{Code: protocol.CodeInternal, Message: "binding lookup failed", Retryable: true}
+	case env != wc.envID:
+		return protocol.Errorf(protocol.CodeSessionNotAttached, "session %.128q is not attached to environment %s", sessionID, wc.envID)
+	case ownerEpoch != owner:
+		return protocol.Errorf(protocol.CodeEpochMismatch, "owner epoch %d is not the session's active epoch %d", ownerEpoch, owner)
+	}
+	return nil
+}
+
+// runCall serves one worker.inference.start after its shape was checked: fencing, replay, then the
+// provider call, its events under the worker's credit, the terminal result and the accounting row.
+func (s *Server) runCall(ctx context.Context, wc *workerConn, f protocol.Frame, p protocol.InferenceStartParams) {
+	answer := func(fr protocol.Frame) bool {
+		if err := wc.write(ctx, fr); err != nil {
+			_ = wc.ws.CloseNow()
+			return false
+		}
+		return true
+	}
+	if e := s.checkBinding(ctx, wc, p.SessionID, p.OwnerEpoch); e != nil {
+		answer(protocol.ErrorResponse(f.ID, e))
+		return
+	}
+	key := p.CallKey()
+	window := p.Credit
+	if window == 0 {
+		window = protocol.DefaultInferenceWindow
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	call := &proxyCall{window: protocol.NewCreditWindow(window), size: window, cancel: cancel}
+	wc.cmu.Lock()
+	if wc.calls[key] != nil {
+		wc.cmu.Unlock()
+		answer(protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeBusy, "call %s is in progress", p.TurnID)))
+		return
+	}
+	wc.calls[key] = call
+	wc.cmu.Unlock()
+	defer func() {
+		wc.cmu.Lock()
+		delete(wc.calls, key)
+		wc.cmu.Unlock()
+		call.window.Close()
+	}()
+
+	started := time.Now()
+	cached, err := s.claimCall(ctx, wc.envID, p, len(f.Params), started)
+	if err != nil {
+		answer(s.errorFrame(wc, f, err))
+		return
+	}
+	if cached != nil {
+		r, _ := protocol.Response(f.ID, protocol.InferenceStartResult{Status: protocol.InferenceReplayed, Terminal: cached})
+		answer(r)
+		return
+	}
+	r, _ := protocol.Response(f.ID, protocol.InferenceStartResult{Status: protocol.InferenceAccepted})
+	if !answer(r) {
+		s.finishCall(wc.envID, p, started, 0, s.terminalFor(p, protocol.Message{}, errConnGone))
+		return
+	}
+	var seq, bytesOut uint64
+	msg, err := s.cfg.Models.Stream(cctx, p.ModelRef, p.Context, inference.Options{
+		Temperature: p.Options.Temperature, MaxTokens: p.Options.MaxTokens, Reasoning: p.Options.Reasoning,
+	}, func(ev protocol.StreamEvent) error {
+		seq++
+		fr, err := protocol.NewEvent(protocol.MethodInferenceEvent, seq, protocol.InferenceEventPayload{
+			SessionID: p.SessionID, RunID: p.RunID, TurnID: p.TurnID, Seq: seq, Event: ev})
+		if err != nil {
+			return err
+		}
+		if err := call.window.Wait(cctx, protocol.InferenceCreditCost(len(fr.Payload), call.size)); err != nil {
+			return err
+		}
+		bytesOut += uint64(len(fr.Payload))
+		return wc.write(cctx, fr)
+	})
+	t := s.terminalFor(p, msg, err)
+	fr, ferr := protocol.NewEvent(protocol.MethodInferenceTerminal, seq+1, t)
+	if ferr == nil {
+		bytesOut += uint64(len(fr.Payload))
+	}
+	s.finishCall(wc.envID, p, started, bytesOut, t)
+	if ferr == nil && ctx.Err() == nil {
+		if err := wc.write(ctx, fr); err != nil {
+			_ = wc.ws.CloseNow()
+		}
+	}
+}
+
+var errConnGone = errors.New("worker connection lost during the call")
+
+// terminalFor builds the terminal result of a call from what Stream returned.
+func (s *Server) terminalFor(p protocol.InferenceStartParams, msg protocol.Message, err error) protocol.InferenceTerminal {
+	t := protocol.InferenceTerminal{SessionID: p.SessionID, RunID: p.RunID, TurnID: p.TurnID}
+	if err == nil {
+		t.Done = &protocol.InferenceDone{Message: msg}
+		return t
+	}
+	e := &protocol.InferenceError{Reason: protocol.StopError, ErrorMessage: err.Error(), Usage: msg.Usage}
+	var ce *inference.CallError
+	switch {
+	case errors.As(err, &ce):
+		e.Reason, e.ErrorMessage = ce.Reason, ce.Message
+	case errors.Is(err, context.Canceled), errors.Is(err, protocol.ErrWindowClosed), errors.Is(err, errConnGone):
+		e.Reason = protocol.StopAborted
+	}
+	if msg.Role == protocol.RoleAssistant {
+		if msg.StopReason == "" || msg.StopReason == protocol.StopStop || msg.StopReason == protocol.StopToolUse {
+			msg.StopReason = e.Reason
+		}
+		if msg.ErrorMessage == "" {
+			msg.ErrorMessage = e.ErrorMessage
+		}
+		e.Partial = &msg
+	}
+	t.Error = e
+	return t
+}
+
+// claimCall records the start of a call, or returns the cached terminal of a call already made with
+// this identity. A call left running by a gateway that stopped is failed, never made again.
+func (s *Server) claimCall(ctx context.Context, envID string, p protocol.InferenceStartParams, bytesIn int, now time.Time) (*protocol.InferenceTerminal, error) {
+	var cached *protocol.InferenceTerminal
+	err := s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
+		var outcome, terminal string
+		err := tx.QueryRowContext(ctx, `SELECT outcome, terminal FROM inference_calls WHERE session_id=? AND run_epoch=? AND turn_id=?`,
+			p.SessionID, p.RunEpoch, p.TurnID).Scan(&outcome, &terminal)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			_, err = tx.ExecContext(ctx, `INSERT INTO inference_calls(environment_id, session_id, run_epoch, run_id, turn_id, model,
+				outcome, bytes_in, started_at) VALUES(?,?,?,?,?,?,?,?,?)`,
+				envID, p.SessionID, p.RunEpoch, p.RunID, p.TurnID, p.ModelRef, callRunning, bytesIn, store.FormatTime(now))
+			return err
+		case err != nil:
+			return err
+		}
+		var t protocol.InferenceTerminal
+		if terminal == "" || json.Unmarshal([]byte(terminal), &t) != nil {
+			t = protocol.InferenceTerminal{SessionID: p.SessionID, RunID: p.RunID, TurnID: p.TurnID, Error: &protocol.InferenceError{
+				Reason: protocol.StopError, ErrorMessage: "the gateway stopped during this call; the turn must be retried"}}
+			b, _ := json.Marshal(t)
+			if _, err := tx.ExecContext(ctx, `UPDATE inference_calls SET outcome=?, terminal=?, finished_at=? WHERE session_id=? AND run_epoch=? AND turn_id=?`,
+				callError, string(b), store.FormatTime(now), p.SessionID, p.RunEpoch, p.TurnID); err != nil {
+				return err
+			}
+		}
+		cached = &t
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record inference call %s: %w", p.TurnID, err)
+	}
+	return cached, nil
+}
+
+// finishCall writes a call's outcome, usage and terminal result.
+func (s *Server) finishCall(envID string, p protocol.InferenceStartParams, started time.Time, bytesOut uint64, t protocol.InferenceTerminal) {
+	outcome := callDone
+	var u protocol.Usage
+	switch {
+	case t.Done != nil:
+		if t.Done.Message.Usage != nil {
+			u = *t.Done.Message.Usage
+		}
+	case t.Error != nil:
+		outcome = callError
+		if t.Error.Reason == protocol.StopAborted {
+			outcome = callAborted
+		}
+		if t.Error.Usage != nil {
+			u = *t.Error.Usage
+		}
+	}
+	b, _ := json.Marshal(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := s.cfg.DB.W.ExecContext(ctx, `UPDATE inference_calls SET outcome=?, input_tokens=?, output_tokens=?, cache_read_tokens=?,
+		cache_write_tokens=?, total_tokens=?, cost=?, bytes_out=?, duration_ms=?, terminal=?, finished_at=?
+		WHERE session_id=? AND run_epoch=? AND turn_id=?`,
+		outcome, u.Input, u.Output, u.CacheRead, u.CacheWrite, u.TotalTokens, u.Cost.Total, bytesOut,
+		time.Since(started).Milliseconds(), string(b), store.Now(), p.SessionID, p.RunEpoch, p.TurnID)
+	if err != nil {
+		s.log.Error("record inference outcome", "env", envID, "session", p.SessionID, "turn", p.TurnID, "err", err)
+	}
+	s.log.Info("inference call", "env", envID, "session", p.SessionID, "run", p.RunID, "turn", p.TurnID, "model", p.ModelRef,
+		"outcome", outcome, "tokens", u.TotalTokens, "bytesOut", bytesOut, "duration", time.Since(started))
+}
+
+// InferenceTotals are an environment's running totals of proxied model calls.
+type InferenceTotals struct {
+	Calls        int64   `json:"calls"`
+	InputTokens  int64   `json:"inputTokens"`
+	OutputTokens int64   `json:"outputTokens"`
+	TotalTokens  int64   `json:"totalTokens"`
+	Cost         float64 `json:"cost"`
+	BytesIn      int64   `json:"bytesIn"`
+	BytesOut     int64   `json:"bytesOut"`
+}
+
+// InferenceTotals sums the accounting rows of an environment.
+func (s *Server) InferenceTotals(ctx context.Context, envID string) (InferenceTotals, error) {
+	var t InferenceTotals
+	err := s.cfg.DB.R.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(input_tokens),0), COALESCE(SUM(output_tokens),0),
+		COALESCE(SUM(total_tokens),0), COALESCE(SUM(cost),0), COALESCE(SUM(bytes_in),0), COALESCE(SUM(bytes_out),0)
+		FROM inference_calls WHERE environment_id=?`, envID).
+		Scan(&t.Calls, &t.InputTokens, &t.OutputTokens, &t.TotalTokens, &t.Cost, &t.BytesIn, &t.BytesOut)
+	return t, err
+}

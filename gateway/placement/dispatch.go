@@ -1,0 +1,506 @@
+package placement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/openclaw/cloudworkers/gateway/bootstrap"
+	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/sync/gitsync"
+	"github.com/openclaw/cloudworkers/sync/manifest"
+	"github.com/openclaw/cloudworkers/sync/mirror"
+	"github.com/openclaw/cloudworkers/sync/stream"
+)
+
+// DispatchConfig configures a Dispatcher.
+type DispatchConfig struct {
+	Placements *Placements
+	Sessions   *sessions.Store
+	Envs       *envs.Manager
+	Boot       *bootstrap.Bootstrapper
+	// Admitted reports whether an environment's worker is admitted.
+	Admitted func(envID string) bool
+	// Busy reports whether a session has a turn in flight (turn admission owns that fact).
+	Busy    func(sessionID string) bool
+	DataDir string
+	Log     *slog.Logger
+}
+
+// Dispatcher moves sessions between the gateway and workers: dispatch (local → … → active) and
+// pull-back (active → draining → reconciling → local). Every step is recorded in the placement
+// state machine before and after it runs, so a restarted gateway resumes from the recorded step.
+type Dispatcher struct {
+	cfg DispatchConfig
+	log *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	active map[string]bool // session ids with a step running
+}
+
+// NewDispatcher returns a Dispatcher; call Resume after the environment manager has started.
+func NewDispatcher(cfg DispatchConfig) *Dispatcher {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Dispatcher{cfg: cfg, log: cfg.Log, ctx: ctx, cancel: cancel, active: map[string]bool{}}
+}
+
+// Close stops background steps; they resume on the next start.
+func (d *Dispatcher) Close() {
+	d.cancel()
+	d.wg.Wait()
+}
+
+// Resume restarts every placement that a previous gateway left mid-way.
+func (d *Dispatcher) Resume(ctx context.Context) error {
+	rows, err := d.cfg.Placements.db.R.QueryContext(ctx, `SELECT session_id FROM placements WHERE state IN (?,?,?,?,?,?)`,
+		string(Requested), string(Provisioning), string(Syncing), string(Starting), string(Draining), string(Reconciling))
+	if err != nil {
+		return err
+	}
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	rows.Close()
+	for _, id := range ids {
+		d.log.Info("resuming placement", "session", id)
+		d.kick(id)
+	}
+	return nil
+}
+
+// kick runs the state machine of a session in the background unless it already runs.
+func (d *Dispatcher) kick(sessionID string) {
+	d.mu.Lock()
+	if d.active[sessionID] {
+		d.mu.Unlock()
+		return
+	}
+	d.active[sessionID] = true
+	d.wg.Add(1)
+	d.mu.Unlock()
+	go func() {
+		defer d.wg.Done()
+		defer func() {
+			d.mu.Lock()
+			delete(d.active, sessionID)
+			d.mu.Unlock()
+		}()
+		if err := d.advance(d.ctx, sessionID); err != nil && d.ctx.Err() == nil {
+			d.log.Warn("placement step failed", "session", sessionID, "err", err)
+		}
+	}()
+}
+
+// Dispatch starts moving a local session to a worker of the profile. It returns once the intent
+// is recorded; the steps run in the background (follow them with Get or the events).
+func (d *Dispatcher) Dispatch(ctx context.Context, sessionID, profileID string) (Placement, error) {
+	sess, err := d.cfg.Sessions.Get(ctx, sessionID)
+	if err != nil {
+		return Placement{}, err
+	}
+	if sess.Workspace == "" {
+		return Placement{}, fmt.Errorf("session %s has no workspace to send to a worker", sessionID)
+	}
+	if d.cfg.Busy != nil && d.cfg.Busy(sessionID) {
+		return Placement{}, fmt.Errorf("session %s: %w; dispatch after it ends", sessionID, ErrBusy)
+	}
+	p, err := d.cfg.Placements.Get(ctx, sessionID)
+	if err != nil {
+		return p, err
+	}
+	p, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation, Change{To: Requested, Reason: "dispatch to profile " + profileID, ProfileID: &profileID})
+	if err != nil {
+		return p, err
+	}
+	d.kick(sessionID)
+	return p, nil
+}
+
+// PullBack starts bringing a session home: drain, reconcile the workspace, activate local.
+func (d *Dispatcher) PullBack(ctx context.Context, sessionID string) (Placement, error) {
+	p, err := d.cfg.Placements.Get(ctx, sessionID)
+	if err != nil {
+		return p, err
+	}
+	if p.State != Active {
+		return p, fmt.Errorf("session %s is %s, not active on a worker", sessionID, p.State)
+	}
+	step := 1 // barrier step 1: stop new turn admission (the placement leaves active)
+	p, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation, Change{To: Draining, Reason: "pull-back requested", BarrierStep: &step})
+	if err != nil {
+		return p, err
+	}
+	d.kick(sessionID)
+	return p, nil
+}
+
+// advance runs steps until the placement rests (active, local, reclaimed or failed).
+func (d *Dispatcher) advance(ctx context.Context, sessionID string) error {
+	for {
+		p, err := d.cfg.Placements.Get(ctx, sessionID)
+		if err != nil {
+			return err
+		}
+		var next Change
+		switch p.State {
+		case Requested:
+			next, err = d.provision(ctx, p)
+		case Provisioning:
+			next, err = d.waitReady(ctx, p)
+		case Syncing:
+			next, err = d.syncOut(ctx, p)
+		case Starting:
+			next, err = d.start(ctx, p)
+		case Draining:
+			next, err = d.drain(ctx, p)
+		case Reconciling:
+			next, err = d.reconcile(ctx, p)
+		default:
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err() // stopping: the recorded step resumes on restart
+		}
+		if err != nil {
+			next = Change{To: Failed, Reason: err.Error(), Error: err.Error()}
+			if p.State == Reconciling {
+				next.Error = err.Error() + " — recovery: the worker's results are still on the box (environment " + p.EnvironmentID +
+					"); resolve the conflict in " + p.AnchorDir + " and pull back again, or destroy the environment to discard them"
+			}
+		}
+		if _, err := d.cfg.Placements.Transition(ctx, sessionID, p.Generation, next); err != nil {
+			return err
+		}
+		d.log.Info("placement", "session", sessionID, "from", p.State, "to", next.To, "reason", next.Reason)
+	}
+}
+
+// provision reuses an idle environment of the profile (warm lease) or leases a new one.
+func (d *Dispatcher) provision(ctx context.Context, p Placement) (Change, error) {
+	list, err := d.cfg.Envs.List(ctx, false)
+	if err != nil {
+		return Change{}, err
+	}
+	for _, e := range list {
+		if e.ProfileID == p.ProfileID && (e.State == envs.Ready || e.State == envs.Idle) && d.cfg.Admitted(e.ID) {
+			id := e.ID
+			return Change{To: Provisioning, Reason: "reusing warm environment " + id, EnvironmentID: &id}, nil
+		}
+	}
+	e, _, err := d.cfg.Envs.Create(ctx, p.ProfileID, fmt.Sprintf("dispatch-%s-%d", p.SessionID, p.Generation))
+	if err != nil {
+		return Change{}, fmt.Errorf("lease a machine: %w", err)
+	}
+	id := e.ID
+	return Change{To: Provisioning, Reason: "leasing environment " + id, EnvironmentID: &id}, nil
+}
+
+func (d *Dispatcher) waitReady(ctx context.Context, p Placement) (Change, error) {
+	e, err := d.cfg.Envs.WaitFor(ctx, p.EnvironmentID, func(e envs.Environment) bool {
+		return e.State == envs.Ready || e.State == envs.Idle || e.State == envs.Attached || e.State.Dead() || e.State == envs.Destroying
+	})
+	if err != nil {
+		return Change{}, err
+	}
+	if e.State != envs.Ready && e.State != envs.Idle {
+		return Change{}, fmt.Errorf("environment %s is %s: %s", e.ID, e.State, e.Error)
+	}
+	return Change{To: Syncing, Reason: "environment " + e.ID + " ready"}, nil
+}
+
+// isGit reports whether dir is inside a git work tree.
+func isGit(ctx context.Context, dir string) bool {
+	cmd := exec.CommandContext(ctx, "git", "-C", dir, "rev-parse", "--is-inside-work-tree")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(), "GIT_CONFIG_NOSYSTEM=1"}
+	out, err := cmd.Output()
+	return err == nil && strings.TrimSpace(string(out)) == "true"
+}
+
+// remote opens the sync connection to an environment's box.
+func (d *Dispatcher) remote(ctx context.Context, e envs.Environment) (stream.Remote, *ssh.Client, error) {
+	c, err := d.cfg.Boot.Dial(ctx, e)
+	if err != nil {
+		return stream.Remote{}, nil, fmt.Errorf("sync connection: %w", err)
+	}
+	bin := filepath.Join(e.WorkerHome, bootstrap.BundlesDir, e.BundleHash, "openclaw")
+	return stream.Remote{Client: c, Command: bootstrap.Quote(bin) + " worker"}, c, nil
+}
+
+// syncOut builds the anchor (a managed worktree for git, a gateway-owned copy otherwise), records
+// its base manifest and sends it to the box.
+func (d *Dispatcher) syncOut(ctx context.Context, p Placement) (Change, error) {
+	sess, err := d.cfg.Sessions.Get(ctx, p.SessionID)
+	if err != nil {
+		return Change{}, err
+	}
+	e, err := d.cfg.Envs.Get(ctx, p.EnvironmentID)
+	if err != nil {
+		return Change{}, err
+	}
+	excl, incl := e.Profile.Sync.Exclude, e.Profile.Sync.Include
+	dir := filepath.Join(d.cfg.DataDir, "anchors", p.SessionID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return Change{}, err
+	}
+	mode := manifest.ModePlain
+	anchorDir := filepath.Join(dir, "workspace")
+	var anchor *gitsync.Anchor
+	if p.AnchorDir != "" {
+		anchorDir = p.AnchorDir
+	}
+	if isGit(ctx, sess.Workspace) {
+		mode = manifest.ModeGit
+		anchor, err = gitAnchor(ctx, sess.Workspace, d.cfg.DataDir, p.SessionID)
+		if err != nil {
+			return Change{}, fmt.Errorf("managed worktree: %w", err)
+		}
+		anchorDir = anchor.Dir
+	} else if p.AnchorDir == "" {
+		if err := copyTree(ctx, sess.Workspace, anchorDir, excl, incl); err != nil {
+			return Change{}, fmt.Errorf("copy workspace to the anchor: %w", err)
+		}
+	}
+	opts := manifest.Options{Mode: mode, Exclude: excl, Include: incl}
+	base, _, err := manifest.Build(ctx, anchorDir, opts)
+	if err != nil {
+		return Change{}, fmt.Errorf("base manifest: %w", err)
+	}
+	if anchor != nil {
+		base.BaseCommit = anchor.Base
+	}
+	baseFile := filepath.Join(dir, fmt.Sprintf("base-%d.json", p.Generation))
+	if err := writeManifest(baseFile, base); err != nil {
+		return Change{}, err
+	}
+	r, c, err := d.remote(ctx, e)
+	if err != nil {
+		return Change{}, err
+	}
+	defer c.Close()
+	boxWS := filepath.Join(e.WorkerHome, ".openclaw-worker", "work", p.SessionID)
+	plan, st, err := stream.Push(ctx, r, anchorDir, boxWS, base, true, stream.ManifestOptions{Mode: mode, Exclude: excl, Include: incl})
+	if err != nil {
+		return Change{}, fmt.Errorf("sync out: %w", err)
+	}
+	if anchor != nil {
+		bdir := filepath.Join(dir, "bundle")
+		_ = os.RemoveAll(bdir)
+		if err := os.MkdirAll(bdir, 0o700); err != nil {
+			return Change{}, err
+		}
+		if err := anchor.BaseBundle(ctx, filepath.Join(bdir, "base.bundle")); err != nil {
+			return Change{}, fmt.Errorf("base bundle: %w", err)
+		}
+		bm, _, err := manifest.Build(ctx, bdir, manifest.Options{})
+		if err != nil {
+			return Change{}, err
+		}
+		inbox := filepath.Join(e.WorkerHome, ".openclaw-worker", "inbox", p.SessionID)
+		if _, err := r.Unpack(ctx, inbox, bdir, stream.PlanFor(nil, bm)); err != nil {
+			return Change{}, fmt.Errorf("send base bundle: %w", err)
+		}
+		if _, err := bootstrap.RunOK(ctx, c, "set up the box repository", gitsync.BoxRepoCommand(boxWS, filepath.Join(inbox, "base.bundle"), anchor.Name, anchor.Base)); err != nil {
+			return Change{}, err
+		}
+	}
+	d.cfg.Envs.Touch(ctx, e.ID)
+	m := string(mode)
+	bundle := e.BundleHash
+	return Change{To: Starting, Reason: fmt.Sprintf("synced %d entries (%d bytes) in %s mode", len(plan.Entries), st.Bytes, mode),
+		AnchorDir: &anchorDir, BoxWorkspace: &boxWS, SyncMode: &m, BaseManifestID: &baseFile, BundleHash: &bundle}, nil
+}
+
+func gitAnchor(ctx context.Context, repo, dataDir, sessionID string) (*gitsync.Anchor, error) {
+	return gitsync.CreateAnchor(ctx, repo, dataDir, anchorName(sessionID), "")
+}
+
+// anchorName is the managed branch name (openclaw/<name>) of a session.
+func anchorName(sessionID string) string { return strings.TrimPrefix(sessionID, "ses_") }
+
+// start attaches the session to the environment's worker and fences any earlier owner.
+func (d *Dispatcher) start(ctx context.Context, p Placement) (Change, error) {
+	if !d.cfg.Admitted(p.EnvironmentID) {
+		return Change{}, fmt.Errorf("the worker of environment %s is not admitted", p.EnvironmentID)
+	}
+	epoch, err := d.cfg.Sessions.Attach(ctx, p.SessionID, p.EnvironmentID)
+	if err != nil {
+		return Change{}, err
+	}
+	if err := d.cfg.Envs.Attach(ctx, p.EnvironmentID, p.SessionID); err != nil {
+		return Change{}, err
+	}
+	return Change{To: Active, Reason: fmt.Sprintf("worker of %s owns the session (owner epoch %d)", p.EnvironmentID, epoch), OwnerEpoch: epoch}, nil
+}
+
+// drain passes barrier steps 2–6: wait for the active run to end (new turns are refused while the
+// placement is not active), then advance the owner epoch so the worker is fenced.
+func (d *Dispatcher) drain(ctx context.Context, p Placement) (Change, error) {
+	for d.cfg.Busy != nil && d.cfg.Busy(p.SessionID) {
+		if err := sleepCtx(ctx); err != nil {
+			return Change{}, err
+		}
+	}
+	epoch, err := d.cfg.Sessions.Detach(ctx, p.SessionID)
+	if err != nil {
+		return Change{}, err
+	}
+	step := 6
+	return Change{To: Reconciling, Reason: fmt.Sprintf("drained; worker fenced (owner epoch %d)", epoch), OwnerEpoch: epoch, BarrierStep: &step}, nil
+}
+
+// reconcile is barrier step 7: bring the worker's results into the anchor, conflict-aware.
+// Divergence stops with an error and changes nothing.
+func (d *Dispatcher) reconcile(ctx context.Context, p Placement) (Change, error) {
+	e, err := d.cfg.Envs.Get(ctx, p.EnvironmentID)
+	if err != nil {
+		return Change{}, err
+	}
+	base, err := readManifest(p.BaseManifestID)
+	if err != nil {
+		return Change{}, fmt.Errorf("base manifest: %w", err)
+	}
+	r, c, err := d.remote(ctx, e)
+	if err != nil {
+		return Change{}, err
+	}
+	defer c.Close()
+	mode := manifest.Mode(p.SyncMode)
+	summary := ""
+	if mode == manifest.ModeGit {
+		a, err := gitAnchor(ctx, p.AnchorDir, d.cfg.DataDir, p.SessionID)
+		if err != nil {
+			return Change{}, err
+		}
+		bundle := filepath.Join(filepath.Dir(p.BaseManifestID), fmt.Sprintf("result-%d.bundle", p.Generation))
+		f, err := os.Create(bundle)
+		if err != nil {
+			return Change{}, err
+		}
+		err = r.Exec(ctx, gitsync.BoxBundleCommand(p.BoxWorkspace, base.BaseCommit), f, gitsync.MaxBundleBytes)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return Change{}, fmt.Errorf("fetch the worker's commits: %w", err)
+		}
+		if fi, _ := os.Stat(bundle); fi != nil && fi.Size() > 0 {
+			tip, err := a.Adopt(ctx, anchorName(p.SessionID), bundle)
+			if err != nil {
+				return Change{}, err
+			}
+			summary = "managed branch " + a.Branch + " fast-forwarded to " + tip[:min(12, len(tip))]
+		} else {
+			summary = "no new commits"
+		}
+		// untracked and uncommitted work comes back against the fast-forwarded anchor
+		base, err = a.Manifest(ctx, manifest.Options{Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include})
+		if err != nil {
+			return Change{}, err
+		}
+	}
+	boxM, err := r.Manifest(ctx, p.BoxWorkspace, stream.ManifestOptions{Mode: mode, Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include})
+	if err != nil {
+		return Change{}, fmt.Errorf("box manifest: %w", err)
+	}
+	res, err := mirror.Pull(ctx, mirror.Config{Anchor: p.AnchorDir, Base: base, Box: boxM, Mode: mode,
+		Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include,
+		Fetch: func(ctx context.Context, plan stream.Plan, root string, opts stream.ApplyOptions) (stream.Stats, error) {
+			return r.Pack(ctx, p.BoxWorkspace, plan, root, opts)
+		}})
+	if err != nil {
+		return Change{}, fmt.Errorf("reconcile workspace: %w", err)
+	}
+	if summary != "" {
+		summary += "; "
+	}
+	summary += fmt.Sprintf("%d files updated, %d deleted", len(res.Plan.Entries), len(res.Plan.Deletes))
+	// barrier step 8: the gateway owns the session again, on the anchor holding the results
+	if err := d.cfg.Sessions.SetWorkspace(ctx, p.SessionID, p.AnchorDir); err != nil {
+		return Change{}, err
+	}
+	if err := d.cfg.Envs.Detach(ctx, e.ID, p.SessionID); err != nil {
+		d.log.Warn("detach environment", "env", e.ID, "err", err)
+	}
+	step := 8
+	return Change{To: Local, Reason: "pulled back: " + summary, BarrierStep: &step}, nil
+}
+
+func writeManifest(path string, m *manifest.Manifest) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".manifest-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if err := m.Encode(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+func readManifest(path string) (*manifest.Manifest, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return manifest.Decode(f, manifest.Limits{})
+}
+
+// copyTree copies a plain workspace into the anchor through the same checked archive path.
+func copyTree(ctx context.Context, src, dst string, excl, incl []string) error {
+	m, _, err := manifest.Build(ctx, src, manifest.Options{Mode: manifest.ModePlain, Exclude: excl, Include: incl})
+	if err != nil {
+		return err
+	}
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := stream.Write(ctx, pw, src, stream.PlanFor(nil, m))
+		pw.CloseWithError(err)
+		errc <- err
+	}()
+	plan := stream.PlanFor(nil, m)
+	_, aerr := stream.Apply(ctx, pr, dst, stream.ApplyOptions{Expect: &plan, AllowEscapingSymlinks: true})
+	pr.Close()
+	return errors.Join(aerr, <-errc)
+}
+
+func sleepCtx(ctx context.Context) error {
+	t := time.NewTimer(100 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

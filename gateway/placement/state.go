@@ -1,0 +1,218 @@
+package placement
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/openclaw/cloudworkers/gateway/store"
+)
+
+// State is a session's placement state, stored as-is.
+type State string
+
+// The placement states (ARCHITECTURE.md section 4).
+const (
+	Local        State = "local"
+	Requested    State = "requested"
+	Provisioning State = "provisioning"
+	Syncing      State = "syncing"
+	Starting     State = "starting"
+	Active       State = "active"
+	Draining     State = "draining"
+	Reconciling  State = "reconciling"
+	Reclaimed    State = "reclaimed"
+	Failed       State = "failed"
+)
+
+// AllStates lists every placement state.
+var AllStates = []State{Local, Requested, Provisioning, Syncing, Starting, Active, Draining, Reconciling, Reclaimed, Failed}
+
+// transitions is the explicit table of legal moves. Dispatch walks local → … → active; pull-back
+// walks active → draining → reconciling → local; a lost worker ends in reclaimed, from which the
+// next message dispatches again (reclaimed → requested) or the session comes home (→ local);
+// failed needs an operator's recovery (→ local after the workspace is reconciled by hand, or a retry).
+var transitions = map[State][]State{
+	Local:        {Requested},
+	Requested:    {Provisioning, Failed, Local},
+	Provisioning: {Syncing, Failed, Reclaimed},
+	Syncing:      {Starting, Failed, Reclaimed},
+	Starting:     {Active, Failed, Reclaimed},
+	Active:       {Draining, Reclaimed, Failed},
+	Draining:     {Reconciling, Reclaimed, Failed},
+	Reconciling:  {Local, Failed},
+	Reclaimed:    {Requested, Local},
+	Failed:       {Local, Requested},
+}
+
+// CanTransition reports whether from → to is legal.
+func CanTransition(from, to State) bool { return slices.Contains(transitions[from], to) }
+
+// Remote reports whether turns of a session in this state run (or are being set up) on a worker:
+// a local turn must not be admitted.
+func (s State) Remote() bool { return s != Local && s != Reclaimed && s != Failed }
+
+// ErrStale is returned when the placement changed since the caller read it (generation mismatch).
+var ErrStale = errors.New("placement changed meanwhile")
+
+// Placement is the persisted placement of one session.
+type Placement struct {
+	SessionID      string `json:"sessionId"`
+	State          State  `json:"state"`
+	Generation     uint64 `json:"generation"`
+	ProfileID      string `json:"profileId,omitempty"`
+	EnvironmentID  string `json:"environmentId,omitempty"`
+	AnchorDir      string `json:"anchorDir,omitempty"`
+	BoxWorkspace   string `json:"boxWorkspace,omitempty"`
+	SyncMode       string `json:"syncMode,omitempty"`
+	OwnerEpoch     uint64 `json:"ownerEpoch"`
+	BaseManifestID string `json:"baseManifestId,omitempty"`
+	BundleHash     string `json:"bundleHash,omitempty"`
+	BarrierStep    int    `json:"barrierStep,omitempty"`
+	TurnRunID      string `json:"turnRunId,omitempty"`
+	Error          string `json:"error,omitempty"`
+	UpdatedAt      string `json:"updatedAt"`
+}
+
+// Placements stores the placement state machine.
+type Placements struct{ db *store.DB }
+
+// NewPlacements returns the placement store.
+func NewPlacements(db *store.DB) *Placements { return &Placements{db: db} }
+
+const placementCols = `session_id, state, generation, profile_id, environment_id, anchor_dir, box_workspace, sync_mode, owner_epoch,
+	base_manifest_id, bundle_hash, barrier_step, turn_run_id, error, updated_at`
+
+func scanPlacement(row interface{ Scan(...any) error }) (Placement, error) {
+	var p Placement
+	err := row.Scan(&p.SessionID, &p.State, &p.Generation, &p.ProfileID, &p.EnvironmentID, &p.AnchorDir, &p.BoxWorkspace, &p.SyncMode,
+		&p.OwnerEpoch, &p.BaseManifestID, &p.BundleHash,
+		&p.BarrierStep, &p.TurnRunID, &p.Error, &p.UpdatedAt)
+	return p, err
+}
+
+// Get returns a session's placement; a session never dispatched is local at generation 0.
+func (ps *Placements) Get(ctx context.Context, sessionID string) (Placement, error) {
+	p, err := scanPlacement(ps.db.R.QueryRowContext(ctx, `SELECT `+placementCols+` FROM placements WHERE session_id=?`, sessionID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Placement{SessionID: sessionID, State: Local, OwnerEpoch: 1}, nil
+	}
+	return p, err
+}
+
+// Change describes one transition; the zero value of a field leaves it unchanged (except Error,
+// which is replaced).
+type Change struct {
+	To             State
+	Reason         string
+	ProfileID      *string
+	EnvironmentID  *string
+	AnchorDir      *string
+	BoxWorkspace   *string
+	SyncMode       *string
+	OwnerEpoch     uint64
+	BaseManifestID *string
+	BundleHash     *string
+	BarrierStep    *int
+	Error          string
+}
+
+// Transition moves the placement from the state the caller read at generation gen to c.To, in one
+// transaction with its event row, failing with ErrStale if anything moved meanwhile and with an
+// error if the table forbids the move. It returns the new placement (generation gen+1).
+func (ps *Placements) Transition(ctx context.Context, sessionID string, gen uint64, c Change) (Placement, error) {
+	var out Placement
+	err := ps.db.InTx(ctx, func(tx *sql.Tx) error {
+		p, err := scanPlacement(tx.QueryRowContext(ctx, `SELECT `+placementCols+` FROM placements WHERE session_id=?`, sessionID))
+		if errors.Is(err, sql.ErrNoRows) {
+			p, err = Placement{SessionID: sessionID, State: Local, OwnerEpoch: 1}, nil
+			if _, ierr := tx.ExecContext(ctx, `INSERT INTO placements(session_id, state, generation, updated_at) VALUES(?,?,0,?)`,
+				sessionID, string(Local), store.Now()); ierr != nil {
+				return ierr
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if p.Generation != gen {
+			return fmt.Errorf("session %s placement is %s at generation %d, not %d: %w", sessionID, p.State, p.Generation, gen, ErrStale)
+		}
+		if !CanTransition(p.State, c.To) {
+			return fmt.Errorf("session %s: illegal placement transition %s → %s", sessionID, p.State, c.To)
+		}
+		from := p.State
+		p.State, p.Generation, p.Error, p.UpdatedAt = c.To, p.Generation+1, c.Error, store.Now()
+		for _, f := range []struct{ dst, src *string }{{&p.ProfileID, c.ProfileID}, {&p.EnvironmentID, c.EnvironmentID},
+			{&p.AnchorDir, c.AnchorDir}, {&p.BoxWorkspace, c.BoxWorkspace}, {&p.SyncMode, c.SyncMode}} {
+			if f.src != nil {
+				*f.dst = *f.src
+			}
+		}
+		if c.OwnerEpoch != 0 {
+			if c.OwnerEpoch < p.OwnerEpoch {
+				return fmt.Errorf("session %s: owner epoch may only advance (%d → %d)", sessionID, p.OwnerEpoch, c.OwnerEpoch)
+			}
+			p.OwnerEpoch = c.OwnerEpoch
+		}
+		if c.BaseManifestID != nil {
+			p.BaseManifestID = *c.BaseManifestID
+		}
+		if c.BundleHash != nil {
+			p.BundleHash = *c.BundleHash
+		}
+		if c.BarrierStep != nil {
+			p.BarrierStep = *c.BarrierStep
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE placements SET state=?, generation=?, profile_id=?, environment_id=?, anchor_dir=?,
+			box_workspace=?, sync_mode=?, owner_epoch=?, base_manifest_id=?, bundle_hash=?, barrier_step=?, error=?, updated_at=?
+			WHERE session_id=?`,
+			string(p.State), p.Generation, p.ProfileID, p.EnvironmentID, p.AnchorDir, p.BoxWorkspace, p.SyncMode, p.OwnerEpoch,
+			p.BaseManifestID, p.BundleHash, p.BarrierStep, p.Error, p.UpdatedAt, sessionID)
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO placement_events(session_id, at, from_state, to_state, generation, reason) VALUES(?,?,?,?,?,?)`,
+			sessionID, p.UpdatedAt, string(from), string(c.To), p.Generation, c.Reason)
+		out = p
+		return err
+	})
+	return out, err
+}
+
+// ClaimTurn is turn admission: it records runID as the session's turn only if the placement is
+// still at generation gen (compare-and-swap) and no turn holds it, so a local message admitted
+// against a stale snapshot can never race a worker turn. wantRemote says which loop claims.
+func (ps *Placements) ClaimTurn(ctx context.Context, sessionID string, gen uint64, wantRemote bool, runID string) error {
+	return ps.db.InTx(ctx, func(tx *sql.Tx) error {
+		p, err := scanPlacement(tx.QueryRowContext(ctx, `SELECT `+placementCols+` FROM placements WHERE session_id=?`, sessionID))
+		if errors.Is(err, sql.ErrNoRows) {
+			p = Placement{SessionID: sessionID, State: Local}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO placements(session_id, state, generation, updated_at) VALUES(?,?,0,?)`,
+				sessionID, string(Local), store.Now()); err != nil {
+				return err
+			}
+		} else if err != nil {
+			return err
+		}
+		switch {
+		case p.Generation != gen:
+			return fmt.Errorf("session %s placement moved to %s (generation %d): %w", sessionID, p.State, p.Generation, ErrStale)
+		case p.TurnRunID != "":
+			return fmt.Errorf("session %s: %w (run %s)", sessionID, ErrBusy, p.TurnRunID)
+		case wantRemote && p.State != Active:
+			return fmt.Errorf("session %s is %s, not active on a worker: %w", sessionID, p.State, ErrStale)
+		case !wantRemote && p.State != Local && p.State != Reclaimed && p.State != Failed:
+			return fmt.Errorf("session %s is %s: its turns run on a worker (message refused while the placement moves): %w", sessionID, p.State, ErrStale)
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE placements SET turn_run_id=? WHERE session_id=? AND generation=?`, runID, sessionID, gen)
+		return err
+	})
+}
+
+// ReleaseTurn clears the session's turn if it is runID.
+func (ps *Placements) ReleaseTurn(ctx context.Context, sessionID, runID string) error {
+	_, err := ps.db.W.ExecContext(ctx, `UPDATE placements SET turn_run_id='' WHERE session_id=? AND turn_run_id=?`, sessionID, runID)
+	return err
+}
