@@ -161,12 +161,25 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	})
 	boot.SetEnvs(mgr)
 
+	placements := placement.NewPlacements(db)
 	turns, err := placement.New(ctx, placement.Config{DB: db, Sessions: sess, Catalog: catalog, DataDir: dataDir,
-		Log: log.With("subsystem", "placement"), Workers: workers})
+		Log: log.With("subsystem", "placement"), Workers: workers, Placements: placements})
 	if err != nil {
 		return err
 	}
 	defer turns.Close()
+	dispatcher := placement.NewDispatcher(placement.DispatchConfig{
+		Placements: placements, Sessions: sess, Envs: mgr, Boot: boot, Admitted: workers.Admitted,
+		Busy: func(id string) bool {
+			if turns.Busy(id) {
+				return true
+			}
+			p, err := placements.Get(context.Background(), id)
+			return err == nil && p.TurnRunID != ""
+		},
+		DataDir: dataDir, Log: log.With("subsystem", "dispatch"),
+	})
+	defer dispatcher.Close()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -187,6 +200,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			},
 			func(g *echo.Group) { inference.RegisterAPI(g, catalog, creds) },
 			func(g *echo.Group) { placement.RegisterAPI(g, turns) },
+			func(g *echo.Group) { placement.RegisterDispatchAPI(g, dispatcher) },
 		},
 		WorkerInfo: func(envID string) api.WorkerInfo {
 			bp := workers.Backpressure(envID)
@@ -209,6 +223,10 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	go func() { serveErr <- httpSrv.Serve(ln) }()
 
 	if err := mgr.Start(ctx); err != nil {
+		_ = httpSrv.Close()
+		return err
+	}
+	if err := dispatcher.Resume(ctx); err != nil {
 		_ = httpSrv.Close()
 		return err
 	}

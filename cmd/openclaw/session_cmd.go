@@ -26,15 +26,16 @@ func newSessionCmd(g *globals) *cobra.Command {
 		Aliases: []string{"sessions"},
 		Short:   "List, inspect, follow and export sessions",
 	}
-	cmd.AddCommand(newSessionCreateCmd(g), newSessionSendCmd(g), newSessionListCmd(g), newSessionShowCmd(g), newSessionWatchCmd(g),
+	cmd.AddCommand(newSessionCreateCmd(g), newSessionSendCmd(g), newSessionDispatchCmd(g), newSessionPullbackCmd(g), newSessionListCmd(g), newSessionShowCmd(g), newSessionWatchCmd(g),
 		newSessionExportCmd(g))
 	return cmd
 }
 
 func newSessionCreateCmd(g *globals) *cobra.Command {
 	var p sessions.CreateParams
+	var worker string
 	cmd := &cobra.Command{
-		Use:     "create [--title T] [--model provider/model] [--workspace DIR]",
+		Use:     "create [--title T] [--model provider/model] [--workspace DIR] [--worker PROFILE]",
 		Aliases: []string{"new"},
 		Short:   "Create a session",
 		Args:    cobra.NoArgs,
@@ -47,9 +48,19 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if p.Workspace != "" {
+				if p.Workspace, err = filepath.Abs(p.Workspace); err != nil {
+					return err
+				}
+			}
 			var ses sessions.Session
 			if _, err := c.Do(cmd.Context(), http.MethodPost, "/api/v1/sessions", p, &ses); err != nil {
 				return err
+			}
+			if worker != "" {
+				if err := dispatchSession(cmd.Context(), c, ses.ID, worker, true); err != nil {
+					return fmt.Errorf("session %s created, but: %w", ses.ID, err)
+				}
 			}
 			if asJSON {
 				return printJSON(stdout, ses)
@@ -63,6 +74,7 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 	f.StringVar(&p.Agent, "agent", "", "agent id (default "+sessions.DefaultAgent+")")
 	f.StringVar(&p.Model, "model", "", "model reference, provider/model")
 	f.StringVar(&p.Workspace, "workspace", "", "workspace directory")
+	f.StringVar(&worker, "worker", "", "run the session on a worker of this profile (dispatches it right away)")
 	addOutput(cmd, g)
 	return cmd
 }

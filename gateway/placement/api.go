@@ -3,6 +3,7 @@ package placement
 import (
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -29,7 +30,7 @@ func RegisterAPI(g *echo.Group, s *Service) {
 			return providers.Fieldf("text", "is larger than 1 MiB")
 		}
 		t, err := s.Send(c.Request().Context(), c.Param("id"), req.Text, req.IdempotencyKey)
-		if errors.Is(err, ErrBusy) {
+		if errors.Is(err, ErrBusy) || errors.Is(err, ErrPlacementMoving) {
 			return echo.NewHTTPError(http.StatusConflict, err.Error())
 		}
 		if err != nil {
@@ -58,4 +59,52 @@ func RegisterAPI(g *echo.Group, s *Service) {
 	g.POST("/sessions/:id/cancel", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]bool{"canceled": s.Cancel(c.Param("id"))})
 	})
+}
+
+// DispatchRequest is the body of POST /sessions/:id/dispatch.
+type DispatchRequest struct {
+	ProfileID string `json:"profileId"`
+}
+
+// RegisterDispatchAPI adds the placement routes: dispatch, pull-back and the placement itself.
+func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
+	g.POST("/sessions/:id/dispatch", func(c echo.Context) error {
+		var req DispatchRequest
+		if err := (&echo.DefaultBinder{}).BindBody(c, &req); err != nil {
+			return providers.Fieldf("body", "invalid JSON: %v", err)
+		}
+		if req.ProfileID == "" {
+			return providers.Fieldf("profileId", "is required")
+		}
+		p, err := d.Dispatch(c.Request().Context(), c.Param("id"), req.ProfileID)
+		if err != nil {
+			return placementErr(err)
+		}
+		return c.JSON(http.StatusAccepted, p)
+	})
+	g.POST("/sessions/:id/pullback", func(c echo.Context) error {
+		p, err := d.PullBack(c.Request().Context(), c.Param("id"))
+		if err != nil {
+			return placementErr(err)
+		}
+		return c.JSON(http.StatusAccepted, p)
+	})
+	g.GET("/sessions/:id/placement", func(c echo.Context) error {
+		p, err := d.cfg.Placements.Get(c.Request().Context(), c.Param("id"))
+		if err != nil {
+			return err
+		}
+		evs, err := d.cfg.Placements.Events(c.Request().Context(), c.Param("id"))
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, map[string]any{"placement": p, "events": evs})
+	})
+}
+
+func placementErr(err error) error {
+	if errors.Is(err, ErrStale) || errors.Is(err, ErrBusy) || strings.Contains(err.Error(), "illegal placement") || strings.Contains(err.Error(), "not active") {
+		return echo.NewHTTPError(http.StatusConflict, err.Error())
+	}
+	return err
 }

@@ -271,7 +271,7 @@ func (d *Dispatcher) syncOut(ctx context.Context, p Placement) (Change, error) {
 	}
 	if isGit(ctx, sess.Workspace) {
 		mode = manifest.ModeGit
-		anchor, err = gitAnchor(ctx, sess.Workspace, d.cfg.DataDir, p.SessionID)
+		anchor, err = gitAnchor(ctx, sess.Workspace, d.cfg.DataDir, p.SessionID, "")
 		if err != nil {
 			return Change{}, fmt.Errorf("managed worktree: %w", err)
 		}
@@ -331,8 +331,27 @@ func (d *Dispatcher) syncOut(ctx context.Context, p Placement) (Change, error) {
 		AnchorDir: &anchorDir, BoxWorkspace: &boxWS, SyncMode: &m, BaseManifestID: &baseFile, BundleHash: &bundle}, nil
 }
 
-func gitAnchor(ctx context.Context, repo, dataDir, sessionID string) (*gitsync.Anchor, error) {
-	return gitsync.CreateAnchor(ctx, repo, dataDir, anchorName(sessionID), "")
+// gitAnchor creates the session's managed worktree, or opens it when an earlier (interrupted or
+// resumed) step already created it; base is then the recorded base commit ("" = its branch head).
+func gitAnchor(ctx context.Context, repo, dataDir, sessionID, base string) (*gitsync.Anchor, error) {
+	name := anchorName(sessionID)
+	fp, err := gitsync.Fingerprint(ctx, repo)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(dataDir, "worktrees", fp, name)
+	if _, err := os.Stat(filepath.Join(dir, ".git")); err != nil {
+		return gitsync.CreateAnchor(ctx, repo, dataDir, name, "")
+	}
+	a := &gitsync.Anchor{Repo: repo, Dir: dir, Name: name, Branch: gitsync.BranchPrefix + name, Base: base}
+	if a.Base == "" {
+		out, err := exec.CommandContext(ctx, "git", "-C", dir, "rev-parse", "--verify", "refs/heads/"+a.Branch).Output()
+		if err != nil {
+			return nil, fmt.Errorf("open managed worktree %s: %w", dir, err)
+		}
+		a.Base = strings.TrimSpace(string(out))
+	}
+	return a, nil
 }
 
 // anchorName is the managed branch name (openclaw/<name>) of a session.
@@ -388,7 +407,11 @@ func (d *Dispatcher) reconcile(ctx context.Context, p Placement) (Change, error)
 	mode := manifest.Mode(p.SyncMode)
 	summary := ""
 	if mode == manifest.ModeGit {
-		a, err := gitAnchor(ctx, p.AnchorDir, d.cfg.DataDir, p.SessionID)
+		sess, err := d.cfg.Sessions.Get(ctx, p.SessionID)
+		if err != nil {
+			return Change{}, err
+		}
+		a, err := gitAnchor(ctx, sess.Workspace, d.cfg.DataDir, p.SessionID, base.BaseCommit)
 		if err != nil {
 			return Change{}, err
 		}

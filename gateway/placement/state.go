@@ -216,3 +216,30 @@ func (ps *Placements) ReleaseTurn(ctx context.Context, sessionID, runID string) 
 	_, err := ps.db.W.ExecContext(ctx, `UPDATE placements SET turn_run_id='' WHERE session_id=? AND turn_run_id=?`, sessionID, runID)
 	return err
 }
+
+// Event is one recorded placement change.
+type Event struct {
+	At         string `json:"at"`
+	From       State  `json:"from"`
+	To         State  `json:"to"`
+	Generation uint64 `json:"generation"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+// Events returns a session's placement changes, oldest first.
+func (ps *Placements) Events(ctx context.Context, sessionID string) ([]Event, error) {
+	rows, err := ps.db.R.QueryContext(ctx, `SELECT at, from_state, to_state, generation, reason FROM placement_events WHERE session_id=? ORDER BY id`, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []Event{}
+	for rows.Next() {
+		var e Event
+		if err := rows.Scan(&e.At, &e.From, &e.To, &e.Generation, &e.Reason); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}

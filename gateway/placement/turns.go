@@ -22,6 +22,17 @@ import (
 	"github.com/openclaw/cloudworkers/worker/tools"
 )
 
+// ErrPlacementMoving refuses a message while the session's placement moves (dispatch or pull-back).
+var ErrPlacementMoving = errors.New("the session is moving between the gateway and a worker; send the message when it is active again")
+
+// Busy reports whether a session has a turn in flight on this gateway.
+func (s *Service) Busy(sessionID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.running[sessionID]
+	return ok
+}
+
 // ErrBusy is returned when a session already has a turn in flight.
 var ErrBusy = errors.New("session has a turn in progress")
 
@@ -61,6 +72,9 @@ type Config struct {
 	MaxSteps int
 	// Workers reaches admitted workers; nil means worker placement is unavailable.
 	Workers Workers
+	// Placements is the placement state machine; turn admission claims it (compare-and-swap on
+	// its generation), so a message admitted against a stale snapshot can never race a move.
+	Placements *Placements
 }
 
 // Workers is the worker endpoint as turn placement uses it; *hub.Server implements it.
@@ -145,16 +159,38 @@ func (s *Service) Send(ctx context.Context, sessionID, text, idempotencyKey stri
 	if _, err := s.cfg.Catalog.Resolve(model); err != nil {
 		return Turn{}, err
 	}
-	// Turn admission: one turn per session at a time.
+	// Turn admission: one turn per session at a time, claimed in the placement state machine.
+	runID := randID("run_")
 	s.mu.Lock()
 	if _, busy := s.running[sessionID]; busy {
 		s.mu.Unlock()
 		return Turn{}, fmt.Errorf("session %s: %w", sessionID, ErrBusy)
 	}
+	if s.cfg.Placements != nil {
+		p, err := s.cfg.Placements.Get(ctx, sessionID)
+		if err == nil {
+			if placement == "worker" && p.BoxWorkspace != "" {
+				sess.Workspace = p.BoxWorkspace
+			}
+			err = s.cfg.Placements.ClaimTurn(ctx, sessionID, p.Generation, placement == "worker", runID)
+		}
+		if err != nil {
+			s.mu.Unlock()
+			if errors.Is(err, ErrStale) {
+				return Turn{}, fmt.Errorf("%w: %v", ErrPlacementMoving, err)
+			}
+			return Turn{}, err
+		}
+	}
 	tctx, cancel := context.WithCancel(s.ctx)
 	s.running[sessionID] = cancel
 	s.mu.Unlock()
 	release := func() {
+		if s.cfg.Placements != nil {
+			if err := s.cfg.Placements.ReleaseTurn(context.WithoutCancel(s.ctx), sessionID, runID); err != nil {
+				s.log.Warn("release turn claim", "session", sessionID, "err", err)
+			}
+		}
 		s.mu.Lock()
 		delete(s.running, sessionID)
 		s.mu.Unlock()
@@ -165,7 +201,7 @@ func (s *Service) Send(ctx context.Context, sessionID, text, idempotencyKey stri
 		release()
 		return Turn{}, err
 	}
-	t := Turn{SessionID: sessionID, RunID: randID("run_"), IdempotencyKey: idempotencyKey, Placement: placement,
+	t := Turn{SessionID: sessionID, RunID: runID, IdempotencyKey: idempotencyKey, Placement: placement,
 		Model: model, Status: TurnRunning, CreatedAt: store.Now(), Cursor: cursor}
 	err = s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
 		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(run_epoch),0)+1 FROM turns WHERE session_id=?`, sessionID).Scan(&t.RunEpoch); err != nil {

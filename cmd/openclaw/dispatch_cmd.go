@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/openclaw/cloudworkers/gateway/api"
+	"github.com/openclaw/cloudworkers/gateway/placement"
+)
+
+type placementView struct {
+	Placement placement.Placement `json:"placement"`
+	Events    []placement.Event   `json:"events"`
+}
+
+// watchPlacement prints each placement step as it happens until the placement rests.
+func watchPlacement(ctx context.Context, c *api.Client, id string, skip int) (placementView, error) {
+	seen := skip
+	for {
+		var v placementView
+		if _, err := c.Do(ctx, http.MethodGet, "/api/v1/sessions/"+url.PathEscape(id)+"/placement", nil, &v); err != nil {
+			return v, err
+		}
+		for _, ev := range v.Events[min(seen, len(v.Events)):] {
+			at, _ := time.Parse("2006-01-02T15:04:05.000Z07:00", ev.At)
+			fmt.Fprintf(stderr, "%s  %-12s %s\n", at.Local().Format("15:04:05.000"), ev.To, ev.Reason)
+		}
+		seen = len(v.Events)
+		switch v.Placement.State {
+		case placement.Local, placement.Active, placement.Failed, placement.Reclaimed:
+			return v, nil
+		}
+		select {
+		case <-ctx.Done():
+			return v, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func placementEvents(ctx context.Context, c *api.Client, id string) int {
+	var v placementView
+	_, _ = c.Do(ctx, http.MethodGet, "/api/v1/sessions/"+url.PathEscape(id)+"/placement", nil, &v)
+	return len(v.Events)
+}
+
+func newSessionDispatchCmd(g *globals) *cobra.Command {
+	var profile string
+	var noWait bool
+	cmd := &cobra.Command{
+		Use:   "dispatch ID --profile P",
+		Short: "Move a session to a worker of a profile (provision or reuse, sync, start)",
+		Long: `Move a session to a cloud worker: lease (or reuse a warm, idle) machine of the profile, sync the
+session's workspace to it (a managed git worktree for a git workspace, a gateway-owned copy otherwise),
+attach the worker and fence the previous owner. Each step is recorded, so a gateway restart resumes it.
+Later turns run on the worker. The user's own checkout is never written.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			return dispatchSession(cmd.Context(), c, args[0], profile, !noWait)
+		},
+	}
+	cmd.Flags().StringVar(&profile, "profile", "", "profile of the worker (see `openclaw profile list`)")
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the dispatch is recorded")
+	_ = cmd.MarkFlagRequired("profile")
+	return cmd
+}
+
+func dispatchSession(ctx context.Context, c *api.Client, id, profile string, wait bool) error {
+	skip := placementEvents(ctx, c, id)
+	var p placement.Placement
+	if _, err := c.Do(ctx, http.MethodPost, "/api/v1/sessions/"+url.PathEscape(id)+"/dispatch", placement.DispatchRequest{ProfileID: profile}, &p); err != nil {
+		return err
+	}
+	if !wait {
+		fmt.Fprintf(stdout, "session %s %s\n", id, p.State)
+		return nil
+	}
+	v, err := watchPlacement(ctx, c, id, skip)
+	if err != nil {
+		return err
+	}
+	if v.Placement.State != placement.Active {
+		return &exitError{code: 1, msg: fmt.Sprintf("dispatch of %s ended %s: %s", id, v.Placement.State, v.Placement.Error)}
+	}
+	fmt.Fprintf(stderr, "session %s active on %s\n", id, v.Placement.EnvironmentID)
+	return nil
+}
+
+func newSessionPullbackCmd(g *globals) *cobra.Command {
+	var noWait bool
+	cmd := &cobra.Command{
+		Use:   "pullback ID",
+		Short: "Bring a session home from its worker, with the worker's results",
+		Long: `Pass the migration barrier: stop new turns, drain the running one, fence the worker (owner epoch),
+reconcile the workspace (the worker's commits fast-forward the managed branch openclaw/<session>;
+untracked and plain-mode changes are mirrored after drift checks; divergence stops with a recovery action
+and changes nothing), then run later turns on the gateway in that workspace.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			skip := placementEvents(ctx, c, args[0])
+			var p placement.Placement
+			if _, err := c.Do(ctx, http.MethodPost, "/api/v1/sessions/"+url.PathEscape(args[0])+"/pullback", nil, &p); err != nil {
+				return err
+			}
+			if noWait {
+				fmt.Fprintf(stdout, "session %s %s\n", args[0], p.State)
+				return nil
+			}
+			v, err := watchPlacement(ctx, c, args[0], skip)
+			if err != nil {
+				return err
+			}
+			if v.Placement.State != placement.Local {
+				return &exitError{code: 1, msg: fmt.Sprintf("pull-back of %s ended %s: %s", args[0], v.Placement.State, v.Placement.Error)}
+			}
+			fmt.Fprintf(stdout, "session %s is local again; workspace %s\n", args[0], v.Placement.AnchorDir)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the pull-back is recorded")
+	return cmd
+}
