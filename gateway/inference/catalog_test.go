@@ -95,7 +95,6 @@ func TestCatalogValidate(t *testing.T) {
 		{"scripted with url", `{providers: {x: {api: scripted, baseUrl: "https://x", models: [{id: m}]}}}`, "models.providers.x"},
 		{"default not in catalog", `{default: x/other, providers: {x: {api: scripted, models: [{id: m}]}}}`, "models.default"},
 		{"bad provider name", `{providers: {"X/Y": {api: scripted, models: [{id: m}]}}}`, "models.providers.X/Y"},
-		{"no adapter", `{providers: {x: {api: openai-responses, models: [{id: m}]}}}`, "models.providers.x.api"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var cfg inference.CatalogConfig
@@ -108,6 +107,20 @@ func TestCatalogValidate(t *testing.T) {
 				t.Fatalf("err = %v, want a field error on %s", err, tc.field)
 			}
 		})
+	}
+}
+
+func TestCatalogNeedsAnAdapterPerAPI(t *testing.T) {
+	cfg := parse(t, `{models: {providers: {x: {api: openai-responses, models: [{id: m}]}}}}`)
+	if _, err := inference.NewCatalog(cfg, fakeCreds{}, builtin.Adapters()); err != nil {
+		t.Fatalf("openai-responses with the built-in adapters: %v", err)
+	}
+	adapters := builtin.Adapters()
+	delete(adapters, inference.APIOpenAIResponses)
+	_, err := inference.NewCatalog(cfg, fakeCreds{}, adapters)
+	var fe *providers.FieldError
+	if !errors.As(err, &fe) || fe.Field != "models.providers.x.api" {
+		t.Fatalf("err = %v, want a field error on models.providers.x.api", err)
 	}
 }
 

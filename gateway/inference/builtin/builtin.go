@@ -8,11 +8,12 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/inference/scripted"
 )
 
-// Adapters returns one adapter per supported API kind. openai-responses is not implemented yet.
+// Adapters returns one adapter per supported API kind.
 func Adapters() inference.Adapters {
 	return inference.Adapters{
 		inference.APIAnthropicMessages: anthropic.New(),
 		inference.APIOpenAICompletions: openai.NewCompletions(),
+		inference.APIOpenAIResponses:   openai.NewResponses(),
 		inference.APIScripted:          scripted.New(),
 	}
 }
