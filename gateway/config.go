@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/openclaw/cloudworkers/gateway/inference"
+	"github.com/openclaw/cloudworkers/gateway/websearch"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -29,6 +30,8 @@ type Config struct {
 	Worker    WorkerConfig `yaml:"worker"`
 	// Models is the model catalog; empty means the built-in scripted demo catalog.
 	Models inference.CatalogConfig `yaml:"models"`
+	// WebSearch configures the gateway-resident web_search tool; unset means no such tool.
+	WebSearch websearch.Config `yaml:"webSearch"`
 	// Profiles are applied at start (created or replaced), in addition to those stored.
 	Profiles []providers.Profile `yaml:"profiles"`
 }

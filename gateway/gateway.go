@@ -29,6 +29,8 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
+	"github.com/openclaw/cloudworkers/gateway/websearch"
+	"github.com/openclaw/cloudworkers/worker/tools"
 	"github.com/openclaw/cloudworkers/internal/version"
 	"github.com/openclaw/cloudworkers/providers"
 )
@@ -161,9 +163,17 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	})
 	boot.SetEnvs(mgr)
 
+	var extraTools []tools.Tool
+	if !cfg.WebSearch.IsZero() {
+		ws, err := websearch.New(cfg.WebSearch, creds)
+		if err != nil {
+			return fmt.Errorf("config webSearch: %w", err)
+		}
+		extraTools = append(extraTools, ws)
+	}
 	placements := placement.NewPlacements(db)
 	turns, err := placement.New(ctx, placement.Config{DB: db, Sessions: sess, Catalog: catalog, DataDir: dataDir,
-		Log: log.With("subsystem", "placement"), Workers: workers, Placements: placements})
+		Log: log.With("subsystem", "placement"), Workers: workers, Placements: placements, ExtraTools: extraTools})
 	if err != nil {
 		return err
 	}

@@ -72,6 +72,8 @@ type Config struct {
 	MaxSteps int
 	// Workers reaches admitted workers; nil means worker placement is unavailable.
 	Workers Workers
+	// ExtraTools are gateway-resident tools (web_search) offered in turns run on the gateway.
+	ExtraTools []tools.Tool
 	// Placements is the placement state machine; turn admission claims it (compare-and-swap on
 	// its generation), so a message admitted against a stale snapshot can never race a move.
 	Placements *Placements
@@ -239,7 +241,7 @@ func (s *Service) Send(ctx context.Context, sessionID, text, idempotencyKey stri
 }
 
 func (s *Service) run(ctx context.Context, t Turn, workspace, text string) {
-	set := tools.NewSet(tools.Config{Workspace: workspace})
+	set := tools.NewSet(tools.Config{Workspace: workspace, Extra: s.cfg.ExtraTools})
 	defer set.Close(context.WithoutCancel(ctx))
 	r := runner.New(runner.Config{
 		Model:    catalogModel{s.cfg.Catalog},

@@ -67,6 +67,9 @@ func (e *PathError) Unwrap() error { return e.Err }
 type Config struct {
 	// Workspace is the absolute root every path argument resolves against.
 	Workspace string
+	// Extra are more tools offered after the built-in ones (for example gateway-resident tools
+	// such as web_search); a name clash with a built-in tool is ignored.
+	Extra []Tool
 	// MaxOutputBytes bounds the text of one result. Default 50 KiB.
 	MaxOutputBytes int
 	// MaxLines bounds the lines of one read result. Default 2000.
@@ -165,6 +168,12 @@ func NewSet(cfg Config) *Set {
 	}
 	for _, t := range s.tools {
 		s.byName[t.Name()] = t
+	}
+	for _, t := range cfg.Extra {
+		if _, clash := s.byName[t.Name()]; !clash {
+			s.tools = append(s.tools, t)
+			s.byName[t.Name()] = t
+		}
 	}
 	return s
 }
