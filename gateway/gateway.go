@@ -30,9 +30,9 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
 	"github.com/openclaw/cloudworkers/gateway/websearch"
-	"github.com/openclaw/cloudworkers/worker/tools"
 	"github.com/openclaw/cloudworkers/internal/version"
 	"github.com/openclaw/cloudworkers/providers"
+	"github.com/openclaw/cloudworkers/worker/tools"
 )
 
 // Deps are the parts wired explicitly by cmd/openclaw.
