@@ -145,20 +145,19 @@ type LiveRecord struct {
 
 func (r *LiveRecord) cursor() uint64 { return r.Cursor }
 
-// liveState is the in-memory ACK cursor and fan-out of one session. The in-memory cursor is the truth
-// while the gateway runs; the persisted copy may lag only after a failed write, and catches up on the
-// next event.
+// liveState is the ACK cursor and fan-out of one session. It changes only after the transaction that
+// persists the event and its cursor commits, so memory never runs ahead of SQLite; after a failed
+// commit (whose outcome is unknown) it is marked stale and caught up from SQLite before the next event.
 type liveState struct {
 	ready   chan struct{} // closed once loaded from SQLite
 	loadErr error
-	// mu serialises PublishLive for the session; it is held across the cursor write.
-	mu                           chan struct{}
-	owner, run, acked            uint64
-	runID                        string
-	stream                       uint64 // last Cursor assigned
-	persistedAcked               uint64
-	persistedOwner, persistedRun uint64
-	feed                         *feed[*LiveRecord]
+	// mu serialises PublishLive for the session; it is held across the transaction and the fan-out.
+	mu                chan struct{}
+	owner, run, acked uint64
+	runID             string
+	stream            uint64 // last Cursor assigned
+	stale             bool   // SQLite may be ahead of the fields above; see catchUpLive
+	feed              *feed[*LiveRecord]
 }
 
 func (ls *liveState) lock(ctx context.Context) error {
@@ -204,6 +203,8 @@ func (s *Store) liveFor(ctx context.Context, id string) (*liveState, error) {
 	return ls, ls.loadErr
 }
 
+// loadLive restores a session's cursor and its retained events (see catchUpLive). Nobody else sees
+// ls before ready is closed.
 func (s *Store) loadLive(ctx context.Context, id string, ls *liveState) error {
 	var n int
 	if err := s.db.R.QueryRowContext(ctx, `SELECT COUNT(*) FROM sessions WHERE id = ?`, id).Scan(&n); err != nil {
@@ -212,22 +213,14 @@ func (s *Store) loadLive(ctx context.Context, id string, ls *liveState) error {
 	if n == 0 {
 		return notFound(id)
 	}
-	err := s.db.R.QueryRowContext(ctx, `SELECT owner_epoch, run_epoch, run_id, acked_seq, stream_seq FROM live_cursors
-		WHERE session_id = ?`, id).Scan(&ls.owner, &ls.run, &ls.runID, &ls.acked, &ls.stream)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("load live cursor of %s: %w", id, err)
-	}
-	ls.persistedOwner, ls.persistedRun, ls.persistedAcked = ls.owner, ls.run, ls.acked
-	ls.feed.mu.Lock()
-	ls.feed.last = ls.stream
-	ls.feed.mu.Unlock()
-	return nil
+	return s.catchUpLive(ctx, id, ls)
 }
 
 // PublishLive accepts one live event and returns the cumulative ACK of its stream. A seq already
 // acknowledged is acknowledged again without being published twice; a seq past ackedSeq+1 is
 // resync-required; an event of an older run epoch, or of an owner epoch that is not the session's, is
-// epoch-mismatch. The event reaches subscribers before the ACK is returned.
+// epoch-mismatch. The event and the cursor that acknowledges it commit in one transaction; the event
+// then reaches subscribers, and only then is the ACK returned.
 func (s *Store) PublishLive(ctx context.Context, p LiveParams) (uint64, error) {
 	if err := p.Event.Validate(); err != nil {
 		return 0, &Error{Code: protocol.CodeInvalidFrame, Message: err.Error(), Err: err}
@@ -243,8 +236,13 @@ func (s *Store) PublishLive(ctx context.Context, p LiveParams) (uint64, error) {
 		return 0, err
 	}
 	defer ls.unlock()
+	if ls.stale {
+		if err := s.catchUpLive(ctx, p.SessionID, ls); err != nil {
+			return 0, fmt.Errorf("live event of session %s: %w", p.SessionID, err)
+		}
+	}
 	var acked uint64
-	published := false
+	var rec *LiveRecord
 	err = s.db.InTx(ctx, func(tx *sql.Tx) error {
 		var owner uint64
 		err := tx.QueryRowContext(ctx, `SELECT owner_epoch FROM sessions WHERE id = ?`, p.SessionID).Scan(&owner)
@@ -266,26 +264,22 @@ func (s *Store) PublishLive(ctx context.Context, p LiveParams) (uint64, error) {
 			curAcked = 0 // a new run stream
 		}
 		if p.Seq <= curAcked {
-			acked = curAcked
-			if ls.persistedAcked == ls.acked && ls.persistedOwner == ls.owner && ls.persistedRun == ls.run {
-				return nil
-			}
-			return s.writeCursor(ctx, tx, p.SessionID, ls, ls.owner, ls.run, ls.runID, ls.acked, ls.stream)
+			acked = curAcked // stored and published when it was first acknowledged
+			return nil
 		}
 		if p.Seq > curAcked+1 {
 			return &Error{Code: CodeResyncRequired, AckedSeq: curAcked, ExpectedSeq: curAcked + 1,
 				Message: fmt.Sprintf("seq %d skips ahead: ackedSeq %d, expectedSeq %d", p.Seq, curAcked, curAcked+1)}
 		}
-		rec := &LiveRecord{Cursor: ls.stream + 1, SessionID: p.SessionID, RunEpoch: p.RunEpoch, RunID: p.RunID,
-			Seq: p.Seq, At: s.now(), Event: p.Event}
-		if err := s.writeCursor(ctx, tx, p.SessionID, ls, p.OwnerEpoch, p.RunEpoch, p.RunID, p.Seq, rec.Cursor); err != nil {
+		r := &LiveRecord{Cursor: ls.stream + 1, SessionID: p.SessionID, RunEpoch: p.RunEpoch, RunID: p.RunID,
+			Seq: p.Seq, At: store.ParseTime(store.FormatTime(s.now())), Event: p.Event}
+		if err := s.insertLiveEvent(ctx, tx, p.OwnerEpoch, r); err != nil {
 			return err
 		}
-		// Publish before the commit: if the gateway dies in between, the worker resends this seq and it is
-		// published again under the same Cursor, which a resuming subscriber skips.
-		ls.owner, ls.run, ls.runID, ls.acked, ls.stream = p.OwnerEpoch, p.RunEpoch, p.RunID, p.Seq, rec.Cursor
-		ls.feed.publish(rec)
-		acked, published = p.Seq, true
+		if err := s.writeCursor(ctx, tx, p.SessionID, p.OwnerEpoch, p.RunEpoch, p.RunID, p.Seq, r.Cursor); err != nil {
+			return err
+		}
+		acked, rec = p.Seq, r
 		return nil
 	})
 	if err != nil {
@@ -293,17 +287,23 @@ func (s *Store) PublishLive(ctx context.Context, p LiveParams) (uint64, error) {
 		if errors.As(err, &se) {
 			return 0, se
 		}
-		// A failed commit leaves the persisted cursor behind the in-memory one; the retry catches it up.
-		ls.persistedAcked = 0
+		// The commit may or may not have happened: catch up from SQLite before the next event, so the
+		// worker's resend is acknowledged, and published, exactly once either way.
+		ls.stale = true
 		return 0, fmt.Errorf("live event of session %s: %w", p.SessionID, err)
 	}
-	if published && p.Event.Type.Lifecycle() {
+	if rec == nil {
+		return acked, nil
+	}
+	ls.owner, ls.run, ls.runID, ls.acked, ls.stream = p.OwnerEpoch, p.RunEpoch, p.RunID, p.Seq, rec.Cursor
+	ls.feed.publish(rec)
+	if p.Event.Type.Lifecycle() {
 		s.Notify(ChangeSessionUpdated, p.SessionID)
 	}
 	return acked, nil
 }
 
-func (s *Store) writeCursor(ctx context.Context, tx *sql.Tx, id string, ls *liveState, owner, run uint64, runID string, acked, stream uint64) error {
+func (s *Store) writeCursor(ctx context.Context, tx *sql.Tx, id string, owner, run uint64, runID string, acked, stream uint64) error {
 	_, err := tx.ExecContext(ctx, `INSERT INTO live_cursors(session_id, owner_epoch, run_epoch, run_id, acked_seq, stream_seq, updated_at)
 		VALUES(?,?,?,?,?,?,?) ON CONFLICT(session_id) DO UPDATE SET owner_epoch = excluded.owner_epoch,
 		run_epoch = excluded.run_epoch, run_id = excluded.run_id, acked_seq = excluded.acked_seq,
@@ -312,7 +312,6 @@ func (s *Store) writeCursor(ctx context.Context, tx *sql.Tx, id string, ls *live
 	if err != nil {
 		return fmt.Errorf("write live cursor: %w", err)
 	}
-	ls.persistedOwner, ls.persistedRun, ls.persistedAcked = owner, run, acked
 	return nil
 }
 

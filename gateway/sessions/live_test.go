@@ -1,8 +1,11 @@
 package sessions
 
 import (
+	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"github.com/openclaw/cloudworkers/protocol"
@@ -139,6 +142,167 @@ func TestLiveCursorSurvivesReopen(t *testing.T) {
 	s3 := openStore(t, path, Config{})
 	_, err = s3.PublishLive(ctx, LiveParams{SessionID: ses.ID, OwnerEpoch: 1, RunEpoch: 1, Seq: 5, Event: delta("x")})
 	wantCode(t, err, protocol.CodeEpochMismatch)
+}
+
+// reopen closes s and opens a new store over the same database, as after a gateway restart.
+func reopen(t *testing.T, s *Store, path string, cfg Config) *Store {
+	t.Helper()
+	_ = s.Close(testCtx(t))
+	_ = s.db.Close()
+	return openStore(t, path, cfg)
+}
+
+// seqs returns the (runEpoch*100+seq) and cursor of each record.
+func seqs(recs []*LiveRecord) (ids, cursors []uint64) {
+	for _, r := range recs {
+		ids, cursors = append(ids, r.RunEpoch*100+r.Seq), append(cursors, r.Cursor)
+	}
+	return ids, cursors
+}
+
+func countRows(t *testing.T, s *Store, id string) int {
+	t.Helper()
+	var n int
+	if err := s.db.R.QueryRowContext(testCtx(t), `SELECT COUNT(*) FROM live_events WHERE session_id = ?`, id).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestLiveEventsReplayAfterRestart: events acknowledged before a restart are replayed, exactly once and
+// unchanged, to a subscriber that resumes from any retained cursor; a resent event is not replayed
+// again, and retention bounds both the table and the replay.
+func TestLiveEventsReplayAfterRestart(t *testing.T) {
+	const retention = 5
+	path := filepath.Join(t.TempDir(), "gw.db")
+	ctx := testCtx(t)
+	cfg := Config{Retention: retention}
+	s := openStore(t, path, cfg)
+	ses, _ := s.Create(ctx, CreateParams{})
+	all, err := s.Subscribe(ctx, ses.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := []LiveEvent{{Type: LiveLifecycleStart}, delta("a"), {Type: LiveToolStart, ToolCallID: "c1", ToolName: "bash",
+		Args: []byte(`{"cmd":"ls"}`)}, {Type: LiveToolResult, ToolCallID: "c1", Result: []byte(`"ok"`), IsError: true}}
+	for i, ev := range events {
+		if _, err := s.PublishLive(ctx, LiveParams{SessionID: ses.ID, OwnerEpoch: 1, RunEpoch: 1, RunID: "r1", Seq: uint64(i + 1), Event: ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	published := recv(t, all)
+
+	s = reopen(t, s, path, cfg)
+	for from := uint64(0); from <= 4; from++ {
+		sub, err := s.Subscribe(ctx, ses.ID, from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := recv(t, sub)
+		if sub.Missed != 0 || len(got) != len(published[from:]) || (len(got) > 0 && !reflect.DeepEqual(got, published[from:])) {
+			t.Fatalf("resuming after cursor %d: missed %d, got %+v, want %+v", from, sub.Missed, got, published[from:])
+		}
+		sub.Close()
+	}
+	sub, _ := s.Subscribe(ctx, ses.ID, 2)
+	// The worker resends its tail (the ACK of seq 4 was lost in the crash), then continues.
+	for _, seq := range []uint64{3, 4, 5} {
+		if acked, err := s.PublishLive(ctx, LiveParams{SessionID: ses.ID, OwnerEpoch: 1, RunEpoch: 1, RunID: "r1", Seq: seq, Event: delta("b")}); err != nil || acked != max(seq, 4) {
+			t.Fatalf("seq %d after restart: acked %d, %v", seq, acked, err)
+		}
+	}
+	if ids, cursors := seqs(recv(t, sub)); !reflect.DeepEqual(ids, []uint64{103, 104, 105}) || !reflect.DeepEqual(cursors, []uint64{3, 4, 5}) {
+		t.Fatalf("subscriber got seqs %v at cursors %v, want 103..105 at 3..5, each once", ids, cursors)
+	}
+
+	// Retention: only the newest events are kept, in SQLite as in memory.
+	for seq := uint64(6); seq <= 12; seq++ {
+		if _, err := s.PublishLive(ctx, LiveParams{SessionID: ses.ID, OwnerEpoch: 1, RunEpoch: 1, Seq: seq, Event: delta("c")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := countRows(t, s, ses.ID); n != retention {
+		t.Fatalf("live_events holds %d rows of the session, want %d", n, retention)
+	}
+	s = reopen(t, s, path, cfg)
+	late, _ := s.Subscribe(ctx, ses.ID, 0)
+	ids, cursors := seqs(recv(t, late))
+	if late.Missed != 7 || !reflect.DeepEqual(cursors, []uint64{8, 9, 10, 11, 12}) || ids[0] != 108 {
+		t.Fatalf("late subscriber after restart: missed %d, seqs %v at cursors %v; want 7 missed, cursors 8..12", late.Missed, ids, cursors)
+	}
+	// A smaller retention after a restart replays less and trims on the next event.
+	s = reopen(t, s, path, Config{Retention: 2})
+	late, _ = s.Subscribe(ctx, ses.ID, 0)
+	if _, cursors := seqs(recv(t, late)); late.Missed != 10 || !reflect.DeepEqual(cursors, []uint64{11, 12}) {
+		t.Fatalf("retention 2: missed %d, cursors %v", late.Missed, cursors)
+	}
+	if _, err := s.PublishLive(ctx, LiveParams{SessionID: ses.ID, OwnerEpoch: 1, RunEpoch: 1, Seq: 13, Event: delta("d")}); err != nil {
+		t.Fatal(err)
+	}
+	if n := countRows(t, s, ses.ID); n != 2 {
+		t.Fatalf("live_events holds %d rows after retention shrank to 2", n)
+	}
+}
+
+// TestLiveAckedOnlyOnceStored: an event whose transaction fails is neither acknowledged nor
+// published; its resend is, once. If the outcome of a commit is unknown to the store (it reported an
+// error but the rows are there), the resend is acknowledged and the event published once.
+func TestLiveAckedOnlyOnceStored(t *testing.T) {
+	ctx := testCtx(t)
+	s := newStore(t)
+	ses, _ := s.Create(ctx, CreateParams{})
+	sub, _ := s.Subscribe(ctx, ses.ID, 0)
+	pub := func(seq uint64) (uint64, error) {
+		return s.PublishLive(ctx, LiveParams{SessionID: ses.ID, OwnerEpoch: 1, RunEpoch: 1, RunID: "r", Seq: seq, Event: delta(fmt.Sprint(seq))})
+	}
+	exec := func(q string) {
+		t.Helper()
+		if _, err := s.db.W.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for seq := uint64(1); seq <= 2; seq++ {
+		if _, err := pub(seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(`CREATE TRIGGER fail_live BEFORE INSERT ON live_events WHEN NEW.seq = 3 BEGIN SELECT RAISE(ABORT, 'disk full'); END`)
+	if acked, err := pub(3); err == nil || acked != 0 {
+		t.Fatalf("seq 3 with a failing write: acked %d, %v; want an error", acked, err)
+	}
+	if n := countRows(t, s, ses.ID); n != 2 {
+		t.Fatalf("%d rows after a failed write, want 2", n)
+	}
+	exec(`DROP TRIGGER fail_live`)
+	if acked, err := pub(3); err != nil || acked != 3 {
+		t.Fatalf("resent seq 3: acked %d, %v", acked, err)
+	}
+
+	// Seq 4 commits, but the store believes it failed (as after a commit error of unknown outcome).
+	ls, _ := s.liveFor(ctx, ses.ID)
+	err := s.db.InTx(ctx, func(tx *sql.Tx) error {
+		rec := &LiveRecord{Cursor: 4, SessionID: ses.ID, RunEpoch: 1, RunID: "r", Seq: 4, At: s.now(), Event: delta("4")}
+		if err := s.insertLiveEvent(ctx, tx, 1, rec); err != nil {
+			return err
+		}
+		return s.writeCursor(ctx, tx, ses.ID, 1, 1, "r", 4, 4)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls.stale = true
+	for _, seq := range []uint64{4, 4, 5} {
+		if acked, err := pub(seq); err != nil || acked != seq {
+			t.Fatalf("seq %d: acked %d, %v", seq, acked, err)
+		}
+	}
+	ids, cursors := seqs(recv(t, sub))
+	if !reflect.DeepEqual(ids, []uint64{101, 102, 103, 104, 105}) || !reflect.DeepEqual(cursors, []uint64{1, 2, 3, 4, 5}) {
+		t.Fatalf("subscriber got seqs %v at cursors %v, want 101..105 at 1..5, each once", ids, cursors)
+	}
+	for i, r := range recv(t, sub) {
+		t.Fatalf("extra record %d: %+v", i, r)
+	}
 }
 
 func TestSlowSubscriberIsDropped(t *testing.T) {

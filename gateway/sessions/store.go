@@ -28,7 +28,7 @@ const (
 // Config configures a Store.
 type Config struct {
 	DB *store.DB
-	// Retention is how many live events are kept in memory per session for replay (default 2000).
+	// Retention is how many live events are kept (in memory and in SQLite) per session for replay (default 2000).
 	Retention int
 	// SubscriberBuffer is how many items a subscriber may fall behind before it is dropped (default 256).
 	SubscriberBuffer int
