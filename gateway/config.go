@@ -24,6 +24,9 @@ type Config struct {
 	LogFormat string             `yaml:"logFormat"`
 	LogLevel  string             `yaml:"logLevel"`
 	Sweep     providers.Duration `yaml:"sweepInterval"`
+	// Lifecycle is how often the profiles' lifetime policy (idle auto-stop, TTL, renewal) runs;
+	// zero means 30s.
+	Lifecycle providers.Duration `yaml:"lifecycleInterval"`
 	// BundleDir holds cross-built worker bundles (openclaw-linux-arm64, …) from `make bundles`.
 	BundleDir string       `yaml:"bundleDir"`
 	Tunnel    TunnelConfig `yaml:"tunnel"`
@@ -90,6 +93,8 @@ func (c *Config) Validate() error {
 		return providers.Fieldf("logLevel", "must be debug, info, warn or error, got %q", c.LogLevel)
 	case c.Sweep < 0:
 		return providers.Fieldf("sweepInterval", "must not be negative")
+	case c.Lifecycle < 0:
+		return providers.Fieldf("lifecycleInterval", "must not be negative")
 	case !strings.Contains(c.Listen, ":"):
 		return providers.Fieldf("listen", "must be host:port, got %q", c.Listen)
 	}

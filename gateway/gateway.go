@@ -158,7 +158,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	mgr = envs.New(envs.Config{
 		DB: db, Profiles: profStore, Providers: registry, GatewayID: gatewayID,
 		Log: log.With("subsystem", "envs"), SweepInterval: cfg.Sweep.D(),
-		Bootstrapper: boot,
+		LifecycleInterval: cfg.Lifecycle.D(), Bootstrapper: boot,
 		TunnelStatus: func(envID string) string { return string(tunnels.Status(envID)) },
 	})
 	boot.SetEnvs(mgr)
@@ -172,13 +172,17 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		extraTools = append(extraTools, ws)
 	}
 	placements := placement.NewPlacements(db)
+	var dispatcher *placement.Dispatcher // built below; turns call it only after Run has started
 	turns, err := placement.New(ctx, placement.Config{DB: db, Sessions: sess, Catalog: catalog, DataDir: dataDir,
-		Log: log.With("subsystem", "placement"), Workers: workers, Placements: placements, ExtraTools: extraTools})
+		Log: log.With("subsystem", "placement"), Workers: workers, Placements: placements, ExtraTools: extraTools,
+		AfterWorkerTurn: func(id string) { dispatcher.AfterTurn(id) },
+		Redispatch:      func(ctx context.Context, id string) error { return dispatcher.Redispatch(ctx, id) },
+	})
 	if err != nil {
 		return err
 	}
 	defer turns.Close()
-	dispatcher := placement.NewDispatcher(placement.DispatchConfig{
+	dispatcher = placement.NewDispatcher(placement.DispatchConfig{
 		Placements: placements, Sessions: sess, Envs: mgr, Boot: boot, Admitted: workers.Admitted,
 		Busy: func(id string) bool {
 			if turns.Busy(id) {

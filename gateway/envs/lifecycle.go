@@ -121,3 +121,14 @@ func (m *Manager) maybeRenew(ctx context.Context, e Environment, now time.Time) 
 	}
 	m.Note(ctx, e.ID, "lease renewed")
 }
+
+// Recheck asks the provider about an environment's lease now; a lease proven gone orphans the
+// environment. It returns the environment as it is afterwards.
+func (m *Manager) Recheck(ctx context.Context, id string) (Environment, error) {
+	e, err := m.Get(ctx, id)
+	if err != nil || !e.State.HasMachine() {
+		return e, err
+	}
+	m.checkLease(ctx, e)
+	return m.Get(ctx, id)
+}

@@ -33,9 +33,13 @@ type DispatchConfig struct {
 	// Admitted reports whether an environment's worker is admitted.
 	Admitted func(envID string) bool
 	// Busy reports whether a session has a turn in flight (turn admission owns that fact).
-	Busy    func(sessionID string) bool
-	DataDir string
-	Log     *slog.Logger
+	Busy func(sessionID string) bool
+	// ReclaimInterval is how often active placements are checked for a lost worker (default 2s);
+	// ReclaimGrace is how long a worker may stay unreachable before its session is reclaimed
+	// (default 2m).
+	ReclaimInterval, ReclaimGrace time.Duration
+	DataDir                       string
+	Log                           *slog.Logger
 }
 
 // Dispatcher moves sessions between the gateway and workers: dispatch (local → … → active) and
@@ -57,8 +61,28 @@ func NewDispatcher(cfg DispatchConfig) *Dispatcher {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.ReclaimInterval == 0 {
+		cfg.ReclaimInterval = 2 * time.Second
+	}
+	if cfg.ReclaimGrace == 0 {
+		cfg.ReclaimGrace = 2 * time.Minute
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Dispatcher{cfg: cfg, log: cfg.Log, ctx: ctx, cancel: cancel, active: map[string]bool{}}
+	d := &Dispatcher{cfg: cfg, log: cfg.Log, ctx: ctx, cancel: cancel, active: map[string]bool{}}
+	d.wg.Add(1)
+	go d.reclaimLoop(cfg.ReclaimInterval, cfg.ReclaimGrace)
+	return d
+}
+
+// AfterTurn checkpoints a session in the background after one of its worker turns ended.
+func (d *Dispatcher) AfterTurn(sessionID string) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		if err := d.Checkpoint(d.ctx, sessionID); err != nil && d.ctx.Err() == nil {
+			d.log.Warn("checkpoint", "session", sessionID, "err", err)
+		}
+	}()
 }
 
 // Close stops background steps; they resume on the next start.
@@ -395,69 +419,10 @@ func (d *Dispatcher) reconcile(ctx context.Context, p Placement) (Change, error)
 	if err != nil {
 		return Change{}, err
 	}
-	base, err := readManifest(p.BaseManifestID)
-	if err != nil {
-		return Change{}, fmt.Errorf("base manifest: %w", err)
-	}
-	r, c, err := d.remote(ctx, e)
+	summary, _, err := d.inbound(ctx, p, e)
 	if err != nil {
 		return Change{}, err
 	}
-	defer c.Close()
-	mode := manifest.Mode(p.SyncMode)
-	summary := ""
-	if mode == manifest.ModeGit {
-		sess, err := d.cfg.Sessions.Get(ctx, p.SessionID)
-		if err != nil {
-			return Change{}, err
-		}
-		a, err := gitAnchor(ctx, sess.Workspace, d.cfg.DataDir, p.SessionID, base.BaseCommit)
-		if err != nil {
-			return Change{}, err
-		}
-		bundle := filepath.Join(filepath.Dir(p.BaseManifestID), fmt.Sprintf("result-%d.bundle", p.Generation))
-		f, err := os.Create(bundle)
-		if err != nil {
-			return Change{}, err
-		}
-		err = r.Exec(ctx, gitsync.BoxBundleCommand(p.BoxWorkspace, base.BaseCommit), f, gitsync.MaxBundleBytes)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return Change{}, fmt.Errorf("fetch the worker's commits: %w", err)
-		}
-		if fi, _ := os.Stat(bundle); fi != nil && fi.Size() > 0 {
-			tip, err := a.Adopt(ctx, anchorName(p.SessionID), bundle)
-			if err != nil {
-				return Change{}, err
-			}
-			summary = "managed branch " + a.Branch + " fast-forwarded to " + tip[:min(12, len(tip))]
-		} else {
-			summary = "no new commits"
-		}
-		// untracked and uncommitted work comes back against the fast-forwarded anchor
-		base, err = a.Manifest(ctx, manifest.Options{Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include})
-		if err != nil {
-			return Change{}, err
-		}
-	}
-	boxM, err := r.Manifest(ctx, p.BoxWorkspace, stream.ManifestOptions{Mode: mode, Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include})
-	if err != nil {
-		return Change{}, fmt.Errorf("box manifest: %w", err)
-	}
-	res, err := mirror.Pull(ctx, mirror.Config{Anchor: p.AnchorDir, Base: base, Box: boxM, Mode: mode,
-		Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include,
-		Fetch: func(ctx context.Context, plan stream.Plan, root string, opts stream.ApplyOptions) (stream.Stats, error) {
-			return r.Pack(ctx, p.BoxWorkspace, plan, root, opts)
-		}})
-	if err != nil {
-		return Change{}, fmt.Errorf("reconcile workspace: %w", err)
-	}
-	if summary != "" {
-		summary += "; "
-	}
-	summary += fmt.Sprintf("%d files updated, %d deleted", len(res.Plan.Entries), len(res.Plan.Deletes))
 	// barrier step 8: the gateway owns the session again, on the anchor holding the results
 	if err := d.cfg.Sessions.SetWorkspace(ctx, p.SessionID, p.AnchorDir); err != nil {
 		return Change{}, err
@@ -467,6 +432,85 @@ func (d *Dispatcher) reconcile(ctx context.Context, p Placement) (Change, error)
 	}
 	step := 8
 	return Change{To: Local, Reason: "pulled back: " + summary, BarrierStep: &step}, nil
+}
+
+// inbound brings the box's workspace into the anchor (git: adopt the worker's commits, then
+// mirror untracked work; plain: mirror against the base) and returns the anchor's new manifest.
+func (d *Dispatcher) inbound(ctx context.Context, p Placement, e envs.Environment) (string, *manifest.Manifest, error) {
+	var err error
+	base, err := readManifest(p.BaseManifestID)
+	if err != nil {
+		return "", nil, fmt.Errorf("base manifest: %w", err)
+	}
+	r, c, err := d.remote(ctx, e)
+	if err != nil {
+		return "", nil, err
+	}
+	defer c.Close()
+	mode := manifest.Mode(p.SyncMode)
+	summary := ""
+	if mode == manifest.ModeGit {
+		sess, err := d.cfg.Sessions.Get(ctx, p.SessionID)
+		if err != nil {
+			return "", nil, err
+		}
+		a, err := gitAnchor(ctx, sess.Workspace, d.cfg.DataDir, p.SessionID, base.BaseCommit)
+		if err != nil {
+			return "", nil, err
+		}
+		bundle := filepath.Join(filepath.Dir(p.BaseManifestID), fmt.Sprintf("result-%d.bundle", p.Generation))
+		f, err := os.Create(bundle)
+		if err != nil {
+			return "", nil, err
+		}
+		err = r.Exec(ctx, gitsync.BoxBundleCommand(p.BoxWorkspace, base.BaseCommit), f, gitsync.MaxBundleBytes)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return "", nil, fmt.Errorf("fetch the worker's commits: %w", err)
+		}
+		if fi, _ := os.Stat(bundle); fi != nil && fi.Size() > 0 {
+			tip, err := a.Adopt(ctx, anchorName(p.SessionID), bundle)
+			if err != nil {
+				return "", nil, err
+			}
+			summary = "managed branch " + a.Branch + " fast-forwarded to " + tip[:min(12, len(tip))]
+		} else {
+			summary = "no new commits"
+		}
+		// untracked and uncommitted work comes back against the fast-forwarded anchor
+		base, err = a.Manifest(ctx, manifest.Options{Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include})
+		if err != nil {
+			return "", nil, err
+		}
+	}
+	boxM, err := r.Manifest(ctx, p.BoxWorkspace, stream.ManifestOptions{Mode: mode, Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include})
+	if err != nil {
+		return "", nil, fmt.Errorf("box manifest: %w", err)
+	}
+	res, err := mirror.Pull(ctx, mirror.Config{Anchor: p.AnchorDir, Base: base, Box: boxM, Mode: mode,
+		Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include,
+		Fetch: func(ctx context.Context, plan stream.Plan, root string, opts stream.ApplyOptions) (stream.Stats, error) {
+			return r.Pack(ctx, p.BoxWorkspace, plan, root, opts)
+		}})
+	if err != nil {
+		return "", nil, fmt.Errorf("reconcile workspace: %w", err)
+	}
+	if summary != "" {
+		summary += "; "
+	}
+	summary += fmt.Sprintf("%d files updated, %d deleted", len(res.Plan.Entries), len(res.Plan.Deletes))
+	now, _, err := manifest.Build(ctx, p.AnchorDir, manifest.Options{Mode: mode, Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include})
+	if err != nil {
+		return "", nil, err
+	}
+	if mode == manifest.ModeGit {
+		if head, herr := exec.CommandContext(ctx, "git", "-C", p.AnchorDir, "rev-parse", "HEAD").Output(); herr == nil {
+			now.BaseCommit = strings.TrimSpace(string(head))
+		}
+	}
+	return summary, now, nil
 }
 
 func writeManifest(path string, m *manifest.Manifest) error {

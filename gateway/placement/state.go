@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
 )
@@ -242,4 +243,43 @@ func (ps *Placements) Events(ctx context.Context, sessionID string) ([]Event, er
 		out = append(out, e)
 	}
 	return out, rows.Err()
+}
+
+// Note records a placement event without a state change.
+func (ps *Placements) Note(ctx context.Context, sessionID, reason string) {
+	p, err := ps.Get(ctx, sessionID)
+	if err != nil {
+		return
+	}
+	_, _ = ps.db.W.ExecContext(ctx, `INSERT INTO placement_events(session_id, at, from_state, to_state, generation, reason) VALUES(?,?,?,?,?,?)`,
+		sessionID, store.Now(), string(p.State), string(p.State), p.Generation, reason)
+}
+
+// RecordBase records a new base manifest (a checkpoint) for the placement at generation gen.
+func (ps *Placements) RecordBase(ctx context.Context, sessionID string, gen uint64, baseFile, reason string) error {
+	return ps.db.InTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE placements SET base_manifest_id=? WHERE session_id=? AND generation=?`, baseFile, sessionID, gen)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return fmt.Errorf("session %s: %w", sessionID, ErrStale)
+		}
+		var st string
+		_ = tx.QueryRowContext(ctx, `SELECT state FROM placements WHERE session_id=?`, sessionID).Scan(&st)
+		_, err = tx.ExecContext(ctx, `INSERT INTO placement_events(session_id, at, from_state, to_state, generation, reason) VALUES(?,?,?,?,?,?)`,
+			sessionID, store.Now(), st, st, gen, reason)
+		return err
+	})
+}
+
+// LastCheckpoint names the session's last checkpoint ("checkpoint N"), or "".
+func (ps *Placements) LastCheckpoint(ctx context.Context, sessionID string) string {
+	var reason string
+	err := ps.db.R.QueryRowContext(ctx, `SELECT reason FROM placement_events WHERE session_id=? AND reason LIKE 'checkpoint %:%' ORDER BY id DESC LIMIT 1`, sessionID).Scan(&reason)
+	if err != nil {
+		return ""
+	}
+	name, _, _ := strings.Cut(reason, ":")
+	return name
 }

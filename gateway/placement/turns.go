@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/inference"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
@@ -72,6 +73,11 @@ type Config struct {
 	MaxSteps int
 	// Workers reaches admitted workers; nil means worker placement is unavailable.
 	Workers Workers
+	// AfterWorkerTurn is called when a turn on a worker has ended (the dispatcher checkpoints).
+	AfterWorkerTurn func(sessionID string)
+	// Redispatch is asked to bring a reclaimed session back onto a fresh worker; the message that
+	// found it reclaimed is queued until the placement is active again.
+	Redispatch func(ctx context.Context, sessionID string) error
 	// ExtraTools are gateway-resident tools (web_search) offered in turns run on the gateway.
 	ExtraTools []tools.Tool
 	// Placements is the placement state machine; turn admission claims it (compare-and-swap on
@@ -130,6 +136,57 @@ func randID(prefix string) string {
 // Send admits a turn for the session and starts it. A repeated idempotency key returns the turn it
 // started. A session that is already running a turn is refused with ErrBusy.
 func (s *Service) Send(ctx context.Context, sessionID, text, idempotencyKey string) (Turn, error) {
+	if s.cfg.Placements != nil && s.cfg.Redispatch != nil {
+		if p, err := s.cfg.Placements.Get(ctx, sessionID); err == nil && p.State == Reclaimed {
+			return s.queueAfterRedispatch(ctx, sessionID, text, idempotencyKey)
+		}
+	}
+	return s.send(ctx, sessionID, text, idempotencyKey, randID("run_"))
+}
+
+// TurnQueued is the status of a turn waiting for its session's placement to become active.
+const TurnQueued = "queued"
+
+// queueAfterRedispatch brings a reclaimed session back onto a fresh worker (restored from its
+// last checkpoint) and runs the message there once the placement is active.
+func (s *Service) queueAfterRedispatch(ctx context.Context, sessionID, text, key string) (Turn, error) {
+	if err := s.cfg.Redispatch(ctx, sessionID); err != nil {
+		return Turn{}, fmt.Errorf("bring reclaimed session %s back: %w", sessionID, err)
+	}
+	cursor, err := s.cfg.Sessions.LiveCursor(ctx, sessionID)
+	if err != nil {
+		return Turn{}, err
+	}
+	runID := randID("run_")
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		wctx, cancel := context.WithTimeout(s.ctx, 15*time.Minute)
+		defer cancel()
+		for {
+			p, err := s.cfg.Placements.Get(wctx, sessionID)
+			if err == nil && p.State == Active {
+				break
+			}
+			if err == nil && (p.State == Failed || p.State == Local) {
+				s.log.Warn("queued message dropped: placement did not become active", "session", sessionID, "state", p.State, "err", p.Error)
+				return
+			}
+			select {
+			case <-wctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		if _, err := s.send(wctx, sessionID, text, key, runID); err != nil {
+			s.log.Warn("queued message", "session", sessionID, "err", err)
+		}
+	}()
+	return Turn{SessionID: sessionID, RunID: runID, IdempotencyKey: key, Placement: "worker", Status: TurnQueued,
+		CreatedAt: store.Now(), Cursor: cursor}, nil
+}
+
+func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, runID string) (Turn, error) {
 	if text == "" {
 		return Turn{}, errors.New("text is empty")
 	}
@@ -162,7 +219,6 @@ func (s *Service) Send(ctx context.Context, sessionID, text, idempotencyKey stri
 		return Turn{}, err
 	}
 	// Turn admission: one turn per session at a time, claimed in the placement state machine.
-	runID := randID("run_")
 	s.mu.Lock()
 	if _, busy := s.running[sessionID]; busy {
 		s.mu.Unlock()
@@ -187,16 +243,19 @@ func (s *Service) Send(ctx context.Context, sessionID, text, idempotencyKey stri
 	tctx, cancel := context.WithCancel(s.ctx)
 	s.running[sessionID] = cancel
 	s.mu.Unlock()
+	var once sync.Once
 	release := func() {
-		if s.cfg.Placements != nil {
-			if err := s.cfg.Placements.ReleaseTurn(context.WithoutCancel(s.ctx), sessionID, runID); err != nil {
-				s.log.Warn("release turn claim", "session", sessionID, "err", err)
+		once.Do(func() {
+			if s.cfg.Placements != nil {
+				if err := s.cfg.Placements.ReleaseTurn(context.WithoutCancel(s.ctx), sessionID, runID); err != nil {
+					s.log.Warn("release turn claim", "session", sessionID, "err", err)
+				}
 			}
-		}
-		s.mu.Lock()
-		delete(s.running, sessionID)
-		s.mu.Unlock()
-		cancel()
+			s.mu.Lock()
+			delete(s.running, sessionID)
+			s.mu.Unlock()
+			cancel()
+		})
 	}
 	cursor, err := s.cfg.Sessions.LiveCursor(ctx, sessionID)
 	if err != nil {

@@ -65,6 +65,10 @@ func (s *Service) startOnWorker(ctx, tctx context.Context, sess sessions.Session
 			return // the gateway is stopping; the next start marks the turn failed
 		}
 		s.finish(t, status, msg)
+		if s.cfg.AfterWorkerTurn != nil {
+			release() // the checkpoint claims the session itself
+			s.cfg.AfterWorkerTurn(sess.ID)
+		}
 	}()
 	return nil
 }

@@ -1,0 +1,167 @@
+package placement
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/sync/checkpoint"
+	"github.com/openclaw/cloudworkers/sync/manifest"
+)
+
+// checkpointRun is the pseudo run id a checkpoint claims the session with, so no turn runs while
+// the box's workspace is read.
+const checkpointRun = "checkpoint"
+
+// Checkpoint brings the worker's current workspace into the anchor (turn-based cadence: after every
+// worker turn) and records it as the new base and as a named checkpoint (git: a commit on
+// refs/openclaw/checkpoints/<session>/<n>; plain: a manifest snapshot with content-addressed
+// blobs). A reclaimed session is restored from the last one.
+func (d *Dispatcher) Checkpoint(ctx context.Context, sessionID string) error {
+	p, err := d.cfg.Placements.Get(ctx, sessionID)
+	if err != nil || p.State != Active {
+		return err
+	}
+	if err := d.cfg.Placements.ClaimTurn(ctx, sessionID, p.Generation, true, checkpointRun); err != nil {
+		return fmt.Errorf("checkpoint skipped: %w", err)
+	}
+	defer d.cfg.Placements.ReleaseTurn(context.WithoutCancel(ctx), sessionID, checkpointRun)
+	e, err := d.cfg.Envs.Get(ctx, p.EnvironmentID)
+	if err != nil {
+		return err
+	}
+	summary, now, err := d.inbound(ctx, p, e)
+	if err != nil {
+		d.cfg.Placements.Note(ctx, sessionID, "checkpoint failed: "+err.Error())
+		return err
+	}
+	cs, err := checkpoint.New(checkpoint.Config{Mode: manifest.Mode(p.SyncMode), Anchor: p.AnchorDir, Session: anchorName(sessionID),
+		DataDir: d.cfg.DataDir, Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include})
+	if err != nil {
+		return err
+	}
+	cp, _, err := cs.Create(ctx)
+	if err != nil {
+		d.cfg.Placements.Note(ctx, sessionID, "checkpoint failed: "+err.Error())
+		return err
+	}
+	baseFile := filepath.Join(filepath.Dir(p.BaseManifestID), fmt.Sprintf("base-%d-cp%d.json", p.Generation, cp.Seq))
+	if err := writeManifest(baseFile, now); err != nil {
+		return err
+	}
+	return d.cfg.Placements.RecordBase(ctx, sessionID, p.Generation, baseFile,
+		fmt.Sprintf("checkpoint %d: %s", cp.Seq, summary))
+}
+
+// reclaimLoop watches active placements and reclaims those whose machine or worker is lost.
+func (d *Dispatcher) reclaimLoop(interval, grace time.Duration) {
+	defer d.wg.Done()
+	away := map[string]time.Time{} // session → when its worker was first seen unreachable
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-t.C:
+		}
+		rows, err := d.cfg.Placements.db.R.QueryContext(d.ctx, `SELECT `+placementCols+` FROM placements WHERE state=?`, string(Active))
+		if err != nil {
+			continue
+		}
+		var list []Placement
+		for rows.Next() {
+			if p, err := scanPlacement(rows); err == nil {
+				list = append(list, p)
+			}
+		}
+		rows.Close()
+		for _, p := range list {
+			e, err := d.cfg.Envs.Get(d.ctx, p.EnvironmentID)
+			lost := ""
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+				lost = "its environment no longer exists"
+			case err != nil:
+				continue
+			case e.State.Dead() || e.State == envs.Destroying || e.State == envs.Draining:
+				lost = fmt.Sprintf("environment %s is %s", e.ID, e.State)
+				if e.Error != "" {
+					lost += " (" + e.Error + ")"
+				}
+			case !d.cfg.Admitted(e.ID):
+				// the worker is away: ask the provider whether the machine is still there
+				if e2, err := d.cfg.Envs.Recheck(d.ctx, e.ID); err == nil && e2.State.Dead() {
+					lost = fmt.Sprintf("environment %s is %s (%s)", e2.ID, e2.State, e2.Error)
+					break
+				}
+				if since, ok := away[p.SessionID]; !ok {
+					away[p.SessionID] = time.Now()
+				} else if time.Since(since) > grace {
+					lost = fmt.Sprintf("its worker has been unreachable for %s", time.Since(since).Round(time.Second))
+				}
+			default:
+				delete(away, p.SessionID)
+			}
+			if lost != "" {
+				delete(away, p.SessionID)
+				if err := d.reclaim(d.ctx, p, e, lost); err != nil {
+					d.log.Warn("reclaim", "session", p.SessionID, "err", err)
+				}
+			}
+		}
+	}
+}
+
+// reclaim moves a session whose worker is lost to reclaimed: the worker is fenced, the session row
+// and its transcript stay, and the session says which workspace changes were lost.
+func (d *Dispatcher) reclaim(ctx context.Context, p Placement, e envs.Environment, why string) error {
+	cp := d.cfg.Placements.LastCheckpoint(ctx, p.SessionID)
+	lost := "workspace changes since it was dispatched were lost"
+	if cp != "" {
+		lost = "workspace changes after " + cp + " were lost"
+	}
+	reason := "worker lost: " + why + "; " + lost + "; the next message restores the workspace on a fresh worker"
+	if _, err := d.cfg.Placements.Transition(ctx, p.SessionID, p.Generation, Change{To: Reclaimed, Reason: reason, Error: reason}); err != nil {
+		return err
+	}
+	if _, err := d.cfg.Sessions.Detach(ctx, p.SessionID); err != nil {
+		d.log.Warn("fence reclaimed worker", "session", p.SessionID, "err", err)
+	}
+	data, _ := json.Marshal(map[string]string{"event": "reclaimed", "environmentId": p.EnvironmentID, "reason": reason})
+	if _, err := d.cfg.Sessions.AppendCustom(ctx, p.SessionID, sessions.Custom{CustomType: "openclaw.placement", Data: data}); err != nil {
+		d.log.Warn("note reclaim in transcript", "session", p.SessionID, "err", err)
+	}
+	if e.ID != "" && !e.State.Dead() && e.State != envs.Destroying {
+		if _, err := d.cfg.Envs.RequestDestroy(ctx, e.ID, true); err != nil {
+			d.log.Warn("destroy unreachable worker's environment", "env", e.ID, "err", err)
+		}
+	}
+	d.log.Warn("session reclaimed", "session", p.SessionID, "reason", reason)
+	return nil
+}
+
+// Redispatch brings a reclaimed session back onto a fresh worker of the same profile; its anchor
+// (as of the last checkpoint) is what is synced out.
+func (d *Dispatcher) Redispatch(ctx context.Context, sessionID string) error {
+	p, err := d.cfg.Placements.Get(ctx, sessionID)
+	if err != nil {
+		return err
+	}
+	if p.State != Reclaimed {
+		return fmt.Errorf("session %s is %s, not reclaimed", sessionID, p.State)
+	}
+	empty := ""
+	if _, err := d.cfg.Placements.Transition(ctx, sessionID, p.Generation, Change{To: Requested,
+		Reason: "restoring on a fresh worker of profile " + p.ProfileID, EnvironmentID: &empty}); err != nil {
+		return err
+	}
+	d.kick(sessionID)
+	return nil
+}
