@@ -133,12 +133,21 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	}
 
 	workerCreds := hub.NewCredentials(db)
+	var extraTools []tools.Tool
+	if !cfg.WebSearch.IsZero() {
+		ws, err := websearch.New(cfg.WebSearch, creds)
+		if err != nil {
+			return fmt.Errorf("config webSearch: %w", err)
+		}
+		extraTools = append(extraTools, ws)
+	}
 	workers, err := hub.New(hub.Config{
 		DB: db, Credentials: workerCreds, Log: log.With("subsystem", "hub"), HeartbeatTimeout: cfg.Worker.HeartbeatTimeout.D(),
 		ExpectedBundle: func(envID string) (string, bool) { return mgr.BundleHash(envID) },
 		OnAdmit:        func(envID string) { mgr.Touch(context.Background(), envID) },
 		Sessions:       sess,
 		Models:         catalog,
+		GatewayTools:   extraTools,
 	})
 	if err != nil {
 		return err
@@ -163,14 +172,6 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	})
 	boot.SetEnvs(mgr)
 
-	var extraTools []tools.Tool
-	if !cfg.WebSearch.IsZero() {
-		ws, err := websearch.New(cfg.WebSearch, creds)
-		if err != nil {
-			return fmt.Errorf("config webSearch: %w", err)
-		}
-		extraTools = append(extraTools, ws)
-	}
 	placements := placement.NewPlacements(db)
 	var dispatcher *placement.Dispatcher // built below; turns call it only after Run has started
 	turns, err := placement.New(ctx, placement.Config{DB: db, Sessions: sess, Catalog: catalog, DataDir: dataDir,

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 )
@@ -186,6 +187,29 @@ type TurnStartParams struct {
 	ModelRef   string `json:"modelRef"`
 	Text       string `json:"text"`
 	Workspace  string `json:"workspace,omitempty"`
+	// GatewayTools are the schemas of gateway-resident tools (web_search) the turn may call with
+	// worker.tool.call; they run on the gateway, with its credentials.
+	GatewayTools []Tool `json:"gatewayTools,omitempty"`
+}
+
+// MethodToolCall is a worker's request to run a gateway-resident tool (ToolCallParams).
+const MethodToolCall = "worker.tool.call"
+
+// ToolCallParams are the params of worker.tool.call.
+type ToolCallParams struct {
+	SessionID  string          `json:"sessionId"`
+	OwnerEpoch uint64          `json:"ownerEpoch"`
+	RunID      string          `json:"runId"`
+	ToolCallID string          `json:"toolCallId"`
+	Name       string          `json:"name"`
+	Arguments  json.RawMessage `json:"arguments"`
+}
+
+// ToolCallResult is the result of worker.tool.call, as the tool gave it.
+type ToolCallResult struct {
+	Content []Content       `json:"content"`
+	Details json.RawMessage `json:"details,omitempty"`
+	IsError bool            `json:"isError,omitempty"`
 }
 
 // TurnStartResult acknowledges worker.turn.start; the turn's outcome arrives as its lifecycle events.

@@ -65,6 +65,7 @@ var WorkerMethods = map[string]bool{
 	MethodInferenceCredit:   true,
 	MethodInferenceCancel:   true,
 	MethodTranscriptContext: true,
+	MethodToolCall:          true,
 }
 
 // GatewayMethods are the methods and events the gateway sends to a worker.

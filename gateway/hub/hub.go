@@ -20,6 +20,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/protocol"
+	"github.com/openclaw/cloudworkers/worker/tools"
 )
 
 // WorkerPath is the only HTTP path served on the worker listener.
@@ -50,6 +51,8 @@ type Config struct {
 	// OnAdmit and OnDisconnect are called, serialized and in order, when an environment gains its
 	// admitted worker and when it loses it. A connection replaced by a newer one for the same
 	// environment does not trigger OnDisconnect. They must not block for long.
+	// GatewayTools are the gateway-resident tools (web_search) workers may call with worker.tool.call.
+	GatewayTools []tools.Tool
 	OnAdmit      func(envID string)
 	OnDisconnect func(envID string)
 	// Sessions serves worker.transcript.commit, worker.live-event and worker.resume; nil answers

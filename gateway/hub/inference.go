@@ -50,7 +50,8 @@ type callState struct {
 // isInferenceMethod reports whether method is served by the inference proxy (or the context read).
 func isInferenceMethod(method string) bool {
 	switch method {
-	case protocol.MethodInferenceStart, protocol.MethodInferenceCredit, protocol.MethodInferenceCancel, protocol.MethodTranscriptContext:
+	case protocol.MethodInferenceStart, protocol.MethodInferenceCredit, protocol.MethodInferenceCancel, protocol.MethodTranscriptContext,
+		protocol.MethodToolCall:
 		return true
 	}
 	return false
@@ -90,6 +91,8 @@ func (s *Server) serveInference(ctx context.Context, wc *workerConn, f protocol.
 		}
 		res, _ := protocol.Response(f.ID, map[string]bool{"canceled": c != nil})
 		return res, true
+	case protocol.MethodToolCall:
+		return s.serveToolCall(ctx, wc, f)
 	case protocol.MethodTranscriptContext:
 		cb, ok := s.cfg.Sessions.(ContextBackend)
 		if !ok {

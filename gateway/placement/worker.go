@@ -32,7 +32,7 @@ func (s *Service) startOnWorker(ctx, tctx context.Context, sess sessions.Session
 	rctx, cancel := context.WithTimeout(ctx, turnStartTimeout)
 	_, err = s.cfg.Workers.Request(rctx, sess.EnvironmentID, protocol.MethodTurnStart, protocol.TurnStartParams{
 		SessionID: sess.ID, OwnerEpoch: sess.OwnerEpoch, RunEpoch: t.RunEpoch, RunID: t.RunID, ModelRef: t.Model,
-		Text: text, Workspace: sess.Workspace})
+		Text: text, Workspace: sess.Workspace, GatewayTools: s.gatewayToolSchemas()})
 	cancel()
 	if err != nil {
 		sub.Close()
@@ -131,4 +131,13 @@ func (s *Service) finish(t Turn, status, msg string) {
 		s.log.Error("record turn outcome", "run", t.RunID, "err", err)
 	}
 	s.log.Info("turn finished", "session", t.SessionID, "run", t.RunID, "placement", t.Placement, "status", status, "err", msg)
+}
+
+// gatewayToolSchemas are the schemas of the gateway-resident tools offered to worker turns.
+func (s *Service) gatewayToolSchemas() []protocol.Tool {
+	var out []protocol.Tool
+	for _, t := range s.cfg.ExtraTools {
+		out = append(out, t.Schema())
+	}
+	return out
 }

@@ -149,7 +149,11 @@ func (e *Executor) run(ctx context.Context, p protocol.TurnStartParams) error {
 		// Still run, so the failure reaches the gateway as the turn's lifecycle error.
 		runErr = fmt.Errorf("create workspace: %w", err)
 	}
-	set := tools.NewSet(tools.Config{Workspace: ws})
+	var extra []tools.Tool
+	for _, schema := range p.GatewayTools {
+		extra = append(extra, &gatewayTool{client: c, schema: schema, p: p})
+	}
+	set := tools.NewSet(tools.Config{Workspace: ws, Extra: extra})
 	defer set.Close(context.WithoutCancel(ctx))
 	r := runner.New(runner.Config{Model: &Model{Client: c}, Backend: b, Tools: set, MaxSteps: e.cfg.MaxSteps})
 	if runErr != nil {
@@ -228,4 +232,30 @@ func (m *Model) Stream(ctx context.Context, ref string, c protocol.Context, emit
 	turnID := "call-" + strconv.Itoa(m.calls)
 	m.mu.Unlock()
 	return m.Client.Infer(ctx, turnID, ref, c, protocol.InferenceOptions{}, emit)
+}
+
+// gatewayTool is a gateway-resident tool (web_search): offered to the model like the others, but run
+// on the gateway through worker.tool.call, so its credentials never reach the box.
+type gatewayTool struct {
+	client *remote.Client
+	schema protocol.Tool
+	p      protocol.TurnStartParams
+	calls  int
+}
+
+func (g *gatewayTool) Name() string          { return g.schema.Name }
+func (g *gatewayTool) Schema() protocol.Tool { return g.schema }
+
+func (g *gatewayTool) Run(ctx context.Context, args json.RawMessage) (tools.Result, error) {
+	g.calls++
+	raw, err := g.client.Call(ctx, protocol.MethodToolCall, protocol.ToolCallParams{SessionID: g.p.SessionID, OwnerEpoch: g.p.OwnerEpoch,
+		RunID: g.p.RunID, ToolCallID: g.p.RunID + "-" + strconv.Itoa(g.calls), Name: g.schema.Name, Arguments: args})
+	if err != nil {
+		return tools.Result{IsError: true, Content: []protocol.Content{{Type: protocol.ContentText, Text: g.schema.Name + " (on the gateway): " + err.Error()}}}, nil
+	}
+	var res protocol.ToolCallResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return tools.Result{}, fmt.Errorf("decode %s result: %w", g.schema.Name, err)
+	}
+	return tools.Result{Content: res.Content, Details: res.Details, IsError: res.IsError}, nil
 }

@@ -1,0 +1,69 @@
+package hub
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/protocol"
+	"github.com/openclaw/cloudworkers/worker/tools"
+)
+
+// gatewayToolTimeout bounds one gateway-resident tool call.
+const gatewayToolTimeout = 2 * time.Minute
+
+// serveToolCall runs a gateway-resident tool (web_search) for a worker's turn, on the gateway and
+// with its credentials; the result goes back over the same channel. It answers from a goroutine
+// owned by the connection.
+func (s *Server) serveToolCall(ctx context.Context, wc *workerConn, f protocol.Frame) (protocol.Frame, bool) {
+	var p protocol.ToolCallParams
+	if err := protocol.DecodeParams(f.Params, &p); err != nil {
+		return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeInvalidFrame, "params: %v", err)), true
+	}
+	var tool tools.Tool
+	for _, t := range s.cfg.GatewayTools {
+		if t.Name() == p.Name {
+			tool = t
+		}
+	}
+	if tool == nil {
+		return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeMethodNotAllowed, "no gateway tool %.64q", p.Name)), true
+	}
+	wc.swg.Add(1)
+	go func() {
+		defer wc.swg.Done()
+		res := func() protocol.Frame {
+			if e := s.checkBinding(ctx, wc, p.SessionID, p.OwnerEpoch); e != nil {
+				return protocol.ErrorResponse(f.ID, e)
+			}
+			tctx, cancel := context.WithTimeout(ctx, gatewayToolTimeout)
+			defer cancel()
+			out, err := tool.Run(tctx, p.Arguments)
+			if err != nil {
+				out = tools.Result{IsError: true, Content: []protocol.Content{{Type: protocol.ContentText, Text: p.Name + ": " + err.Error()}}}
+			}
+			s.auditTool(wc.envID, p, out.IsError)
+			r, _ := protocol.Response(f.ID, protocol.ToolCallResult{Content: out.Content, Details: out.Details, IsError: out.IsError})
+			return r
+		}()
+		if err := wc.write(ctx, res); err != nil {
+			_ = wc.ws.CloseNow()
+		}
+	}()
+	return protocol.Frame{}, false
+}
+
+func (s *Server) auditTool(envID string, p protocol.ToolCallParams, isError bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	outcome := "ok"
+	if isError {
+		outcome = "error"
+	}
+	detail := fmt.Sprintf("session %s run %s tool %s call %s: %s", p.SessionID, p.RunID, p.Name, p.ToolCallID, outcome)
+	if err := s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error { return store.Audit(ctx, tx, "worker.tool.call", envID, detail) }); err != nil {
+		s.log.Warn("audit gateway tool call", "env", envID, "err", err)
+	}
+}
