@@ -202,10 +202,11 @@ func (ps *Placements) ClaimTurn(ctx context.Context, sessionID string, gen uint6
 			return fmt.Errorf("session %s placement moved to %s (generation %d): %w", sessionID, p.State, p.Generation, ErrStale)
 		case p.TurnRunID != "":
 			return fmt.Errorf("session %s: %w (run %s)", sessionID, ErrBusy, p.TurnRunID)
-		case wantRemote && p.State != Active:
+		case p.State != Local && p.State != Active && p.State != Reclaimed && p.State != Failed:
+			return fmt.Errorf("session %s is %s (message refused while the placement moves): %w", sessionID, p.State, ErrStale)
+		case wantRemote && p.State != Active && p.State != Local:
+			// Local: a session bound to a worker with the low-level attach primitive (no dispatch).
 			return fmt.Errorf("session %s is %s, not active on a worker: %w", sessionID, p.State, ErrStale)
-		case !wantRemote && p.State != Local && p.State != Reclaimed && p.State != Failed:
-			return fmt.Errorf("session %s is %s: its turns run on a worker (message refused while the placement moves): %w", sessionID, p.State, ErrStale)
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE placements SET turn_run_id=? WHERE session_id=? AND generation=?`, runID, sessionID, gen)
 		return err
