@@ -89,6 +89,7 @@ token from <data-dir>/gateway.token, or --token.`,
 		newCredentialCmd(g),
 		newDoctorCmd(g),
 		newSyncCmd(g),
+		newDemoCmd(g),
 	)
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)
