@@ -381,10 +381,19 @@ func gitAnchor(ctx context.Context, repo, dataDir, sessionID, base string) (*git
 // anchorName is the managed branch name (openclaw/<name>) of a session.
 func anchorName(sessionID string) string { return strings.TrimPrefix(sessionID, "ses_") }
 
+// startAdmitWait bounds how long the start step waits for the environment's worker to be admitted.
+var startAdmitWait = time.Minute
+
 // start attaches the session to the environment's worker and fences any earlier owner.
 func (d *Dispatcher) start(ctx context.Context, p Placement) (Change, error) {
-	if !d.cfg.Admitted(p.EnvironmentID) {
-		return Change{}, fmt.Errorf("the worker of environment %s is not admitted", p.EnvironmentID)
+	// a restarted gateway resumes here before the box's worker is re-admitted: wait for it
+	for deadline := time.Now().Add(startAdmitWait); !d.cfg.Admitted(p.EnvironmentID); {
+		if time.Now().After(deadline) {
+			return Change{}, fmt.Errorf("the worker of environment %s is not admitted after %s", p.EnvironmentID, startAdmitWait)
+		}
+		if err := sleepCtx(ctx); err != nil {
+			return Change{}, err
+		}
 	}
 	epoch, err := d.cfg.Sessions.Attach(ctx, p.SessionID, p.EnvironmentID)
 	if err != nil {

@@ -55,7 +55,7 @@ func (d *Dispatcher) Checkpoint(ctx context.Context, sessionID string) error {
 	if err := writeManifest(baseFile, now); err != nil {
 		return err
 	}
-	return d.cfg.Placements.RecordBase(ctx, sessionID, p.Generation, baseFile,
+	return d.cfg.Placements.RecordBase(ctx, sessionID, checkpointRun, p.Generation, baseFile,
 		fmt.Sprintf("checkpoint %d: %s", cp.Seq, summary))
 }
 

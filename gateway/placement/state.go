@@ -256,10 +256,12 @@ func (ps *Placements) Note(ctx context.Context, sessionID, reason string) {
 		sessionID, store.Now(), string(p.State), string(p.State), p.Generation, reason)
 }
 
-// RecordBase records a new base manifest (a checkpoint) for the placement at generation gen.
-func (ps *Placements) RecordBase(ctx context.Context, sessionID string, gen uint64, baseFile, reason string) error {
+// RecordBase records a new base manifest for the placement of a session whose turn claim is held by
+// claim (the checkpoint): a pull-back that started meanwhile waits for that claim, so the base it
+// reconciles against is this one.
+func (ps *Placements) RecordBase(ctx context.Context, sessionID, claim string, gen uint64, baseFile, reason string) error {
 	return ps.db.InTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE placements SET base_manifest_id=? WHERE session_id=? AND generation=?`, baseFile, sessionID, gen)
+		res, err := tx.ExecContext(ctx, `UPDATE placements SET base_manifest_id=? WHERE session_id=? AND turn_run_id=?`, baseFile, sessionID, claim)
 		if err != nil {
 			return err
 		}

@@ -117,6 +117,11 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("recover turns: %w", err)
 	}
+	// Turn claims (turns, checkpoints) die with the gateway that held them; left set, they would
+	// refuse every message and hold a pull-back in draining forever.
+	if _, err := cfg.DB.W.ExecContext(ctx, `UPDATE placements SET turn_run_id='' WHERE turn_run_id<>''`); err != nil {
+		return nil, fmt.Errorf("recover turn claims: %w", err)
+	}
 	c, cancel := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, log: cfg.Log, ctx: c, cancel: cancel, running: map[string]context.CancelFunc{}}, nil
 }
