@@ -1,0 +1,150 @@
+package main_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/placement"
+	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/providers/local"
+)
+
+// TestReclaimRestoresFromCheckpoint: the box is killed behind the gateway's back mid-session; the
+// placement becomes reclaimed, the transcript says what was lost, and the next message runs on a fresh
+// box restored from the last checkpoint; the conversation is complete.
+func TestReclaimRestoresFromCheckpoint(t *testing.T) {
+	root := t.TempDir()
+	script := filepath.Join(root, "script.json")
+	if err := os.WriteFile(script, []byte(`[
+  {"toolCalls":[{"name":"write","arguments":{"path":"notes.txt","content":"made on the first box\n"}}]},
+  {"text":"saved"},
+  {"toolCalls":[{"name":"read","arguments":{"path":"notes.txt"}}]},
+  {"text":"still there"}
+]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fastWorkerConfig + fmt.Sprintf(`models:
+  default: demo/demo
+  providers:
+    demo: {api: scripted, script: %s, models: [{id: demo}]}
+`, script)
+	g := startGateway(t, filepath.Join(root, "data"), cfg)
+	ws := filepath.Join(root, "ws")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var s sessions.Session
+	if _, err := g.do("POST", "/api/v1/sessions", map[string]string{"workspace": ws}, &s); err != nil {
+		t.Fatal(err)
+	}
+	placementOf := func() (placement.Placement, []placement.Event) {
+		var v struct {
+			Placement placement.Placement
+			Events    []placement.Event
+		}
+		if _, err := g.do("GET", "/api/v1/sessions/"+s.ID+"/placement", nil, &v); err != nil {
+			t.Fatal(err)
+		}
+		return v.Placement, v.Events
+	}
+	waitPlacement := func(what string, cond func(placement.Placement, []placement.Event) bool) placement.Placement {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			p, evs := placementOf()
+			if cond(p, evs) {
+				return p
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("placement never %s: %+v", what, p)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if _, err := g.do("POST", "/api/v1/sessions/"+s.ID+"/dispatch", map[string]string{"profileId": "local"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	first := waitPlacement("active", func(p placement.Placement, _ []placement.Event) bool { return p.State == placement.Active })
+	send := func(text string) placement.Turn {
+		var turn placement.Turn
+		if _, err := g.do("POST", "/api/v1/sessions/"+s.ID+"/messages", map[string]string{"text": text}, &turn); err != nil {
+			t.Fatal(err)
+		}
+		return waitTurn(t, g, turn.RunID)
+	}
+	if got := send("write it down"); got.Status != placement.TurnDone {
+		t.Fatalf("first turn %+v", got)
+	}
+	waitPlacement("checkpointed", func(_ placement.Placement, evs []placement.Event) bool {
+		for _, ev := range evs {
+			if strings.HasPrefix(ev.Reason, "checkpoint 1:") {
+				return true
+			}
+		}
+		return false
+	})
+	// the machine disappears: kill the box process behind the gateway's back
+	e, err := g.envByID(first.EnvironmentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := local.ReadState(filepath.Join(g.dataDir, "boxes", e.LeaseID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	reclaimed := waitPlacement("reclaimed", func(p placement.Placement, _ []placement.Event) bool { return p.State == placement.Reclaimed })
+	if !strings.Contains(reclaimed.Error, "after checkpoint 1 were lost") {
+		t.Fatalf("reclaim reason %q does not say what was lost", reclaimed.Error)
+	}
+	// the next message is queued, runs on a fresh box restored from the checkpoint
+	var turn placement.Turn
+	if _, err := g.do("POST", "/api/v1/sessions/"+s.ID+"/messages", map[string]string{"text": "read it back"}, &turn); err != nil {
+		t.Fatal(err)
+	}
+	if turn.Status != placement.TurnQueued {
+		t.Fatalf("message on a reclaimed session: %+v", turn)
+	}
+	second := waitPlacement("active again", func(p placement.Placement, _ []placement.Event) bool { return p.State == placement.Active })
+	if second.EnvironmentID == first.EnvironmentID || second.EnvironmentID == "" {
+		t.Fatalf("not a fresh box: %s then %s", first.EnvironmentID, second.EnvironmentID)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	var got placement.Turn
+	for {
+		_, _ = g.do("GET", "/api/v1/turns/"+turn.RunID, nil, &got)
+		if got.Status == placement.TurnDone || got.Status == placement.TurnFailed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queued turn never ran: %+v", got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got.Status != placement.TurnDone || got.Placement != "worker" {
+		t.Fatalf("second turn %+v", got)
+	}
+	var tr sessions.Transcript
+	if _, err := g.do("GET", "/api/v1/sessions/"+s.ID+"/transcript", nil, &tr); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(tr)
+	for _, want := range []string{"write it down", "saved", "openclaw.placement", "read it back", "made on the first box", "still there"} {
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("transcript lacks %q", want)
+		}
+	}
+	if strings.Contains(string(raw), `"isError":true`) {
+		t.Errorf("a tool failed on the restored box: %s", raw)
+	}
+	_, _ = g.do("DELETE", "/api/v1/environments/"+second.EnvironmentID+"?force=true&wait=30s", nil, nil)
+	g.stop()
+}
