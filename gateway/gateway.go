@@ -206,7 +206,12 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		Token: token, DB: db, Profiles: profStore, Envs: mgr, Registry: reg,
 		Log: log.With("subsystem", "api"), GatewayID: gatewayID, Version: info.Version, Ready: ready.Load, Bootstrap: true,
 		Mount: []func(g *echo.Group){
-			func(g *echo.Group) { sessions.RegisterAPI(g, sess) },
+			func(g *echo.Group) {
+				sessions.RegisterAPI(g, sess, sessions.WithDispatch(func(ctx context.Context, id, profile string) error {
+					_, err := dispatcher.Dispatch(ctx, id, profile)
+					return err
+				}))
+			},
 			func(g *echo.Group) {
 				sessions.RegisterPlacementAPI(g, sess, func(ctx context.Context, id string) error {
 					_, err := mgr.Get(ctx, id)

@@ -148,3 +148,46 @@ func TestReclaimRestoresFromCheckpoint(t *testing.T) {
 	_, _ = g.do("DELETE", "/api/v1/environments/"+second.EnvironmentID+"?force=true&wait=30s", nil, nil)
 	g.stop()
 }
+
+// TestCreateSessionWithWorkerTarget: POST /api/v1/sessions with target {kind: profile} creates the
+// session and dispatches it; bad targets are refused with the field named.
+func TestCreateSessionWithWorkerTarget(t *testing.T) {
+	root := t.TempDir()
+	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig)
+	ws := filepath.Join(root, "ws")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for body, field := range map[string]string{
+		`{"workspace":"` + ws + `","target":{"kind":"moon"}}`:                       "target.kind",
+		`{"workspace":"` + ws + `","target":{"kind":"profile"}}`:                    "target.profileId",
+		`{"target":{"kind":"profile","profileId":"local"}}`:                         "workspace",
+		`{"workspace":"` + ws + `","target":{"kind":"profile","profileId":"nope"}}`: "nope",
+	} {
+		var raw json.RawMessage
+		_, err := g.do("POST", "/api/v1/sessions", json.RawMessage(body), &raw)
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: %v, want an error naming %s", body, err, field)
+		}
+	}
+	var s sessions.Session
+	if _, err := g.do("POST", "/api/v1/sessions", map[string]any{"workspace": ws, "target": map[string]string{"kind": "profile", "profileId": "local"}}, &s); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var v struct{ Placement placement.Placement }
+		if _, err := g.do("GET", "/api/v1/sessions/"+s.ID+"/placement", nil, &v); err != nil {
+			t.Fatal(err)
+		}
+		if v.Placement.State == placement.Active {
+			_, _ = g.do("DELETE", "/api/v1/environments/"+v.Placement.EnvironmentID+"?force=true&wait=30s", nil, nil)
+			break
+		}
+		if v.Placement.State == placement.Failed || time.Now().After(deadline) {
+			t.Fatalf("placement %+v", v.Placement)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	g.stop()
+}

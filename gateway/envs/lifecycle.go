@@ -132,3 +132,8 @@ func (m *Manager) Recheck(ctx context.Context, id string) (Environment, error) {
 	m.checkLease(ctx, e)
 	return m.Get(ctx, id)
 }
+
+// Profile returns a stored profile (store.ErrNotFound when there is none).
+func (m *Manager) Profile(ctx context.Context, id string) (providers.Profile, error) {
+	return m.cfg.Profiles.Get(ctx, id)
+}

@@ -146,6 +146,9 @@ func (d *Dispatcher) Dispatch(ctx context.Context, sessionID, profileID string) 
 	if sess.Workspace == "" {
 		return Placement{}, fmt.Errorf("session %s has no workspace to send to a worker", sessionID)
 	}
+	if _, err := d.cfg.Envs.Profile(ctx, profileID); err != nil {
+		return Placement{}, err
+	}
 	if d.cfg.Busy != nil && d.cfg.Busy(sessionID) {
 		return Placement{}, fmt.Errorf("session %s: %w; dispatch after it ends", sessionID, ErrBusy)
 	}

@@ -48,8 +48,11 @@ type ChangeMessage struct {
 //
 //	POST /sessions, GET /sessions, GET /sessions/:id, GET /sessions/:id/transcript,
 //	GET /sessions/:id/stream?cursor=N (WebSocket), GET /events?cursor=N (WebSocket).
-func RegisterAPI(g *echo.Group, s *Store) {
+func RegisterAPI(g *echo.Group, s *Store, opts ...APIOption) {
 	h := &handlers{s: s}
+	for _, o := range opts {
+		o(h)
+	}
 	g.POST("/sessions", h.create)
 	g.GET("/sessions", h.list)
 	g.GET("/sessions/:id", h.get)
@@ -58,7 +61,31 @@ func RegisterAPI(g *echo.Group, s *Store) {
 	g.GET("/events", h.events)
 }
 
-type handlers struct{ s *Store }
+type handlers struct {
+	s        *Store
+	dispatch func(ctx context.Context, sessionID, profileID string) error
+}
+
+// APIOption configures the session routes.
+type APIOption func(*handlers)
+
+// WithDispatch lets POST /sessions take a target {kind: "profile", profileId} and dispatch the new
+// session to a worker of that profile right away.
+func WithDispatch(f func(ctx context.Context, sessionID, profileID string) error) APIOption {
+	return func(h *handlers) { h.dispatch = f }
+}
+
+// Target says where a new session runs: {kind: "gateway"} (default) or {kind: "profile", profileId}.
+type Target struct {
+	Kind         string `json:"kind"`
+	ProfileID    string `json:"profileId,omitempty"`
+	MachineClass string `json:"machineClass,omitempty"`
+}
+
+type createRequest struct {
+	CreateParams
+	Target *Target `json:"target,omitempty"`
+}
 
 // apiError writes the gateway's JSON error body {"error":{"code","message"}}.
 func apiError(c echo.Context, status int, code, format string, args ...any) error {
@@ -80,14 +107,31 @@ func (h *handlers) fail(c echo.Context, err error) error {
 }
 
 func (h *handlers) create(c echo.Context) error {
-	var p CreateParams
+	var req createRequest
 	body, err := io.ReadAll(c.Request().Body)
 	if err != nil {
 		return apiError(c, http.StatusBadRequest, "bad-request", "read body: %v", err)
 	}
 	if len(body) > 0 {
-		if err := strictJSON(body, &p); err != nil {
+		if err := strictJSON(body, &req); err != nil {
 			return apiError(c, http.StatusBadRequest, "bad-request", "%v", err)
+		}
+	}
+	p := req.CreateParams
+	if t := req.Target; t != nil {
+		switch {
+		case t.Kind == "gateway" && t.ProfileID == "":
+		case t.Kind == "profile" && t.ProfileID != "" && h.dispatch != nil:
+			if p.Workspace == "" {
+				return apiError(c, http.StatusBadRequest, "invalid-field", "workspace: is required to run on a worker")
+			}
+		case t.Kind == "profile" && t.ProfileID == "":
+			return apiError(c, http.StatusBadRequest, "invalid-field", "target.profileId: is required for kind profile")
+		default:
+			return apiError(c, http.StatusBadRequest, "invalid-field", "target.kind: must be gateway or profile, got %q", t.Kind)
+		}
+		if t.MachineClass != "" {
+			return apiError(c, http.StatusBadRequest, "invalid-field", "target.machineClass: not supported yet; set the class in the profile's settings")
 		}
 	}
 	if len(p.Title) > MaxTitleLen {
@@ -96,6 +140,14 @@ func (h *handlers) create(c echo.Context) error {
 	ses, err := h.s.Create(c.Request().Context(), p)
 	if err != nil {
 		return h.fail(c, err)
+	}
+	if t := req.Target; t != nil && t.Kind == "profile" {
+		if err := h.dispatch(c.Request().Context(), ses.ID, t.ProfileID); err != nil {
+			return apiError(c, http.StatusConflict, "dispatch", "session %s created, but it could not be dispatched: %v", ses.ID, err)
+		}
+		if ses, err = h.s.Get(c.Request().Context(), ses.ID); err != nil {
+			return h.fail(c, err)
+		}
 	}
 	return c.JSON(http.StatusCreated, ses)
 }
