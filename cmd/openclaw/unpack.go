@@ -16,7 +16,7 @@ func newUnpackCmd() *cobra.Command {
 		Use:   "unpack --dir DIR",
 		Short: "Apply a workspace sync archive from stdin (run by the gateway on a box)",
 		Long: `Reads one tar+zstd sync archive on stdin and applies it below DIR. Every file is staged in a
-temporary directory inside DIR and checked against the plan at the head of the archive (paths,
+temporary directory inside DIR (next to it when DIR does not exist yet) and checked against the plan at the head of the archive (paths,
 types, sizes, sha256) before anything in DIR changes; then deletions are made and files renamed
 into place.`,
 		Args: cobra.NoArgs,

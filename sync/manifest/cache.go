@@ -101,6 +101,14 @@ func (c *Cache) put(p string, fi fs.FileInfo, sum string, hashedAt time.Time) {
 	c.dirty = true
 }
 
+// Record caches sum as the hash of the file at p (relative to the root the cache belongs to)
+// described by fi, whose content was checked against sum at checkedAt: an archive reader that
+// has just written the file records it, so that the next Build does not re-hash it. The
+// racy-timestamp rule applies as for hashes Build computes.
+func (c *Cache) Record(p string, fi fs.FileInfo, sum string, checkedAt time.Time) {
+	c.put(p, fi, sum, checkedAt)
+}
+
 // prune drops the paths not in keep.
 func (c *Cache) prune(keep map[string]bool) {
 	if c == nil {

@@ -2,7 +2,6 @@ package stream
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,7 +13,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"sort"
 	"syscall"
 	"time"
 
@@ -32,6 +30,10 @@ type Plan struct {
 	Version int              `json:"version"`
 	Entries []manifest.Entry `json:"entries"`
 	Deletes []string         `json:"deletes,omitempty"`
+	// Cache, set by the gateway only, names a hash cache file on the box that `unpack` updates
+	// with the files it wrote, so that the box's next `manifest --cache` of the same directory
+	// does not re-hash them. Apply refuses an archive naming one unless UpdateCache is set.
+	Cache string `json:"cache,omitempty"`
 }
 
 // PlanFor is the plan that turns the tree described by from into the tree described by to.
@@ -95,6 +97,11 @@ func Write(ctx context.Context, w io.Writer, root string, plan Plan) (Stats, err
 // below a root: a content-addressed store, for example. Each file is still checked against its
 // entry's size and sha256 while it is sent.
 func WriteFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest.Entry) string) (Stats, error) {
+	return writeFrom(ctx, w, plan, source, nil)
+}
+
+// writeFrom is WriteFrom counting files and content bytes in c, when set, as they are sent.
+func writeFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest.Entry) string, c *counter) (Stats, error) {
 	var st Stats
 	plan.Version = 1
 	zw, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)))
@@ -136,9 +143,19 @@ func WriteFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest
 			return st, fmt.Errorf("write archive: %s: %w", e.Path, err)
 		}
 		if e.Type != manifest.TypeFile {
+			if c != nil && e.Type == manifest.TypeSymlink {
+				c.addFile()
+			}
 			continue
 		}
-		n, err := copyFile(tw, source(e), e, buf)
+		var dst io.Writer = tw
+		if c != nil {
+			dst = countingWriter{tw, c}
+		}
+		n, err := copyFile(dst, source(e), e, buf)
+		if c != nil {
+			c.addFile()
+		}
 		st.Bytes += n
 		if err != nil {
 			return st, err
@@ -216,6 +233,9 @@ type ApplyOptions struct {
 	AllowEscapingSymlinks bool
 	// Fsync syncs every written file and directory before it is renamed into place.
 	Fsync bool
+	// UpdateCache honours the plan's Cache (the box side only: an archive read from a box that
+	// names a cache file is refused).
+	UpdateCache bool
 }
 
 // ValidatePlan checks a plan's paths, types, order and limits, and symlink containment unless
@@ -251,6 +271,9 @@ func ValidatePlan(p *Plan, lim Limits, allowEscaping bool) error {
 			return refused(e.Path, "symlink to %q leaves the root", e.Target)
 		}
 	}
+	if p.Cache != "" && (!filepath.IsAbs(p.Cache) || filepath.Clean(p.Cache) != p.Cache) {
+		return refused(p.Cache, "hash cache file must be a clean absolute path")
+	}
 	for i, d := range p.Deletes {
 		if err := manifest.ValidPath(d); err != nil {
 			return refused(d, "deletion: %v", err)
@@ -272,261 +295,4 @@ func samePlan(a, b *Plan) bool {
 		}
 	}
 	return true
-}
-
-// Apply reads an archive from r and applies it below root. It first reads the whole archive into
-// a staging directory inside root, checking every entry against the plan at its head (paths,
-// types, sizes, sha256, limits, symlink containment) and the target for symlinked or mismatched
-// parents; any violation, and any truncated or corrupt input, returns a *RefusedError (or the
-// read error) with root untouched. Only then are deletions made and staged entries renamed into place.
-func Apply(ctx context.Context, r io.Reader, root string, opts ApplyOptions) (Stats, error) {
-	opts.Limits.setDefaults()
-	var st Stats
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return st, err
-	}
-	if fi, err := os.Lstat(root); err != nil || !fi.IsDir() {
-		return st, fmt.Errorf("apply archive: %s is not a directory", root)
-	}
-	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<30), zstd.WithDecoderMaxWindow(128<<20))
-	if err != nil {
-		return st, err
-	}
-	defer zr.Close()
-	tr := tar.NewReader(zr)
-
-	h, err := tr.Next()
-	if err != nil {
-		return st, refused("", "read plan: %v", err)
-	}
-	if h.Name != headerName || h.Typeflag != tar.TypeReg || h.Size < 0 || h.Size > opts.MaxPlanBytes {
-		return st, refused(h.Name, "archive does not start with a plan")
-	}
-	pb, err := io.ReadAll(tr)
-	if err != nil {
-		return st, refused("", "read plan: %v", err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(pb))
-	dec.DisallowUnknownFields()
-	var plan Plan
-	if err := dec.Decode(&plan); err != nil {
-		return st, refused("", "decode plan: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return st, refused("", "decode plan: trailing data")
-	}
-	if err := ValidatePlan(&plan, opts.Limits, opts.AllowEscapingSymlinks); err != nil {
-		return st, err
-	}
-	if opts.Expect != nil && !samePlan(&plan, opts.Expect) {
-		return st, refused("", "archive does not carry the requested plan")
-	}
-
-	staging, err := os.MkdirTemp(root, manifest.StagingPrefix+"*")
-	if err != nil {
-		return st, err
-	}
-	defer os.RemoveAll(staging)
-	staged := make([]string, len(plan.Entries))
-	buf := make([]byte, 256<<10)
-	for i, e := range plan.Entries {
-		if err := ctx.Err(); err != nil {
-			return st, err
-		}
-		h, err := tr.Next()
-		if err != nil {
-			return st, refused(e.Path, "archive ends before this entry: %v", err)
-		}
-		if h.Name != e.Path {
-			return st, refused(h.Name, "entry out of plan (expected %q)", e.Path)
-		}
-		want := map[manifest.Type]byte{manifest.TypeFile: tar.TypeReg, manifest.TypeDir: tar.TypeDir, manifest.TypeSymlink: tar.TypeSymlink}[e.Type]
-		if h.Typeflag != want {
-			return st, refused(h.Name, "entry type %q not allowed here (devices, FIFOs, sockets and hard links never are)", string(h.Typeflag))
-		}
-		switch e.Type {
-		case manifest.TypeDir:
-			st.Dirs++
-		case manifest.TypeSymlink:
-			if h.Linkname != e.Target {
-				return st, refused(h.Name, "symlink target differs from the plan")
-			}
-			st.Symlinks++
-		case manifest.TypeFile:
-			if h.Size != e.Size {
-				return st, refused(h.Name, "size %d differs from the plan (%d)", h.Size, e.Size)
-			}
-			staged[i] = filepath.Join(staging, fmt.Sprintf("%d", i))
-			if err := stageFile(tr, staged[i], e, buf, opts.Fsync); err != nil {
-				return st, err
-			}
-			st.Files++
-			st.Bytes += e.Size
-		}
-	}
-	if _, err := tr.Next(); err != io.EOF {
-		return st, refused("", "data after the last planned entry")
-	}
-	// The zstd stream must end cleanly too: a truncated or corrupt tail is refused.
-	if n, err := io.Copy(io.Discard, io.LimitReader(zr, 1<<20)); err != nil || n >= 1<<20 {
-		return st, refused("", "corrupt or overlong archive tail")
-	}
-	if err := checkTarget(root, &plan); err != nil {
-		return st, err
-	}
-	st.Deleted = len(plan.Deletes)
-	return st, commit(root, staging, &plan, staged, opts.Fsync)
-}
-
-func stageFile(r io.Reader, file string, e manifest.Entry, buf []byte, fsync bool) error {
-	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	h := sha256.New()
-	n, err := io.CopyBuffer(io.MultiWriter(f, h), io.LimitReader(r, e.Size), buf)
-	if err == nil && fsync {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return refused(e.Path, "read content: %v", err)
-	}
-	if n != e.Size {
-		return refused(e.Path, "truncated content")
-	}
-	if hex.EncodeToString(h.Sum(nil)) != e.SHA256 {
-		return refused(e.Path, "content does not match its sha256")
-	}
-	return nil
-}
-
-// checkTarget refuses a plan that would write through a symlink or over an entry of another type
-// that is not deleted first.
-func checkTarget(root string, plan *Plan) error {
-	deleted := make(map[string]bool, len(plan.Deletes))
-	for _, d := range plan.Deletes {
-		deleted[d] = true
-	}
-	checked := map[string]bool{}
-	check := func(p string, isEntry bool, t manifest.Type) error {
-		// Parents: real directories, or gone once deletions are done.
-		var parents []string
-		for d := filepath.Dir(p); d != "."; d = filepath.Dir(d) {
-			parents = append(parents, d)
-		}
-		gone := false
-		for i := len(parents) - 1; i >= 0; i-- {
-			d := parents[i]
-			if deleted[d] {
-				gone = true
-				break // everything below it is removed first
-			}
-			if checked[d] {
-				continue
-			}
-			fi, err := os.Lstat(filepath.Join(root, d))
-			if errors.Is(err, os.ErrNotExist) {
-				break
-			}
-			if err != nil {
-				return err
-			}
-			if !fi.IsDir() {
-				return refused(p, "parent %q is not a directory (a symlink or file) in the target", d)
-			}
-			checked[d] = true
-		}
-		if !isEntry || gone || deleted[p] {
-			return nil
-		}
-		fi, err := os.Lstat(filepath.Join(root, filepath.FromSlash(p)))
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if (t == manifest.TypeDir) != fi.IsDir() || (fi.Mode()&os.ModeType != 0 && !fi.IsDir() && fi.Mode()&os.ModeSymlink == 0) {
-			return refused(p, "exists in the target as another type and is not deleted first")
-		}
-		return nil
-	}
-	for _, d := range plan.Deletes {
-		if err := check(d, false, ""); err != nil {
-			return err
-		}
-	}
-	for _, e := range plan.Entries {
-		if err := check(e.Path, true, e.Type); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// commit makes the checked plan real: deletions (deepest first), directories, then files and
-// symlinks renamed from staging, then directory modes (deepest first).
-func commit(root, staging string, plan *Plan, staged []string, fsync bool) error {
-	dels := slices.Clone(plan.Deletes)
-	sort.Sort(sort.Reverse(sort.StringSlice(dels)))
-	for _, d := range dels {
-		if err := os.RemoveAll(filepath.Join(root, filepath.FromSlash(d))); err != nil {
-			return fmt.Errorf("delete %s: %w", d, err)
-		}
-	}
-	touched := map[string]bool{}
-	for i, e := range plan.Entries {
-		dst := filepath.Join(root, filepath.FromSlash(e.Path))
-		switch e.Type {
-		case manifest.TypeDir:
-			if err := os.MkdirAll(dst, 0o700); err != nil {
-				return fmt.Errorf("create %s: %w", e.Path, err)
-			}
-			_ = os.Chmod(dst, 0o700|os.FileMode(e.Mode)) // final mode once its content is in
-		case manifest.TypeFile:
-			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-				return err
-			}
-			if err := os.Chmod(staged[i], os.FileMode(e.Mode)); err != nil {
-				return err
-			}
-			mt := time.Unix(0, e.MTime)
-			_ = os.Chtimes(staged[i], mt, mt)
-			if err := os.Rename(staged[i], dst); err != nil {
-				return fmt.Errorf("write %s: %w", e.Path, err)
-			}
-		case manifest.TypeSymlink:
-			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-				return err
-			}
-			tmp := filepath.Join(staging, fmt.Sprintf("l%d", i))
-			if err := os.Symlink(e.Target, tmp); err != nil {
-				return err
-			}
-			if err := os.Rename(tmp, dst); err != nil {
-				return fmt.Errorf("write %s: %w", e.Path, err)
-			}
-		}
-		touched[filepath.Dir(dst)] = true
-	}
-	for i := len(plan.Entries) - 1; i >= 0; i-- {
-		e := plan.Entries[i]
-		if e.Type == manifest.TypeDir {
-			if err := os.Chmod(filepath.Join(root, filepath.FromSlash(e.Path)), os.FileMode(e.Mode)); err != nil {
-				return err
-			}
-		}
-	}
-	if fsync {
-		for d := range touched {
-			if f, err := os.Open(d); err == nil {
-				_ = f.Sync()
-				f.Close()
-			}
-		}
-	}
-	return nil
 }

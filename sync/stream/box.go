@@ -13,7 +13,7 @@ import (
 
 // BoxUnpack applies an archive from the gateway on stdin into dir.
 func BoxUnpack(ctx context.Context, stdin io.Reader, dir string) (Stats, error) {
-	return Apply(ctx, stdin, dir, ApplyOptions{AllowEscapingSymlinks: true})
+	return Apply(ctx, stdin, dir, ApplyOptions{AllowEscapingSymlinks: true, UpdateCache: true})
 }
 
 // BoxPack reads a plan on stdin and writes its archive of dir to stdout.

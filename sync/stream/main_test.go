@@ -31,16 +31,37 @@ func BoxMainForTest(args []string) int {
 		_, err = BoxUnpack(ctx, os.Stdin, args[2])
 	case len(args) == 3 && args[0] == "pack" && args[1] == "--dir":
 		_, err = BoxPack(ctx, os.Stdin, os.Stdout, args[2])
-	case len(args) == 2 && args[0] == "manifest":
-		err = BoxManifest(ctx, os.Stdout, args[1], manifest.Options{})
-	case len(args) == 3 && args[0] == "manifest" && args[1] == "--git":
-		err = BoxManifest(ctx, os.Stdout, args[2], manifest.Options{Mode: manifest.ModeGit})
+	case len(args) >= 2 && args[0] == "manifest":
+		var opts manifest.Options
+		var cacheFile string
+		rest := args[1:]
+		for len(rest) > 1 {
+			switch rest[0] {
+			case "--git":
+				opts.Mode, rest = manifest.ModeGit, rest[1:]
+			case "--cache":
+				cacheFile, rest = rest[1], rest[2:]
+			default:
+				return usage(args)
+			}
+		}
+		if cacheFile != "" {
+			opts.Cache = manifest.LoadCache(cacheFile)
+		}
+		if err = BoxManifest(ctx, os.Stdout, rest[0], opts); err == nil && opts.Cache != nil {
+			err = opts.Cache.Save(cacheFile)
+		}
 	default:
-		err = fmt.Errorf("usage: worker unpack|pack --dir D | manifest [--git] D (got %q)", args)
+		return usage(args)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return 0
+}
+
+func usage(args []string) int {
+	fmt.Fprintf(os.Stderr, "usage: worker unpack|pack --dir D | manifest [--git] [--cache F] D (got %q)\n", args)
+	return 2
 }

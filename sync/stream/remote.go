@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/openclaw/cloudworkers/gateway/bootstrap"
 	"github.com/openclaw/cloudworkers/sync/manifest"
@@ -27,6 +30,13 @@ type Remote struct {
 	Command string
 	// ManifestLimits bound manifests read from the box; defaults when zero.
 	ManifestLimits manifest.Limits
+	// Progress, when set, is called every ProgressInterval (DefaultProgressInterval when zero)
+	// while Unpack (and so Push) sends files, and once more when the transfer ends, with Done set.
+	// It is called from one goroutine at a time and never after Unpack returns.
+	Progress         func(Progress)
+	ProgressInterval time.Duration
+
+	progressTick <-chan time.Time // tests: ticks instead of a ticker
 }
 
 func (r Remote) command(sub string, args ...string) string {
@@ -164,11 +174,16 @@ func (r Remote) Manifest(ctx context.Context, dir string, opts ManifestOptions) 
 // Unpack runs `unpack --dir DIR` on the box and streams the plan's archive of root into it.
 func (r Remote) Unpack(ctx context.Context, dir, root string, plan Plan) (Stats, error) {
 	var st Stats
+	var c counter
+	stop := reportProgress(r.Progress, r.ProgressInterval, r.progressTick, plan, &c)
 	err := r.run(ctx, r.command("unpack", "--dir", dir), func(w io.Writer) error {
 		var err error
-		st, err = Write(ctx, w, root, plan)
+		st, err = writeFrom(ctx, w, plan, func(e manifest.Entry) string {
+			return filepath.Join(root, filepath.FromSlash(e.Path))
+		}, &c)
 		return err
 	}, nil)
+	stop()
 	if err != nil {
 		return st, fmt.Errorf("send to %s: %w", dir, err)
 	}
@@ -211,10 +226,41 @@ func Push(ctx context.Context, r Remote, root, dir string, base *manifest.Manife
 			return Plan{}, Stats{}, err
 		}
 	}
-	plan := PlanFor(from, base)
+	return pushPlan(ctx, r, root, dir, PlanFor(from, base), mopts)
+}
+
+// PushBuild is Push with the local manifest made by build while the box makes its own (a warm
+// box), so that a resync waits for the slower of the two rather than for their sum. It returns
+// the manifest build made: the base of this sync.
+func PushBuild(ctx context.Context, r Remote, root, dir string, build func(context.Context) (*manifest.Manifest, error), warm bool, mopts ManifestOptions) (*manifest.Manifest, Plan, Stats, error) {
+	var base, from *manifest.Manifest
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		var err error
+		base, err = build(gctx)
+		return err
+	})
+	if warm {
+		g.Go(func() error {
+			var err error
+			from, err = r.Manifest(gctx, dir, mopts)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, Plan{}, Stats{}, err
+	}
+	plan, st, err := pushPlan(ctx, r, root, dir, PlanFor(from, base), mopts)
+	return base, plan, st, err
+}
+
+func pushPlan(ctx context.Context, r Remote, root, dir string, plan Plan, mopts ManifestOptions) (Plan, Stats, error) {
 	if plan.Empty() {
 		return plan, Stats{}, nil
 	}
+	// The box records what it writes in its hash cache, so that its next manifest (warm resync)
+	// does not re-hash the files it was just sent.
+	plan.Cache = mopts.CacheFile
 	st, err := r.Unpack(ctx, dir, root, plan)
 	return plan, st, err
 }

@@ -78,11 +78,12 @@ func TestPushOverSSHColdThenWarm(t *testing.T) {
 	}
 	sameTree(t, base, build(t, dst))
 
-	// No-op resync sends nothing.
-	plan, _, err = Push(ctx, remote, src, dst, base, true, ManifestOptions{})
+	// No-op resync sends nothing, with the local manifest built while the box builds its own.
+	got, plan, _, err := PushBuild(ctx, remote, src, dst, func(context.Context) (*manifest.Manifest, error) { return build(t, src), nil }, true, ManifestOptions{})
 	if err != nil || !plan.Empty() {
 		t.Fatalf("no-op resync: plan %+v, err %v", plan, err)
 	}
+	sameTree(t, base, got)
 
 	// A warm resync sends only the change and the deletion.
 	must(t, os.WriteFile(filepath.Join(src, "a.txt"), []byte("A!"), 0o644))
@@ -125,4 +126,50 @@ func TestPushReportsBoxFailure(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 	t.Logf("error: %v", err)
+}
+
+func TestPushReportsProgressAndFillsBoxCache(t *testing.T) {
+	ctx := synctest.Context(t)
+	boxDir, remote := startBox(t)
+	src := t.TempDir()
+	synctest.Write(t, src, map[string]string{"a.txt": "a", "dir/b.txt": "bb", "big": string(make([]byte, 2<<20))})
+	must(t, os.Symlink("a.txt", filepath.Join(src, "link")))
+	// Hashes of files modified less than 2 s ago are never cached (racy timestamps): age them.
+	old := time.Now().Add(-time.Hour)
+	for _, p := range []string{"a.txt", "dir/b.txt", "big"} {
+		must(t, os.Chtimes(filepath.Join(src, p), old, old))
+	}
+	base := build(t, src)
+
+	var reports []Progress
+	tick := make(chan time.Time)
+	remote.progressTick = tick
+	remote.Progress = func(p Progress) { reports = append(reports, p) }
+	cacheFile := filepath.Join(boxDir, "cache.json")
+	plan, _, err := Push(ctx, remote, src, filepath.Join(boxDir, "ws"), base, true, ManifestOptions{CacheFile: cacheFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reports) == 0 {
+		t.Fatal("no progress reported")
+	}
+	last := reports[len(reports)-1]
+	if !last.Done || last.Files != 4 || last.TotalFiles != 4 || last.Bytes != plan.Bytes() || last.TotalBytes != plan.Bytes() {
+		t.Fatalf("last report %+v, want all 4 files and %d bytes, done", last, plan.Bytes())
+	}
+	for i := 1; i < len(reports); i++ {
+		if reports[i].Bytes < reports[i-1].Bytes || reports[i].Files < reports[i-1].Files {
+			t.Fatalf("progress went backwards: %+v", reports)
+		}
+	}
+	t.Logf("last report: %s", last)
+
+	// The box recorded the files it wrote: its next manifest does not re-hash them.
+	if n := manifest.LoadCache(cacheFile).Len(); n != 3 {
+		t.Fatalf("box hash cache holds %d files after the push, want 3", n)
+	}
+	plan, _, err = Push(ctx, remote, src, filepath.Join(boxDir, "ws"), base, true, ManifestOptions{CacheFile: cacheFile})
+	if err != nil || !plan.Empty() {
+		t.Fatalf("no-op resync with the cache: plan %+v, err %v", plan, err)
+	}
 }

@@ -1,0 +1,497 @@
+package stream
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/openclaw/cloudworkers/sync/manifest"
+)
+
+const (
+	// applyWorkers bounds the goroutines that create staged files. File creation is bound by the
+	// filesystem's latency rather than by CPU, so this is well above GOMAXPROCS.
+	applyWorkers = 16
+	// smallFile: files up to this size are read into memory and handed to a worker; larger ones
+	// are written by the reading goroutine as they stream in. At most applyWorkers small files
+	// are held at once, so a staging pass holds at most applyWorkers×smallFile bytes.
+	smallFile = 1 << 20
+)
+
+// Apply reads an archive from r and applies it below root. It first reads the whole archive into
+// a staging directory, checking every entry against the plan at its head (paths, types, sizes,
+// sha256, limits, symlink containment) and the target for symlinked or mismatched parents; any
+// violation, and any truncated or corrupt input, returns a *RefusedError (or the read error) with
+// root untouched. Only then are deletions made and staged entries renamed into place.
+//
+// The staging directory mirrors the tree. It lives inside root when root exists; when root does
+// not exist yet (an initial sync), it is a sibling of root that becomes root with one rename.
+// Files are created by a bounded pool of goroutines, each file's content checked against its
+// sha256 before it is written.
+func Apply(ctx context.Context, r io.Reader, root string, opts ApplyOptions) (Stats, error) {
+	opts.Limits.setDefaults()
+	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<30), zstd.WithDecoderMaxWindow(128<<20))
+	if err != nil {
+		return Stats{}, err
+	}
+	defer zr.Close()
+	tr := tar.NewReader(zr)
+	plan, err := readPlan(tr, opts)
+	if err != nil {
+		return Stats{}, err
+	}
+
+	cold := false
+	fi, err := os.Lstat(root)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		cold = true
+	case err != nil:
+		return Stats{}, err
+	case !fi.IsDir():
+		return Stats{}, fmt.Errorf("apply archive: %s is not a directory", root)
+	}
+	stageIn := root
+	if cold {
+		stageIn = filepath.Dir(root)
+		if err := os.MkdirAll(stageIn, 0o755); err != nil {
+			return Stats{}, err
+		}
+	}
+	staging, err := os.MkdirTemp(stageIn, manifest.StagingPrefix+"*")
+	if err != nil {
+		return Stats{}, err
+	}
+	defer os.RemoveAll(staging)
+
+	s := &stager{staging: staging, fsync: opts.Fsync, dirs: map[string]*stagedDir{}}
+	st, err := s.stage(ctx, tr, plan)
+	if err != nil {
+		return st, err
+	}
+	// The zstd stream must end cleanly too: a truncated or corrupt tail is refused.
+	if n, err := io.Copy(io.Discard, io.LimitReader(zr, 1<<20)); err != nil || n >= 1<<20 {
+		return st, refused("", "corrupt or overlong archive tail")
+	}
+	if !cold {
+		if err := checkTarget(root, plan); err != nil {
+			return st, err
+		}
+	}
+	st.Deleted = len(plan.Deletes)
+	if cold {
+		err = commitCold(root, staging, plan, opts.Fsync)
+	} else {
+		err = commit(ctx, root, staging, plan, opts.Fsync)
+	}
+	if err != nil {
+		return st, err
+	}
+	if plan.Cache != "" {
+		if err := recordCache(ctx, root, plan); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+// readPlan reads and checks the plan at the head of an archive.
+func readPlan(tr *tar.Reader, opts ApplyOptions) (*Plan, error) {
+	h, err := tr.Next()
+	if err != nil {
+		return nil, refused("", "read plan: %v", err)
+	}
+	if h.Name != headerName || h.Typeflag != tar.TypeReg || h.Size < 0 || h.Size > opts.MaxPlanBytes {
+		return nil, refused(h.Name, "archive does not start with a plan")
+	}
+	pb, err := io.ReadAll(tr)
+	if err != nil {
+		return nil, refused("", "read plan: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(pb))
+	dec.DisallowUnknownFields()
+	var plan Plan
+	if err := dec.Decode(&plan); err != nil {
+		return nil, refused("", "decode plan: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, refused("", "decode plan: trailing data")
+	}
+	if err := ValidatePlan(&plan, opts.Limits, opts.AllowEscapingSymlinks); err != nil {
+		return nil, err
+	}
+	if plan.Cache != "" && !opts.UpdateCache {
+		return nil, refused(plan.Cache, "archive names a hash cache file")
+	}
+	if opts.Expect != nil && !samePlan(&plan, opts.Expect) {
+		return nil, refused("", "archive does not carry the requested plan")
+	}
+	return &plan, nil
+}
+
+// stager writes an archive's entries below a staging directory that mirrors the tree.
+type stager struct {
+	staging string
+	fsync   bool
+
+	mu   sync.Mutex
+	dirs map[string]*stagedDir
+}
+
+type stagedDir struct {
+	once sync.Once
+	err  error
+}
+
+func (s *stager) full(p string) string { return filepath.Join(s.staging, filepath.FromSlash(p)) }
+
+// dir creates the staged directory p (slash-separated, "." for the staging root) and its
+// parents, once, from any goroutine.
+func (s *stager) dir(p string) error {
+	if p == "." {
+		return nil
+	}
+	s.mu.Lock()
+	d := s.dirs[p]
+	if d == nil {
+		d = &stagedDir{}
+		s.dirs[p] = d
+	}
+	s.mu.Unlock()
+	d.once.Do(func() {
+		if d.err = s.dir(path.Dir(p)); d.err == nil {
+			d.err = os.Mkdir(s.full(p), 0o755)
+		}
+	})
+	return d.err
+}
+
+var tarType = map[manifest.Type]byte{manifest.TypeFile: tar.TypeReg, manifest.TypeDir: tar.TypeDir, manifest.TypeSymlink: tar.TypeSymlink}
+
+// stage reads one tar entry per plan entry, checks it against the plan and stages it. Small files
+// are checked and written by a bounded pool of goroutines; stage returns once all are done.
+func (s *stager) stage(ctx context.Context, tr *tar.Reader, plan *Plan) (Stats, error) {
+	var st Stats
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(applyWorkers)
+	read := func() error {
+		for _, e := range plan.Entries {
+			if err := gctx.Err(); err != nil {
+				return err
+			}
+			h, err := tr.Next()
+			if err != nil {
+				return refused(e.Path, "archive ends before this entry: %v", err)
+			}
+			if h.Name != e.Path {
+				return refused(h.Name, "entry out of plan (expected %q)", e.Path)
+			}
+			if h.Typeflag != tarType[e.Type] {
+				return refused(h.Name, "entry type %q not allowed here (devices, FIFOs, sockets and hard links never are)", string(h.Typeflag))
+			}
+			switch e.Type {
+			case manifest.TypeDir:
+				st.Dirs++
+				g.Go(func() error { return s.dir(e.Path) })
+			case manifest.TypeSymlink:
+				if h.Linkname != e.Target {
+					return refused(h.Name, "symlink target differs from the plan")
+				}
+				st.Symlinks++
+				g.Go(func() error {
+					if err := s.dir(path.Dir(e.Path)); err != nil {
+						return err
+					}
+					return os.Symlink(e.Target, s.full(e.Path))
+				})
+			case manifest.TypeFile:
+				if h.Size != e.Size {
+					return refused(h.Name, "size %d differs from the plan (%d)", h.Size, e.Size)
+				}
+				if e.Size > smallFile {
+					if err := s.stream(tr, e); err != nil {
+						return err
+					}
+				} else {
+					data := make([]byte, e.Size)
+					if _, err := io.ReadFull(tr, data); err != nil {
+						return refused(e.Path, "read content: %v", err)
+					}
+					g.Go(func() error { return s.file(e, data) })
+				}
+				st.Files++
+				st.Bytes += e.Size
+			}
+		}
+		if _, err := tr.Next(); err != io.EOF {
+			return refused("", "data after the last planned entry")
+		}
+		return nil
+	}
+	err := read()
+	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil {
+		err = nil // a worker failed and canceled gctx: Wait returns its error
+	}
+	if werr := g.Wait(); err == nil {
+		err = werr
+	}
+	return st, err
+}
+
+// file checks a small file's content against its entry and writes it to staging.
+func (s *stager) file(e manifest.Entry, data []byte) error {
+	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != e.SHA256 {
+		return refused(e.Path, "content does not match its sha256")
+	}
+	f, err := s.create(e)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	return s.finish(f, e, err)
+}
+
+// stream copies a large file from the archive to staging, checking it while it is written.
+func (s *stager) stream(r io.Reader, e manifest.Entry) error {
+	f, err := s.create(e)
+	if err != nil {
+		return err
+	}
+	h := sha256.New()
+	n, err := io.CopyBuffer(io.MultiWriter(f, h), io.LimitReader(r, e.Size), make([]byte, 256<<10))
+	switch {
+	case err != nil:
+		err = refused(e.Path, "read content: %v", err)
+	case n != e.Size:
+		err = refused(e.Path, "truncated content")
+	case hex.EncodeToString(h.Sum(nil)) != e.SHA256:
+		err = refused(e.Path, "content does not match its sha256")
+	}
+	return s.finish(f, e, err)
+}
+
+func (s *stager) create(e manifest.Entry) (*os.File, error) {
+	if err := s.dir(path.Dir(e.Path)); err != nil {
+		return nil, err
+	}
+	return os.OpenFile(s.full(e.Path), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+}
+
+// finish sets the file's final mode (and syncs it when asked), closes it and sets its mtime.
+func (s *stager) finish(f *os.File, e manifest.Entry, err error) error {
+	if err == nil {
+		err = f.Chmod(os.FileMode(e.Mode))
+	}
+	if err == nil && s.fsync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		mt := time.Unix(0, e.MTime)
+		_ = os.Chtimes(f.Name(), mt, mt)
+	}
+	return err
+}
+
+// checkTarget refuses a plan that would write through a symlink or over an entry of another type
+// that is not deleted first.
+func checkTarget(root string, plan *Plan) error {
+	deleted := make(map[string]bool, len(plan.Deletes))
+	for _, d := range plan.Deletes {
+		deleted[d] = true
+	}
+	checked := map[string]bool{}
+	check := func(p string, isEntry bool, t manifest.Type) error {
+		// Parents: real directories, or gone once deletions are done.
+		var parents []string
+		for d := filepath.Dir(p); d != "."; d = filepath.Dir(d) {
+			parents = append(parents, d)
+		}
+		gone := false
+		for i := len(parents) - 1; i >= 0; i-- {
+			d := parents[i]
+			if deleted[d] {
+				gone = true
+				break // everything below it is removed first
+			}
+			if checked[d] {
+				continue
+			}
+			fi, err := os.Lstat(filepath.Join(root, d))
+			if errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			if !fi.IsDir() {
+				return refused(p, "parent %q is not a directory (a symlink or file) in the target", d)
+			}
+			checked[d] = true
+		}
+		if !isEntry || gone || deleted[p] {
+			return nil
+		}
+		fi, err := os.Lstat(filepath.Join(root, filepath.FromSlash(p)))
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if (t == manifest.TypeDir) != fi.IsDir() || (fi.Mode()&os.ModeType != 0 && !fi.IsDir() && fi.Mode()&os.ModeSymlink == 0) {
+			return refused(p, "exists in the target as another type and is not deleted first")
+		}
+		return nil
+	}
+	for _, d := range plan.Deletes {
+		if err := check(d, false, ""); err != nil {
+			return err
+		}
+	}
+	for _, e := range plan.Entries {
+		if err := check(e.Path, true, e.Type); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// commitCold makes a staged tree that did not exist before real: directory modes (deepest
+// first), then one rename of the staging directory to root.
+func commitCold(root, staging string, plan *Plan, fsync bool) error {
+	if err := dirModes(staging, plan); err != nil {
+		return err
+	}
+	if err := os.Chmod(staging, 0o755); err != nil {
+		return err
+	}
+	if fsync {
+		syncDir(staging)
+	}
+	if err := os.Rename(staging, root); err != nil {
+		return fmt.Errorf("write %s: %w", root, err)
+	}
+	if fsync {
+		syncDir(filepath.Dir(root))
+	}
+	return nil
+}
+
+// commit makes the checked plan real below an existing root: deletions (deepest first),
+// directories, then files and symlinks renamed from staging (by the worker pool), then directory
+// modes (deepest first).
+func commit(ctx context.Context, root, staging string, plan *Plan, fsync bool) error {
+	dels := slices.Clone(plan.Deletes)
+	sort.Sort(sort.Reverse(sort.StringSlice(dels)))
+	for _, d := range dels {
+		if err := os.RemoveAll(filepath.Join(root, filepath.FromSlash(d))); err != nil {
+			return fmt.Errorf("delete %s: %w", d, err)
+		}
+	}
+	touched := map[string]bool{}
+	for _, e := range plan.Entries {
+		dst := filepath.Join(root, filepath.FromSlash(e.Path))
+		if e.Type == manifest.TypeDir {
+			if err := os.MkdirAll(dst, 0o700); err != nil {
+				return fmt.Errorf("create %s: %w", e.Path, err)
+			}
+			_ = os.Chmod(dst, 0o700|os.FileMode(e.Mode)) // final mode once its content is in
+			touched[dst] = true
+			continue
+		}
+		if d := filepath.Dir(dst); !touched[d] {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
+			touched[d] = true
+		}
+	}
+	g, _ := errgroup.WithContext(ctx)
+	g.SetLimit(applyWorkers)
+	for _, e := range plan.Entries {
+		if e.Type == manifest.TypeDir {
+			continue
+		}
+		g.Go(func() error {
+			if err := os.Rename(filepath.Join(staging, filepath.FromSlash(e.Path)), filepath.Join(root, filepath.FromSlash(e.Path))); err != nil {
+				return fmt.Errorf("write %s: %w", e.Path, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	if err := dirModes(root, plan); err != nil {
+		return err
+	}
+	if fsync {
+		for d := range touched {
+			syncDir(d)
+		}
+		syncDir(root)
+	}
+	return nil
+}
+
+// dirModes sets the final modes of the plan's directories below base, deepest first.
+func dirModes(base string, plan *Plan) error {
+	for i := len(plan.Entries) - 1; i >= 0; i-- {
+		e := plan.Entries[i]
+		if e.Type == manifest.TypeDir {
+			if err := os.Chmod(filepath.Join(base, filepath.FromSlash(e.Path)), os.FileMode(e.Mode)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func syncDir(d string) {
+	if f, err := os.Open(d); err == nil {
+		_ = f.Sync()
+		f.Close()
+	}
+}
+
+// recordCache adds the files just written to the plan's hash cache file, so that the next
+// manifest of root (`openclaw worker manifest --cache`) does not re-hash them.
+func recordCache(ctx context.Context, root string, plan *Plan) error {
+	c := manifest.LoadCache(plan.Cache)
+	now := time.Now()
+	g, _ := errgroup.WithContext(ctx)
+	g.SetLimit(applyWorkers)
+	for _, e := range plan.Entries {
+		if e.Type != manifest.TypeFile {
+			continue
+		}
+		g.Go(func() error {
+			if fi, err := os.Lstat(filepath.Join(root, filepath.FromSlash(e.Path))); err == nil {
+				c.Record(e.Path, fi, e.SHA256, now)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return c.Save(plan.Cache)
+}
