@@ -325,6 +325,13 @@ func (d *Dispatcher) syncOut(ctx context.Context, p Placement) (Change, error) {
 		return Change{}, err
 	}
 	defer c.Close()
+	// long transfers show their progress (files, bytes, rate) as placement notes, every 2 s
+	r.ProgressInterval = 2 * time.Second
+	r.Progress = func(pr stream.Progress) {
+		if !pr.Done && pr.Elapsed >= 2*time.Second {
+			d.cfg.Placements.Note(ctx, p.SessionID, "sync progress: "+pr.String())
+		}
+	}
 	boxWS := filepath.Join(e.WorkerHome, ".openclaw-worker", "work", p.SessionID)
 	plan, st, err := stream.Push(ctx, r, anchorDir, boxWS, base, true, stream.ManifestOptions{Mode: mode, Exclude: excl, Include: incl})
 	if err != nil {
