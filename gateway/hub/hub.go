@@ -638,7 +638,10 @@ func (s *Server) serveAdmitted(ctx context.Context, wc *workerConn) error {
 				ch <- f // buffered: one answer per request
 			}
 		case protocol.TypeCancel:
-			// Nothing the worker can cancel exists yet.
+			// A cancel frame names the request it cancels: an in-flight inference call.
+			if !wc.cancelRequest(f.ID) {
+				s.log.Debug("cancel of no running request", "env", wc.envID, "id", f.ID)
+			}
 		case protocol.TypeEvent:
 			s.log.Debug("ignoring worker event", "env", wc.envID, "event", f.Event)
 		}

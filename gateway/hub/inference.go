@@ -36,6 +36,7 @@ const (
 
 // proxyCall is one model call in flight on a connection.
 type proxyCall struct {
+	reqID  string // the id of the worker.inference.start request (a cancel frame names it)
 	window *protocol.CreditWindow
 	size   uint64 // the initial credit: no event costs more than this
 	cancel context.CancelFunc
@@ -211,7 +212,7 @@ func (s *Server) runCall(ctx context.Context, wc *workerConn, f protocol.Frame, 
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	call := &proxyCall{window: protocol.NewCreditWindow(window), size: window, cancel: cancel}
+	call := &proxyCall{reqID: f.ID, window: protocol.NewCreditWindow(window), size: window, cancel: cancel}
 	wc.cmu.Lock()
 	if wc.calls[key] != nil {
 		wc.cmu.Unlock()
@@ -259,6 +260,11 @@ func (s *Server) runCall(ctx context.Context, wc *workerConn, f protocol.Frame, 
 		bytesOut += uint64(len(fr.Payload))
 		return wc.write(cctx, fr)
 	})
+	if err != nil && cctx.Err() != nil && !errors.Is(err, context.Canceled) {
+		// the call was cancelled (worker cancel, cancel frame, lost connection): whatever error the
+		// provider stream ended with, the outcome is aborted
+		err = fmt.Errorf("%w: %v", context.Canceled, err)
+	}
 	t := s.terminalFor(p, msg, err)
 	fr, ferr := protocol.NewEvent(protocol.MethodInferenceTerminal, seq+1, t)
 	if ferr == nil {
@@ -390,4 +396,18 @@ func (s *Server) InferenceTotals(ctx context.Context, envID string) (InferenceTo
 		FROM inference_calls WHERE environment_id=?`, envID).
 		Scan(&t.Calls, &t.InputTokens, &t.OutputTokens, &t.TotalTokens, &t.Cost, &t.BytesIn, &t.BytesOut)
 	return t, err
+}
+
+// cancelRequest handles a cancel frame: the in-flight call started by request id is cancelled
+// (its provider stream closed); it reports whether one was.
+func (wc *workerConn) cancelRequest(id string) bool {
+	wc.cmu.Lock()
+	defer wc.cmu.Unlock()
+	for _, c := range wc.calls {
+		if c.reqID == id {
+			c.cancel()
+			return true
+		}
+	}
+	return false
 }

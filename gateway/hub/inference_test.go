@@ -240,3 +240,35 @@ func TestInferenceFencesStaleOwner(t *testing.T) {
 	}
 	_ = json.Valid
 }
+
+// A cancel frame naming the worker.inference.start request cancels that call: the provider's
+// connection is closed.
+func TestCancelFrameCancelsInferenceCall(t *testing.T) {
+	closed := make(chan struct{})
+	p := newProxyHarness(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		inferencetest.SSE(w, sseChunk(`{"role":"assistant","content":"Hel"}`, ""))
+		<-r.Context().Done()
+		close(closed)
+	})
+	c := rawConn(t, p.harness)
+	sendFrame(t, c, connectFrame(t, envA, p.cfg.Credential, bundleA))
+	if f := recvFrame(t, c); f.Type != protocol.TypeRes || !f.OK {
+		t.Fatalf("connect: %+v", f)
+	}
+	start, err := protocol.Request("s1", protocol.MethodInferenceStart, p.startParams("call-c", "local/m1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendFrame(t, c, start)
+	for { // the call is accepted and streams its first event
+		f := recvFrame(t, c)
+		if f.Type == protocol.TypeRes && !f.OK {
+			t.Fatalf("start refused: %+v", f.Error)
+		}
+		if f.Type == protocol.TypeEvent && strings.Contains(string(f.Payload), `"text_delta"`) {
+			break // the provider is streaming: its request is in flight
+		}
+	}
+	sendFrame(t, c, protocol.Frame{Type: protocol.TypeCancel, ID: "s1"})
+	recvChan(t, "the provider to see its connection close", closed)
+}
