@@ -30,10 +30,15 @@ const (
 )
 
 // Content is one block of a message: text, thinking, a tool call or an image.
+//
+// Signature is the provider's opaque signature of a thinking block (Anthropic's extended thinking),
+// kept so the block can be sent back unchanged to the model that produced it; empty when the
+// provider gave none (such thinking is not sent back).
 type Content struct {
 	Type      string          `json:"type"`
 	Text      string          `json:"text,omitempty"`
 	Thinking  string          `json:"thinking,omitempty"`
+	Signature string          `json:"signature,omitempty"` // thinking
 	ID        string          `json:"id,omitempty"`        // toolCall
 	Name      string          `json:"name,omitempty"`      // toolCall
 	Arguments json.RawMessage `json:"arguments,omitempty"` // toolCall: a JSON object

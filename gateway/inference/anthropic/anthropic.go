@@ -69,7 +69,7 @@ func Params(call inference.Call) (sdk.MessageNewParams, []option.RequestOption, 
 	if call.Context.SystemPrompt != "" {
 		p.System = []sdk.TextBlockParam{{Text: call.Context.SystemPrompt}}
 	}
-	msgs, err := convertMessages(call.Context.Messages)
+	msgs, err := convertMessages(call.Context.Messages, call.Model)
 	if err != nil {
 		return p, nil, err
 	}
@@ -138,8 +138,10 @@ func imageBlock(c protocol.Content) sdk.ContentBlockParamUnion {
 
 // convertMessages maps the transcript to Anthropic messages. Consecutive tool results become one user
 // message; failed or aborted assistant messages are left out (their tool calls have no results).
-// Thinking is not sent back: the transcript does not keep Anthropic's thinking signatures.
-func convertMessages(in []protocol.Message) ([]sdk.MessageParam, error) {
+// Thinking goes back, in its place, only with its signature and only to the model that produced it
+// (signatures are model-specific: a foreign one makes Anthropic reject the request); other thinking
+// is left out.
+func convertMessages(in []protocol.Message, model inference.Model) ([]sdk.MessageParam, error) {
 	var out []sdk.MessageParam
 	var results []sdk.ContentBlockParamUnion
 	flush := func() {
@@ -171,9 +173,14 @@ func convertMessages(in []protocol.Message) ([]sdk.MessageParam, error) {
 			if m.StopReason == protocol.StopError || m.StopReason == protocol.StopAborted {
 				continue
 			}
+			sameModel := m.API == string(model.API) && m.Provider == model.Provider && m.Model == model.ID
 			var blocks []sdk.ContentBlockParamUnion
 			for _, c := range m.Content {
 				switch c.Type {
+				case protocol.ContentThinking:
+					if c.Signature != "" && sameModel {
+						blocks = append(blocks, sdk.NewThinkingBlock(c.Signature, c.Thinking))
+					}
 				case protocol.ContentText:
 					if strings.TrimSpace(c.Text) != "" {
 						blocks = append(blocks, sdk.NewTextBlock(c.Text))
@@ -209,8 +216,41 @@ func convertMessages(in []protocol.Message) ([]sdk.MessageParam, error) {
 	return out, nil
 }
 
+// signatures holds the thinking signatures of a streamed message by content index. The shared
+// Builder does not know them: they are filled into every message it emits and into the result.
+type signatures struct {
+	byIndex map[int]string
+	// redacted is set when the message has a redacted_thinking block, which the transcript cannot
+	// hold: its signatures are then dropped, since Anthropic may reject a turn sent back with only some
+	// of its thinking blocks, while a turn sent back without thinking is what the adapter did before.
+	redacted bool
+}
+
+func (s *signatures) fill(m *protocol.Message) {
+	if s.redacted {
+		return
+	}
+	for i, sig := range s.byIndex {
+		if i < len(m.Content) && m.Content[i].Type == protocol.ContentThinking {
+			m.Content[i].Signature = sig
+		}
+	}
+}
+
 // Stream implements inference.Adapter.
 func (a *Adapter) Stream(ctx context.Context, call inference.Call, emit inference.Emit) (protocol.Message, error) {
+	sigs := &signatures{byIndex: map[int]string{}}
+	msg, err := a.stream(ctx, call, sigs, func(ev protocol.StreamEvent) error {
+		if ev.Message != nil { // a snapshot with its own content slice
+			sigs.fill(ev.Message)
+		}
+		return emit(ev)
+	})
+	sigs.fill(&msg)
+	return msg, err
+}
+
+func (a *Adapter) stream(ctx context.Context, call inference.Call, sigs *signatures, emit inference.Emit) (protocol.Message, error) {
 	b := inference.NewBuilder(call, emit)
 	if err := b.Start(); err != nil {
 		return protocol.Message{}, err
@@ -250,8 +290,11 @@ func (a *Adapter) Stream(ctx context.Context, call inference.Call, emit inferenc
 				var i int
 				if i, err = b.BeginThinking(); err == nil {
 					index[ev.Index] = i
+					sigs.byIndex[i] = cb.Signature
 					err = b.Delta(i, cb.Thinking)
 				}
+			case "redacted_thinking":
+				sigs.redacted = true
 			case "tool_use":
 				var i int
 				if i, err = b.BeginToolCall(cb.ID, cb.Name); err == nil {
@@ -268,6 +311,10 @@ func (a *Adapter) Stream(ctx context.Context, call inference.Call, emit inferenc
 				err = b.Delta(i, ev.Delta.Text)
 			case "thinking_delta":
 				err = b.Delta(i, ev.Delta.Thinking)
+			case "signature_delta":
+				if _, ok := sigs.byIndex[i]; ok {
+					sigs.byIndex[i] += ev.Delta.Signature
+				}
 			case "input_json_delta":
 				err = b.Delta(i, ev.Delta.PartialJSON)
 			}

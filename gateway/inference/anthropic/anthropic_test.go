@@ -340,3 +340,114 @@ func TestEmitErrorStopsStream(t *testing.T) {
 		t.Fatal("the provider never saw the connection close")
 	}
 }
+
+const testSignature = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"
+
+// thinkingToolTurn streams a signed thinking block (the signature in a signature_delta), optionally a
+// redacted_thinking block, and a tool call.
+func thinkingToolTurn(redacted bool) []string {
+	ev := []string{msgStart,
+		`event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}`,
+		delta(0, `{"type":"thinking_delta","thinking":"I should read the file."}`),
+		delta(0, `{"type":"signature_delta","signature":"`+testSignature+`"}`),
+		blockStop(0)}
+	tool := 1
+	if redacted {
+		ev = append(ev, `event: content_block_start
+data: {"type":"content_block_start","index":1,"content_block":{"type":"redacted_thinking","data":"EmwKAhgBEgy3va3pzix/LafPsn4a"}}`, blockStop(1))
+		tool = 2
+	}
+	return append(ev, `event: content_block_start
+data: {"type":"content_block_start","index":`+itoa(tool)+`,"content_block":{"type":"tool_use","id":"toolu_1","name":"read","input":{}}}`,
+		delta(tool, `{"type":"input_json_delta","partial_json":"{\"path\":\"README.md\"}"}`),
+		blockStop(tool), msgDelta("tool_use", 40), msgStop)
+}
+
+func TestThinkingSignatureRoundTrip(t *testing.T) {
+	ctx := inferencetest.Context(t)
+	srv := inferencetest.NewServer(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n == 0 {
+			inferencetest.SSE(w, thinkingToolTurn(false)...)
+			return
+		}
+		inferencetest.SSE(w, msgStart, msgDelta("end_turn", 1), msgStop)
+	})
+	c := call(srv.URL, 0)
+	c.Options = inference.Options{Reasoning: inference.ReasoningLow}
+	rec := &inferencetest.Recorder{}
+	msg, err := anthropic.New().Stream(ctx, c, rec.Emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.Content[0].Type != protocol.ContentThinking || msg.Content[0].Signature != testSignature {
+		t.Fatalf("returned message content: %+v", msg.Content)
+	}
+	done := rec.Events[len(rec.Events)-1]
+	if done.Type != protocol.EventDone || done.Message.Content[0].Signature != testSignature {
+		t.Fatalf("done event message content: %+v", done.Message.Content)
+	}
+	for _, ev := range rec.Events[:len(rec.Events)-1] {
+		if ev.Message != nil && len(ev.Message.Content) > 0 && ev.Message.Content[0].Signature != "" {
+			t.Errorf("%s event carries a signature before the block was signed", ev.Type)
+		}
+	}
+
+	// The follow-up request sends the signed thinking block back first, then the tool call.
+	c.Context.Messages = []protocol.Message{c.Context.Messages[0], msg,
+		{Role: protocol.RoleToolResult, ToolCallID: "toolu_1", ToolName: "read", Content: []protocol.Content{{Type: protocol.ContentText, Text: "# Hello"}}}}
+	if _, err := anthropic.New().Stream(ctx, c, (&inferencetest.Recorder{}).Emit); err != nil {
+		t.Fatal(err)
+	}
+	assistant := func(r inferencetest.Request) []map[string]any {
+		t.Helper()
+		var body struct {
+			Messages []struct {
+				Role    string           `json:"role"`
+				Content []map[string]any `json:"content"`
+			}
+		}
+		if err := json.Unmarshal(r.Body, &body); err != nil {
+			t.Fatal(err)
+		}
+		if len(body.Messages) != 3 || body.Messages[1].Role != "assistant" {
+			t.Fatalf("messages: %+v", body.Messages)
+		}
+		return body.Messages[1].Content
+	}
+	got := assistant(srv.Requests()[1])
+	if len(got) != 2 || got[0]["type"] != "thinking" || got[0]["thinking"] != "I should read the file." ||
+		got[0]["signature"] != testSignature || len(got[0]) != 3 || got[1]["type"] != "tool_use" || got[1]["id"] != "toolu_1" {
+		t.Errorf("assistant content: %+v", got)
+	}
+
+	// Signatures are model-specific: another model gets the turn without its thinking.
+	other := c
+	other.Model.ID = "claude-opus-4-1"
+	if _, err := anthropic.New().Stream(ctx, other, (&inferencetest.Recorder{}).Emit); err != nil {
+		t.Fatal(err)
+	}
+	if got := assistant(srv.Requests()[2]); len(got) != 1 || got[0]["type"] != "tool_use" {
+		t.Errorf("assistant content sent to another model: %+v", got)
+	}
+}
+
+// A turn with redacted thinking cannot be kept whole, so none of its thinking keeps a signature (it is
+// then not sent back, rather than sent back incomplete).
+func TestRedactedThinkingDropsSignatures(t *testing.T) {
+	ctx := inferencetest.Context(t)
+	srv := inferencetest.NewServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		inferencetest.SSE(w, thinkingToolTurn(true)...)
+	})
+	rec := &inferencetest.Recorder{}
+	msg, err := anthropic.New().Stream(ctx, call(srv.URL, 0), rec.Emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msg.Content) != 2 || msg.Content[0].Signature != "" || msg.Content[1].Type != protocol.ContentToolCall {
+		t.Fatalf("content: %+v", msg.Content)
+	}
+	if strings.Contains(rec.JSON(), testSignature) {
+		t.Error("an event carries the signature")
+	}
+}
