@@ -148,8 +148,39 @@ func newSessionShowCmd(g *globals) *cobra.Command {
 			row("agent", s.Agent)
 			row("model", s.Model)
 			row("workspace", s.Workspace)
-			row("placement", string(s.Placement))
-			row("environment", s.EnvironmentID)
+			var pv placementView
+			if _, err := c.Do(cmd.Context(), http.MethodGet, "/api/v1/sessions/"+url.PathEscape(s.ID)+"/placement", nil, &pv); err == nil {
+				p := pv.Placement
+				state := string(p.State)
+				if p.Error != "" {
+					state += " — " + p.Error
+				}
+				row("placement", state)
+				env := p.EnvironmentID
+				if env == "" {
+					env = s.EnvironmentID
+				}
+				row("environment", env)
+				if env != "" {
+					var wi api.WorkerInfo
+					if _, err := c.Do(cmd.Context(), http.MethodGet, "/api/v1/environments/"+url.PathEscape(env)+"/worker", nil, &wi); err == nil {
+						row("tunnel", fmt.Sprintf("%s (epoch %d), worker admitted: %v", wi.TunnelStatus, wi.TunnelEpoch, wi.Admitted))
+					}
+				}
+				if p.AnchorDir != "" {
+					row("anchor", p.AnchorDir+" ("+p.SyncMode+")")
+				}
+				last := ""
+				for _, ev := range pv.Events {
+					if strings.HasPrefix(ev.Reason, "checkpoint ") {
+						last = ev.At + "  " + ev.Reason
+					}
+				}
+				row("checkpoint", last)
+			} else {
+				row("placement", string(s.Placement))
+				row("environment", s.EnvironmentID)
+			}
 			row("owner epoch", fmt.Sprint(s.OwnerEpoch))
 			row("leaf", s.LeafID)
 			row("entries", fmt.Sprint(len(t.Entries)))
