@@ -34,6 +34,7 @@ var fixes = []struct{ match, fix string }{
 	{"box hygiene", "a hygiene check failed under policy enforce: fix the box, or set the check to warn in the profile's hygiene block"},
 	{"no bundle", "the box's platform differs from the gateway's: run `make bundles` and set bundleDir in the gateway config"},
 	{"not admitted", "the worker did not connect back: read the worker log in ~/.openclaw-worker/state/<env>/worker.log on the box"},
+	{"sync", "the box could not take or return a workspace: check disk space and write access in the box's HOME"},
 	{"lease CLI", "the lease CLI failed: its own message is quoted above; run the profile's provision command by hand"},
 	{"capacity", "the profile is at maxEnvironments: destroy an environment or raise the limit"},
 }
@@ -216,6 +217,15 @@ func runDoctor(ctx context.Context, g *globals, profile string, keep bool) (step
 	var wi api.WorkerInfo
 	if _, err := c.Do(ctx, http.MethodGet, "/api/v1/environments/"+e.ID+"/worker", nil, &wi); err == nil {
 		add("tunnel", wi.TunnelStatus == "connected" && wi.Admitted, fmt.Sprintf("now %s, worker admitted=%v, epoch %d", wi.TunnelStatus, wi.Admitted, wi.TunnelEpoch))
+	}
+	var sc struct {
+		OK     bool   `json:"ok"`
+		Detail string `json:"detail"`
+	}
+	if _, err := c.Do(ctx, http.MethodPost, "/api/v1/environments/"+e.ID+"/check-sync", nil, &sc); err != nil {
+		add("sync", false, err.Error())
+	} else {
+		add("sync", sc.OK, sc.Detail)
 	}
 	var models struct {
 		Default string `json:"default"`

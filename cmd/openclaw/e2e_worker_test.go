@@ -414,7 +414,7 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("step %v failed", s)
 		}
 	}
-	for _, want := range []string{"gateway", "profile", "provider", "ssh", "bundle", "hygiene", "tunnel", "worker", "inference", "cleanup"} {
+	for _, want := range []string{"gateway", "profile", "provider", "ssh", "bundle", "hygiene", "tunnel", "worker", "sync", "inference", "cleanup"} {
 		if !strings.Contains(" "+strings.Join(names, " ")+" ", " "+want+" ") {
 			t.Errorf("no %s step in %v", want, names)
 		}

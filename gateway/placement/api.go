@@ -89,6 +89,13 @@ func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 		}
 		return c.JSON(http.StatusAccepted, p)
 	})
+	g.POST("/environments/:id/check-sync", func(c echo.Context) error {
+		msg, err := d.CheckSync(c.Request().Context(), c.Param("id"))
+		if err != nil {
+			return c.JSON(http.StatusOK, map[string]any{"ok": false, "detail": err.Error()})
+		}
+		return c.JSON(http.StatusOK, map[string]any{"ok": true, "detail": msg})
+	})
 	g.GET("/sessions/:id/placement", func(c echo.Context) error {
 		p, err := d.cfg.Placements.Get(c.Request().Context(), c.Param("id"))
 		if err != nil {

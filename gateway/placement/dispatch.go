@@ -590,3 +590,56 @@ func sleepCtx(ctx context.Context) error {
 		return nil
 	}
 }
+
+// CheckSync proves the sync path of an environment: a small tree is sent to a scratch directory
+// on the box through `openclaw worker unpack`, read back with the box's manifest, compared, and
+// removed. It is what `openclaw doctor` reports as its sync step.
+func (d *Dispatcher) CheckSync(ctx context.Context, envID string) (string, error) {
+	e, err := d.cfg.Envs.Get(ctx, envID)
+	if err != nil {
+		return "", err
+	}
+	if e.WorkerHome == "" || e.BundleHash == "" {
+		return "", fmt.Errorf("environment %s has no worker installed (state %s)", envID, e.State)
+	}
+	src, err := os.MkdirTemp("", "openclaw-synccheck-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(src)
+	files := map[string]string{"check.txt": "openclaw sync check\n", "dir/nested.txt": strings.Repeat("x", 4096)}
+	for name, body := range files {
+		p := filepath.Join(src, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			return "", err
+		}
+	}
+	r, c, err := d.remote(ctx, e)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	dir := filepath.Join(e.WorkerHome, ".openclaw-worker", "synccheck")
+	defer bootstrap.RunOK(context.WithoutCancel(ctx), c, "remove sync check", "rm -rf "+bootstrap.Quote(dir))
+	start := time.Now()
+	local, _, err := manifest.Build(ctx, src, manifest.Options{})
+	if err != nil {
+		return "", err
+	}
+	plan, st, err := stream.Push(ctx, r, src, dir, local, false, stream.ManifestOptions{})
+	if err != nil {
+		return "", fmt.Errorf("send: %w", err)
+	}
+	box, err := r.Manifest(ctx, dir, stream.ManifestOptions{})
+	if err != nil {
+		return "", fmt.Errorf("read back: %w", err)
+	}
+	if ch := manifest.Diff(local, box); len(ch.Added)+len(ch.Changed)+len(ch.Deleted) > 0 {
+		return "", fmt.Errorf("the box's copy differs: %d added, %d changed, %d missing", len(ch.Added), len(ch.Changed), len(ch.Deleted))
+	}
+	return fmt.Sprintf("%d entries (%d bytes) sent through `openclaw worker unpack` and verified by the box's manifest in %s",
+		len(plan.Entries), st.Bytes, time.Since(start).Round(time.Millisecond)), nil
+}
