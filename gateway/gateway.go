@@ -207,8 +207,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		Log: log.With("subsystem", "api"), GatewayID: gatewayID, Version: info.Version, Ready: ready.Load, Bootstrap: true,
 		Mount: []func(g *echo.Group){
 			func(g *echo.Group) {
-				sessions.RegisterAPI(g, sess, sessions.WithDispatch(func(ctx context.Context, id, profile string) error {
-					_, err := dispatcher.Dispatch(ctx, id, profile)
+				sessions.RegisterAPI(g, sess, sessions.WithDispatch(func(ctx context.Context, id, profile, class string) error {
+					_, err := dispatcher.Dispatch(ctx, id, profile, class)
 					return err
 				}))
 			},

@@ -50,7 +50,7 @@ func placementEvents(ctx context.Context, c *api.Client, id string) int {
 }
 
 func newSessionDispatchCmd(g *globals) *cobra.Command {
-	var profile string
+	var profile, class string
 	var noWait bool
 	cmd := &cobra.Command{
 		Use:   "dispatch ID --profile P",
@@ -65,19 +65,20 @@ Later turns run on the worker. The user's own checkout is never written.`,
 			if err != nil {
 				return err
 			}
-			return dispatchSession(cmd.Context(), c, args[0], profile, !noWait)
+			return dispatchSession(cmd.Context(), c, args[0], profile, class, !noWait)
 		},
 	}
 	cmd.Flags().StringVar(&profile, "profile", "", "profile of the worker (see `openclaw profile list`)")
+	cmd.Flags().StringVar(&class, "class", "", "machine class for this session (overrides the profile's settings.class; lease-CLI providers)")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the dispatch is recorded")
 	_ = cmd.MarkFlagRequired("profile")
 	return cmd
 }
 
-func dispatchSession(ctx context.Context, c *api.Client, id, profile string, wait bool) error {
+func dispatchSession(ctx context.Context, c *api.Client, id, profile, class string, wait bool) error {
 	skip := placementEvents(ctx, c, id)
 	var p placement.Placement
-	if _, err := c.Do(ctx, http.MethodPost, "/api/v1/sessions/"+url.PathEscape(id)+"/dispatch", placement.DispatchRequest{ProfileID: profile}, &p); err != nil {
+	if _, err := c.Do(ctx, http.MethodPost, "/api/v1/sessions/"+url.PathEscape(id)+"/dispatch", placement.DispatchRequest{ProfileID: profile, MachineClass: class}, &p); err != nil {
 		return err
 	}
 	if !wait {

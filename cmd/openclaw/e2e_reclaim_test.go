@@ -191,3 +191,52 @@ func TestCreateSessionWithWorkerTarget(t *testing.T) {
 	}
 	g.stop()
 }
+
+// TestMachineClassTarget: target.machineClass overrides the profile's class for that session's
+// machine ({class} reaches the lease CLI); a provider without classes refuses one, naming the field.
+func TestMachineClassTarget(t *testing.T) {
+	root := t.TempDir()
+	leaseDir := filepath.Join(root, "leases")
+	prof := strings.Replace(leaseDirProfile("ld", leaseDir, nil),
+		`--label, "openclaw.environment={envId}"]`, `--label, "openclaw.environment={envId}", --class, "{class}"]`, 1)
+	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+"profiles:\n"+prof)
+	ws := filepath.Join(root, "ws")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.do("POST", "/api/v1/sessions", map[string]any{"workspace": ws,
+		"target": map[string]string{"kind": "profile", "profileId": "local", "machineClass": "big"}}, nil); err == nil || !strings.Contains(err.Error(), "machineClass") {
+		t.Fatalf("class on the local provider: %v", err)
+	}
+	var s sessions.Session
+	if _, err := g.do("POST", "/api/v1/sessions", map[string]any{"workspace": ws,
+		"target": map[string]string{"kind": "profile", "profileId": "ld", "machineClass": "cx42"}}, &s); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	var p placement.Placement
+	for {
+		var v struct{ Placement placement.Placement }
+		if _, err := g.do("GET", "/api/v1/sessions/"+s.ID+"/placement", nil, &v); err != nil {
+			t.Fatal(err)
+		}
+		p = v.Placement
+		if p.State == placement.Active || p.State == placement.Failed || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if p.State != placement.Active || p.MachineClass != "cx42" {
+		t.Fatalf("placement %+v", p)
+	}
+	e, err := g.envByID(p.EnvironmentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(leaseDir, e.LeaseID+".json"))
+	if err != nil || !strings.Contains(string(b), `"class": "cx42"`) {
+		t.Fatalf("the lease CLI did not get the class: %v %s", err, b)
+	}
+	_, _ = g.do("DELETE", "/api/v1/environments/"+e.ID+"?force=true&wait=30s", nil, nil)
+	g.stop()
+}

@@ -33,7 +33,7 @@ func newSessionCmd(g *globals) *cobra.Command {
 
 func newSessionCreateCmd(g *globals) *cobra.Command {
 	var p sessions.CreateParams
-	var worker string
+	var worker, class string
 	cmd := &cobra.Command{
 		Use:     "create [--title T] [--model provider/model] [--workspace DIR] [--worker PROFILE]",
 		Aliases: []string{"new"},
@@ -58,7 +58,7 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if worker != "" {
-				if err := dispatchSession(cmd.Context(), c, ses.ID, worker, true); err != nil {
+				if err := dispatchSession(cmd.Context(), c, ses.ID, worker, class, true); err != nil {
 					return fmt.Errorf("session %s created, but: %w", ses.ID, err)
 				}
 			}
@@ -75,6 +75,7 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 	f.StringVar(&p.Model, "model", "", "model reference, provider/model")
 	f.StringVar(&p.Workspace, "workspace", "", "workspace directory")
 	f.StringVar(&worker, "worker", "", "run the session on a worker of this profile (dispatches it right away)")
+	f.StringVar(&class, "class", "", "with --worker: machine class (overrides the profile's settings.class)")
 	addOutput(cmd, g)
 	return cmd
 }

@@ -295,12 +295,26 @@ func (m *Manager) WaitFor(ctx context.Context, id string, cond func(Environment)
 // Create records the intent to lease a machine for profileID, then provisions it in the
 // background. A repeated idempotency key returns the environment created by the first call.
 func (m *Manager) Create(ctx context.Context, profileID, idempotencyKey string) (env Environment, created bool, err error) {
+	return m.CreateClass(ctx, profileID, idempotencyKey, "")
+}
+
+// CreateClass is Create with a machine class that overrides the profile's (settings.class) for this
+// environment only; providers without machine classes refuse one.
+func (m *Manager) CreateClass(ctx context.Context, profileID, idempotencyKey, class string) (env Environment, created bool, err error) {
 	prof, err := m.cfg.Profiles.Get(ctx, profileID)
 	if err != nil {
 		return env, false, err
 	}
 	if _, err := m.cfg.Providers.Get(prof.Provider); err != nil {
 		return env, false, err
+	}
+	if class != "" {
+		if prof, err = WithClass(prof, class); err != nil {
+			return env, false, err
+		}
+		if err := m.cfg.Providers.ValidateProfile(&prof); err != nil {
+			return env, false, err
+		}
 	}
 	snapshot, _ := json.Marshal(prof)
 	var id string
@@ -571,4 +585,34 @@ func (m *Manager) backoff(n int) time.Duration {
 	d = min(d, m.cfg.RetryMax)
 	// full jitter in [d/2, d]
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
+// WithClass returns the profile with its machine class (settings.class) set; only providers driven by
+// a lease CLI (command, crabbox) have machine classes.
+func WithClass(p providers.Profile, class string) (providers.Profile, error) {
+	if p.Provider != "command" && p.Provider != "crabbox" {
+		return p, providers.Fieldf("machineClass", "provider %s of profile %s has no machine classes", p.Provider, p.ID)
+	}
+	settings := map[string]any{}
+	if len(p.Settings) > 0 {
+		if err := json.Unmarshal(p.Settings, &settings); err != nil {
+			return p, providers.Fieldf("settings", "%v", err)
+		}
+	}
+	settings["class"] = class
+	b, err := json.Marshal(settings)
+	if err != nil {
+		return p, err
+	}
+	p.Settings = b
+	return p, nil
+}
+
+// Class is the machine class an environment was leased with ("" when its profile names none).
+func (e Environment) Class() string {
+	var s struct {
+		Class string `json:"class"`
+	}
+	_ = json.Unmarshal(e.Profile.Settings, &s)
+	return s.Class
 }

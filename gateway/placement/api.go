@@ -63,7 +63,8 @@ func RegisterAPI(g *echo.Group, s *Service) {
 
 // DispatchRequest is the body of POST /sessions/:id/dispatch.
 type DispatchRequest struct {
-	ProfileID string `json:"profileId"`
+	ProfileID    string `json:"profileId"`
+	MachineClass string `json:"machineClass,omitempty"`
 }
 
 // RegisterDispatchAPI adds the placement routes: dispatch, pull-back and the placement itself.
@@ -76,7 +77,7 @@ func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 		if req.ProfileID == "" {
 			return providers.Fieldf("profileId", "is required")
 		}
-		p, err := d.Dispatch(c.Request().Context(), c.Param("id"), req.ProfileID)
+		p, err := d.Dispatch(c.Request().Context(), c.Param("id"), req.ProfileID, req.MachineClass)
 		if err != nil {
 			return placementErr(err)
 		}

@@ -138,7 +138,7 @@ func (d *Dispatcher) kick(sessionID string) {
 
 // Dispatch starts moving a local session to a worker of the profile. It returns once the intent
 // is recorded; the steps run in the background (follow them with Get or the events).
-func (d *Dispatcher) Dispatch(ctx context.Context, sessionID, profileID string) (Placement, error) {
+func (d *Dispatcher) Dispatch(ctx context.Context, sessionID, profileID, machineClass string) (Placement, error) {
 	sess, err := d.cfg.Sessions.Get(ctx, sessionID)
 	if err != nil {
 		return Placement{}, err
@@ -146,8 +146,14 @@ func (d *Dispatcher) Dispatch(ctx context.Context, sessionID, profileID string) 
 	if sess.Workspace == "" {
 		return Placement{}, fmt.Errorf("session %s has no workspace to send to a worker", sessionID)
 	}
-	if _, err := d.cfg.Envs.Profile(ctx, profileID); err != nil {
+	prof, err := d.cfg.Envs.Profile(ctx, profileID)
+	if err != nil {
 		return Placement{}, err
+	}
+	if machineClass != "" {
+		if _, err := envs.WithClass(prof, machineClass); err != nil {
+			return Placement{}, err
+		}
 	}
 	if d.cfg.Busy != nil && d.cfg.Busy(sessionID) {
 		return Placement{}, fmt.Errorf("session %s: %w; dispatch after it ends", sessionID, ErrBusy)
@@ -156,7 +162,11 @@ func (d *Dispatcher) Dispatch(ctx context.Context, sessionID, profileID string) 
 	if err != nil {
 		return p, err
 	}
-	p, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation, Change{To: Requested, Reason: "dispatch to profile " + profileID, ProfileID: &profileID})
+	reason := "dispatch to profile " + profileID
+	if machineClass != "" {
+		reason += " (machine class " + machineClass + ")"
+	}
+	p, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation, Change{To: Requested, Reason: reason, ProfileID: &profileID, MachineClass: &machineClass})
 	if err != nil {
 		return p, err
 	}
@@ -230,12 +240,13 @@ func (d *Dispatcher) provision(ctx context.Context, p Placement) (Change, error)
 		return Change{}, err
 	}
 	for _, e := range list {
-		if e.ProfileID == p.ProfileID && (e.State == envs.Ready || e.State == envs.Idle) && d.cfg.Admitted(e.ID) {
+		if e.ProfileID == p.ProfileID && (e.State == envs.Ready || e.State == envs.Idle) && d.cfg.Admitted(e.ID) &&
+			(p.MachineClass == "" || e.Class() == p.MachineClass) {
 			id := e.ID
 			return Change{To: Provisioning, Reason: "reusing warm environment " + id, EnvironmentID: &id}, nil
 		}
 	}
-	e, _, err := d.cfg.Envs.Create(ctx, p.ProfileID, fmt.Sprintf("dispatch-%s-%d", p.SessionID, p.Generation))
+	e, _, err := d.cfg.Envs.CreateClass(ctx, p.ProfileID, fmt.Sprintf("dispatch-%s-%d", p.SessionID, p.Generation), p.MachineClass)
 	if err != nil {
 		return Change{}, fmt.Errorf("lease a machine: %w", err)
 	}

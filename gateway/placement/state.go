@@ -64,6 +64,7 @@ type Placement struct {
 	State          State  `json:"state"`
 	Generation     uint64 `json:"generation"`
 	ProfileID      string `json:"profileId,omitempty"`
+	MachineClass   string `json:"machineClass,omitempty"`
 	EnvironmentID  string `json:"environmentId,omitempty"`
 	AnchorDir      string `json:"anchorDir,omitempty"`
 	BoxWorkspace   string `json:"boxWorkspace,omitempty"`
@@ -83,12 +84,12 @@ type Placements struct{ db *store.DB }
 // NewPlacements returns the placement store.
 func NewPlacements(db *store.DB) *Placements { return &Placements{db: db} }
 
-const placementCols = `session_id, state, generation, profile_id, environment_id, anchor_dir, box_workspace, sync_mode, owner_epoch,
+const placementCols = `session_id, state, generation, profile_id, machine_class, environment_id, anchor_dir, box_workspace, sync_mode, owner_epoch,
 	base_manifest_id, bundle_hash, barrier_step, turn_run_id, error, updated_at`
 
 func scanPlacement(row interface{ Scan(...any) error }) (Placement, error) {
 	var p Placement
-	err := row.Scan(&p.SessionID, &p.State, &p.Generation, &p.ProfileID, &p.EnvironmentID, &p.AnchorDir, &p.BoxWorkspace, &p.SyncMode,
+	err := row.Scan(&p.SessionID, &p.State, &p.Generation, &p.ProfileID, &p.MachineClass, &p.EnvironmentID, &p.AnchorDir, &p.BoxWorkspace, &p.SyncMode,
 		&p.OwnerEpoch, &p.BaseManifestID, &p.BundleHash,
 		&p.BarrierStep, &p.TurnRunID, &p.Error, &p.UpdatedAt)
 	return p, err
@@ -109,6 +110,7 @@ type Change struct {
 	To             State
 	Reason         string
 	ProfileID      *string
+	MachineClass   *string
 	EnvironmentID  *string
 	AnchorDir      *string
 	BoxWorkspace   *string
@@ -145,7 +147,7 @@ func (ps *Placements) Transition(ctx context.Context, sessionID string, gen uint
 		}
 		from := p.State
 		p.State, p.Generation, p.Error, p.UpdatedAt = c.To, p.Generation+1, c.Error, store.Now()
-		for _, f := range []struct{ dst, src *string }{{&p.ProfileID, c.ProfileID}, {&p.EnvironmentID, c.EnvironmentID},
+		for _, f := range []struct{ dst, src *string }{{&p.ProfileID, c.ProfileID}, {&p.MachineClass, c.MachineClass}, {&p.EnvironmentID, c.EnvironmentID},
 			{&p.AnchorDir, c.AnchorDir}, {&p.BoxWorkspace, c.BoxWorkspace}, {&p.SyncMode, c.SyncMode}} {
 			if f.src != nil {
 				*f.dst = *f.src
@@ -166,10 +168,10 @@ func (ps *Placements) Transition(ctx context.Context, sessionID string, gen uint
 		if c.BarrierStep != nil {
 			p.BarrierStep = *c.BarrierStep
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE placements SET state=?, generation=?, profile_id=?, environment_id=?, anchor_dir=?,
+		_, err = tx.ExecContext(ctx, `UPDATE placements SET state=?, generation=?, profile_id=?, machine_class=?, environment_id=?, anchor_dir=?,
 			box_workspace=?, sync_mode=?, owner_epoch=?, base_manifest_id=?, bundle_hash=?, barrier_step=?, error=?, updated_at=?
 			WHERE session_id=?`,
-			string(p.State), p.Generation, p.ProfileID, p.EnvironmentID, p.AnchorDir, p.BoxWorkspace, p.SyncMode, p.OwnerEpoch,
+			string(p.State), p.Generation, p.ProfileID, p.MachineClass, p.EnvironmentID, p.AnchorDir, p.BoxWorkspace, p.SyncMode, p.OwnerEpoch,
 			p.BaseManifestID, p.BundleHash, p.BarrierStep, p.Error, p.UpdatedAt, sessionID)
 		if err != nil {
 			return err

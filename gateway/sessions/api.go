@@ -63,7 +63,7 @@ func RegisterAPI(g *echo.Group, s *Store, opts ...APIOption) {
 
 type handlers struct {
 	s        *Store
-	dispatch func(ctx context.Context, sessionID, profileID string) error
+	dispatch func(ctx context.Context, sessionID, profileID, machineClass string) error
 }
 
 // APIOption configures the session routes.
@@ -71,7 +71,7 @@ type APIOption func(*handlers)
 
 // WithDispatch lets POST /sessions take a target {kind: "profile", profileId} and dispatch the new
 // session to a worker of that profile right away.
-func WithDispatch(f func(ctx context.Context, sessionID, profileID string) error) APIOption {
+func WithDispatch(f func(ctx context.Context, sessionID, profileID, machineClass string) error) APIOption {
 	return func(h *handlers) { h.dispatch = f }
 }
 
@@ -130,9 +130,6 @@ func (h *handlers) create(c echo.Context) error {
 		default:
 			return apiError(c, http.StatusBadRequest, "invalid-field", "target.kind: must be gateway or profile, got %q", t.Kind)
 		}
-		if t.MachineClass != "" {
-			return apiError(c, http.StatusBadRequest, "invalid-field", "target.machineClass: not supported yet; set the class in the profile's settings")
-		}
 	}
 	if len(p.Title) > MaxTitleLen {
 		return apiError(c, http.StatusBadRequest, "invalid-field", "title longer than %d bytes", MaxTitleLen)
@@ -142,7 +139,7 @@ func (h *handlers) create(c echo.Context) error {
 		return h.fail(c, err)
 	}
 	if t := req.Target; t != nil && t.Kind == "profile" {
-		if err := h.dispatch(c.Request().Context(), ses.ID, t.ProfileID); err != nil {
+		if err := h.dispatch(c.Request().Context(), ses.ID, t.ProfileID, t.MachineClass); err != nil {
 			return apiError(c, http.StatusConflict, "dispatch", "session %s created, but it could not be dispatched: %v", ses.ID, err)
 		}
 		if ses, err = h.s.Get(c.Request().Context(), ses.ID); err != nil {
