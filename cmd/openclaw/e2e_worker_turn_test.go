@@ -162,4 +162,15 @@ func TestWorkerTurnMatchesLocalTurn(t *testing.T) {
 	if info.Inference.Calls != 7 || info.Inference.BytesIn == 0 || info.Inference.BytesOut == 0 {
 		t.Fatalf("proxied calls of the environment: %+v, want 7", info.Inference)
 	}
+	// the environment itself shows its running totals too
+	var withTotals struct {
+		ID        string
+		Inference *api.InferenceTotals
+	}
+	if _, err := g.do("GET", "/api/v1/environments/"+e.ID, nil, &withTotals); err != nil {
+		t.Fatal(err)
+	}
+	if withTotals.Inference == nil || withTotals.Inference.Calls != 7 {
+		t.Fatalf("GET /environments/%s inference totals: %+v", e.ID, withTotals.Inference)
+	}
 }

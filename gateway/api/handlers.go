@@ -108,12 +108,23 @@ func (s *Server) listEnvs(c echo.Context) error {
 	return c.JSON(http.StatusOK, list)
 }
 
+// envWithTotals is one environment with the running totals of the model calls proxied for it.
+type envWithTotals struct {
+	envs.Environment
+	Inference *InferenceTotals `json:"inference,omitempty"`
+}
+
 func (s *Server) getEnv(c echo.Context) error {
 	e, err := s.cfg.Envs.Get(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, e)
+	out := envWithTotals{Environment: e}
+	if s.cfg.WorkerInfo != nil {
+		t := s.cfg.WorkerInfo(e.ID).Inference
+		out.Inference = &t
+	}
+	return c.JSON(http.StatusOK, out)
 }
 
 func (s *Server) envEvents(c echo.Context) error {
