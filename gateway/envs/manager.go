@@ -99,6 +99,7 @@ type Manager struct {
 
 	mu       sync.Mutex
 	running  map[string]chan struct{} // env id → closed when its background job ends
+	pending  map[string]func(ctx context.Context) // env id → job asked for while another ran
 	changed  chan struct{}            // closed and replaced on every state change
 	started  bool
 	stopping bool
@@ -109,7 +110,7 @@ func New(cfg Config) *Manager {
 	cfg.setDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{cfg: cfg, db: cfg.DB, log: cfg.Log, ctx: ctx, cancel: cancel,
-		running: map[string]chan struct{}{}, changed: make(chan struct{})}
+		running: map[string]chan struct{}{}, pending: map[string]func(context.Context){}, changed: make(chan struct{})}
 }
 
 // Start reconciles every non-terminal environment with its provider and starts the periodic sweep.
@@ -184,6 +185,8 @@ func (m *Manager) goJob(id string, fn func(ctx context.Context)) {
 		return
 	}
 	if _, busy := m.running[id]; busy {
+		// run it after the current job: a destroy requested while provisioning still runs
+		m.pending[id] = fn
 		m.mu.Unlock()
 		return
 	}
@@ -196,9 +199,14 @@ func (m *Manager) goJob(id string, fn func(ctx context.Context)) {
 		defer func() {
 			m.mu.Lock()
 			delete(m.running, id)
+			next, again := m.pending[id]
+			delete(m.pending, id)
 			m.mu.Unlock()
 			close(done)
 			m.notify()
+			if again {
+				m.goJob(id, next)
+			}
 		}()
 		fn(m.ctx)
 	}()
