@@ -98,9 +98,9 @@ type Manager struct {
 	wg     sync.WaitGroup
 
 	mu       sync.Mutex
-	running  map[string]chan struct{} // env id → closed when its background job ends
+	running  map[string]chan struct{}             // env id → closed when its background job ends
 	pending  map[string]func(ctx context.Context) // env id → job asked for while another ran
-	changed  chan struct{}            // closed and replaced on every state change
+	changed  chan struct{}                        // closed and replaced on every state change
 	started  bool
 	stopping bool
 }
