@@ -30,6 +30,9 @@ func RegisterAPI(g *echo.Group, s *Service) {
 			return providers.Fieldf("text", "is larger than 1 MiB")
 		}
 		t, err := s.Send(c.Request().Context(), c.Param("id"), req.Text, req.IdempotencyKey)
+		if errors.Is(err, ErrWorkerUnavailable) {
+			return echo.NewHTTPError(http.StatusServiceUnavailable, err.Error())
+		}
 		if errors.Is(err, ErrBusy) || errors.Is(err, ErrPlacementMoving) {
 			return echo.NewHTTPError(http.StatusConflict, err.Error())
 		}

@@ -91,6 +91,26 @@ type Workers interface {
 	Request(ctx context.Context, envID, method string, params any) (json.RawMessage, error)
 }
 
+// workerWait is how long a message waits for a reconnecting worker (a tunnel blip or a gateway
+// restart is invisible at the session level) before it is refused.
+const workerWait = 30 * time.Second
+
+// waitAdmitted reports whether the environment's worker is (or becomes, within workerWait) admitted.
+func (s *Service) waitAdmitted(ctx context.Context, envID string) bool {
+	deadline := time.Now().Add(workerWait)
+	for !s.cfg.Workers.Admitted(envID) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return true
+}
+
 // ErrWorkerUnavailable is a session placed on a worker that is not connected.
 var ErrWorkerUnavailable = errors.New("the session's worker is not connected")
 
@@ -209,7 +229,7 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 	switch sess.Placement {
 	case "", sessions.PlacementLocal:
 	case sessions.PlacementWorker:
-		if s.cfg.Workers == nil || !s.cfg.Workers.Admitted(sess.EnvironmentID) {
+		if s.cfg.Workers == nil || !s.waitAdmitted(ctx, sess.EnvironmentID) {
 			return Turn{}, fmt.Errorf("session %s on environment %s: %w", sessionID, sess.EnvironmentID, ErrWorkerUnavailable)
 		}
 		placement = "worker"
