@@ -8,7 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"text/tabwriter"
@@ -24,30 +26,65 @@ import (
 // EnvBench turns the benchmark on; it is not part of `make test`.
 const EnvBench = "OPENCLAW_BENCH"
 
+// EnvRounds sets how many times each phase is measured (default 3).
+const EnvRounds = "OPENCLAW_BENCH_ROUNDS"
+
 func TestMain(m *testing.M) {
 	code := m.Run()
 	synctest.CleanupBinaries()
 	os.Exit(code)
 }
 
+// tool is one way of syncing the tree to a directory on the box.
+type tool struct {
+	name string
+	sync func(dst string) time.Duration
+}
+
+// phase holds every round's time of every tool, in tool order.
 type phase struct {
-	name                 string
-	ours, rsyncA, rsyncZ time.Duration
-	note                 string
+	name  string
+	times [][]time.Duration // [tool][round]
+	note  string
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // TestSyncVsRsync syncs $(go env GOROOT)/src to a netns box running OpenSSH sshd with our
-// sync (manifest, tar+zstd stream into `openclaw worker unpack`), with `rsync -a` and with
-// `rsync -az` over ssh on the same link, and prints the times and ratios for an initial sync, a
-// no-op resync and a resync after changing 1% of the files.
+// sync (stream.PushTree: the tree listed while the box lists its copy; a cold box gets one
+// tar+zstd stream whose files are hashed as they are sent; a warm one only the difference), with
+// `rsync -a` and with `rsync -az` over ssh on the same link, and prints the times and ratios for
+// an initial sync, a no-op resync and a resync after changing 1% of the files.
+//
+// Every phase is measured in several rounds (OPENCLAW_BENCH_ROUNDS, default 3), and the order of
+// the tools rotates from round to round, so that none always runs first (on a cold page cache or
+// filesystem) or last; the table shows medians, and each round's ratios are printed too. Initial
+// syncs go to a fresh directory each round; nothing is deleted on the box until the end (a burst of
+// deletions slows the next file creations on ext4 for a minute or more, and would penalise
+// whichever tool comes next).
 func TestSyncVsRsync(t *testing.T) {
 	if os.Getenv(EnvBench) != "1" {
 		t.Skipf("benchmark: set %s=1 (make bench)", EnvBench)
 	}
+	rounds := 3
+	if v := os.Getenv(EnvRounds); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 20 {
+			t.Fatalf("%s=%q: want a number of rounds from 1 to 20", EnvRounds, v)
+		}
+		rounds = n
+	}
 	testenv.RequireCommands(t, "rsync", "ssh")
 	box := synctest.NetnsBox(t, "ocl_syncbench1")
 	bin := synctest.BuildBinary(t, "github.com/openclaw/cloudworkers/cmd/openclaw")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 
 	// A private copy of the tree, so that 1% of it can be changed.
@@ -62,60 +99,76 @@ func TestSyncVsRsync(t *testing.T) {
 
 	client := synctest.Dial(t, box)
 	remote := stream.Remote{Client: client, Command: bootstrap.Quote(bin) + " worker"}
-	ours := filepath.Join(box.Home, "ours")
-	mopts := stream.ManifestOptions{CacheFile: filepath.Join(box.Home, ".openclaw-sync-cache.json")}
-	cache := manifest.NewCache() // the gateway keeps its hash cache between syncs
-	var last stream.Stats
-	var lastPlan stream.Plan
-	var lastBuild time.Duration
-	syncOurs := func() time.Duration {
+	var cache *manifest.Cache // the gateway's hash cache of src, kept between syncs of one directory
+	var last stream.Result
+	ours := func(dst string) time.Duration {
 		start := time.Now()
-		// The local manifest is built while the box builds its own.
-		var err error
-		_, lastPlan, last, err = stream.PushBuild(ctx, remote, src, ours, func(ctx context.Context) (*manifest.Manifest, error) {
-			m, _, err := manifest.Build(ctx, src, manifest.Options{Cache: cache})
-			lastBuild = time.Since(start)
-			return m, err
-		}, true, mopts)
+		res, err := stream.PushTree(ctx, remote, src, dst, stream.TreeOptions{
+			Cache: cache, Manifest: stream.ManifestOptions{CacheFile: dst + ".openclaw-sync-cache.json"}})
 		if err != nil {
 			t.Fatal(err)
 		}
+		last = res
 		return time.Since(start)
 	}
 
 	known := synctest.KnownHosts(t, box)
 	sshCmd := fmt.Sprintf("ssh -i %s -o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes -o BatchMode=yes -p %d",
 		box.KeyPath, known, box.Port)
-	rsync := func(flags, dst string) time.Duration {
-		start := time.Now()
-		cmd := exec.CommandContext(ctx, "rsync", flags, "--delete", "-e", sshCmd, src+"/", box.User+"@"+box.Host+":"+dst+"/")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("rsync %s: %v\n%s", flags, err, out)
+	rsync := func(flags string) func(string) time.Duration {
+		return func(dst string) time.Duration {
+			start := time.Now()
+			cmd := exec.CommandContext(ctx, "rsync", flags, "--delete", "-e", sshCmd, src+"/", box.User+"@"+box.Host+":"+dst+"/")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("rsync %s: %v\n%s", flags, err, out)
+			}
+			return time.Since(start)
 		}
-		return time.Since(start)
 	}
-	run := func(name string) phase {
-		p := phase{name: name}
-		p.ours = syncOurs()
-		p.note = fmt.Sprintf("local manifest %s (the box made its own meanwhile), then %s more: sent %d files, %d MB, %d deletions",
-			round(lastBuild), round(p.ours-lastBuild), last.Files, last.Bytes>>20, len(lastPlan.Deletes))
-		p.rsyncA = rsync("-a", filepath.Join(box.Home, "rsync-a"))
-		p.rsyncZ = rsync("-az", filepath.Join(box.Home, "rsync-az"))
+	tools := []tool{{"ours", ours}, {"rsync -a", rsync("-a")}, {"rsync -az", rsync("-az")}}
+	dir := func(ti, round int) string {
+		return filepath.Join(box.Home, fmt.Sprintf("%s-%d", strings.NewReplacer(" ", "", "-", "").Replace(tools[ti].name), round))
+	}
+	// measure runs every tool once per round, rotating the order, into dst(tool, round).
+	measure := func(name string, before func(round int), dst func(ti, round int) string, fresh bool) phase {
+		p := phase{name: name, times: make([][]time.Duration, len(tools))}
+		var notes []string
+		for r := 0; r < rounds; r++ {
+			if before != nil {
+				before(r)
+			}
+			for k := range tools {
+				ti := (r + k) % len(tools)
+				if ti == 0 && fresh {
+					cache = manifest.NewCache() // an initial sync: the gateway has never seen the tree
+				}
+				d := tools[ti].sync(dst(ti, r))
+				p.times[ti] = append(p.times[ti], d)
+				if ti == 0 {
+					notes = append(notes, fmt.Sprintf("%s (%s: sent %d files, %d MB, %d deletions)",
+						round(d), last.Kind, last.Stats.Files, last.Stats.Bytes>>20, len(last.Plan.Deletes)))
+				}
+			}
+		}
+		p.note = strings.Join(notes, "; ")
 		return p
 	}
 
 	var phases []phase
-	phases = append(phases, run("initial"))
-	phases = append(phases, run("no-op resync"))
-	n := touchOnePercent(t, src)
-	phases = append(phases, run(fmt.Sprintf("1%% changed (%d files)", n)))
+	phases = append(phases, measure("initial", nil, dir, true))
+	// Resyncs go to the last round's copies, each tool to its own.
+	lastDir := func(ti, _ int) string { return dir(ti, rounds-1) }
+	phases = append(phases, measure("no-op resync", nil, lastDir, false))
+	var changed int
+	phases = append(phases, measure("1% changed", func(r int) { changed = touchOnePercent(t, src, r) }, lastDir, false))
+	phases[2].name = fmt.Sprintf("1%% changed (%d files)", changed)
 
 	// Our copy on the box is the tree.
-	want, _, err := manifest.Build(ctx, src, manifest.Options{Cache: cache})
+	want, _, err := manifest.Build(ctx, src, manifest.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := remote.Manifest(ctx, ours, mopts)
+	got, err := remote.Manifest(ctx, lastDir(0, 0), stream.ManifestOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,17 +177,26 @@ func TestSyncVsRsync(t *testing.T) {
 	}
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nsync of %s/src (%d files, %d MB) to a netns box with OpenSSH sshd; %d CPUs\n\n",
-		strings.TrimSpace(string(goroot)), want.Files(), want.TotalSize()>>20, runtime.NumCPU())
+	fmt.Fprintf(&b, "\nsync of %s/src (%d files, %d MB) to a netns box with OpenSSH sshd; %d CPUs; median of %d rounds\n\n",
+		strings.TrimSpace(string(goroot)), want.Files(), want.TotalSize()>>20, runtime.NumCPU(), rounds)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "phase\tours\trsync -a\trsync -az\tours/rsync -a\tours/rsync -az\t")
 	for _, p := range phases {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f\t%.2f\t\n", p.name, round(p.ours), round(p.rsyncA), round(p.rsyncZ),
-			p.ours.Seconds()/p.rsyncA.Seconds(), p.ours.Seconds()/p.rsyncZ.Seconds())
+		o, a, z := median(p.times[0]), median(p.times[1]), median(p.times[2])
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f\t%.2f\t\n", p.name, round(o), round(a), round(z), o.Seconds()/a.Seconds(), o.Seconds()/z.Seconds())
 	}
 	tw.Flush()
+	fmt.Fprintf(&b, "\nper round (ours/rsync -a):\n")
 	for _, p := range phases {
-		fmt.Fprintf(&b, "ours, %s: %s\n", p.name, p.note)
+		var rs []string
+		for r := range p.times[0] {
+			rs = append(rs, fmt.Sprintf("%.2f (%s vs %s)", p.times[0][r].Seconds()/p.times[1][r].Seconds(), round(p.times[0][r]), round(p.times[1][r])))
+		}
+		fmt.Fprintf(&b, "  %s: %s\n", p.name, strings.Join(rs, ", "))
+	}
+	fmt.Fprintf(&b, "\nours per round:\n")
+	for _, p := range phases {
+		fmt.Fprintf(&b, "  %s: %s\n", p.name, p.note)
 	}
 	t.Log(b.String())
 	fmt.Println(b.String())
@@ -142,8 +204,9 @@ func TestSyncVsRsync(t *testing.T) {
 
 func round(d time.Duration) string { return d.Round(time.Millisecond).String() }
 
-// touchOnePercent appends a line to every hundredth file (sorted by path) and returns how many.
-func touchOnePercent(t *testing.T, root string) int {
+// touchOnePercent appends a line to every hundredth file (sorted by path), starting at the
+// offset-th one, and returns how many.
+func touchOnePercent(t *testing.T, root string, offset int) int {
 	t.Helper()
 	var files []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -157,7 +220,7 @@ func touchOnePercent(t *testing.T, root string) int {
 	}
 	sort.Strings(files)
 	n := 0
-	for i := 0; i < len(files); i += 100 {
+	for i := offset % 100; i < len(files); i += 100 {
 		f, err := os.OpenFile(files[i], os.O_APPEND|os.O_WRONLY, 0)
 		if err != nil {
 			t.Fatal(err)

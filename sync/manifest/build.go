@@ -13,6 +13,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -65,6 +66,19 @@ type Stats struct {
 
 // Build lists root according to opts. Symlinks are recorded, never followed.
 func Build(ctx context.Context, root string, opts Options) (*Manifest, Stats, error) {
+	l, err := List(ctx, root, opts)
+	if err != nil {
+		return nil, l.Stats(), err
+	}
+	return l.Hash(ctx)
+}
+
+// Listing is a tree listed but not hashed yet: every entry is known (path, type, mode, size,
+// mtime, symlink target) except the files' content hashes.
+type Listing struct{ b *builder }
+
+// List lists root according to opts, like Build, without hashing any file.
+func List(ctx context.Context, root string, opts Options) (*Listing, error) {
 	if opts.Mode == "" {
 		opts.Mode = ModePlain
 	}
@@ -73,7 +87,7 @@ func Build(ctx context.Context, root string, opts Options) (*Manifest, Stats, er
 	}
 	root, err := filepath.Abs(root)
 	if err != nil {
-		return nil, Stats{}, err
+		return &Listing{&builder{}}, err
 	}
 	b := &builder{
 		root:    root,
@@ -91,21 +105,49 @@ func Build(ctx context.Context, root string, opts Options) (*Manifest, Stats, er
 		err = fmt.Errorf("unknown manifest mode %q", opts.Mode)
 	}
 	if err != nil {
-		return nil, b.stats, err
+		return &Listing{b}, err
 	}
+	b.sort()
+	return &Listing{b}, nil
+}
+
+// Stats reports what the listing skipped (and, after Hash, what was hashed).
+func (l *Listing) Stats() Stats { return l.b.stats }
+
+// Root is the absolute path of the listed tree.
+func (l *Listing) Root() string { return l.b.root }
+
+// Unhashed returns the listing as a sorted manifest whose file entries have no SHA256: what a
+// streamed archive announces before its files are hashed on the way out (see the sync/stream
+// package). It does not hash anything; the entries are a copy.
+func (l *Listing) Unhashed() *Manifest {
+	return &Manifest{Version: Version, Entries: slices.Clone(l.b.entries)}
+}
+
+// Hash fills in the files' hashes (from opts.Cache where still valid) and returns the manifest.
+func (l *Listing) Hash(ctx context.Context) (*Manifest, Stats, error) {
+	b := l.b
 	if err := b.hash(ctx); err != nil {
 		return nil, b.stats, err
 	}
-	m := &Manifest{Version: Version, Entries: b.entries}
-	m.Sort()
-	if opts.Cache != nil {
-		keep := make(map[string]bool, len(m.Entries))
-		for _, e := range m.Entries {
-			keep[e.Path] = true
-		}
-		opts.Cache.prune(keep)
-	}
+	m := &Manifest{Version: Version, Entries: slices.Clone(b.entries)}
+	b.opts.Cache.Keep(m)
 	return m, b.stats, nil
+}
+
+// sort orders the entries (and their infos) by path.
+func (b *builder) sort() {
+	idx := make([]int, len(b.entries))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(i, j int) bool { return b.entries[idx[i]].Path < b.entries[idx[j]].Path })
+	entries := make([]Entry, len(idx))
+	infos := make([]fs.FileInfo, len(idx))
+	for i, k := range idx {
+		entries[i], infos[i] = b.entries[k], b.infos[k]
+	}
+	b.entries, b.infos = entries, infos
 }
 
 type builder struct {

@@ -109,10 +109,14 @@ func (c *Cache) Record(p string, fi fs.FileInfo, sum string, checkedAt time.Time
 	c.put(p, fi, sum, checkedAt)
 }
 
-// prune drops the paths not in keep.
-func (c *Cache) prune(keep map[string]bool) {
+// Keep drops the cached hashes of paths that m does not list.
+func (c *Cache) Keep(m *Manifest) {
 	if c == nil {
 		return
+	}
+	keep := make(map[string]bool, len(m.Entries))
+	for _, e := range m.Entries {
+		keep[e.Path] = true
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"os"
 	"path"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/openclaw/cloudworkers/sync/manifest"
 )
@@ -30,9 +32,10 @@ const (
 	// filesystem's latency rather than by CPU, so this is well above GOMAXPROCS.
 	applyWorkers = 16
 	// smallFile: files up to this size are read into memory and handed to a worker; larger ones
-	// are written by the reading goroutine as they stream in. At most applyWorkers small files
-	// are held at once, so a staging pass holds at most applyWorkers×smallFile bytes.
+	// are written by the reading goroutine as they stream in.
 	smallFile = 1 << 20
+	// maxInFlight bounds the bytes of small files read but not written yet.
+	maxInFlight = 64 << 20
 )
 
 // Apply reads an archive from r and applies it below root. It first reads the whole archive into
@@ -82,6 +85,9 @@ func Apply(ctx context.Context, r io.Reader, root string, opts ApplyOptions) (St
 	defer os.RemoveAll(staging)
 
 	s := &stager{staging: staging, fsync: opts.Fsync, dirs: map[string]*stagedDir{}}
+	if plan.SumsLast {
+		s.sums = make([]string, len(plan.Entries))
+	}
 	st, err := s.stage(ctx, tr, plan)
 	if err != nil {
 		return st, err
@@ -140,6 +146,9 @@ func readPlan(tr *tar.Reader, opts ApplyOptions) (*Plan, error) {
 	if plan.Cache != "" && !opts.UpdateCache {
 		return nil, refused(plan.Cache, "archive names a hash cache file")
 	}
+	if plan.SumsLast && opts.Expect != nil {
+		return nil, refused("", "a streamed archive where a planned one was requested")
+	}
 	if opts.Expect != nil && !samePlan(&plan, opts.Expect) {
 		return nil, refused("", "archive does not carry the requested plan")
 	}
@@ -153,6 +162,9 @@ type stager struct {
 
 	mu   sync.Mutex
 	dirs map[string]*stagedDir
+	// sums, for a streamed archive, receives the sha256 of every staged file (by plan index), to
+	// be checked against the archive's sums entry.
+	sums []string
 }
 
 type stagedDir struct {
@@ -190,9 +202,39 @@ var tarType = map[manifest.Type]byte{manifest.TypeFile: tar.TypeReg, manifest.Ty
 func (s *stager) stage(ctx context.Context, tr *tar.Reader, plan *Plan) (Stats, error) {
 	var st Stats
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(applyWorkers)
+	// Entries are handed to the worker of their parent directory: creating entries in one
+	// directory serialises on that directory's lock in the kernel (workers sharing one would
+	// spin on it), while different directories proceed in parallel.
+	shards := make([]chan func() error, applyWorkers)
+	for i := range shards {
+		ch := make(chan func() error, 64)
+		shards[i] = ch
+		g.Go(func() error {
+			for job := range ch {
+				if err := job(); err != nil {
+					for range ch { // drain: the reader stops at the canceled context
+					}
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	// inFlight bounds the content held by queued jobs.
+	inFlight := semaphore.NewWeighted(maxInFlight)
+	send := func(p string, job func() error) error {
+		h := fnv.New32a()
+		h.Write([]byte(path.Dir(p)))
+		select {
+		case shards[h.Sum32()%uint32(len(shards))] <- job:
+			return nil
+		case <-gctx.Done():
+			return gctx.Err()
+		}
+	}
+	var trailer []byte
 	read := func() error {
-		for _, e := range plan.Entries {
+		for i, e := range plan.Entries {
 			if err := gctx.Err(); err != nil {
 				return err
 			}
@@ -209,35 +251,62 @@ func (s *stager) stage(ctx context.Context, tr *tar.Reader, plan *Plan) (Stats, 
 			switch e.Type {
 			case manifest.TypeDir:
 				st.Dirs++
-				g.Go(func() error { return s.dir(e.Path) })
+				if err := send(e.Path, func() error { return s.dir(e.Path) }); err != nil {
+					return err
+				}
 			case manifest.TypeSymlink:
 				if h.Linkname != e.Target {
 					return refused(h.Name, "symlink target differs from the plan")
 				}
 				st.Symlinks++
-				g.Go(func() error {
+				err := send(e.Path, func() error {
 					if err := s.dir(path.Dir(e.Path)); err != nil {
 						return err
 					}
 					return os.Symlink(e.Target, s.full(e.Path))
 				})
+				if err != nil {
+					return err
+				}
 			case manifest.TypeFile:
 				if h.Size != e.Size {
 					return refused(h.Name, "size %d differs from the plan (%d)", h.Size, e.Size)
 				}
 				if e.Size > smallFile {
-					if err := s.stream(tr, e); err != nil {
+					if err := s.stream(tr, e, i); err != nil {
 						return err
 					}
 				} else {
+					if err := inFlight.Acquire(gctx, e.Size); err != nil {
+						return err
+					}
 					data := make([]byte, e.Size)
 					if _, err := io.ReadFull(tr, data); err != nil {
 						return refused(e.Path, "read content: %v", err)
 					}
-					g.Go(func() error { return s.file(e, data) })
+					err := send(e.Path, func() error {
+						defer inFlight.Release(e.Size)
+						return s.file(e, data, i)
+					})
+					if err != nil {
+						return err
+					}
 				}
 				st.Files++
 				st.Bytes += e.Size
+			}
+		}
+		if plan.SumsLast {
+			h, err := tr.Next()
+			if err != nil {
+				return refused("", "streamed archive ends without its sums: %v", err)
+			}
+			if h.Name != sumsName || h.Typeflag != tar.TypeReg || h.Size != int64(sha256.Size*st.Files) {
+				return refused(h.Name, "entry out of plan (expected the sums of %d files)", st.Files)
+			}
+			trailer = make([]byte, h.Size)
+			if _, err := io.ReadFull(tr, trailer); err != nil {
+				return refused("", "read sums: %v", err)
 			}
 		}
 		if _, err := tr.Next(); err != io.EOF {
@@ -249,27 +318,65 @@ func (s *stager) stage(ctx context.Context, tr *tar.Reader, plan *Plan) (Stats, 
 	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil {
 		err = nil // a worker failed and canceled gctx: Wait returns its error
 	}
+	for _, ch := range shards {
+		close(ch)
+	}
+	shards = nil
 	if werr := g.Wait(); err == nil {
 		err = werr
+	}
+	if err == nil && plan.SumsLast {
+		err = s.checkSums(plan, trailer)
 	}
 	return st, err
 }
 
+// checkSums compares every staged file of a streamed archive with the sums at its end, and
+// fills them into the plan (for the box's hash cache).
+func (s *stager) checkSums(plan *Plan, trailer []byte) error {
+	k := 0
+	for i, e := range plan.Entries {
+		if e.Type != manifest.TypeFile {
+			continue
+		}
+		want := hex.EncodeToString(trailer[k*sha256.Size : (k+1)*sha256.Size])
+		k++
+		if s.sums[i] != want {
+			return refused(e.Path, "content does not match its sha256")
+		}
+	}
+	for i, e := range plan.Entries {
+		if e.Type == manifest.TypeFile {
+			plan.Entries[i].SHA256 = s.sums[i]
+		}
+	}
+	return nil
+}
+
+// checked compares a staged file's sum with its entry's, or records it for checkSums when the
+// archive is streamed (the entry has no sum yet).
+func (s *stager) checked(e manifest.Entry, i int, sum []byte) bool {
+	got := hex.EncodeToString(sum)
+	if s.sums != nil {
+		s.sums[i] = got
+		return true
+	}
+	return got == e.SHA256
+}
+
 // file checks a small file's content against its entry and writes it to staging.
-func (s *stager) file(e manifest.Entry, data []byte) error {
-	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != e.SHA256 {
+func (s *stager) file(e manifest.Entry, data []byte, i int) error {
+	if sum := sha256.Sum256(data); !s.checked(e, i, sum[:]) {
 		return refused(e.Path, "content does not match its sha256")
 	}
-	f, err := s.create(e)
-	if err != nil {
+	if err := s.dir(path.Dir(e.Path)); err != nil {
 		return err
 	}
-	_, err = f.Write(data)
-	return s.finish(f, e, err)
+	return writeSmall(s.full(e.Path), data, e.Mode, e.MTime, s.fsync)
 }
 
 // stream copies a large file from the archive to staging, checking it while it is written.
-func (s *stager) stream(r io.Reader, e manifest.Entry) error {
+func (s *stager) stream(r io.Reader, e manifest.Entry, i int) error {
 	f, err := s.create(e)
 	if err != nil {
 		return err
@@ -281,7 +388,7 @@ func (s *stager) stream(r io.Reader, e manifest.Entry) error {
 		err = refused(e.Path, "read content: %v", err)
 	case n != e.Size:
 		err = refused(e.Path, "truncated content")
-	case hex.EncodeToString(h.Sum(nil)) != e.SHA256:
+	case !s.checked(e, i, h.Sum(nil)):
 		err = refused(e.Path, "content does not match its sha256")
 	}
 	return s.finish(f, e, err)

@@ -9,20 +9,23 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
-
-	"github.com/klauspost/compress/zstd"
 
 	"github.com/openclaw/cloudworkers/sync/manifest"
 )
 
 // headerName names the first tar entry of every archive: the plan it carries, as JSON.
 const headerName = ".openclaw-sync-plan.json"
+
+// sumsName names the last tar entry of a streamed archive (Plan.SumsLast): the sha256 of every
+// file entry, in plan order, 32 raw bytes each.
+const sumsName = ".openclaw-sync-sums"
 
 // Plan is what an archive carries: entries to write (sorted, with their content hashes) and paths
 // to delete first (sorted).
@@ -34,6 +37,12 @@ type Plan struct {
 	// with the files it wrote, so that the box's next `manifest --cache` of the same directory
 	// does not re-hash them. Apply refuses an archive naming one unless UpdateCache is set.
 	Cache string `json:"cache,omitempty"`
+	// SumsLast marks a streamed archive: its file entries carry no SHA256 in the plan; the
+	// writer hashes each file as it sends it, and the archive ends with a sums entry that the
+	// reader checks every staged file against before anything is committed. The sender can then
+	// start before it has hashed the tree (an initial sync). Only the gateway sends one: Apply
+	// refuses it when Expect is set.
+	SumsLast bool `json:"sumsLast,omitempty"`
 }
 
 // PlanFor is the plan that turns the tree described by from into the tree described by to.
@@ -101,14 +110,21 @@ func WriteFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest
 }
 
 // writeFrom is WriteFrom counting files and content bytes in c, when set, as they are sent.
-func writeFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest.Entry) string, c *counter) (Stats, error) {
-	var st Stats
+func writeFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest.Entry) string, c *counter) (st Stats, err error) {
 	plan.Version = 1
-	zw, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)))
+	mode := CompressAuto
+	if c != nil && c.compression != "" {
+		mode = c.compression
+	}
+	zw, err := newFrameWriter(w, mode)
 	if err != nil {
 		return st, err
 	}
-	defer zw.Close()
+	defer func() {
+		if err != nil {
+			zw.abort() // the reader must see a truncated archive, never a shorter valid one
+		}
+	}()
 	tw := tar.NewWriter(zw)
 	hdr, err := json.Marshal(plan)
 	if err != nil {
@@ -121,7 +137,8 @@ func writeFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest
 		return st, fmt.Errorf("write archive: %w", err)
 	}
 	buf := make([]byte, 256<<10)
-	for _, e := range plan.Entries {
+	var sums []byte
+	for i, e := range plan.Entries {
 		if err := ctx.Err(); err != nil {
 			return st, err
 		}
@@ -152,13 +169,29 @@ func writeFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest
 		if c != nil {
 			dst = countingWriter{tw, c}
 		}
-		n, err := copyFile(dst, source(e), e, buf)
+		opened := time.Now()
+		n, sum, fi, err := copyFile(dst, source(e), e, buf, plan.SumsLast)
 		if c != nil {
 			c.addFile()
+			if err == nil && c.sent != nil {
+				c.sent(e.Path, fi, hex.EncodeToString(sum), opened)
+			}
 		}
 		st.Bytes += n
 		if err != nil {
 			return st, err
+		}
+		if plan.SumsLast {
+			plan.Entries[i].SHA256 = hex.EncodeToString(sum)
+			sums = append(sums, sum...)
+		}
+	}
+	if plan.SumsLast {
+		if err := tw.WriteHeader(&tar.Header{Name: sumsName, Typeflag: tar.TypeReg, Mode: 0o600, Size: int64(len(sums)), Format: tar.FormatPAX}); err != nil {
+			return st, fmt.Errorf("write archive: %w", err)
+		}
+		if _, err := tw.Write(sums); err != nil {
+			return st, fmt.Errorf("write archive: %w", err)
 		}
 	}
 	st.Deleted = len(plan.Deletes)
@@ -171,25 +204,36 @@ func writeFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest
 	return st, nil
 }
 
-func copyFile(w io.Writer, file string, e manifest.Entry, buf []byte) (int64, error) {
+// copyFile sends the file described by e and returns its sha256. Without streamed, the content
+// must match e.SHA256; with it (e has no hash yet), the open file must still have e's size and
+// mtime. Either way a file that changed fails with ErrChanged.
+func copyFile(w io.Writer, file string, e manifest.Entry, buf []byte, streamed bool) (int64, []byte, fs.FileInfo, error) {
 	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		return 0, fmt.Errorf("send %s: %w", e.Path, err)
+		return 0, nil, nil, fmt.Errorf("send %s: %w", e.Path, err)
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("send %s: %w", e.Path, err)
+	}
+	if streamed && (!fi.Mode().IsRegular() || fi.Size() != e.Size || fi.ModTime().UnixNano() != e.MTime) {
+		return 0, nil, nil, fmt.Errorf("send %s: %w", e.Path, ErrChanged)
+	}
 	h := sha256.New()
 	n, err := io.CopyBuffer(io.MultiWriter(w, h), io.LimitReader(f, e.Size), buf)
 	if err != nil {
-		return n, fmt.Errorf("send %s: %w", e.Path, err)
+		return n, nil, nil, fmt.Errorf("send %s: %w", e.Path, err)
 	}
 	var one [1]byte
-	if n != e.Size || hex.EncodeToString(h.Sum(nil)) != e.SHA256 {
-		return n, fmt.Errorf("send %s: %w", e.Path, ErrChanged)
+	sum := h.Sum(nil)
+	if n != e.Size || (!streamed && hex.EncodeToString(sum) != e.SHA256) {
+		return n, nil, nil, fmt.Errorf("send %s: %w", e.Path, ErrChanged)
 	}
 	if m, _ := f.Read(one[:]); m > 0 {
-		return n, fmt.Errorf("send %s: %w", e.Path, ErrChanged)
+		return n, nil, nil, fmt.Errorf("send %s: %w", e.Path, ErrChanged)
 	}
-	return n, nil
+	return n, sum, fi, nil
 }
 
 // Limits bound an archive read from elsewhere.
@@ -248,7 +292,21 @@ func ValidatePlan(p *Plan, lim Limits, allowEscaping bool) error {
 	if len(p.Entries)+len(p.Deletes) > lim.MaxEntries {
 		return refused("", "%d entries and deletions, over the limit of %d", len(p.Entries)+len(p.Deletes), lim.MaxEntries)
 	}
-	m := manifest.Manifest{Version: manifest.Version, Entries: p.Entries}
+	entries := p.Entries
+	if p.SumsLast {
+		// The hashes come at the end; the entries must not carry any, and are otherwise checked
+		// as usual (with a placeholder hash).
+		entries = slices.Clone(p.Entries)
+		for i, e := range entries {
+			if e.Type == manifest.TypeFile {
+				if e.SHA256 != "" {
+					return refused(e.Path, "streamed plan with a hash before the content")
+				}
+				entries[i].SHA256 = placeholderSum
+			}
+		}
+	}
+	m := manifest.Manifest{Version: manifest.Version, Entries: entries}
 	if err := m.Validate(manifest.Limits{MaxEntries: lim.MaxEntries}); err != nil {
 		var pe *manifest.PathError
 		if errors.As(err, &pe) {
@@ -285,7 +343,13 @@ func ValidatePlan(p *Plan, lim Limits, allowEscaping bool) error {
 	return nil
 }
 
+// placeholderSum stands in for the hashes a streamed plan announces at its end.
+var placeholderSum = strings.Repeat("0", 64)
+
 func samePlan(a, b *Plan) bool {
+	if a.SumsLast || b.SumsLast {
+		return false
+	}
 	if len(a.Entries) != len(b.Entries) || !slices.Equal(a.Deletes, b.Deletes) {
 		return false
 	}

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -188,6 +189,25 @@ func TestApplyRefusesHostileArchives(t *testing.T) {
 	dotE, dotR := link("d", ".")
 	dotdotE, dotdotR := link("e", "d/..")
 	valid := archive(t, Plan{Entries: []manifest.Entry{bigE, okE}}, bigR, okR)
+	// streamed: a SumsLast archive of entries (their hashes moved to the sums entry), then extra.
+	streamed := func(sums []byte, entries []manifest.Entry, raws []raw, extra ...raw) []byte {
+		p := Plan{SumsLast: true}
+		given := sums != nil
+		for _, e := range entries {
+			if e.Type == manifest.TypeFile && !given {
+				b, _ := hex.DecodeString(e.SHA256)
+				sums = append(sums, b...)
+			}
+			e.SHA256 = ""
+			p.Entries = append(p.Entries, e)
+		}
+		all := append(slices.Clone(raws), raw{tar.Header{Name: sumsName, Typeflag: tar.TypeReg, Mode: 0o600, Size: int64(len(sums))}, string(sums)})
+		return archive(t, p, append(all, extra...)...)
+	}
+	twoSums := func(a, b string) []byte {
+		x, y := sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b))
+		return append(x[:], y[:]...)
+	}
 
 	tests := []struct {
 		name  string
@@ -233,6 +253,13 @@ func TestApplyRefusesHostileArchives(t *testing.T) {
 		{name: "corrupt", data: func() []byte { b := slices.Clone(valid); b[len(b)/2] ^= 0xff; b[len(b)/2+1] ^= 0x55; return b }()},
 		{name: "trailing garbage", data: append(slices.Clone(valid), []byte("garbage garbage garbage")...)},
 		{name: "not zstd", data: []byte("plain text, not an archive")},
+		{name: "streamed: content does not match its sum", data: streamed(twoSums(bigR.body, "FINE"), []manifest.Entry{bigE, okE}, []raw{bigR, okR})},
+		{name: "streamed: sums in the wrong order", data: streamed(twoSums(okR.body, bigR.body), []manifest.Entry{bigE, okE}, []raw{bigR, okR})},
+		{name: "streamed: sums missing", data: archive(t, Plan{SumsLast: true, Entries: []manifest.Entry{{Path: "ok.txt", Type: manifest.TypeFile, Mode: 0o644, Size: 4}}}, okR)},
+		{name: "streamed: sums cut short", data: streamed(twoSums(bigR.body, okR.body)[:40], []manifest.Entry{bigE, okE}, []raw{bigR, okR})},
+		{name: "streamed: entry after the sums", data: streamed(nil, []manifest.Entry{okE}, []raw{okR}, bigR)},
+		{name: "streamed: hash in the plan", data: archive(t, Plan{SumsLast: true, Entries: []manifest.Entry{okE}}, okR, raw{tar.Header{Name: sumsName, Typeflag: tar.TypeReg, Size: 32}, string(twoSums(okR.body, "")[:32])})},
+		{name: "streamed: dotdot", data: streamed(nil, []manifest.Entry{evilE}, []raw{evilR})},
 		{
 			name: "file over an existing directory not deleted first",
 			data: archive(t, Plan{Entries: []manifest.Entry{okE}}, okR),
@@ -276,15 +303,17 @@ func TestApplyRefusesHostileArchives(t *testing.T) {
 			}
 		})
 	}
-	t.Run("the valid archive applies", func(t *testing.T) {
-		root := t.TempDir()
-		if _, err := Apply(synctest.Context(t), bytes.NewReader(valid), root, ApplyOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if got := synctest.Read(t, root, "ok.txt"); got != "fine" {
-			t.Fatalf("ok.txt = %q", got)
-		}
-	})
+	for name, data := range map[string][]byte{"the valid archive applies": valid, "the valid streamed archive applies": streamed(nil, []manifest.Entry{bigE, okE}, []raw{bigR, okR})} {
+		t.Run(name, func(t *testing.T) {
+			root := t.TempDir()
+			if _, err := Apply(synctest.Context(t), bytes.NewReader(data), root, ApplyOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if got := synctest.Read(t, root, "ok.txt"); got != "fine" {
+				t.Fatalf("ok.txt = %q", got)
+			}
+		})
+	}
 }
 
 var fuzzEnc, _ = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true))
@@ -405,4 +434,43 @@ func FuzzApply(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestApplyKeepsModesAndMTimes: staged files get exactly the plan's mode (even bits the umask
+// would strip, and read-only ones) and its mtime to the nanosecond, in a planned and a streamed
+// archive.
+func TestApplyKeepsModesAndMTimes(t *testing.T) {
+	ctx := synctest.Context(t)
+	src := t.TempDir()
+	modes := map[string]os.FileMode{"rw-rw-r": 0o664, "private": 0o600, "exec": 0o755, "readonly": 0o444, "big-shared": 0o666}
+	mt := time.Date(2024, 2, 29, 12, 34, 56, 123456789, time.UTC)
+	for name, mode := range modes {
+		body := name
+		if strings.HasPrefix(name, "big") {
+			body = strings.Repeat("b", smallFile+1) // streamed by the reader, not the pool
+		}
+		must(t, os.WriteFile(filepath.Join(src, name), []byte(body), 0o600))
+		must(t, os.Chmod(filepath.Join(src, name), mode))
+		must(t, os.Chtimes(filepath.Join(src, name), mt, mt))
+	}
+	m := build(t, src)
+	listing, err := manifest.List(ctx, src, manifest.Options{})
+	must(t, err)
+	for kind, plan := range map[string]Plan{"planned": PlanFor(nil, m), "streamed": {Entries: listing.Unhashed().Entries, SumsLast: true}} {
+		var buf bytes.Buffer
+		if _, err := Write(ctx, &buf, src, plan); err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(t.TempDir(), kind)
+		if _, err := Apply(ctx, &buf, dst, ApplyOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for name, mode := range modes {
+			fi, err := os.Lstat(filepath.Join(dst, name))
+			must(t, err)
+			if fi.Mode().Perm() != mode || !fi.ModTime().Equal(mt) {
+				t.Errorf("%s %s: mode %v mtime %v, want %v %v", kind, name, fi.Mode().Perm(), fi.ModTime().UTC(), mode, mt)
+			}
+		}
+	}
 }

@@ -3,6 +3,7 @@ package stream
 import (
 	"fmt"
 	"io"
+	"io/fs"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +43,11 @@ func ProgressPrinter(w io.Writer, prefix string) func(Progress) {
 // counter is updated by the archive writer and read by the reporting goroutine.
 type counter struct {
 	files, bytes atomic.Int64
+	// sent, when set, is told of every file sent: its path, stat (taken when it was opened), sha256
+	// and when it was opened (for a hash cache).
+	sent func(p string, fi fs.FileInfo, sum string, at time.Time)
+	// compression encodes the archive's frames (CompressAuto when empty).
+	compression Compression
 }
 
 func (c *counter) addFile()       { c.files.Add(1) }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"path/filepath"
 	"strings"
 	"time"
@@ -35,6 +36,8 @@ type Remote struct {
 	// It is called from one goroutine at a time and never after Unpack returns.
 	Progress         func(Progress)
 	ProgressInterval time.Duration
+	// Compression encodes what is sent to the box (CompressAuto when empty).
+	Compression Compression
 
 	progressTick <-chan time.Time // tests: ticks instead of a ticker
 }
@@ -173,8 +176,13 @@ func (r Remote) Manifest(ctx context.Context, dir string, opts ManifestOptions) 
 
 // Unpack runs `unpack --dir DIR` on the box and streams the plan's archive of root into it.
 func (r Remote) Unpack(ctx context.Context, dir, root string, plan Plan) (Stats, error) {
+	return r.unpack(ctx, dir, root, plan, nil)
+}
+
+// unpack is Unpack calling sent (when set) for every file sent, with its stat and sha256.
+func (r Remote) unpack(ctx context.Context, dir, root string, plan Plan, sent func(string, fs.FileInfo, string, time.Time)) (Stats, error) {
 	var st Stats
-	var c counter
+	c := counter{sent: sent, compression: r.Compression}
 	stop := reportProgress(r.Progress, r.ProgressInterval, r.progressTick, plan, &c)
 	err := r.run(ctx, r.command("unpack", "--dir", dir), func(w io.Writer) error {
 		var err error
@@ -229,29 +237,72 @@ func Push(ctx context.Context, r Remote, root, dir string, base *manifest.Manife
 	return pushPlan(ctx, r, root, dir, PlanFor(from, base), mopts)
 }
 
-// PushBuild is Push with the local manifest made by build while the box makes its own (a warm
-// box), so that a resync waits for the slower of the two rather than for their sum. It returns
-// the manifest build made: the base of this sync.
-func PushBuild(ctx context.Context, r Remote, root, dir string, build func(context.Context) (*manifest.Manifest, error), warm bool, mopts ManifestOptions) (*manifest.Manifest, Plan, Stats, error) {
-	var base, from *manifest.Manifest
+// TreeOptions configure PushTree.
+type TreeOptions struct {
+	// Manifest selects the tree on both sides (mode, profile rules) and names the box's hash
+	// cache file.
+	Manifest ManifestOptions
+	// Cache is the gateway's hash cache of root (kept between syncs), or nil.
+	Cache *manifest.Cache
+}
+
+// Result is what PushTree did.
+type Result struct {
+	// Kind is "cold" (the box had nothing: one streamed archive of the whole tree), "warm" (the
+	// box got the difference with its copy) or "unchanged".
+	Kind string
+	// Base is the tree the box now holds: the base manifest of this sync.
+	Base  *manifest.Manifest
+	Plan  Plan
+	Stats Stats
+}
+
+// PushTree syncs the tree of root to dir on the box. It lists root while the box lists dir. A box
+// with nothing there gets a streamed archive (Plan.SumsLast): files are hashed as they are sent,
+// so the first bytes leave as soon as the tree is listed, and the box checks every file against
+// the sums at the end of the stream before it commits anything. A warm box gets only the
+// difference, deletions included, with hashes computed first (from opts.Cache where files did
+// not change).
+func PushTree(ctx context.Context, r Remote, root, dir string, opts TreeOptions) (Result, error) {
+	mo := opts.Manifest
+	var listing *manifest.Listing
+	var from *manifest.Manifest
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		var err error
-		base, err = build(gctx)
+		listing, err = manifest.List(gctx, root, manifest.Options{Mode: mo.Mode, Exclude: mo.Exclude, Include: mo.Include, Cache: opts.Cache})
 		return err
 	})
-	if warm {
-		g.Go(func() error {
-			var err error
-			from, err = r.Manifest(gctx, dir, mopts)
-			return err
-		})
-	}
+	g.Go(func() error {
+		var err error
+		from, err = r.Manifest(gctx, dir, mo)
+		return err
+	})
 	if err := g.Wait(); err != nil {
-		return nil, Plan{}, Stats{}, err
+		return Result{}, err
 	}
-	plan, st, err := pushPlan(ctx, r, root, dir, PlanFor(from, base), mopts)
-	return base, plan, st, err
+	if len(from.Entries) == 0 {
+		plan := Plan{Version: 1, Entries: listing.Unhashed().Entries, SumsLast: true, Cache: mo.CacheFile}
+		if len(plan.Entries) == 0 {
+			return Result{Kind: "unchanged", Base: &manifest.Manifest{Version: manifest.Version, Entries: []manifest.Entry{}}}, nil
+		}
+		st, err := r.unpack(ctx, dir, listing.Root(), plan, opts.Cache.Record)
+		if err != nil {
+			return Result{}, err
+		}
+		// writeFrom filled in the hashes as it sent the files.
+		return Result{Kind: "cold", Base: &manifest.Manifest{Version: manifest.Version, Entries: plan.Entries}, Plan: plan, Stats: st}, nil
+	}
+	base, _, err := listing.Hash(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	plan, st, err := pushPlan(ctx, r, root, dir, PlanFor(from, base), mo)
+	kind := "warm"
+	if plan.Empty() {
+		kind = "unchanged"
+	}
+	return Result{Kind: kind, Base: base, Plan: plan, Stats: st}, err
 }
 
 func pushPlan(ctx context.Context, r Remote, root, dir string, plan Plan, mopts ManifestOptions) (Plan, Stats, error) {

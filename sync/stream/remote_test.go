@@ -3,9 +3,11 @@ package stream
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,12 +80,12 @@ func TestPushOverSSHColdThenWarm(t *testing.T) {
 	}
 	sameTree(t, base, build(t, dst))
 
-	// No-op resync sends nothing, with the local manifest built while the box builds its own.
-	got, plan, _, err := PushBuild(ctx, remote, src, dst, func(context.Context) (*manifest.Manifest, error) { return build(t, src), nil }, true, ManifestOptions{})
-	if err != nil || !plan.Empty() {
-		t.Fatalf("no-op resync: plan %+v, err %v", plan, err)
+	// No-op resync sends nothing, with the local tree listed while the box builds its manifest.
+	res, err := PushTree(ctx, remote, src, dst, TreeOptions{})
+	if err != nil || !res.Plan.Empty() || res.Kind != "unchanged" {
+		t.Fatalf("no-op resync: %+v, err %v", res, err)
 	}
-	sameTree(t, base, got)
+	sameTree(t, base, res.Base)
 
 	// A warm resync sends only the change and the deletion.
 	must(t, os.WriteFile(filepath.Join(src, "a.txt"), []byte("A!"), 0o644))
@@ -112,6 +114,83 @@ func TestPushOverSSHColdThenWarm(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameTree(t, boxM, build(t, back))
+}
+
+// TestPushTreeStreamsToAColdBox: a cold box gets one streamed archive, hashed while it is sent;
+// the result is the tree's manifest, both hash caches learn every file, and a warm resync then
+// hashes nothing and sends only the change.
+func TestPushTreeStreamsToAColdBox(t *testing.T) {
+	ctx := synctest.Context(t)
+	boxDir, remote := startBox(t)
+	src := t.TempDir()
+	synctest.Write(t, src, map[string]string{"a.txt": "a", "dir/b.txt": "b", "dir/sub/c.txt": "c", "big": strings.Repeat("x", 3<<20)})
+	must(t, os.Symlink("dir/b.txt", filepath.Join(src, "link")))
+	old := time.Now().Add(-time.Hour) // older than the racy window, so hashes are cached
+	must(t, filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			err = os.Chtimes(p, old, old)
+		}
+		return err
+	}))
+	dst := filepath.Join(boxDir, "ws")
+	boxCache := filepath.Join(boxDir, "cache.json")
+	cache := manifest.NewCache()
+	opts := TreeOptions{Cache: cache, Manifest: ManifestOptions{CacheFile: boxCache}}
+
+	res, err := PushTree(ctx, remote, src, dst, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := build(t, src)
+	if res.Kind != "cold" || !res.Plan.SumsLast || res.Stats.Files != 4 {
+		t.Fatalf("cold push: kind %q sumsLast %v stats %+v", res.Kind, res.Plan.SumsLast, res.Stats)
+	}
+	sameTree(t, want, res.Base)
+	sameTree(t, want, build(t, dst))
+	if cache.Len() != 4 {
+		t.Fatalf("gateway hash cache holds %d files, want 4", cache.Len())
+	}
+	if got := manifest.LoadCache(boxCache).Len(); got != 4 {
+		t.Fatalf("box hash cache holds %d files, want 4", got)
+	}
+	if _, st, err := manifest.Build(ctx, src, manifest.Options{Cache: cache}); err != nil || st.Hashed != 0 {
+		t.Fatalf("rebuild after a cold push hashed %d files (err %v), want 0", st.Hashed, err)
+	}
+
+	must(t, os.WriteFile(filepath.Join(src, "dir/b.txt"), []byte("B"), 0o644))
+	res, err = PushTree(ctx, remote, src, dst, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Kind != "warm" || res.Plan.SumsLast || !slices.Equal(manifest.Paths(res.Plan.Entries), []string{"dir/b.txt"}) {
+		t.Fatalf("warm push: kind %q plan %v", res.Kind, manifest.Paths(res.Plan.Entries))
+	}
+	sameTree(t, build(t, src), build(t, dst))
+}
+
+// TestPushTreeNoticesAChangedFile: a file that changes between the listing and its sending fails
+// the streamed sync with ErrChanged, and the box keeps nothing.
+func TestPushTreeNoticesAChangedFile(t *testing.T) {
+	ctx := synctest.Context(t)
+	boxDir, remote := startBox(t)
+	src := t.TempDir()
+	synctest.Write(t, src, map[string]string{"a.txt": "a"})
+	listing, err := manifest.List(ctx, src, manifest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, os.WriteFile(filepath.Join(src, "a.txt"), []byte("changed"), 0o644))
+	dst := filepath.Join(boxDir, "ws")
+	_, err = remote.Unpack(ctx, dst, src, Plan{Version: 1, Entries: listing.Unhashed().Entries, SumsLast: true})
+	if !errors.Is(err, ErrChanged) {
+		t.Fatalf("err = %v, want ErrChanged", err)
+	}
+	if _, err := os.Stat(dst); !os.IsNotExist(err) {
+		t.Fatalf("box kept %s after a failed sync (%v)", dst, err)
+	}
+	if entries, _ := os.ReadDir(boxDir); slices.ContainsFunc(entries, func(e os.DirEntry) bool { return strings.HasPrefix(e.Name(), manifest.StagingPrefix) }) {
+		t.Fatalf("staging left on the box: %v", entries)
+	}
 }
 
 func TestPushReportsBoxFailure(t *testing.T) {

@@ -1,0 +1,77 @@
+package stream
+
+import (
+	"bufio"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"unsafe"
+)
+
+// writeSmall creates file (which must not exist) with content data, mode and mtime (ns) in as
+// few system calls as the kernel allows: open with the final mode (a chmod only when the umask
+// would strip bits of it), write, futimens, fsync when asked, close. Staging creates thousands of
+// small files; os.File would add poller registration and fcntl calls to each.
+func writeSmall(file string, data []byte, mode uint32, mtime int64, fsync bool) error {
+	fd, err := syscall.Open(file, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, mode)
+	if err != nil {
+		return &os.PathError{Op: "create", Path: file, Err: err}
+	}
+	err = writeFD(fd, data, mode, mtime, fsync)
+	if cerr := syscall.Close(fd); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return &os.PathError{Op: "write", Path: file, Err: err}
+	}
+	return nil
+}
+
+func writeFD(fd int, data []byte, mode uint32, mtime int64, fsync bool) error {
+	for len(data) > 0 {
+		n, err := syscall.Write(fd, data)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	if mode&processUmask() != 0 {
+		if err := syscall.Fchmod(fd, mode); err != nil {
+			return err
+		}
+	}
+	ts := [2]syscall.Timespec{syscall.NsecToTimespec(mtime), syscall.NsecToTimespec(mtime)}
+	// utimensat(fd, NULL, times, 0) is futimens(2).
+	if _, _, e := syscall.Syscall6(syscall.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0); e != 0 {
+		return e
+	}
+	if fsync {
+		return syscall.Fsync(fd)
+	}
+	return nil
+}
+
+// processUmask is the process's umask, read from /proc/self/status (setting it to read it would
+// race with other goroutines creating files); all bits when it cannot be read, so that every
+// file is chmodded.
+var processUmask = sync.OnceValue(func() uint32 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0o777
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "Umask:"); ok {
+			if m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil {
+				return uint32(m)
+			}
+		}
+	}
+	return 0o777
+})
