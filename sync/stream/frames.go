@@ -51,7 +51,9 @@ const (
 	// rawBlock is zstd's largest block.
 	rawBlock = 128 << 10
 	// queued bounds the frames waiting to be written (memory: queued × chunkSize).
-	queued = 8
+	queued = 4
+	// measureEvery is the wire bytes over which CompressAuto measures the link.
+	measureEvery = 2 << 20
 )
 
 var encoder = sync.OnceValues(func() (*zstd.Encoder, error) {
@@ -155,7 +157,7 @@ func (f *frameWriter) compress() bool {
 	return f.slow
 }
 
-// writeLoop writes the frames in order and measures the link: after every 4 MiB written, the
+// writeLoop writes the frames in order and measures the link: after every 2 MiB written, the
 // rate at which Write took them (time blocked included, time waiting for frames not) decides
 // whether CompressAuto compresses the next chunks.
 func (f *frameWriter) writeLoop() {
@@ -176,7 +178,7 @@ func (f *frameWriter) writeLoop() {
 		}
 		f.wire += int64(len(job.out))
 		f.took += took
-		if f.wire >= 4<<20 {
+		if f.wire >= measureEvery {
 			f.slow = float64(f.wire)/f.took.Seconds() < CompressBelow
 			f.wire, f.took = 0, 0
 		}
