@@ -349,23 +349,23 @@ func (d *Dispatcher) syncOut(ctx context.Context, p Placement) (Change, error) {
 		return Change{}, fmt.Errorf("sync out: %w", err)
 	}
 	if anchor != nil {
-		bdir := filepath.Join(dir, "bundle")
-		_ = os.RemoveAll(bdir)
-		if err := os.MkdirAll(bdir, 0o700); err != nil {
+		pdir := filepath.Join(dir, "base-pack")
+		_ = os.RemoveAll(pdir)
+		if err := os.MkdirAll(pdir, 0o700); err != nil {
 			return Change{}, err
 		}
-		if err := anchor.BaseBundle(ctx, filepath.Join(bdir, "base.bundle")); err != nil {
-			return Change{}, fmt.Errorf("base bundle: %w", err)
+		if err := anchor.BasePack(ctx, filepath.Join(pdir, "base.pack")); err != nil {
+			return Change{}, fmt.Errorf("base pack: %w", err)
 		}
-		bm, _, err := manifest.Build(ctx, bdir, manifest.Options{})
+		pm, _, err := manifest.Build(ctx, pdir, manifest.Options{})
 		if err != nil {
 			return Change{}, err
 		}
 		inbox := filepath.Join(e.WorkerHome, ".openclaw-worker", "inbox", p.SessionID)
-		if _, err := r.Unpack(ctx, inbox, bdir, stream.PlanFor(nil, bm)); err != nil {
-			return Change{}, fmt.Errorf("send base bundle: %w", err)
+		if _, err := r.Unpack(ctx, inbox, pdir, stream.PlanFor(nil, pm)); err != nil {
+			return Change{}, fmt.Errorf("send base pack: %w", err)
 		}
-		if _, err := bootstrap.RunOK(ctx, c, "set up the box repository", gitsync.BoxRepoCommand(boxWS, filepath.Join(inbox, "base.bundle"), anchor.Name, anchor.Base)); err != nil {
+		if _, err := bootstrap.RunOK(ctx, c, "set up the box repository", gitsync.BoxRepoCommand(boxWS, filepath.Join(inbox, "base.pack"), anchor.Name, anchor.Base)); err != nil {
 			return Change{}, err
 		}
 	}

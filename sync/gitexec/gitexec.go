@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -54,20 +55,33 @@ func RunInput(ctx context.Context, dir string, stdin []byte, args ...string) ([]
 // RunEnv is RunInput with extra environment variables (KEY=value) after Env(), such as
 // GIT_INDEX_FILE for a temporary index.
 func RunEnv(ctx context.Context, dir string, env []string, stdin []byte, args ...string) ([]byte, error) {
+	var in io.Reader
+	if stdin != nil {
+		in = bytes.NewReader(stdin)
+	}
+	var out bytes.Buffer
+	err := run(ctx, dir, env, in, &out, args)
+	return out.Bytes(), err
+}
+
+// Stream runs git with args in dir reading stdin (none when nil) and writing its stdout to
+// stdout, for output too large to hold in memory, such as a pack.
+func Stream(ctx context.Context, dir string, stdin io.Reader, stdout io.Writer, args ...string) error {
+	return run(ctx, dir, nil, stdin, stdout, args)
+}
+
+func run(ctx context.Context, dir string, env []string, stdin io.Reader, stdout io.Writer, args []string) error {
 	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir = dir
 	cmd.Env = append(Env(), env...)
-	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
-	}
-	var out bytes.Buffer
+	cmd.Stdin = stdin
 	errb := &capped{max: maxStderr}
-	cmd.Stdout = &out
+	cmd.Stdout = stdout
 	cmd.Stderr = errb
 	if err := cmd.Run(); err != nil {
-		return out.Bytes(), &Error{Args: args, Stderr: errb.String(), Err: err}
+		return &Error{Args: args, Stderr: errb.String(), Err: err}
 	}
-	return out.Bytes(), nil
+	return nil
 }
 
 // Line runs git and returns its stdout with surrounding space trimmed.

@@ -170,36 +170,73 @@ func (a *Anchor) Manifest(ctx context.Context, opts manifest.Options) (*manifest
 	return m, nil
 }
 
-// BaseBundle writes a bundle of the managed branch at the base commit to file: the box fetches it
-// into an empty repository so that its HEAD is the base (see BoxRepoCommand).
-func (a *Anchor) BaseBundle(ctx context.Context, file string) error {
-	tmp := "refs/openclaw/tmp-base/" + a.Name
-	if _, err := gitexec.Run(ctx, a.Dir, "update-ref", tmp, a.Base); err != nil {
+// BasePack writes to file (temp, fsync, rename) a pack of exactly the base commit, its tree and
+// every tree and blob under it — none of its ancestors, so its size does not depend on the length
+// of the history. BoxRepoCommand makes a shallow repository on the box from it.
+func (a *Anchor) BasePack(ctx context.Context, file string) error {
+	tmp := file + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
 		return err
 	}
-	defer gitexec.Run(context.WithoutCancel(ctx), a.Dir, "update-ref", "-d", tmp)
-	_, err := gitexec.Run(ctx, a.Dir, "bundle", "create", "-q", file, tmp)
-	if err != nil {
-		return fmt.Errorf("bundle base: %w", err)
+	defer os.Remove(tmp)
+	err = a.writeBasePack(ctx, f)
+	if err == nil {
+		err = f.Sync()
 	}
-	return nil
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("pack base %s: %w", short(a.Base), err)
+	}
+	return os.Rename(tmp, file)
+}
+
+// writeBasePack streams `git rev-list --objects --no-walk <base>` (the commit, then every object
+// of its tree with its path, which pack-objects uses to pick deltas) into `git pack-objects`.
+func (a *Anchor) writeBasePack(ctx context.Context, w io.Writer) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	listed := make(chan error, 1)
+	go func() {
+		err := gitexec.Stream(ctx, a.Dir, nil, pw, "rev-list", "--objects", "--no-walk", a.Base+"^{commit}")
+		pw.CloseWithError(err)
+		listed <- err
+	}()
+	err := gitexec.Stream(ctx, a.Dir, pr, w, "pack-objects", "--stdout", "-q")
+	// pack-objects stopped (done or failed): rev-list must not wait on a reader that is gone.
+	pr.CloseWithError(io.ErrClosedPipe)
+	cancel()
+	if lerr := <-listed; err == nil {
+		err = lerr
+	}
+	return err
 }
 
 // BoxRepoCommand is the shell command that turns dir on the box (already holding the synced files)
-// into a repository on branch openclaw/<name> whose HEAD is base, from the bundle at bundlePath;
-// the index is reset to base and the files are left as synced, so uncommitted changes stay
-// uncommitted. There is no remote and no credential.
-func BoxRepoCommand(dir, bundlePath, name, base string) string {
+// into a shallow repository on branch openclaw/<name> whose HEAD is base, its only commit, from
+// the pack at packPath (see BasePack): the pack is indexed, base is recorded in .git/shallow so
+// git never looks for its parents, the index is reset to base and the files are left as synced,
+// so uncommitted changes stay uncommitted. The pack is removed. There is no remote and no
+// credential.
+func BoxRepoCommand(dir, packPath, name, base string) string {
 	q := func(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+	initRepo := "git init -q"
+	if len(base) == 64 {
+		initRepo += " --object-format=sha256"
+	}
 	return strings.Join([]string{
 		"set -e",
 		"cd " + q(dir),
-		"git init -q",
-		"git fetch -q " + q(bundlePath) + " " + q("refs/openclaw/tmp-base/"+name),
+		initRepo,
+		"git index-pack --stdin < " + q(packPath) + " > /dev/null",
+		"printf '%s\\n' " + q(base) + ` > "$(git rev-parse --git-path shallow)"`,
 		"git update-ref " + q("refs/heads/"+BranchPrefix+name) + " " + q(base),
 		"git symbolic-ref HEAD " + q("refs/heads/"+BranchPrefix+name),
 		"git reset -q",
-		"rm -f " + q(bundlePath),
+		"rm -f " + q(packPath),
 	}, "\n")
 }
 

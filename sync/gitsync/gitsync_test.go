@@ -2,14 +2,18 @@ package gitsync
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/openclaw/cloudworkers/sync/gitexec"
 	"github.com/openclaw/cloudworkers/sync/internal/synctest"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 	"github.com/openclaw/cloudworkers/sync/mirror"
@@ -49,21 +53,32 @@ type world struct {
 	base                    *manifest.Manifest
 	userBefore              *manifest.Manifest
 	userHead                string
+	pack                    packStats // of the base pack sent to the box
 }
 
-// dispatch creates the anchor from a user repository and syncs it out to a simulated box.
-func dispatch(t *testing.T) *world {
+// setup varies the user repository that dispatch starts from.
+type setup struct {
+	history      int               // commits on top of the initial one, each changing one file
+	objectFormat string            // "" (sha1) or "sha256"
+	anchorEdits  map[string]string // uncommitted changes in the anchor before it is synced out
+	status       string            // the box's `git status --porcelain` they should show
+}
+
+// dispatch creates the anchor from a user repository and syncs it out to a simulated box: the
+// files, then the repository made by BoxRepoCommand from the base pack.
+func dispatch(t *testing.T, s setup) *world {
 	t.Helper()
 	synctest.HaveGit(t)
 	ctx := synctest.Context(t)
 	tmp := t.TempDir()
 	w := &world{user: filepath.Join(tmp, "user"), data: filepath.Join(tmp, "data"), box: filepath.Join(tmp, "box", "ws"), boxTmp: filepath.Join(tmp, "box")}
-	synctest.InitRepo(t, w.user, map[string]string{
+	initRepo(t, w.user, s.objectFormat, map[string]string{
 		".gitignore":       ".env\nbuild/\n",
 		".worktreeinclude": ".env\n",
 		"main.go":          "package main\n",
 		"lib/lib.go":       "package lib\n",
 	})
+	addHistory(t, w.user, s.history)
 	synctest.Write(t, w.user, map[string]string{".env": "TOKEN=local", "build/x": "ignored", "wip.txt": "user's uncommitted work"})
 	w.userHead = synctest.Git(t, w.user, "rev-parse", "HEAD")
 	w.userBefore, _, _ = manifest.Build(ctx, w.user, manifest.Options{})
@@ -77,30 +92,110 @@ func dispatch(t *testing.T) *world {
 	if got := synctest.Read(t, a.Dir, "build/x"); got != "<missing>" {
 		t.Fatal("an ignored file not in .worktreeinclude was copied")
 	}
+	synctest.Write(t, a.Dir, s.anchorEdits)
 	w.base, err = a.Manifest(ctx, manifest.Options{})
 	must(t, err)
 	if w.base.BaseCommit != w.userHead {
 		t.Fatalf("base commit %s, want %s", w.base.BaseCommit, w.userHead)
 	}
-	// Out: files, then the repository from the base bundle.
+	// Out: files, then the repository from the base pack.
 	_, err = pipe(ctx, a.Dir, stream.PlanFor(nil, w.base), w.box, stream.ApplyOptions{AllowEscapingSymlinks: true})
 	must(t, err)
-	bundle := filepath.Join(w.boxTmp, "base.bundle")
-	must(t, a.BaseBundle(ctx, bundle))
-	out, err := exec.Command("/bin/sh", "-c", BoxRepoCommand(w.box, bundle, "s1", a.Base)).CombinedOutput()
+	pack := filepath.Join(w.boxTmp, "base.pack")
+	must(t, a.BasePack(ctx, pack))
+	w.pack = inspectPack(t, a.Dir, pack)
+	out, err := exec.Command("/bin/sh", "-c", BoxRepoCommand(w.box, pack, "s1", a.Base)).CombinedOutput()
 	if err != nil {
 		t.Fatalf("box repo: %v: %s", err, out)
+	}
+	if _, err := os.Stat(pack); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("base pack left on the box: %v", err)
 	}
 	if head := synctest.Git(t, w.box, "rev-parse", "HEAD"); head != a.Base {
 		t.Fatalf("box HEAD %s, want base %s", head, a.Base)
 	}
-	if st := synctest.Git(t, w.box, "status", "--porcelain"); st != "" {
-		t.Fatalf("box repo not clean at base: %q", st)
+	if n := synctest.Git(t, w.box, "rev-list", "--count", "HEAD"); n != "1" {
+		t.Fatalf("box history holds %s commits, want only the base", n)
+	}
+	// untrimmed: " M" is a change in the files only, the index being at the base
+	st, err := gitexec.Run(ctx, w.box, "status", "--porcelain")
+	must(t, err)
+	if string(st) != s.status {
+		t.Fatalf("box status %q, want %q", st, s.status)
 	}
 	return w
 }
 
-// work makes commits and an untracked file on the box and bundles the commits against the base.
+// initRepo is synctest.InitRepo in the given object format.
+func initRepo(t *testing.T, dir, objectFormat string, files map[string]string) {
+	t.Helper()
+	if objectFormat == "" {
+		synctest.InitRepo(t, dir, files)
+		return
+	}
+	must(t, os.MkdirAll(dir, 0o755))
+	synctest.Git(t, dir, "init", "-q", "-b", "main", "--object-format="+objectFormat)
+	synctest.Write(t, dir, files)
+	synctest.Git(t, dir, "add", "-A")
+	synctest.Git(t, dir, "commit", "-q", "-m", "initial")
+}
+
+// addHistory adds n commits to the branch checked out in dir, commit i rewriting history/f<i%10>
+// with text of its own, through one `git fast-import`.
+func addHistory(t *testing.T, dir string, n int) {
+	t.Helper()
+	if n == 0 {
+		return
+	}
+	var b strings.Builder
+	data := func(s string) { fmt.Fprintf(&b, "data %d\n%s\n", len(s), s) }
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "commit refs/heads/main\ncommitter Test <test@example.invalid> %d +0000\n", 1700000000+i)
+		data(fmt.Sprintf("change %d", i))
+		if i == 1 {
+			fmt.Fprintf(&b, "from %s\n", synctest.Git(t, dir, "rev-parse", "HEAD"))
+		}
+		var body strings.Builder
+		for l := range 40 {
+			fmt.Fprintf(&body, "line %d of change %d: %x\n", l, i, sha256.Sum256(fmt.Appendf(nil, "%d/%d", i, l)))
+		}
+		fmt.Fprintf(&b, "M 100644 inline history/f%d.txt\n", i%10)
+		data(body.String())
+	}
+	if _, err := gitexec.RunInput(synctest.Context(t), dir, []byte(b.String()), "fast-import", "--quiet"); err != nil {
+		t.Fatal(err)
+	}
+	synctest.Git(t, dir, "reset", "-q", "--hard")
+}
+
+// packStats is what a pack file holds.
+type packStats struct {
+	size    int64
+	objects map[string]int // by type: commit, tree, blob, tag
+}
+
+// inspectPack indexes a copy of pack (in repo's object format) and counts its objects.
+func inspectPack(t *testing.T, repo, pack string) packStats {
+	t.Helper()
+	data, err := os.ReadFile(pack)
+	must(t, err)
+	cp := filepath.Join(t.TempDir(), "p.pack")
+	must(t, os.WriteFile(cp, data, 0o600))
+	synctest.Git(t, repo, "index-pack", cp)
+	st := packStats{size: int64(len(data)), objects: map[string]int{}}
+	for _, line := range strings.Split(synctest.Git(t, repo, "verify-pack", "-v", strings.TrimSuffix(cp, ".pack")+".idx"), "\n") {
+		if f := strings.Fields(line); len(f) >= 5 {
+			switch f[1] {
+			case "commit", "tree", "blob", "tag":
+				st.objects[f[1]]++
+			}
+		}
+	}
+	return st
+}
+
+// work makes commits and an untracked file on the box and bundles the commits against the base
+// with BoxBundleCommand.
 func (w *world) work(t *testing.T) string {
 	t.Helper()
 	synctest.Write(t, w.box, map[string]string{"feature.go": "package main // new\n", "main.go": "package main // changed\n"})
@@ -111,13 +206,82 @@ func (w *world) work(t *testing.T) string {
 	synctest.Git(t, w.box, "commit", "-q", "-m", "worker: more")
 	synctest.Write(t, w.box, map[string]string{"notes/untracked.md": "artifact"})
 	bundle := filepath.Join(w.boxTmp, "result.bundle")
-	synctest.Git(t, w.box, "bundle", "create", "-q", bundle, w.anchor.Base+"..HEAD")
+	f, err := os.Create(bundle)
+	must(t, err)
+	var stderr strings.Builder
+	cmd := exec.Command("/bin/sh", "-c", BoxBundleCommand(w.box, w.anchor.Base))
+	cmd.Stdout, cmd.Stderr = f, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("box bundle: %v: %s", err, stderr.String())
+	}
+	must(t, f.Close())
 	return bundle
+}
+
+// TestShallowBase checks the box's repository made from the base pack: only the base commit, the
+// anchor's uncommitted changes still uncommitted, the worker's commits adopted by fast-forward,
+// and a pack whose size does not grow with the history.
+func TestShallowBase(t *testing.T) {
+	edits := map[string]string{"lib/lib.go": "package lib // edited, not committed\n", "scratch.txt": "new"}
+	for _, tc := range []struct {
+		name string
+		setup
+	}{
+		{"root commit", setup{}},
+		{"root commit with uncommitted changes", setup{anchorEdits: edits, status: " M lib/lib.go\n?? scratch.txt\n"}},
+		{"long history", setup{history: 200, anchorEdits: edits, status: " M lib/lib.go\n?? scratch.txt\n"}},
+		{"sha256", setup{history: 3, objectFormat: "sha256"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := synctest.Context(t)
+			w := dispatch(t, tc.setup)
+			a := w.anchor
+
+			tree := strings.Split(synctest.Git(t, a.Dir, "ls-tree", "-r", "-t", a.Base), "\n")
+			wantObjects := 1 + 1 + len(tree) // the commit, its root tree, everything under it
+			total := w.pack.objects["commit"] + w.pack.objects["tree"] + w.pack.objects["blob"] + w.pack.objects["tag"]
+			if w.pack.objects["commit"] != 1 || total != wantObjects {
+				t.Fatalf("base pack holds %v, want 1 commit and %d objects in all", w.pack.objects, wantObjects)
+			}
+			if tc.history > 0 {
+				full := filepath.Join(t.TempDir(), "full.bundle")
+				synctest.Git(t, a.Dir, "bundle", "create", "-q", full, "refs/heads/"+a.Branch)
+				fi, err := os.Stat(full)
+				must(t, err)
+				t.Logf("%d commits of history: base pack %d bytes, full-history bundle %d bytes", tc.history+1, w.pack.size, fi.Size())
+				if w.pack.size >= fi.Size() {
+					t.Fatalf("base pack of %d bytes, not smaller than the full-history bundle of %d", w.pack.size, fi.Size())
+				}
+			}
+			if got := synctest.Git(t, w.box, "rev-parse", "--is-shallow-repository"); got != "true" {
+				t.Fatalf("box repository shallow: %s", got)
+			}
+			synctest.Git(t, w.box, "fsck", "--no-progress")
+
+			if tc.anchorEdits != nil {
+				// the worker commits on top of the base without the anchor's uncommitted edits
+				synctest.Git(t, w.box, "stash", "-q", "-u")
+			}
+			bundle := w.work(t)
+			boxTip := synctest.Git(t, w.box, "rev-parse", "HEAD")
+			tip, err := a.Adopt(ctx, "sess-1", bundle)
+			must(t, err)
+			if tip != boxTip {
+				t.Fatalf("adopted %s, want %s", tip, boxTip)
+			}
+			if got := synctest.Git(t, a.Dir, "rev-parse", "refs/heads/"+a.Branch); got != boxTip {
+				t.Fatalf("managed branch at %s, want %s", got, boxTip)
+			}
+			if got := synctest.Git(t, a.Dir, "rev-list", "--count", a.Base+".."+boxTip); got != "2" {
+				t.Fatalf("%s commits adopted, want 2", got)
+			}
+		})
+	}
 }
 
 func TestGitRoundTrip(t *testing.T) {
 	ctx := synctest.Context(t)
-	w := dispatch(t)
+	w := dispatch(t, setup{})
 	bundle := w.work(t)
 	boxTip := synctest.Git(t, w.box, "rev-parse", "HEAD")
 
@@ -171,7 +335,7 @@ func refsAndTree(t *testing.T, a *Anchor) (string, map[string]string) {
 
 func TestAdoptStopsWhenBranchMoved(t *testing.T) {
 	ctx := synctest.Context(t)
-	w := dispatch(t)
+	w := dispatch(t, setup{})
 	bundle := w.work(t)
 	// Someone committed on the managed branch meanwhile.
 	synctest.Write(t, w.anchor.Dir, map[string]string{"local.txt": "moved"})
@@ -192,7 +356,7 @@ func TestAdoptStopsWhenBranchMoved(t *testing.T) {
 
 func TestAdoptRefusesTipNotFromBase(t *testing.T) {
 	ctx := synctest.Context(t)
-	w := dispatch(t)
+	w := dispatch(t, setup{})
 	// A worker that rewrote history: an orphan commit.
 	synctest.Git(t, w.box, "checkout", "-q", "--orphan", "evil")
 	synctest.Write(t, w.box, map[string]string{"main.go": "package main // rewritten\n"})

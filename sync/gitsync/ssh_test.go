@@ -17,7 +17,7 @@ import (
 
 // TestGitRoundTripOverSSH runs the git-mode round trip against real boxes through the real
 // worker binary (`openclaw worker unpack|pack|manifest`): out go the anchor's files and its base
-// bundle; on the box the repository is created at the base, a worker commits twice and leaves an
+// pack; on the box a shallow repository is created at the base, a worker commits twice and leaves an
 // untracked file; back come the commits as a bundle made on the box (adopted by fast-forward) and
 // the untracked file through mirror.Pull. The user's checkout is untouched.
 func TestGitRoundTripOverSSH(t *testing.T) {
@@ -62,24 +62,24 @@ func gitRoundTrip(t *testing.T, remote stream.Remote, box synctest.Box) {
 	base, err := a.Manifest(ctx, manifest.Options{})
 	must(t, err)
 
-	// Out: the files, then the base bundle, then the repository on the box.
+	// Out: the files, then the base pack, then the repository on the box.
 	ws := filepath.Join(box.Home, "ws")
 	inbox := filepath.Join(box.Home, ".openclaw-sync-in")
 	if _, _, err := stream.Push(ctx, remote, a.Dir, ws, base, false, stream.ManifestOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	bdir := filepath.Join(tmp, "bundle")
-	must(t, os.Mkdir(bdir, 0o700))
-	must(t, a.BaseBundle(ctx, filepath.Join(bdir, "base.bundle")))
-	bm, _, err := manifest.Build(ctx, bdir, manifest.Options{})
+	pdir := filepath.Join(tmp, "base-pack")
+	must(t, os.Mkdir(pdir, 0o700))
+	must(t, a.BasePack(ctx, filepath.Join(pdir, "base.pack")))
+	pm, _, err := manifest.Build(ctx, pdir, manifest.Options{})
 	must(t, err)
-	if _, err := remote.Unpack(ctx, inbox, bdir, stream.PlanFor(nil, bm)); err != nil {
+	if _, err := remote.Unpack(ctx, inbox, pdir, stream.PlanFor(nil, pm)); err != nil {
 		t.Fatal(err)
 	}
 	client := remote.Client
-	synctest.Exec(t, client, BoxRepoCommand(ws, filepath.Join(inbox, "base.bundle"), a.Name, a.Base))
-	if head := synctest.Exec(t, client, "cd "+bootstrap.Quote(ws)+" && git rev-parse HEAD && git status --porcelain"); head != a.Base {
-		t.Fatalf("box repository: %q, want clean at %s", head, a.Base)
+	synctest.Exec(t, client, BoxRepoCommand(ws, filepath.Join(inbox, "base.pack"), a.Name, a.Base))
+	if head := synctest.Exec(t, client, "cd "+bootstrap.Quote(ws)+" && git rev-parse HEAD && git rev-list --count HEAD && git status --porcelain"); head != a.Base+"\n1" {
+		t.Fatalf("box repository: %q, want one commit, clean at %s", head, a.Base)
 	}
 	if got := synctest.Exec(t, client, "cat "+bootstrap.Quote(filepath.Join(ws, ".env"))); got != "TOKEN=local" {
 		t.Fatalf(".worktreeinclude file on the box: %q", got)
