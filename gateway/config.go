@@ -15,6 +15,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/inference"
 	"github.com/openclaw/cloudworkers/gateway/websearch"
 	"github.com/openclaw/cloudworkers/providers"
+	"github.com/openclaw/cloudworkers/sync/stream"
 )
 
 // Config is the gateway configuration: defaults, then the YAML file, then flags.
@@ -37,6 +38,14 @@ type Config struct {
 	WebSearch websearch.Config `yaml:"webSearch"`
 	// Profiles are applied at start (created or replaced), in addition to those stored.
 	Profiles []providers.Profile `yaml:"profiles"`
+	Sync     SyncConfig          `yaml:"sync"`
+}
+
+// SyncConfig tunes workspace sync to boxes.
+type SyncConfig struct {
+	// Compression: auto (default: compress only while the link is slower than about 200 Mbit/s),
+	// zstd (always) or none (never).
+	Compression string `yaml:"compression"`
 }
 
 // TunnelConfig tunes the SSH control connections (zero means the default).
@@ -97,6 +106,9 @@ func (c *Config) Validate() error {
 		return providers.Fieldf("lifecycleInterval", "must not be negative")
 	case !strings.Contains(c.Listen, ":"):
 		return providers.Fieldf("listen", "must be host:port, got %q", c.Listen)
+	}
+	if _, err := stream.ParseCompression(c.Sync.Compression); err != nil {
+		return providers.Fieldf("sync.compression", "must be auto, zstd or none, got %q", c.Sync.Compression)
 	}
 	return nil
 }

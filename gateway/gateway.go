@@ -32,6 +32,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/websearch"
 	"github.com/openclaw/cloudworkers/internal/version"
 	"github.com/openclaw/cloudworkers/providers"
+	"github.com/openclaw/cloudworkers/sync/stream"
 	"github.com/openclaw/cloudworkers/worker/tools"
 )
 
@@ -193,6 +194,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			return err == nil && p.TurnRunID != ""
 		},
 		DataDir: dataDir, Log: log.With("subsystem", "dispatch"),
+		Compression: stream.Compression(cfg.Sync.Compression),
 	})
 	defer dispatcher.Close()
 

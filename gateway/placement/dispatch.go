@@ -40,6 +40,15 @@ type DispatchConfig struct {
 	ReclaimInterval, ReclaimGrace time.Duration
 	DataDir                       string
 	Log                           *slog.Logger
+	// Compression encodes workspace syncs to boxes (stream.CompressAuto when empty).
+	Compression stream.Compression
+}
+
+// boxManifestOptions select a session's workspace on its box: the sync mode, the profile's rules
+// and the box's hash cache file (beside the workspace, never synced back).
+func boxManifestOptions(e envs.Environment, mode manifest.Mode, sessionID string) stream.ManifestOptions {
+	return stream.ManifestOptions{Mode: mode, Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include,
+		CacheFile: filepath.Join(e.WorkerHome, ".openclaw-worker", "work", sessionID+".sync-cache.json")}
 }
 
 // Dispatcher moves sessions between the gateway and workers: dispatch (local → … → active) and
@@ -319,18 +328,6 @@ func (d *Dispatcher) syncOut(ctx context.Context, p Placement) (Change, error) {
 			return Change{}, fmt.Errorf("copy workspace to the anchor: %w", err)
 		}
 	}
-	opts := manifest.Options{Mode: mode, Exclude: excl, Include: incl}
-	base, _, err := manifest.Build(ctx, anchorDir, opts)
-	if err != nil {
-		return Change{}, fmt.Errorf("base manifest: %w", err)
-	}
-	if anchor != nil {
-		base.BaseCommit = anchor.Base
-	}
-	baseFile := filepath.Join(dir, fmt.Sprintf("base-%d.json", p.Generation))
-	if err := writeManifest(baseFile, base); err != nil {
-		return Change{}, err
-	}
 	r, c, err := d.remote(ctx, e)
 	if err != nil {
 		return Change{}, err
@@ -343,10 +340,27 @@ func (d *Dispatcher) syncOut(ctx context.Context, p Placement) (Change, error) {
 			d.cfg.Placements.Note(ctx, p.SessionID, "sync progress: "+pr.String())
 		}
 	}
+	r.Compression = d.cfg.Compression
 	boxWS := filepath.Join(e.WorkerHome, ".openclaw-worker", "work", p.SessionID)
-	plan, st, err := stream.Push(ctx, r, anchorDir, boxWS, base, true, stream.ManifestOptions{Mode: mode, Exclude: excl, Include: incl})
+	// The anchor's hash cache stays on the gateway; the box keeps its own next to the workspace,
+	// so that the pull-back's manifest of the box does not re-hash what it was sent.
+	cacheFile := filepath.Join(dir, "hash-cache.json")
+	cache := manifest.LoadCache(cacheFile)
+	res, err := stream.PushTree(ctx, r, anchorDir, boxWS, stream.TreeOptions{Cache: cache, Manifest: boxManifestOptions(e, mode, p.SessionID)})
 	if err != nil {
 		return Change{}, fmt.Errorf("sync out: %w", err)
+	}
+	if err := cache.Save(cacheFile); err != nil {
+		d.log.Warn("save the anchor's hash cache", "session", p.SessionID, "err", err)
+	}
+	base := res.Base
+	if anchor != nil {
+		base.BaseCommit = anchor.Base
+	}
+	plan, st := res.Plan, res.Stats
+	baseFile := filepath.Join(dir, fmt.Sprintf("base-%d.json", p.Generation))
+	if err := writeManifest(baseFile, base); err != nil {
+		return Change{}, err
 	}
 	if anchor != nil {
 		pdir := filepath.Join(dir, "base-pack")
@@ -515,7 +529,7 @@ func (d *Dispatcher) inbound(ctx context.Context, p Placement, e envs.Environmen
 			return "", nil, err
 		}
 	}
-	boxM, err := r.Manifest(ctx, p.BoxWorkspace, stream.ManifestOptions{Mode: mode, Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include})
+	boxM, err := r.Manifest(ctx, p.BoxWorkspace, boxManifestOptions(e, mode, p.SessionID))
 	if err != nil {
 		return "", nil, fmt.Errorf("box manifest: %w", err)
 	}
@@ -636,14 +650,11 @@ func (d *Dispatcher) CheckSync(ctx context.Context, envID string) (string, error
 	dir := filepath.Join(e.WorkerHome, ".openclaw-worker", "synccheck")
 	defer bootstrap.RunOK(context.WithoutCancel(ctx), c, "remove sync check", "rm -rf "+bootstrap.Quote(dir))
 	start := time.Now()
-	local, _, err := manifest.Build(ctx, src, manifest.Options{})
-	if err != nil {
-		return "", err
-	}
-	plan, st, err := stream.Push(ctx, r, src, dir, local, false, stream.ManifestOptions{})
+	res, err := stream.PushTree(ctx, r, src, dir, stream.TreeOptions{})
 	if err != nil {
 		return "", fmt.Errorf("send: %w", err)
 	}
+	local, plan, st := res.Base, res.Plan, res.Stats
 	box, err := r.Manifest(ctx, dir, stream.ManifestOptions{})
 	if err != nil {
 		return "", fmt.Errorf("read back: %w", err)

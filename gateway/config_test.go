@@ -1,0 +1,47 @@
+package gateway
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/openclaw/cloudworkers/providers"
+)
+
+func TestConfigSyncCompression(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		yaml, field string
+	}{
+		{"sync:\n  compression: none\n", ""},
+		{"sync:\n  compression: zstd\n", ""},
+		{"logLevel: info\n", ""},
+		{"sync:\n  compression: gzip\n", "sync.compression"},
+	} {
+		file := filepath.Join(dir, "gateway.yaml")
+		if err := os.WriteFile(file, []byte(tc.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var c Config
+		if err := LoadConfigFile(file, &c); err != nil {
+			t.Fatal(err)
+		}
+		c.SetDefaults()
+		err := c.Validate()
+		var fe *providers.FieldError
+		switch {
+		case tc.field == "" && err != nil:
+			t.Errorf("%q: %v", tc.yaml, err)
+		case tc.field != "" && (!errors.As(err, &fe) || fe.Field != tc.field):
+			t.Errorf("%q: error %v, want one naming %s", tc.yaml, err, tc.field)
+		}
+	}
+	var c Config
+	if err := os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte("sync:\n  compresion: none\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := LoadConfigFile(filepath.Join(dir, "bad.yaml"), &c); err == nil {
+		t.Error("a misspelt sync field was accepted")
+	}
+}
