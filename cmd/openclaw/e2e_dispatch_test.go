@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -310,6 +311,30 @@ func dispatchCase(t *testing.T, g *gw, root, profile string, git, fresh bool) {
 		t.Fatalf("active placement %+v", v.Placement)
 	}
 	g.runTurn(id, "edit, commit and run", "worker")
+
+	// `openclaw sync plan ENV` diffs a workspace against the box's copy of the session's
+	// workspace: the user's untouched checkout would send README.md back and delete what the
+	// worker added.
+	out, err := exec.Command(openclawBin, "sync", "plan", v.Placement.EnvironmentID, "--workspace", ws, "-o", "json",
+		"--gateway", g.addr, "--data-dir", g.dataDir).Output()
+	if err != nil {
+		t.Fatalf("sync plan ENV: %v %s", err, out)
+	}
+	var plan struct {
+		Session, BoxDir, Mode string
+		Send, Deletes         []string
+	}
+	if err := json.Unmarshal(out, &plan); err != nil {
+		t.Fatalf("sync plan output %s: %v", out, err)
+	}
+	if plan.Session != id || plan.BoxDir != box || plan.Mode != wantMode || !slices.Contains(plan.Send, "README.md") ||
+		!slices.Contains(plan.Deletes, "untracked.txt") || !slices.Contains(plan.Deletes, "where.txt") {
+		t.Fatalf("sync plan against the box: %+v", plan)
+	}
+	if out, err := exec.Command(openclawBin, "sync", "plan", v.Placement.EnvironmentID, "--workspace", ws, "--box-dir", "relative/dir",
+		"--gateway", g.addr, "--data-dir", g.dataDir).CombinedOutput(); err == nil || !strings.Contains(string(out), "dir") {
+		t.Fatalf("sync plan with a relative --box-dir: %v %s", err, out)
+	}
 
 	g.pullback(id)
 	v = g.mustRest(id, placement.Local)

@@ -2,11 +2,15 @@ package main
 
 import (
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 	"github.com/openclaw/cloudworkers/sync/stream"
 )
@@ -23,34 +27,42 @@ func newSyncCmd(g *globals) *cobra.Command {
 
 // planOutput is the JSON form of `openclaw sync plan`.
 type planOutput struct {
-	Workspace string   `json:"workspace"`
-	Mode      string   `json:"mode"`
-	Base      string   `json:"baseManifest,omitempty"`
-	Files     int      `json:"files"`
-	Dirs      int      `json:"dirs"`
-	Symlinks  int      `json:"symlinks"`
-	Bytes     int64    `json:"bytes"`
-	Send      []string `json:"send"`
-	Deletes   []string `json:"deletes"`
-	Skipped   []string `json:"skipped,omitempty"`
+	Workspace   string   `json:"workspace"`
+	Mode        string   `json:"mode"`
+	Base        string   `json:"baseManifest,omitempty"`
+	Environment string   `json:"environment,omitempty"`
+	Session     string   `json:"session,omitempty"`
+	BoxDir      string   `json:"boxDir,omitempty"`
+	Files       int      `json:"files"`
+	Dirs        int      `json:"dirs"`
+	Symlinks    int      `json:"symlinks"`
+	Bytes       int64    `json:"bytes"`
+	Send        []string `json:"send"`
+	Deletes     []string `json:"deletes"`
+	Skipped     []string `json:"skipped,omitempty"`
 }
 
-// newSyncPlanCmd is `openclaw sync plan --workspace DIR [--manifest FILE]`.
+// newSyncPlanCmd is `openclaw sync plan [ENV] --workspace DIR [--box-dir D | --manifest FILE]`.
 func newSyncPlanCmd(g *globals) *cobra.Command {
 	var (
-		workspace, base  string
-		git              bool
-		exclude, include []string
+		workspace, base, boxDir string
+		git                     bool
+		exclude, include        []string
 	)
 	cmd := &cobra.Command{
-		Use:   "plan --workspace DIR [--manifest FILE]",
-		Short: "Print what a sync of a workspace would send (no gateway needed)",
+		Use:   "plan [ENV] --workspace DIR [--box-dir D | --manifest FILE]",
+		Short: "Print what a sync of a workspace would send to a box",
 		Long: `Builds the workspace's sync manifest (git mode with --git: tracked plus eligible untracked
-files; plain mode otherwise, minus --exclude unless --include) and prints what a sync would send:
-everything for a cold box, or, with --manifest FILE (a manifest as printed by
-'openclaw worker manifest', for example a warm box's), only the difference, deletions included.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+files; plain mode otherwise, minus --exclude unless --include) and prints what a sync would send,
+deletions included. Nothing is sent.
+
+With ENV (an environment id), the gateway lists the environment's box: by default the workspace of
+the session the environment serves, in that session's sync mode and with its profile's rules;
+--box-dir names another directory on the box. Without ENV, the plan is for a cold box, or, with
+--manifest FILE (a manifest as printed by 'openclaw worker manifest'), against that manifest; no
+gateway is needed then.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
 			asJSON, err := g.json()
 			if err != nil {
 				return err
@@ -62,11 +74,42 @@ everything for a cold box, or, with --manifest FILE (a manifest as printed by
 			if git {
 				opts.Mode = manifest.ModeGit
 			}
+			var from *manifest.Manifest
+			var tree placement.BoxTree
+			switch {
+			case len(args) == 1 && base != "":
+				return fmt.Errorf("--manifest and ENV are exclusive: ENV reads the box's own manifest")
+			case len(args) == 0 && boxDir != "":
+				return fmt.Errorf("--box-dir needs ENV")
+			case len(args) == 1:
+				c, err := g.client()
+				if err != nil {
+					return err
+				}
+				q := url.Values{}
+				if boxDir != "" {
+					q.Set("dir", boxDir)
+				}
+				if git {
+					q.Set("mode", string(manifest.ModeGit))
+				}
+				if _, err := c.Do(cmd.Context(), http.MethodGet, "/api/v1/environments/"+url.PathEscape(args[0])+"/sync/manifest?"+q.Encode(), nil, &tree); err != nil {
+					return err
+				}
+				if tree.Manifest == nil {
+					return fmt.Errorf("environment %s: the gateway returned no manifest", args[0])
+				}
+				// The box's tree is selected with the session's mode and the profile's rules;
+				// the workspace is listed the same way.
+				from = tree.Manifest
+				opts.Mode = tree.Mode
+				opts.Exclude = append(slices.Clone(tree.Exclude), exclude...)
+				opts.Include = append(slices.Clone(tree.Include), include...)
+			}
 			m, st, err := manifest.Build(cmd.Context(), workspace, opts)
 			if err != nil {
 				return err
 			}
-			var from *manifest.Manifest
 			if base != "" {
 				f, err := os.Open(base)
 				if err != nil {
@@ -80,6 +123,7 @@ everything for a cold box, or, with --manifest FILE (a manifest as printed by
 			}
 			plan := stream.PlanFor(from, m)
 			out := planOutput{Workspace: workspace, Mode: string(opts.Mode), Base: base, Bytes: plan.Bytes(),
+				Environment: tree.Environment, Session: tree.Session, BoxDir: tree.Dir,
 				Send: manifest.Paths(plan.Entries), Deletes: plan.Deletes, Skipped: st.Skipped}
 			if out.Deletes == nil {
 				out.Deletes = []string{}
@@ -97,6 +141,13 @@ everything for a cold box, or, with --manifest FILE (a manifest as printed by
 			w := cmd.OutOrStdout()
 			if asJSON {
 				return printJSON(w, out)
+			}
+			if out.Environment != "" {
+				fmt.Fprintf(w, "to %s:%s", out.Environment, out.BoxDir)
+				if out.Session != "" {
+					fmt.Fprintf(w, " (session %s)", out.Session)
+				}
+				fmt.Fprintln(w)
 			}
 			fmt.Fprintf(w, "%s (%s mode): send %d files (%d bytes), %d dirs, %d symlinks; delete %d\n",
 				workspace, out.Mode, out.Files, out.Bytes, out.Dirs, out.Symlinks, len(out.Deletes))
@@ -118,6 +169,7 @@ everything for a cold box, or, with --manifest FILE (a manifest as printed by
 	f := cmd.Flags()
 	f.StringVar(&workspace, "workspace", "", "workspace directory")
 	f.StringVar(&base, "manifest", "", "manifest of what the box already holds (JSON); default: a cold box")
+	f.StringVar(&boxDir, "box-dir", "", "directory on ENV's box (default: the workspace of the session it serves)")
 	f.BoolVar(&git, "git", false, "git mode: tracked plus eligible untracked files")
 	f.StringArrayVar(&exclude, "exclude", nil, "gitignore-style pattern to leave out (repeatable)")
 	f.StringArrayVar(&include, "include", nil, "gitignore-style pattern to keep even if excluded (repeatable)")

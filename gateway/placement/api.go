@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/openclaw/cloudworkers/providers"
+	"github.com/openclaw/cloudworkers/sync/manifest"
 )
 
 // SendRequest is the body of POST /sessions/:id/messages.
@@ -99,6 +100,13 @@ func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 			return c.JSON(http.StatusOK, map[string]any{"ok": false, "detail": err.Error()})
 		}
 		return c.JSON(http.StatusOK, map[string]any{"ok": true, "detail": msg})
+	})
+	g.GET("/environments/:id/sync/manifest", func(c echo.Context) error {
+		t, err := d.BoxManifest(c.Request().Context(), c.Param("id"), c.QueryParam("dir"), manifest.Mode(c.QueryParam("mode")))
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, t)
 	})
 	g.GET("/sessions/:id/placement", func(c echo.Context) error {
 		p, err := d.cfg.Placements.Get(c.Request().Context(), c.Param("id"))

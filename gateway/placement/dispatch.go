@@ -18,6 +18,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/bootstrap"
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/sync/gitsync"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 	"github.com/openclaw/cloudworkers/sync/mirror"
@@ -664,4 +665,71 @@ func (d *Dispatcher) CheckSync(ctx context.Context, envID string) (string, error
 	}
 	return fmt.Sprintf("%d entries (%d bytes) sent through `openclaw worker unpack` and verified by the box's manifest in %s",
 		len(plan.Entries), st.Bytes, time.Since(start).Round(time.Millisecond)), nil
+}
+
+// BoxTree is the manifest of a directory on an environment's box, with what selected it.
+type BoxTree struct {
+	Environment string             `json:"environment"`
+	Session     string             `json:"session,omitempty"`
+	Dir         string             `json:"dir"`
+	Mode        manifest.Mode      `json:"mode"`
+	Exclude     []string           `json:"exclude"`
+	Include     []string           `json:"include"`
+	Manifest    *manifest.Manifest `json:"manifest"`
+}
+
+// BoxManifest lists dir on an environment's box (by default the workspace of the session the
+// environment serves, in that session's sync mode), with the profile's rules: what
+// `openclaw sync plan ENV` diffs a workspace against. A directory that does not exist yet is an
+// empty tree (a cold box).
+func (d *Dispatcher) BoxManifest(ctx context.Context, envID, dir string, mode manifest.Mode) (BoxTree, error) {
+	e, err := d.cfg.Envs.Get(ctx, envID)
+	if err != nil {
+		return BoxTree{}, err
+	}
+	if e.WorkerHome == "" || e.BundleHash == "" {
+		return BoxTree{}, fmt.Errorf("environment %s has no worker installed (state %s)", envID, e.State)
+	}
+	t := BoxTree{Environment: envID, Dir: dir, Mode: mode, Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include}
+	if dir == "" {
+		if len(e.AttachedSessionIDs) == 0 {
+			return BoxTree{}, providers.Fieldf("dir", "environment %s serves no session: name a directory on the box", envID)
+		}
+		t.Session = e.AttachedSessionIDs[0]
+		t.Dir = filepath.Join(e.WorkerHome, ".openclaw-worker", "work", t.Session)
+		if p, err := d.cfg.Placements.Get(ctx, t.Session); err == nil {
+			if p.BoxWorkspace != "" {
+				t.Dir = p.BoxWorkspace
+			}
+			if t.Mode == "" && p.SyncMode != "" {
+				t.Mode = manifest.Mode(p.SyncMode)
+			}
+		}
+	} else if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
+		return BoxTree{}, providers.Fieldf("dir", "must be a clean absolute path on the box, got %q", dir)
+	}
+	switch t.Mode {
+	case "":
+		t.Mode = manifest.ModePlain
+	case manifest.ModePlain, manifest.ModeGit:
+	default:
+		return BoxTree{}, providers.Fieldf("mode", "must be git or plain, got %q", t.Mode)
+	}
+	r, c, err := d.remote(ctx, e)
+	if err != nil {
+		return BoxTree{}, err
+	}
+	defer c.Close()
+	mo := stream.ManifestOptions{Mode: t.Mode, Exclude: t.Exclude, Include: t.Include}
+	if t.Session != "" {
+		mo = boxManifestOptions(e, t.Mode, t.Session)
+	}
+	t.Manifest, err = r.Manifest(ctx, t.Dir, mo)
+	if t.Exclude == nil {
+		t.Exclude = []string{}
+	}
+	if t.Include == nil {
+		t.Include = []string{}
+	}
+	return t, err
 }

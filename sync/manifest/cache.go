@@ -50,6 +50,10 @@ func LoadCache(file string) *Cache {
 
 // Save writes the cache temp-then-fsync-then-rename, if it changed.
 func (c *Cache) Save(file string) error {
+	return c.save(file, true)
+}
+
+func (c *Cache) save(file string, fsync bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.dirty {
@@ -59,7 +63,7 @@ func (c *Cache) Save(file string) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(file, b); err != nil {
+	if err := writeFileAtomic(file, b, fsync); err != nil {
 		return fmt.Errorf("save hash cache: %w", err)
 	}
 	c.dirty = false
@@ -109,6 +113,24 @@ func (c *Cache) Record(p string, fi fs.FileInfo, sum string, checkedAt time.Time
 	c.put(p, fi, sum, checkedAt)
 }
 
+// RecordKey is Record for a writer that has the file's stat from its open descriptor: size,
+// mtime and ctime (ns) and inode.
+func (c *Cache) RecordKey(p string, size, mtime, ctime int64, ino uint64, sum string, checkedAt time.Time) {
+	if c == nil || !time.Unix(0, mtime).Before(checkedAt.Add(-racyWindow)) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m[p] = cacheEntry{Size: size, MTime: mtime, CTime: ctime, Ino: ino, SHA256: sum}
+	c.dirty = true
+}
+
+// SaveUnsynced is Save without the fsync, for a cache whose loss costs only re-hashing (a
+// disposable box's): a torn file reads as an empty cache.
+func (c *Cache) SaveUnsynced(file string) error {
+	return c.save(file, false)
+}
+
 // Keep drops the cached hashes of paths that m does not list.
 func (c *Cache) Keep(m *Manifest) {
 	if c == nil {
@@ -128,14 +150,14 @@ func (c *Cache) Keep(m *Manifest) {
 	}
 }
 
-func writeFileAtomic(file string, b []byte) error {
+func writeFileAtomic(file string, b []byte, fsync bool) error {
 	f, err := os.CreateTemp(filepath.Dir(file), ".tmp-"+filepath.Base(file)+"-*")
 	if err != nil {
 		return err
 	}
 	tmp := f.Name()
 	_, err = f.Write(b)
-	if err == nil {
+	if err == nil && fsync {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {

@@ -88,6 +88,11 @@ func Apply(ctx context.Context, r io.Reader, root string, opts ApplyOptions) (St
 	if plan.SumsLast {
 		s.sums = make([]string, len(plan.Entries))
 	}
+	if plan.Cache != "" && cold {
+		// Renaming the staging directory into place changes no file's ctime, so the stats taken
+		// while staging stay valid; below an existing root every file is renamed (stat after).
+		s.stats = make([]fileStat, len(plan.Entries))
+	}
 	st, err := s.stage(ctx, tr, plan)
 	if err != nil {
 		return st, err
@@ -111,7 +116,7 @@ func Apply(ctx context.Context, r io.Reader, root string, opts ApplyOptions) (St
 		return st, err
 	}
 	if plan.Cache != "" {
-		if err := recordCache(ctx, root, plan); err != nil {
+		if err := recordCache(ctx, root, plan, s.stats); err != nil {
 			return st, err
 		}
 	}
@@ -165,6 +170,9 @@ type stager struct {
 	// sums, for a streamed archive, receives the sha256 of every staged file (by plan index), to
 	// be checked against the archive's sums entry.
 	sums []string
+	// stats, when the plan names a hash cache, receives the stat of every small staged file (by
+	// plan index).
+	stats []fileStat
 }
 
 type stagedDir struct {
@@ -372,7 +380,18 @@ func (s *stager) file(e manifest.Entry, data []byte, i int) error {
 	if err := s.dir(path.Dir(e.Path)); err != nil {
 		return err
 	}
-	return writeSmall(s.full(e.Path), data, e.Mode, e.MTime, s.fsync)
+	st, err := writeSmall(s.full(e.Path), data, e.Mode, e.MTime, s.fsync, s.stats != nil)
+	if s.stats != nil {
+		s.stats[i] = st
+	}
+	return err
+}
+
+// fileStat is a staged file's stat, for the box's hash cache (ok false: stat it after the commit).
+type fileStat struct {
+	ok                 bool
+	size, mtime, ctime int64
+	ino                uint64
 }
 
 // stream copies a large file from the archive to staging, checking it while it is written.
@@ -583,13 +602,20 @@ func syncDir(d string) {
 
 // recordCache adds the files just written to the plan's hash cache file, so that the next
 // manifest of root (`openclaw worker manifest --cache`) does not re-hash them.
-func recordCache(ctx context.Context, root string, plan *Plan) error {
+// Files whose stat was taken while staging (stats[i].ok) are not stat'ed again. The cache file is
+// not fsynced: losing it only costs re-hashing.
+func recordCache(ctx context.Context, root string, plan *Plan, stats []fileStat) error {
 	c := manifest.LoadCache(plan.Cache)
 	now := time.Now()
 	g, _ := errgroup.WithContext(ctx)
 	g.SetLimit(applyWorkers)
-	for _, e := range plan.Entries {
+	for i, e := range plan.Entries {
 		if e.Type != manifest.TypeFile {
+			continue
+		}
+		if stats != nil && stats[i].ok {
+			st := stats[i]
+			c.RecordKey(e.Path, st.size, st.mtime, st.ctime, st.ino, e.SHA256, now)
 			continue
 		}
 		g.Go(func() error {
@@ -600,5 +626,5 @@ func recordCache(ctx context.Context, root string, plan *Plan) error {
 		})
 	}
 	_ = g.Wait()
-	return c.Save(plan.Cache)
+	return c.SaveUnsynced(plan.Cache)
 }

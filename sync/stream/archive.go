@@ -142,7 +142,9 @@ func writeFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest
 		if err := ctx.Err(); err != nil {
 			return st, err
 		}
-		h := &tar.Header{Name: e.Path, Mode: int64(e.Mode), Format: tar.FormatPAX}
+		// No format forced: USTAR headers where they fit (PAX only for long names), and the mtime to
+		// the second: the box takes the exact mtime from the plan.
+		h := &tar.Header{Name: e.Path, Mode: int64(e.Mode)}
 		switch e.Type {
 		case manifest.TypeDir:
 			h.Typeflag = tar.TypeDir
@@ -151,7 +153,7 @@ func writeFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest
 			h.Typeflag, h.Linkname = tar.TypeSymlink, e.Target
 			st.Symlinks++
 		case manifest.TypeFile:
-			h.Typeflag, h.Size, h.ModTime = tar.TypeReg, e.Size, time.Unix(0, e.MTime)
+			h.Typeflag, h.Size, h.ModTime = tar.TypeReg, e.Size, time.Unix(e.MTime/1e9, 0)
 			st.Files++
 		default:
 			return st, fmt.Errorf("write archive: %s: type %q", e.Path, e.Type)

@@ -56,6 +56,12 @@ const (
 	measureEvery = 2 << 20
 )
 
+// Chunk and frame buffers are reused: an archive of a large tree goes through thousands.
+var (
+	chunkPool = sync.Pool{New: func() any { b := make([]byte, 0, chunkSize); return &b }}
+	framePool = sync.Pool{New: func() any { b := make([]byte, 0, chunkSize+chunkSize/rawBlock*3+16); return &b }}
+)
+
 var encoder = sync.OnceValues(func() (*zstd.Encoder, error) {
 	return zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)))
 })
@@ -114,7 +120,7 @@ func (f *frameWriter) Write(p []byte) (int, error) {
 	n := len(p)
 	for len(p) > 0 {
 		if f.buf == nil {
-			f.buf = make([]byte, 0, chunkSize)
+			f.buf = (*chunkPool.Get().(*[]byte))[:0]
 		}
 		k := min(len(p), chunkSize-len(f.buf))
 		f.buf = append(f.buf, p[:k]...)
@@ -131,15 +137,18 @@ func (f *frameWriter) flush() {
 	data := f.buf
 	f.buf = nil
 	job := &frameJob{ready: make(chan struct{})}
+	out := (*framePool.Get().(*[]byte))[:0]
 	if f.compress() {
 		f.sem <- struct{}{}
 		go func() {
-			job.out = f.enc.EncodeAll(data, make([]byte, 0, len(data)/2))
+			job.out = f.enc.EncodeAll(data, out)
+			chunkPool.Put(&data)
 			<-f.sem
 			close(job.ready)
 		}()
 	} else {
-		job.out = storedFrame(data)
+		job.out = storedFrame(out, data)
+		chunkPool.Put(&data)
 		close(job.ready)
 	}
 	f.jobs <- job
@@ -170,6 +179,7 @@ func (f *frameWriter) writeLoop() {
 		start := time.Now()
 		_, err := f.w.Write(job.out)
 		took := time.Since(start)
+		framePool.Put(&job.out)
 		f.mu.Lock()
 		if err != nil {
 			f.err = err
@@ -216,11 +226,10 @@ func (f *frameWriter) abort() {
 	<-f.done
 }
 
-// storedFrame is data as one zstd frame of raw blocks: magic, a single-segment frame header with
+// storedFrame appends data to out as one zstd frame of raw blocks: magic, a single-segment frame header with
 // the 4-byte content size, blocks of at most 128 KiB, no checksum (every file is checked against
 // its sha256 anyway).
-func storedFrame(data []byte) []byte {
-	out := make([]byte, 0, len(data)+9+3*(len(data)/rawBlock+1))
+func storedFrame(out, data []byte) []byte {
 	out = binary.LittleEndian.AppendUint32(out, 0xFD2FB528)
 	out = append(out, 0xA0) // Frame_Content_Size_flag 2 (4 bytes), Single_Segment_flag
 	out = binary.LittleEndian.AppendUint32(out, uint32(len(data)))

@@ -153,6 +153,9 @@ func TestPushTreeStreamsToAColdBox(t *testing.T) {
 	if got := manifest.LoadCache(boxCache).Len(); got != 4 {
 		t.Fatalf("box hash cache holds %d files, want 4", got)
 	}
+	if _, st, err := manifest.Build(ctx, dst, manifest.Options{Cache: manifest.LoadCache(boxCache)}); err != nil || st.Hashed != 0 || st.Cached != 4 {
+		t.Fatalf("the box's manifest after a cold push hashed %d files, cached %d (err %v); want 0 and 4", st.Hashed, st.Cached, err)
+	}
 	if _, st, err := manifest.Build(ctx, src, manifest.Options{Cache: cache}); err != nil || st.Hashed != 0 {
 		t.Fatalf("rebuild after a cold push hashed %d files (err %v), want 0", st.Hashed, err)
 	}

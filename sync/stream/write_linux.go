@@ -14,19 +14,29 @@ import (
 // few system calls as the kernel allows: open with the final mode (a chmod only when the umask
 // would strip bits of it), write, futimens, fsync when asked, close. Staging creates thousands of
 // small files; os.File would add poller registration and fcntl calls to each.
-func writeSmall(file string, data []byte, mode uint32, mtime int64, fsync bool) error {
+//
+// With stat set, the file's stat (taken last, so that its ctime is final) is returned for a hash
+// cache.
+func writeSmall(file string, data []byte, mode uint32, mtime int64, fsync, stat bool) (fileStat, error) {
 	fd, err := syscall.Open(file, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, mode)
 	if err != nil {
-		return &os.PathError{Op: "create", Path: file, Err: err}
+		return fileStat{}, &os.PathError{Op: "create", Path: file, Err: err}
 	}
 	err = writeFD(fd, data, mode, mtime, fsync)
+	var fs fileStat
+	if err == nil && stat {
+		var st syscall.Stat_t
+		if syscall.Fstat(fd, &st) == nil {
+			fs = fileStat{ok: true, size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano(), ino: st.Ino}
+		}
+	}
 	if cerr := syscall.Close(fd); err == nil && cerr != nil {
 		err = cerr
 	}
 	if err != nil {
-		return &os.PathError{Op: "write", Path: file, Err: err}
+		return fileStat{}, &os.PathError{Op: "write", Path: file, Err: err}
 	}
-	return nil
+	return fs, nil
 }
 
 func writeFD(fd int, data []byte, mode uint32, mtime int64, fsync bool) error {

@@ -8,10 +8,11 @@ import (
 )
 
 // writeSmall creates file (which must not exist) with content data, mode and mtime (ns).
-func writeSmall(file string, data []byte, mode uint32, mtime int64, fsync bool) error {
+// No stat is returned here (the hash cache then stats the file after the commit).
+func writeSmall(file string, data []byte, mode uint32, mtime int64, fsync, _ bool) (fileStat, error) {
 	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return err
+		return fileStat{}, err
 	}
 	_, err = f.Write(data)
 	if err == nil {
@@ -27,5 +28,5 @@ func writeSmall(file string, data []byte, mode uint32, mtime int64, fsync bool) 
 		mt := time.Unix(0, mtime)
 		err = os.Chtimes(file, mt, mt)
 	}
-	return err
+	return fileStat{}, err
 }
