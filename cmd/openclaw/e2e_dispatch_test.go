@@ -315,10 +315,13 @@ func dispatchCase(t *testing.T, g *gw, root, profile string, git, fresh bool) {
 	// `openclaw sync plan ENV` diffs a workspace against the box's copy of the session's
 	// workspace: the user's untouched checkout would send README.md back and delete what the
 	// worker added.
-	out, err := exec.Command(openclawBin, "sync", "plan", v.Placement.EnvironmentID, "--workspace", ws, "-o", "json",
-		"--gateway", g.addr, "--data-dir", g.dataDir).Output()
+	var stderrB strings.Builder
+	planCmd := exec.Command(openclawBin, "sync", "plan", v.Placement.EnvironmentID, "--workspace", ws, "-o", "json",
+		"--gateway", g.addr, "--data-dir", g.dataDir)
+	planCmd.Stderr = &stderrB
+	out, err := planCmd.Output()
 	if err != nil {
-		t.Fatalf("sync plan ENV: %v %s", err, out)
+		t.Fatalf("sync plan ENV: %v %s", err, stderrB.String())
 	}
 	var plan struct {
 		Session, BoxDir, Mode string

@@ -692,18 +692,21 @@ func (d *Dispatcher) BoxManifest(ctx context.Context, envID, dir string, mode ma
 	}
 	t := BoxTree{Environment: envID, Dir: dir, Mode: mode, Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include}
 	if dir == "" {
-		if len(e.AttachedSessionIDs) == 0 {
+		served, err := d.cfg.Placements.ServedBy(ctx, envID)
+		if err != nil {
+			return BoxTree{}, err
+		}
+		if len(served) == 0 {
 			return BoxTree{}, providers.Fieldf("dir", "environment %s serves no session: name a directory on the box", envID)
 		}
-		t.Session = e.AttachedSessionIDs[0]
-		t.Dir = filepath.Join(e.WorkerHome, ".openclaw-worker", "work", t.Session)
-		if p, err := d.cfg.Placements.Get(ctx, t.Session); err == nil {
-			if p.BoxWorkspace != "" {
-				t.Dir = p.BoxWorkspace
-			}
-			if t.Mode == "" && p.SyncMode != "" {
-				t.Mode = manifest.Mode(p.SyncMode)
-			}
+		p := served[0]
+		t.Session = p.SessionID
+		t.Dir = p.BoxWorkspace
+		if t.Dir == "" {
+			t.Dir = filepath.Join(e.WorkerHome, ".openclaw-worker", "work", t.Session)
+		}
+		if t.Mode == "" {
+			t.Mode = manifest.Mode(p.SyncMode)
 		}
 	} else if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
 		return BoxTree{}, providers.Fieldf("dir", "must be a clean absolute path on the box, got %q", dir)

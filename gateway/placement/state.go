@@ -95,6 +95,26 @@ func scanPlacement(row interface{ Scan(...any) error }) (Placement, error) {
 	return p, err
 }
 
+// ServedBy returns the placements that use an environment (every state but local, reclaimed and
+// failed), most recently updated first.
+func (ps *Placements) ServedBy(ctx context.Context, envID string) ([]Placement, error) {
+	rows, err := ps.db.R.QueryContext(ctx, `SELECT `+placementCols+` FROM placements WHERE environment_id=? AND state NOT IN (?,?,?) ORDER BY updated_at DESC`,
+		envID, string(Local), string(Reclaimed), string(Failed))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Placement
+	for rows.Next() {
+		p, err := scanPlacement(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
 // Get returns a session's placement; a session never dispatched is local at generation 0.
 func (ps *Placements) Get(ctx context.Context, sessionID string) (Placement, error) {
 	p, err := scanPlacement(ps.db.R.QueryRowContext(ctx, `SELECT `+placementCols+` FROM placements WHERE session_id=?`, sessionID))
