@@ -45,6 +45,7 @@ type tool struct {
 type phase struct {
 	name  string
 	times [][]time.Duration // [tool][round]
+	cpu   [][]time.Duration // the machine's busy CPU time during each run: [tool][round]
 	note  string
 }
 
@@ -131,7 +132,7 @@ func TestSyncVsRsync(t *testing.T) {
 	}
 	// measure runs every tool once per round, rotating the order, into dst(tool, round).
 	measure := func(name string, before func(round int), dst func(ti, round int) string, fresh bool) phase {
-		p := phase{name: name, times: make([][]time.Duration, len(tools))}
+		p := phase{name: name, times: make([][]time.Duration, len(tools)), cpu: make([][]time.Duration, len(tools))}
 		var notes []string
 		for r := 0; r < rounds; r++ {
 			if before != nil {
@@ -142,11 +143,14 @@ func TestSyncVsRsync(t *testing.T) {
 				if ti == 0 && fresh {
 					cache = manifest.NewCache() // an initial sync: the gateway has never seen the tree
 				}
+				c0 := busyCPU(t)
 				d := tools[ti].sync(dst(ti, r))
 				p.times[ti] = append(p.times[ti], d)
+				p.cpu[ti] = append(p.cpu[ti], busyCPU(t)-c0)
 				if ti == 0 {
-					notes = append(notes, fmt.Sprintf("%s (%s: sent %d files, %d MB, %d deletions)",
-						round(d), last.Kind, last.Stats.Files, last.Stats.Bytes>>20, len(last.Plan.Deletes)))
+					notes = append(notes, fmt.Sprintf("%s (%s: sent %d files, %d MB, %d deletions; listed %s, box listed %s, hashed %s, transfer %s)",
+						round(d), last.Kind, last.Stats.Files, last.Stats.Bytes>>20, len(last.Plan.Deletes),
+						round(last.List), round(last.BoxList), round(last.Hash), round(last.Transfer)))
 				}
 			}
 		}
@@ -186,6 +190,13 @@ func TestSyncVsRsync(t *testing.T) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f\t%.2f\t\n", p.name, round(o), round(a), round(z), o.Seconds()/a.Seconds(), o.Seconds()/z.Seconds())
 	}
 	tw.Flush()
+	fmt.Fprintf(&b, "\nCPU time used by the whole machine during the run (both ends of the link share its CPUs), median:\n\n")
+	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "phase\tours\trsync -a\trsync -az\t")
+	for _, p := range phases {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", p.name, round(median(p.cpu[0])), round(median(p.cpu[1])), round(median(p.cpu[2])))
+	}
+	tw.Flush()
 	fmt.Fprintf(&b, "\nper round (ours/rsync -a):\n")
 	for _, p := range phases {
 		var rs []string
@@ -203,6 +214,28 @@ func TestSyncVsRsync(t *testing.T) {
 }
 
 func round(d time.Duration) string { return d.Round(time.Millisecond).String() }
+
+// busyCPU is the CPU time the machine has spent busy (user, nice, system, irq, softirq: the first
+// line of /proc/stat, in USER_HZ ticks of 10 ms).
+func busyCPU(t *testing.T) time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0])
+	if len(f) < 8 || f[0] != "cpu" {
+		t.Fatalf("/proc/stat: unexpected first line %q", f)
+	}
+	var ticks int64
+	for _, i := range []int{1, 2, 3, 6, 7} {
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			t.Fatalf("/proc/stat: %v", err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
+}
 
 // touchOnePercent appends a line to every hundredth file (sorted by path), starting at the
 // offset-th one, and returns how many.

@@ -255,6 +255,10 @@ type Result struct {
 	Base  *manifest.Manifest
 	Plan  Plan
 	Stats Stats
+	// List and BoxList are how long the local listing and the box's manifest took (in parallel);
+	// Hash how long hashing the changed files took (warm); Transfer the archive, from the first
+	// byte to the box's exit.
+	List, BoxList, Hash, Transfer time.Duration
 }
 
 // PushTree syncs the tree of root to dir on the box. It lists root while the box lists dir. A box
@@ -267,15 +271,19 @@ func PushTree(ctx context.Context, r Remote, root, dir string, opts TreeOptions)
 	mo := opts.Manifest
 	var listing *manifest.Listing
 	var from *manifest.Manifest
+	var res Result
+	start := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		var err error
 		listing, err = manifest.List(gctx, root, manifest.Options{Mode: mo.Mode, Exclude: mo.Exclude, Include: mo.Include, Cache: opts.Cache})
+		res.List = time.Since(start)
 		return err
 	})
 	g.Go(func() error {
 		var err error
 		from, err = r.Manifest(gctx, dir, mo)
+		res.BoxList = time.Since(start)
 		return err
 	})
 	if err := g.Wait(); err != nil {
@@ -286,23 +294,30 @@ func PushTree(ctx context.Context, r Remote, root, dir string, opts TreeOptions)
 		if len(plan.Entries) == 0 {
 			return Result{Kind: "unchanged", Base: &manifest.Manifest{Version: manifest.Version, Entries: []manifest.Entry{}}}, nil
 		}
+		t := time.Now()
 		st, err := r.unpack(ctx, dir, listing.Root(), plan, opts.Cache.Record)
 		if err != nil {
 			return Result{}, err
 		}
+		res.Transfer = time.Since(t)
 		// writeFrom filled in the hashes as it sent the files.
-		return Result{Kind: "cold", Base: &manifest.Manifest{Version: manifest.Version, Entries: plan.Entries}, Plan: plan, Stats: st}, nil
+		res.Kind, res.Base, res.Plan, res.Stats = "cold", &manifest.Manifest{Version: manifest.Version, Entries: plan.Entries}, plan, st
+		return res, nil
 	}
+	t := time.Now()
 	base, _, err := listing.Hash(ctx)
 	if err != nil {
 		return Result{}, err
 	}
+	res.Hash = time.Since(t)
+	t = time.Now()
 	plan, st, err := pushPlan(ctx, r, root, dir, PlanFor(from, base), mo)
-	kind := "warm"
+	res.Transfer = time.Since(t)
+	res.Kind, res.Base, res.Plan, res.Stats = "warm", base, plan, st
 	if plan.Empty() {
-		kind = "unchanged"
+		res.Kind, res.Transfer = "unchanged", 0
 	}
-	return Result{Kind: kind, Base: base, Plan: plan, Stats: st}, err
+	return res, err
 }
 
 func pushPlan(ctx context.Context, r Remote, root, dir string, plan Plan, mopts ManifestOptions) (Plan, Stats, error) {
