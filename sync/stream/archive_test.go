@@ -336,7 +336,14 @@ func fuzzArchive(spec []byte, cut uint16) []byte {
 	var tb bytes.Buffer
 	tw := tar.NewWriter(&tb)
 	var entries []raw
+	streamed, sumsFlags := false, byte(0)
 	for line := range strings.SplitSeq(string(spec), "\n") {
+		if len(line) >= 2 && line[0] == 's' {
+			// a streamed archive (sums at the end); flags: 1 no sums entry, 2 sums one byte short,
+			// 4 a hash left in the plan
+			streamed, sumsFlags = true, line[1]
+			continue
+		}
 		if len(line) < 3 {
 			continue
 		}
@@ -381,6 +388,25 @@ func fuzzArchive(spec []byte, cut uint16) []byte {
 			entries = append(entries, raw{h, arg})
 		}
 	}
+	var sums []byte
+	if streamed {
+		plan.SumsLast = true
+		for i, e := range plan.Entries {
+			if e.Type == manifest.TypeFile {
+				b, _ := hex.DecodeString(e.SHA256)
+				sums = append(sums, b...)
+				if sumsFlags&4 == 0 || i > 0 {
+					plan.Entries[i].SHA256 = ""
+				}
+			}
+		}
+		if sumsFlags&2 != 0 && len(sums) > 0 {
+			sums = sums[:len(sums)-1]
+		}
+		if sumsFlags&1 == 0 {
+			entries = append(entries, raw{tar.Header{Name: sumsName, Typeflag: tar.TypeReg, Mode: 0o600, Size: int64(len(sums))}, string(sums)})
+		}
+	}
 	pb, _ := json.Marshal(plan)
 	_ = tw.WriteHeader(&tar.Header{Name: headerName, Typeflag: tar.TypeReg, Mode: 0o600, Size: int64(len(pb))})
 	_, _ = tw.Write(pb)
@@ -405,6 +431,10 @@ func FuzzApply(f *testing.F) {
 	f.Add([]byte("l0 etc /etc\nf0 etc/passwd x"), uint16(0))
 	f.Add([]byte("f0 a aaaa\nf0 b bbbb"), uint16(700))
 	f.Add([]byte("d0 x\nf0 x/y new"), uint16(0))
+	f.Add([]byte("s0\nd0 d\nf0 d/a aaaa\nf2 d/b bbbb"), uint16(0))
+	f.Add([]byte("s1\nf0 ok.txt fine"), uint16(0))
+	f.Add([]byte("s2\nf0 ok.txt fine"), uint16(0))
+	f.Add([]byte("s4\nf0 ok.txt fine"), uint16(0))
 	f.Fuzz(func(t *testing.T, spec []byte, cut uint16) {
 		parent := t.TempDir()
 		root := filepath.Join(parent, "root")
