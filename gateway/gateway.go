@@ -207,6 +207,14 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	srv := api.New(api.Config{
 		Token: token, DB: db, Profiles: profStore, Envs: mgr, Registry: reg,
 		Log: log.With("subsystem", "api"), GatewayID: gatewayID, Version: info.Version, Ready: ready.Load, Bootstrap: true,
+		Served: func(ctx context.Context, envID string) []string {
+			ps, _ := placements.ServedBy(ctx, envID)
+			ids := make([]string, 0, len(ps))
+			for _, p := range ps {
+				ids = append(ids, p.SessionID)
+			}
+			return ids
+		},
 		Mount: []func(g *echo.Group){
 			func(g *echo.Group) {
 				sessions.RegisterAPI(g, sess, sessions.WithDispatch(func(ctx context.Context, id, profile, class string) error {

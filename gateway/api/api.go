@@ -39,6 +39,8 @@ type Config struct {
 	Bootstrap bool
 	// WorkerInfo reports the worker side of an environment (admission, tunnel epoch).
 	WorkerInfo func(envID string) WorkerInfo
+	// Served lists the sessions an environment serves (attachedSessionIds), when set.
+	Served func(ctx context.Context, envID string) []string
 	// Mount adds routes of other subsystems to the authenticated /api/v1 group.
 	Mount []func(g *echo.Group)
 	// MaxBody bounds request bodies.

@@ -105,7 +105,19 @@ func (s *Server) listEnvs(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	for i := range list {
+		s.served(c.Request().Context(), &list[i])
+	}
 	return c.JSON(http.StatusOK, list)
+}
+
+// served fills in the sessions an environment serves.
+func (s *Server) served(ctx context.Context, e *envs.Environment) {
+	if s.cfg.Served != nil {
+		if ids := s.cfg.Served(ctx, e.ID); len(ids) > 0 {
+			e.AttachedSessionIDs = ids
+		}
+	}
 }
 
 // envWithTotals is one environment with the running totals of the model calls proxied for it.
@@ -119,6 +131,7 @@ func (s *Server) getEnv(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	s.served(c.Request().Context(), &e)
 	out := envWithTotals{Environment: e}
 	if s.cfg.WorkerInfo != nil {
 		t := s.cfg.WorkerInfo(e.ID).Inference
