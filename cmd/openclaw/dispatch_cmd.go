@@ -97,14 +97,19 @@ func dispatchSession(ctx context.Context, c *api.Client, id, profile, class stri
 }
 
 func newSessionPullbackCmd(g *globals) *cobra.Command {
-	var noWait bool
+	var noWait, force bool
 	cmd := &cobra.Command{
 		Use:   "pullback ID",
 		Short: "Bring a session home from its worker, with the worker's results",
 		Long: `Pass the migration barrier: stop new turns, drain the running one, fence the worker (owner epoch),
 reconcile the workspace (the worker's commits fast-forward the managed branch openclaw/<session>;
 untracked and plain-mode changes are mirrored after drift checks; divergence stops with a recovery action
-and changes nothing), then run later turns on the gateway in that workspace.`,
+and changes nothing), then run later turns on the gateway in that workspace.
+
+A pull-back that would delete more than half of the workspace's files stops (the session shows failed,
+with the count) and changes nothing; --force confirms the deletions. A pull-back whose reconciliation
+failed (that brake, drift, divergence, a lost link) can be run again: the worker stays fenced and its
+results stay on the box until then.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
@@ -114,7 +119,7 @@ and changes nothing), then run later turns on the gateway in that workspace.`,
 			ctx := cmd.Context()
 			skip := placementEvents(ctx, c, args[0])
 			var p placement.Placement
-			if _, err := c.Do(ctx, http.MethodPost, "/api/v1/sessions/"+url.PathEscape(args[0])+"/pullback", nil, &p); err != nil {
+			if _, err := c.Do(ctx, http.MethodPost, "/api/v1/sessions/"+url.PathEscape(args[0])+"/pullback", placement.PullBackRequest{Force: force}, &p); err != nil {
 				return err
 			}
 			if noWait {
@@ -133,5 +138,6 @@ and changes nothing), then run later turns on the gateway in that workspace.`,
 		},
 	}
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the pull-back is recorded")
+	cmd.Flags().BoolVar(&force, "force", false, "apply the worker's deletions even beyond the deletion brake (half of the files)")
 	return cmd
 }

@@ -723,3 +723,58 @@ func TestIdleTimeoutSparesBusySessions(t *testing.T) {
 		t.Fatalf("pulled-back environment %s, lifecycle notes %d", e.State, g.countNotes(busyEnv, "lifecycle: idle"))
 	}
 }
+
+// deleteScript is a worker turn that deletes three of the workspace's four files.
+const deleteScript = `[
+  {"toolCalls": [{"name": "exec", "arguments": {"command": "rm a.txt b.txt c.txt"}}]},
+  {"text": "Deleted."}
+]`
+
+// TestPullBackDeletionBrake: a pull-back that would delete most of a plain workspace stops, names
+// the count, changes nothing in the anchor and says how to confirm; `openclaw session pullback
+// --force` then applies the deletions and brings the session home.
+func TestPullBackDeletionBrake(t *testing.T) {
+	root := t.TempDir()
+	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedModels(t, root, map[string]string{"del": deleteScript}))
+	t.Cleanup(func() { destroyAll(g) })
+	ws := filepath.Join(root, "user")
+	userWorkspace(t, ws, false)
+	for _, f := range []string{"a.txt", "b.txt", "c.txt"} {
+		if err := os.WriteFile(filepath.Join(ws, f), []byte(f+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := g.newSession(ws, "del/m")
+	g.dispatchTo(id, "local")
+	g.mustRest(id, placement.Active)
+	g.runTurn(id, "delete them", "worker")
+
+	g.pullback(id)
+	v := g.mustRest(id, placement.Failed)
+	anchor := v.Placement.AnchorDir
+	if !strings.Contains(v.Placement.Error, "deleted 3 of 4 files") || !strings.Contains(v.Placement.Error, "--force") {
+		t.Fatalf("failed pull-back error %q: want the count and the --force recovery", v.Placement.Error)
+	}
+	for _, f := range []string{"a.txt", "b.txt", "c.txt", "README.md"} {
+		if !exists(filepath.Join(anchor, f)) {
+			t.Fatalf("the refused pull-back deleted %s from the anchor", f)
+		}
+	}
+
+	out, err := exec.Command(openclawBin, "session", "pullback", id, "--force", "--gateway", g.addr, "--data-dir", g.dataDir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("session pullback --force: %v\n%s", err, out)
+	}
+	v = g.mustRest(id, placement.Local)
+	for _, f := range []string{"a.txt", "b.txt", "c.txt"} {
+		if exists(filepath.Join(anchor, f)) {
+			t.Fatalf("%s still in the anchor after pullback --force", f)
+		}
+	}
+	if got := readFile(t, filepath.Join(anchor, "README.md")); got != "hello\n" {
+		t.Fatalf("README.md %q", got)
+	}
+	if exists(filepath.Join(ws, "gone")) || !exists(filepath.Join(ws, "a.txt")) {
+		t.Fatal("the user's own directory changed")
+	}
+}

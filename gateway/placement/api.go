@@ -17,6 +17,13 @@ type SendRequest struct {
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 }
 
+// PullBackRequest is the (optional) body of POST /sessions/:id/pullback.
+type PullBackRequest struct {
+	// Force lets the reconciliation delete more than the deletion brake allows (the operator has
+	// seen the worker's deletions and confirms them).
+	Force bool `json:"force,omitempty"`
+}
+
 // RegisterAPI adds the turn routes to the authenticated API group.
 func RegisterAPI(g *echo.Group, s *Service) {
 	g.POST("/sessions/:id/messages", func(c echo.Context) error {
@@ -88,7 +95,13 @@ func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 		return c.JSON(http.StatusAccepted, p)
 	})
 	g.POST("/sessions/:id/pullback", func(c echo.Context) error {
-		p, err := d.PullBack(c.Request().Context(), c.Param("id"))
+		var req PullBackRequest
+		if c.Request().ContentLength != 0 {
+			if err := (&echo.DefaultBinder{}).BindBody(c, &req); err != nil {
+				return providers.Fieldf("body", "invalid JSON: %v", err)
+			}
+		}
+		p, err := d.PullBack(c.Request().Context(), c.Param("id"), req.Force)
 		if err != nil {
 			return placementErr(err)
 		}

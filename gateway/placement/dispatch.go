@@ -64,6 +64,7 @@ type Dispatcher struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	active map[string]bool // session ids with a step running
+	force  map[string]bool // session ids whose next reconciliation may pass the deletion brake
 }
 
 // NewDispatcher returns a Dispatcher; call Resume after the environment manager has started.
@@ -185,14 +186,30 @@ func (d *Dispatcher) Dispatch(ctx context.Context, sessionID, profileID, machine
 }
 
 // PullBack starts bringing a session home: drain, reconcile the workspace, activate local.
-func (d *Dispatcher) PullBack(ctx context.Context, sessionID string) (Placement, error) {
+func (d *Dispatcher) PullBack(ctx context.Context, sessionID string, force bool) (Placement, error) {
 	p, err := d.cfg.Placements.Get(ctx, sessionID)
 	if err != nil {
 		return p, err
 	}
+	if p.State == Failed && p.BarrierStep >= 6 && p.EnvironmentID != "" && p.AnchorDir != "" {
+		// Reconciling failed (deletion brake, drift, divergence, a lost link): the worker is
+		// drained and fenced; try the reconciliation again, confirming deletions when forced.
+		d.setForce(sessionID, force)
+		reason := "pull-back retried"
+		if force {
+			reason += " with --force (deletions confirmed)"
+		}
+		p, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation, Change{To: Reconciling, Reason: reason})
+		if err != nil {
+			return p, err
+		}
+		d.kick(sessionID)
+		return p, nil
+	}
 	if p.State != Active {
 		return p, fmt.Errorf("session %s is %s, not active on a worker", sessionID, p.State)
 	}
+	d.setForce(sessionID, force)
 	step := 1 // barrier step 1: stop new turn admission (the placement leaves active)
 	p, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation, Change{To: Draining, Reason: "pull-back requested", BarrierStep: &step})
 	if err != nil {
@@ -200,6 +217,28 @@ func (d *Dispatcher) PullBack(ctx context.Context, sessionID string) (Placement,
 	}
 	d.kick(sessionID)
 	return p, nil
+}
+
+// setForce records whether the next reconciliation of a session may delete more than the
+// deletion brake allows. It is kept in memory: after a gateway restart the brake applies again,
+// and the operator confirms once more.
+func (d *Dispatcher) setForce(sessionID string, force bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.force == nil {
+		d.force = map[string]bool{}
+	}
+	if force {
+		d.force[sessionID] = true
+	} else {
+		delete(d.force, sessionID)
+	}
+}
+
+func (d *Dispatcher) forced(sessionID string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.force[sessionID]
 }
 
 // advance runs steps until the placement rests (active, local, reclaimed or failed).
@@ -232,8 +271,15 @@ func (d *Dispatcher) advance(ctx context.Context, sessionID string) error {
 		if err != nil {
 			next = Change{To: Failed, Reason: err.Error(), Error: err.Error()}
 			if p.State == Reconciling {
-				next.Error = err.Error() + " — recovery: the worker's results are still on the box (environment " + p.EnvironmentID +
-					"); resolve the conflict in " + p.AnchorDir + " and pull back again, or destroy the environment to discard them"
+				var tooMany *mirror.TooManyDeletesError
+				if errors.As(err, &tooMany) {
+					next.Error = err.Error() + " — recovery: if the worker meant to delete them, run `openclaw session pullback " + sessionID +
+						" --force`; the worker's results stay on the box (environment " + p.EnvironmentID + ") until then"
+				} else {
+					next.Error = err.Error() + " — recovery: the worker's results are still on the box (environment " + p.EnvironmentID +
+						"); resolve the conflict in " + p.AnchorDir + " and run `openclaw session pullback " + sessionID +
+						"` again, or destroy the environment to discard them"
+				}
 			}
 		}
 		if _, err := d.cfg.Placements.Transition(ctx, sessionID, p.Generation, next); err != nil {
@@ -535,7 +581,7 @@ func (d *Dispatcher) inbound(ctx context.Context, p Placement, e envs.Environmen
 		return "", nil, fmt.Errorf("box manifest: %w", err)
 	}
 	res, err := mirror.Pull(ctx, mirror.Config{Anchor: p.AnchorDir, Base: base, Box: boxM, Mode: mode,
-		Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include,
+		Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include, Force: d.forced(p.SessionID),
 		Fetch: func(ctx context.Context, plan stream.Plan, root string, opts stream.ApplyOptions) (stream.Stats, error) {
 			return r.Pack(ctx, p.BoxWorkspace, plan, root, opts)
 		}})
@@ -546,6 +592,7 @@ func (d *Dispatcher) inbound(ctx context.Context, p Placement, e envs.Environmen
 		summary += "; "
 	}
 	summary += fmt.Sprintf("%d files updated, %d deleted", len(res.Plan.Entries), len(res.Plan.Deletes))
+	d.setForce(p.SessionID, false)
 	now, _, err := manifest.Build(ctx, p.AnchorDir, manifest.Options{Mode: mode, Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include})
 	if err != nil {
 		return "", nil, err

@@ -34,7 +34,8 @@ var AllStates = []State{Local, Requested, Provisioning, Syncing, Starting, Activ
 // transitions is the explicit table of legal moves. Dispatch walks local → … → active; pull-back
 // walks active → draining → reconciling → local; a lost worker ends in reclaimed, from which the
 // next message dispatches again (reclaimed → requested) or the session comes home (→ local);
-// failed needs an operator's recovery (→ local after the workspace is reconciled by hand, or a retry).
+// failed needs an operator's recovery (→ local after the workspace is reconciled by hand, a retry,
+// or — when reconciling failed, the worker already fenced — a second pull-back: → reconciling).
 var transitions = map[State][]State{
 	Local:        {Requested},
 	Requested:    {Provisioning, Failed, Local},
@@ -45,7 +46,7 @@ var transitions = map[State][]State{
 	Draining:     {Reconciling, Reclaimed, Failed},
 	Reconciling:  {Local, Failed},
 	Reclaimed:    {Requested, Local},
-	Failed:       {Local, Requested},
+	Failed:       {Local, Requested, Reconciling},
 }
 
 // CanTransition reports whether from → to is legal.

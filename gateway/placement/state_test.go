@@ -28,7 +28,7 @@ func TestPlacementTransitionTableExhaustive(t *testing.T) {
 	add(Draining, Reconciling, Reclaimed, Failed)
 	add(Reconciling, Local, Failed)
 	add(Reclaimed, Requested, Local)
-	add(Failed, Local, Requested)
+	add(Failed, Local, Requested, Reconciling)
 	for _, from := range AllStates {
 		for _, to := range AllStates {
 			if got, want := CanTransition(from, to), legal[[2]State{from, to}]; got != want {
