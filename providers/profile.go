@@ -64,6 +64,9 @@ func (l *Lifetime) UnmarshalJSON(b []byte) error {
 type SyncRules struct {
 	Include []string `json:"include,omitempty" yaml:"include"`
 	Exclude []string `json:"exclude,omitempty" yaml:"exclude"`
+	// MaxDeleteShare is the share of the workspace's files (0 < x ≤ 1) a pull-back may delete
+	// without --force; zero means 0.5.
+	MaxDeleteShare float64 `json:"maxDeleteShare,omitempty" yaml:"maxDeleteShare"`
 }
 
 // Defaults for profile lifetime policy: generous, since days-long work is first class.
@@ -127,6 +130,9 @@ func (p *Profile) Validate() error {
 		return Fieldf("lifetime.ttl", "must not be negative")
 	case p.MaxEnvironments < 0 || p.MaxEnvironments > 1000:
 		return Fieldf("maxEnvironments", "must be between 1 and 1000, got %d", p.MaxEnvironments)
+	}
+	if p.Sync.MaxDeleteShare < 0 || p.Sync.MaxDeleteShare > 1 {
+		return Fieldf("sync.maxDeleteShare", "must be a share between 0 and 1 (0: the default, 0.5), got %v", p.Sync.MaxDeleteShare)
 	}
 	for i, pat := range p.Sync.Include {
 		if pat == "" {

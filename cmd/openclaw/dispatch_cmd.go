@@ -106,8 +106,9 @@ reconcile the workspace (the worker's commits fast-forward the managed branch op
 untracked and plain-mode changes are mirrored after drift checks; divergence stops with a recovery action
 and changes nothing), then run later turns on the gateway in that workspace.
 
-A pull-back that would delete more than half of the workspace's files stops (the session shows failed,
-with the count) and changes nothing; --force confirms the deletions. A pull-back whose reconciliation
+A pull-back that would delete more than the profile's sync.maxDeleteShare of the workspace's files
+(default half) stops (the session shows failed, with the count) and changes nothing; --force confirms
+the deletions. A pull-back whose reconciliation
 failed (that brake, drift, divergence, a lost link) can be run again: the worker stays fenced and its
 results stay on the box until then.`,
 		Args: cobra.ExactArgs(1),
@@ -138,6 +139,6 @@ results stay on the box until then.`,
 		},
 	}
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the pull-back is recorded")
-	cmd.Flags().BoolVar(&force, "force", false, "apply the worker's deletions even beyond the deletion brake (half of the files)")
+	cmd.Flags().BoolVar(&force, "force", false, "apply the worker's deletions even beyond the deletion brake (profile sync.maxDeleteShare, default half of the files)")
 	return cmd
 }

@@ -581,7 +581,7 @@ func (d *Dispatcher) inbound(ctx context.Context, p Placement, e envs.Environmen
 		return "", nil, fmt.Errorf("box manifest: %w", err)
 	}
 	res, err := mirror.Pull(ctx, mirror.Config{Anchor: p.AnchorDir, Base: base, Box: boxM, Mode: mode,
-		Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include, Force: d.forced(p.SessionID),
+		Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include, Force: d.forced(p.SessionID), MaxDeleteShare: e.Profile.Sync.MaxDeleteShare,
 		Fetch: func(ctx context.Context, plan stream.Plan, root string, opts stream.ApplyOptions) (stream.Stats, error) {
 			return r.Pack(ctx, p.BoxWorkspace, plan, root, opts)
 		}})

@@ -82,3 +82,20 @@ func TestParseYAMLNamesBadInput(t *testing.T) {
 		}
 	}
 }
+
+func TestValidateNamesBadDeleteShare(t *testing.T) {
+	for in, wantErr := range map[string]bool{"1.5": true, "-0.1": true, "0.9": false, "0": false} {
+		ps, err := profiles.ParseYAML(strings.NewReader("profiles:\n  - id: a\n    provider: fake\n    sync: {maxDeleteShare: " + in + "}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = ps[0].Validate()
+		var fe *providers.FieldError
+		if wantErr && (!errors.As(err, &fe) || fe.Field != "sync.maxDeleteShare") {
+			t.Errorf("maxDeleteShare %s: error %v, want one naming sync.maxDeleteShare", in, err)
+		}
+		if !wantErr && err != nil {
+			t.Errorf("maxDeleteShare %s: %v", in, err)
+		}
+	}
+}
