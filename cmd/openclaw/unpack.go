@@ -11,20 +11,28 @@ import (
 
 // newUnpackCmd is `openclaw worker unpack --dir D`: apply a tar+zstd sync archive from stdin.
 func newUnpackCmd() *cobra.Command {
-	var dir string
+	var dir, socket string
+	var parts int
 	cmd := &cobra.Command{
 		Use:   "unpack --dir DIR",
 		Short: "Apply a workspace sync archive from stdin (run by the gateway on a box)",
 		Long: `Reads one tar+zstd sync archive on stdin and applies it below DIR. Every file is staged in a
 temporary directory inside DIR (next to it when DIR does not exist yet) and checked against the plan at the head of the archive (paths,
 types, sizes, sha256) before anything in DIR changes; then deletions are made and files renamed
-into place.`,
+into place.
+
+With --parts N the sync arrives in N archives over as many channels: stdin carries one, and
+'openclaw worker feed --socket S' commands bring the others through the unix socket S (created in
+a new 0700 directory, removed at the end). All parts are checked before anything is committed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" {
 				return fmt.Errorf("--dir is required")
 			}
-			st, err := stream.BoxUnpack(cmd.Context(), cmd.InOrStdin(), dir)
+			if parts > 1 && socket == "" {
+				return fmt.Errorf("--parts needs --socket")
+			}
+			st, err := stream.BoxUnpackParts(cmd.Context(), cmd.InOrStdin(), dir, parts, socket)
 			if err != nil {
 				return err
 			}
@@ -34,6 +42,26 @@ into place.`,
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "directory to apply the archive to")
+	cmd.Flags().IntVar(&parts, "parts", 1, "number of archives (channels) the sync arrives in")
+	cmd.Flags().StringVar(&socket, "socket", "", "unix socket the other parts' feed commands connect to (with --parts)")
+	return cmd
+}
+
+// newFeedCmd is `openclaw worker feed --socket S`: one part of a sync for an `unpack --parts`.
+func newFeedCmd() *cobra.Command {
+	var socket string
+	cmd := &cobra.Command{
+		Use:   "feed --socket S",
+		Short: "Pass one part of a sync archive from stdin to an 'unpack --parts' (run by the gateway on a box)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if socket == "" {
+				return fmt.Errorf("--socket is required")
+			}
+			return stream.BoxFeed(cmd.Context(), cmd.InOrStdin(), socket)
+		},
+	}
+	cmd.Flags().StringVar(&socket, "socket", "", "unix socket of the unpack command")
 	return cmd
 }
 

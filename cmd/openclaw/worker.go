@@ -147,7 +147,7 @@ through the gateway. It exits non-zero when admission is refused.`,
 	cmd.Flags().StringVar(&logPath, "log-file", "", "write logs to FILE (bounded by --log-max-bytes, rotated once to FILE.1) instead of stderr")
 	cmd.Flags().Int64Var(&logMax, "log-max-bytes", 4<<20, "size bound of --log-file")
 	// Box-side halves of workspace sync, run by the gateway over the sync connection.
-	cmd.AddCommand(newUnpackCmd(), newPackCmd(), newManifestCmd())
+	cmd.AddCommand(newUnpackCmd(), newFeedCmd(), newPackCmd(), newManifestCmd())
 	return cmd
 }
 

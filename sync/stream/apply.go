@@ -49,16 +49,42 @@ const (
 // Files are created by a bounded pool of goroutines, each file's content checked against its
 // sha256 before it is written.
 func Apply(ctx context.Context, r io.Reader, root string, opts ApplyOptions) (Stats, error) {
+	return ApplyParts(ctx, []io.Reader{r}, root, opts)
+}
+
+// ApplyParts is Apply for one sync carried by several archives read at once, each a part
+// (Plan.Part of Plan.Parts) whose entries follow the previous part's in the whole plan. Every
+// part's plan is read and the whole plan checked before anything is written; the parts are staged
+// together, in parallel, and committed once, only when every part verified. A part that fails
+// stops the others (readers that are io.Closers are closed). Apply is ApplyParts of one archive.
+func ApplyParts(ctx context.Context, rs []io.Reader, root string, opts ApplyOptions) (Stats, error) {
 	opts.Limits.setDefaults()
-	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<30), zstd.WithDecoderMaxWindow(128<<20))
+	type part struct {
+		zr   *zstd.Decoder
+		tr   *tar.Reader
+		plan *Plan
+		base int
+	}
+	parts := make([]*part, len(rs))
+	for i, r := range rs {
+		zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<30), zstd.WithDecoderMaxWindow(128<<20))
+		if err != nil {
+			return Stats{}, err
+		}
+		defer zr.Close()
+		p := &part{zr: zr, tr: tar.NewReader(zr)}
+		if p.plan, err = readPlan(p.tr, opts); err != nil {
+			return Stats{}, err
+		}
+		parts[i] = p
+	}
+	plan, err := wholePlan(len(rs), func(i int) *Plan { return parts[i].plan }, opts)
 	if err != nil {
 		return Stats{}, err
 	}
-	defer zr.Close()
-	tr := tar.NewReader(zr)
-	plan, err := readPlan(tr, opts)
-	if err != nil {
-		return Stats{}, err
+	slices.SortFunc(parts, func(a, b *part) int { return a.plan.Part - b.plan.Part })
+	for i := 1; i < len(parts); i++ {
+		parts[i].base = parts[i-1].base + len(parts[i-1].plan.Entries)
 	}
 
 	cold := false
@@ -93,13 +119,51 @@ func Apply(ctx context.Context, r io.Reader, root string, opts ApplyOptions) (St
 		// while staging stay valid; below an existing root every file is renamed (stat after).
 		s.stats = make([]fileStat, len(plan.Entries))
 	}
-	st, err := s.stage(ctx, tr, plan)
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if len(rs) > 1 {
+		// A part blocked reading its stream would not see the others fail: close the streams.
+		stop := context.AfterFunc(pctx, func() {
+			for _, r := range rs {
+				if c, ok := r.(io.Closer); ok {
+					_ = c.Close()
+				}
+			}
+		})
+		defer stop()
+	}
+	stats := make([]Stats, len(parts))
+	var g errgroup.Group
+	for k, p := range parts {
+		g.Go(func() error {
+			st, err := s.stage(pctx, p.tr, p.plan, p.base)
+			// The zstd stream must end cleanly too: a truncated or corrupt tail is refused.
+			if err == nil {
+				if n, cerr := io.Copy(io.Discard, io.LimitReader(p.zr, 1<<20)); cerr != nil || n >= 1<<20 {
+					err = refused("", "corrupt or overlong archive tail")
+				}
+			}
+			stats[k] = st
+			if err != nil {
+				cancel()
+			}
+			return err
+		})
+	}
+	err = g.Wait()
+	var st Stats
+	for _, x := range stats {
+		st.Files, st.Dirs, st.Symlinks, st.Bytes = st.Files+x.Files, st.Dirs+x.Dirs, st.Symlinks+x.Symlinks, st.Bytes+x.Bytes
+	}
 	if err != nil {
 		return st, err
 	}
-	// The zstd stream must end cleanly too: a truncated or corrupt tail is refused.
-	if n, err := io.Copy(io.Discard, io.LimitReader(zr, 1<<20)); err != nil || n >= 1<<20 {
-		return st, refused("", "corrupt or overlong archive tail")
+	if plan.SumsLast {
+		for i, e := range plan.Entries {
+			if e.Type == manifest.TypeFile {
+				plan.Entries[i].SHA256 = s.sums[i] // every one checked against the sums
+			}
+		}
 	}
 	if !cold {
 		if err := checkTarget(root, plan); err != nil {
@@ -121,6 +185,45 @@ func Apply(ctx context.Context, r io.Reader, root string, opts ApplyOptions) (St
 		}
 	}
 	return st, nil
+}
+
+// wholePlan checks that n part plans make one sync — parts 0..n-1 each once, of n, all streamed
+// or none, deletions and the hash cache in part 0 only — and returns it, checked as a whole (the
+// parts' entries in order and unique across them, the limits over all of them). One archive is
+// its own whole.
+func wholePlan(n int, part func(int) *Plan, opts ApplyOptions) (*Plan, error) {
+	if n == 1 {
+		p := part(0)
+		if p.Parts > 1 || p.Part != 0 {
+			return nil, refused("", "part %d of %d read alone", p.Part, p.Parts)
+		}
+		return p, nil
+	}
+	if opts.Expect != nil {
+		return nil, refused("", "a sync in parts where one archive was requested")
+	}
+	byPart := make([]*Plan, n)
+	for i := range n {
+		p := part(i)
+		if p.Parts != n || p.Part < 0 || p.Part >= n {
+			return nil, refused("", "part %d of %d where %d parts were read", p.Part, p.Parts, n)
+		}
+		if byPart[p.Part] != nil {
+			return nil, refused("", "part %d read twice", p.Part)
+		}
+		if p.SumsLast != part(0).SumsLast || (p.Part > 0 && (len(p.Deletes) > 0 || p.Cache != "")) {
+			return nil, refused("", "part %d does not match part 0 (streamed, deletions, hash cache)", p.Part)
+		}
+		byPart[p.Part] = p
+	}
+	whole := &Plan{Version: 1, Deletes: byPart[0].Deletes, Cache: byPart[0].Cache, SumsLast: byPart[0].SumsLast}
+	for _, p := range byPart {
+		whole.Entries = append(whole.Entries, p.Entries...)
+	}
+	if err := ValidatePlan(whole, opts.Limits, opts.AllowEscapingSymlinks); err != nil {
+		return nil, err
+	}
+	return whole, nil
 }
 
 // readPlan reads and checks the plan at the head of an archive.
@@ -207,7 +310,10 @@ var tarType = map[manifest.Type]byte{manifest.TypeFile: tar.TypeReg, manifest.Ty
 
 // stage reads one tar entry per plan entry, checks it against the plan and stages it. Small files
 // are checked and written by a bounded pool of goroutines; stage returns once all are done.
-func (s *stager) stage(ctx context.Context, tr *tar.Reader, plan *Plan) (Stats, error) {
+//
+// The plan's entries sit at index base of the whole sync's (a part of several), which is how the
+// stager's per-entry sums and stats are indexed.
+func (s *stager) stage(ctx context.Context, tr *tar.Reader, plan *Plan, base int) (Stats, error) {
 	var st Stats
 	g, gctx := errgroup.WithContext(ctx)
 	// Entries are handed to the worker of their parent directory: creating entries in one
@@ -242,7 +348,8 @@ func (s *stager) stage(ctx context.Context, tr *tar.Reader, plan *Plan) (Stats, 
 	}
 	var trailer []byte
 	read := func() error {
-		for i, e := range plan.Entries {
+		for j, e := range plan.Entries {
+			i := base + j
 			if err := gctx.Err(); err != nil {
 				return err
 			}
@@ -334,28 +441,22 @@ func (s *stager) stage(ctx context.Context, tr *tar.Reader, plan *Plan) (Stats, 
 		err = werr
 	}
 	if err == nil && plan.SumsLast {
-		err = s.checkSums(plan, trailer)
+		err = s.checkSums(plan, base, trailer)
 	}
 	return st, err
 }
 
-// checkSums compares every staged file of a streamed archive with the sums at its end, and
-// fills them into the plan (for the box's hash cache).
-func (s *stager) checkSums(plan *Plan, trailer []byte) error {
+// checkSums compares every staged file of a streamed archive with the sums at its end.
+func (s *stager) checkSums(plan *Plan, base int, trailer []byte) error {
 	k := 0
-	for i, e := range plan.Entries {
+	for j, e := range plan.Entries {
 		if e.Type != manifest.TypeFile {
 			continue
 		}
 		want := hex.EncodeToString(trailer[k*sha256.Size : (k+1)*sha256.Size])
 		k++
-		if s.sums[i] != want {
+		if s.sums[base+j] != want {
 			return refused(e.Path, "content does not match its sha256")
-		}
-	}
-	for i, e := range plan.Entries {
-		if e.Type == manifest.TypeFile {
-			plan.Entries[i].SHA256 = s.sums[i]
 		}
 	}
 	return nil

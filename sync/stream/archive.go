@@ -43,6 +43,11 @@ type Plan struct {
 	// start before it has hashed the tree (an initial sync). Only the gateway sends one: Apply
 	// refuses it when Expect is set.
 	SumsLast bool `json:"sumsLast,omitempty"`
+	// Part and Parts: this archive is part Part (from 0) of Parts that together carry one sync,
+	// each over its own channel, read by one box process (ApplyParts); the parts' entries follow
+	// each other in the whole plan. Zero Parts: a whole sync.
+	Part  int `json:"part,omitempty"`
+	Parts int `json:"parts,omitempty"`
 }
 
 // PlanFor is the plan that turns the tree described by from into the tree described by to.

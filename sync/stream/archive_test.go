@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -501,6 +502,59 @@ func TestApplyKeepsModesAndMTimes(t *testing.T) {
 			if fi.Mode().Perm() != mode || !fi.ModTime().Equal(mt) {
 				t.Errorf("%s %s: mode %v mtime %v, want %v %v", kind, name, fi.Mode().Perm(), fi.ModTime().UTC(), mode, mt)
 			}
+		}
+	}
+}
+
+// TestApplyPartsChecksTheWhole: parts of one sync must be parts 0..n-1 of n, each once, in order
+// across them, with deletions and the cache in part 0 only; a part alone, or a part that fails, is
+// refused with nothing written. Two good parts apply as one tree.
+func TestApplyPartsChecksTheWhole(t *testing.T) {
+	aE, aR := fileEntry("a", "A")
+	bE, bR := fileEntry("b", "B")
+	cE, cR := fileEntry("c", "C")
+	badE, badR := fileEntry("c", "C")
+	badR.body = "X"
+	part := func(k, n int, entries []manifest.Entry, raws ...raw) []byte {
+		return archive(t, Plan{Part: k, Parts: n, Entries: entries}, raws...)
+	}
+	cases := []struct {
+		name  string
+		parts [][]byte
+	}{
+		{"same part twice", [][]byte{part(0, 2, []manifest.Entry{aE}, aR), part(0, 2, []manifest.Entry{bE}, bR)}},
+		{"parts out of order across them", [][]byte{part(0, 2, []manifest.Entry{bE}, bR), part(1, 2, []manifest.Entry{aE}, aR)}},
+		{"overlapping parts", [][]byte{part(0, 2, []manifest.Entry{aE}, aR), part(1, 2, []manifest.Entry{aE}, aR)}},
+		{"parts count differs", [][]byte{part(0, 3, []manifest.Entry{aE}, aR), part(1, 3, []manifest.Entry{bE}, bR)}},
+		{"deletion in part 1", [][]byte{part(0, 2, []manifest.Entry{aE}, aR), archive(t, Plan{Part: 1, Parts: 2, Entries: []manifest.Entry{bE}, Deletes: []string{"x"}}, bR)}},
+		{"one part fails its hash", [][]byte{part(0, 2, []manifest.Entry{aE, bE}, aR, bR), part(1, 2, []manifest.Entry{badE}, badR)}},
+		{"a part alone", [][]byte{part(1, 2, []manifest.Entry{cE}, cR)}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			parent := t.TempDir()
+			var rs []io.Reader
+			for _, p := range tc.parts {
+				rs = append(rs, bytes.NewReader(p))
+			}
+			_, err := ApplyParts(synctest.Context(t), rs, filepath.Join(parent, "root"), ApplyOptions{})
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			t.Logf("refused: %v", err)
+			if entries, _ := os.ReadDir(parent); len(entries) != 0 {
+				t.Fatalf("refused parts left %v", entries)
+			}
+		})
+	}
+	root := filepath.Join(t.TempDir(), "root")
+	// given in any order: the part numbers say which is which
+	if _, err := ApplyParts(synctest.Context(t), []io.Reader{bytes.NewReader(part(1, 2, []manifest.Entry{cE}, cR)), bytes.NewReader(part(0, 2, []manifest.Entry{aE, bE}, aR, bR))}, root, ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"a": "A", "b": "B", "c": "C"} {
+		if got := synctest.Read(t, root, name); got != want {
+			t.Fatalf("%s = %q", name, got)
 		}
 	}
 }

@@ -29,6 +29,14 @@ func BoxMainForTest(args []string) int {
 	switch {
 	case len(args) == 3 && args[0] == "unpack" && args[1] == "--dir":
 		_, err = BoxUnpack(ctx, os.Stdin, args[2])
+	case len(args) == 7 && args[0] == "unpack" && args[1] == "--dir" && args[3] == "--parts" && args[5] == "--socket":
+		var n int
+		if _, err := fmt.Sscan(args[4], &n); err != nil {
+			return usage(args)
+		}
+		_, err = BoxUnpackParts(ctx, os.Stdin, args[2], n, args[6])
+	case len(args) == 3 && args[0] == "feed" && args[1] == "--socket":
+		err = BoxFeed(ctx, os.Stdin, args[2])
 	case len(args) == 3 && args[0] == "pack" && args[1] == "--dir":
 		_, err = BoxPack(ctx, os.Stdin, os.Stdout, args[2])
 	case len(args) >= 2 && args[0] == "manifest":

@@ -3,13 +3,17 @@ package stream
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -38,6 +42,9 @@ type Remote struct {
 	ProgressInterval time.Duration
 	// Compression encodes what is sent to the box (CompressAuto when empty).
 	Compression Compression
+	// Channels is how many exec channels a cold sync of a large tree uses at once (one archive
+	// each, applied together by one box process): 0 means DefaultChannels, 1 one channel.
+	Channels int
 
 	progressTick <-chan time.Time // tests: ticks instead of a ticker
 }
@@ -179,23 +186,153 @@ func (r Remote) Unpack(ctx context.Context, dir, root string, plan Plan) (Stats,
 	return r.unpack(ctx, dir, root, plan, nil)
 }
 
-// unpack is Unpack calling sent (when set) for every file sent, with its stat and sha256.
+// unpack is Unpack calling sent (when set) for every file sent, with its stat and sha256. A
+// streamed plan of a large tree goes over several channels (Remote.Channels): part 0 to
+// `unpack --parts N --socket S`, the others to `feed --socket S` commands that hand their part to
+// it; the box commits only when every part verified.
 func (r Remote) unpack(ctx context.Context, dir, root string, plan Plan, sent func(string, fs.FileInfo, string, time.Time)) (Stats, error) {
-	var st Stats
 	c := counter{sent: sent, compression: r.Compression}
 	stop := reportProgress(r.Progress, r.ProgressInterval, r.progressTick, plan, &c)
-	err := r.run(ctx, r.command("unpack", "--dir", dir), func(w io.Writer) error {
-		var err error
-		st, err = writeFrom(ctx, w, plan, func(e manifest.Entry) string {
-			return filepath.Join(root, filepath.FromSlash(e.Path))
-		}, &c)
-		return err
-	}, nil)
+	source := func(e manifest.Entry) string { return filepath.Join(root, filepath.FromSlash(e.Path)) }
+	parts := splitPlan(plan, r.channels(plan))
+	cmds := []string{r.command("unpack", "--dir", dir)}
+	if len(parts) > 1 {
+		socket, err := feedSocket(dir)
+		if err != nil {
+			stop()
+			return Stats{}, err
+		}
+		cmds[0] = r.command("unpack", "--dir", dir, "--parts", strconv.Itoa(len(parts)), "--socket", socket)
+		for range parts[1:] {
+			cmds = append(cmds, r.command("feed", "--socket", socket))
+		}
+	}
+	stats := make([]Stats, len(parts))
+	if len(parts) == 1 {
+		err := r.run(ctx, cmds[0], func(w io.Writer) error {
+			var err error
+			stats[0], err = writeFrom(ctx, w, parts[0], source, &c)
+			return err
+		}, nil)
+		stop()
+		if err != nil {
+			return stats[0], fmt.Errorf("send to %s: %w", dir, err)
+		}
+		return stats[0], nil
+	}
+	// When one part's writer fails, every writer stops and ends its stream early, but no channel
+	// is closed or killed: each box command (a feed may not even have connected yet) sees its
+	// stream end, the unpack refuses the sync, removes its staging and socket, and all exit.
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	var firstMu sync.Mutex
+	var first error // the first writer's failure: the cause; the others follow from it
+	var g errgroup.Group
+	runErrs := make([]error, len(parts))
+	for k, part := range parts {
+		g.Go(func() error {
+			runErrs[k] = r.run(ctx, cmds[k], func(w io.Writer) error {
+				var err error
+				stats[k], err = writeFrom(wctx, w, part, source, &c)
+				if err != nil {
+					firstMu.Lock()
+					if first == nil {
+						first = err
+					}
+					firstMu.Unlock()
+					wcancel()
+				}
+				return nil
+			}, nil)
+			return runErrs[k]
+		})
+	}
+	err := g.Wait()
+	switch {
+	case first != nil && !errors.Is(first, io.EOF) && !errors.Is(first, context.Canceled):
+		err = first // a file changed or could not be read here: the cause of the box's refusal
+	case runErrs[0] != nil:
+		err = runErrs[0] // the unpack's own refusal or failure
+	case first != nil:
+		err = first
+	}
 	stop()
+	var st Stats
+	for _, x := range stats {
+		st.Files, st.Dirs, st.Symlinks, st.Bytes, st.Deleted = st.Files+x.Files, st.Dirs+x.Dirs, st.Symlinks+x.Symlinks, st.Bytes+x.Bytes, st.Deleted+x.Deleted
+	}
 	if err != nil {
 		return st, fmt.Errorf("send to %s: %w", dir, err)
 	}
 	return st, nil
+}
+
+// DefaultChannels is Remote.Channels when unset.
+const DefaultChannels = 2
+
+// parallelMin: a streamed sync of fewer entries, or fewer bytes, uses one channel.
+var parallelMin = struct {
+	entries int
+	bytes   int64
+}{2000, 16 << 20}
+
+// channels is how many channels the plan's archive is sent over: several only for a streamed
+// (cold) sync of a large tree.
+func (r Remote) channels(plan Plan) int {
+	n := r.Channels
+	if n == 0 {
+		n = DefaultChannels
+	}
+	n = min(n, MaxParts)
+	if n < 2 || !plan.SumsLast || len(plan.Deletes) > 0 || (len(plan.Entries) < parallelMin.entries && plan.Bytes() < parallelMin.bytes) {
+		return 1
+	}
+	return min(n, len(plan.Entries))
+}
+
+// splitPlan cuts a plan into n parts of contiguous entries, balanced by an estimate of what
+// applying them costs (their bytes, plus 8 KiB per entry for creating it). The parts' entries are
+// sub-slices of the plan's, so the hashes a streamed writer fills in land in the whole plan.
+func splitPlan(plan Plan, n int) []Plan {
+	if n < 2 {
+		return []Plan{plan}
+	}
+	cost := func(e manifest.Entry) int64 { return e.Size + 8<<10 }
+	var total int64
+	for _, e := range plan.Entries {
+		total += cost(e)
+	}
+	var parts []Plan
+	start := 0
+	var acc int64
+	for i, e := range plan.Entries {
+		acc += cost(e)
+		if len(parts) < n-1 && acc >= total*int64(len(parts)+1)/int64(n) && i+1 < len(plan.Entries) {
+			parts = append(parts, Plan{Version: 1, Entries: plan.Entries[start : i+1 : i+1], SumsLast: plan.SumsLast})
+			start = i + 1
+		}
+	}
+	parts = append(parts, Plan{Version: 1, Entries: plan.Entries[start:], SumsLast: plan.SumsLast})
+	for k := range parts {
+		parts[k].Part, parts[k].Parts = k, len(parts)
+	}
+	parts[0].Cache, parts[0].Deletes = plan.Cache, plan.Deletes
+	return parts
+}
+
+// feedSocket names the unix socket an `unpack --parts` listens on for its feeders: in a new
+// directory next to the target when the path is short enough for a socket, else in /tmp.
+func feedSocket(dir string) (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	name := ".openclaw-feed-" + hex.EncodeToString(b[:])
+	s := filepath.Join(filepath.Dir(dir), name, "s")
+	if len(s) > 100 { // sun_path holds 108 bytes
+		s = filepath.Join("/tmp", name, "s")
+	}
+	return s, nil
 }
 
 // Pack runs `pack --dir DIR` on the box with plan on stdin and applies the archive it sends back

@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -253,5 +254,82 @@ func TestPushReportsProgressAndFillsBoxCache(t *testing.T) {
 	plan, _, err = Push(ctx, remote, src, filepath.Join(boxDir, "ws"), base, true, ManifestOptions{CacheFile: cacheFile})
 	if err != nil || !plan.Empty() {
 		t.Fatalf("no-op resync with the cache: plan %+v, err %v", plan, err)
+	}
+}
+
+// TestPushTreeInParts: a cold sync of a large tree goes over several channels (one `unpack
+// --parts` and `feed` commands) and lands exactly as over one; a file that changes after the
+// listing fails the whole sync with nothing left on the box.
+func TestPushTreeInParts(t *testing.T) {
+	ctx := synctest.Context(t)
+	saved := parallelMin
+	parallelMin.entries, parallelMin.bytes = 4, 1<<20
+	t.Cleanup(func() { parallelMin = saved })
+	boxDir, remote := startBox(t)
+	remote.Channels = 3
+	src := t.TempDir()
+	files := map[string]string{"big": strings.Repeat("x", 3<<20)}
+	for i := range 40 {
+		files[fmt.Sprintf("d%d/f%02d.txt", i%7, i)] = fmt.Sprintf("file %d\n", i)
+	}
+	synctest.Write(t, src, files)
+	must(t, os.Symlink("d1", filepath.Join(src, "link")))
+	old := time.Now().Add(-time.Hour) // older than the racy window, so hashes are cached
+	must(t, filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			err = os.Chtimes(p, old, old)
+		}
+		return err
+	}))
+	if n := len(splitPlan(Plan{Entries: build(t, src).Entries, SumsLast: true}, remote.channels(Plan{Entries: build(t, src).Entries, SumsLast: true}))); n != 3 {
+		t.Fatalf("the tree would go in %d parts, want 3", n)
+	}
+	dst := filepath.Join(boxDir, "ws")
+	boxCache := filepath.Join(boxDir, "cache.json")
+	res, err := PushTree(ctx, remote, src, dst, TreeOptions{Manifest: ManifestOptions{CacheFile: boxCache}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := build(t, src)
+	sameTree(t, want, res.Base)
+	sameTree(t, want, build(t, dst))
+	if res.Stats.Files != 41 || res.Stats.Symlinks != 1 {
+		t.Fatalf("stats %+v", res.Stats)
+	}
+	if got := manifest.LoadCache(boxCache).Len(); got != 41 {
+		t.Fatalf("box hash cache holds %d files, want 41", got)
+	}
+	leftovers := func() []string {
+		var out []string
+		entries, _ := os.ReadDir(boxDir)
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), ".openclaw-") {
+				out = append(out, e.Name())
+			}
+		}
+		return out
+	}
+	if l := leftovers(); len(l) > 0 {
+		t.Fatalf("left next to the workspace: %v", l)
+	}
+
+	// A file of the last part changes between the listing and its sending.
+	listing, err := manifest.List(ctx, src, manifest.Options{})
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(src, "d6/f34.txt"), []byte("changed meanwhile"), 0o644))
+	dst2 := filepath.Join(boxDir, "ws2")
+	_, err = remote.Unpack(ctx, dst2, src, Plan{Version: 1, Entries: listing.Unhashed().Entries, SumsLast: true})
+	if !errors.Is(err, ErrChanged) {
+		t.Fatalf("err = %v, want ErrChanged", err)
+	}
+	if _, err := os.Stat(dst2); !os.IsNotExist(err) {
+		t.Fatalf("box kept %s after a failed sync in parts (%v)", dst2, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(leftovers()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond) // the box process is being killed
+	}
+	if l := leftovers(); len(l) > 0 {
+		t.Fatalf("left next to the workspace after a failure: %v", l)
 	}
 }
