@@ -29,6 +29,9 @@ const EnvBench = "OPENCLAW_BENCH"
 // EnvRounds sets how many times each phase is measured (default 3).
 const EnvRounds = "OPENCLAW_BENCH_ROUNDS"
 
+// EnvChannels sets stream.Remote.Channels for our sync (default stream.DefaultChannels).
+const EnvChannels = "OPENCLAW_BENCH_CHANNELS"
+
 func TestMain(m *testing.M) {
 	code := m.Run()
 	synctest.CleanupBinaries()
@@ -100,6 +103,13 @@ func TestSyncVsRsync(t *testing.T) {
 
 	client := synctest.Dial(t, box)
 	remote := stream.Remote{Client: client, Command: bootstrap.Quote(bin) + " worker"}
+	if v := os.Getenv(EnvChannels); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > stream.MaxParts {
+			t.Fatalf("%s=%q: want a number of channels from 1 to %d", EnvChannels, v, stream.MaxParts)
+		}
+		remote.Channels = n
+	}
 	var cache *manifest.Cache // the gateway's hash cache of src, kept between syncs of one directory
 	var last stream.Result
 	ours := func(dst string) time.Duration {
@@ -181,8 +191,12 @@ func TestSyncVsRsync(t *testing.T) {
 	}
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nsync of %s/src (%d files, %d MB) to a netns box with OpenSSH sshd; %d CPUs; median of %d rounds\n\n",
-		strings.TrimSpace(string(goroot)), want.Files(), want.TotalSize()>>20, runtime.NumCPU(), rounds)
+	channels := remote.Channels
+	if channels == 0 {
+		channels = stream.DefaultChannels
+	}
+	fmt.Fprintf(&b, "\nsync of %s/src (%d files, %d MB) to a netns box with OpenSSH sshd; %d CPUs; median of %d rounds; ours with up to %d channels\n\n",
+		strings.TrimSpace(string(goroot)), want.Files(), want.TotalSize()>>20, runtime.NumCPU(), rounds, channels)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "phase\tours\trsync -a\trsync -az\tours/rsync -a\tours/rsync -az\t")
 	for _, p := range phases {
