@@ -46,6 +46,9 @@ type SyncConfig struct {
 	// Compression: auto (default: compress only while the link is slower than about 200 Mbit/s),
 	// zstd (always) or none (never).
 	Compression string `yaml:"compression"`
+	// Channels is how many SSH channels the first sync of a large workspace to a box uses at once
+	// (0: 2). More help a long fat link, where one channel's window limits the rate.
+	Channels int `yaml:"channels"`
 }
 
 // TunnelConfig tunes the SSH control connections (zero means the default).
@@ -106,6 +109,9 @@ func (c *Config) Validate() error {
 		return providers.Fieldf("lifecycleInterval", "must not be negative")
 	case !strings.Contains(c.Listen, ":"):
 		return providers.Fieldf("listen", "must be host:port, got %q", c.Listen)
+	}
+	if c.Sync.Channels < 0 || c.Sync.Channels > stream.MaxParts {
+		return providers.Fieldf("sync.channels", "must be from 1 to %d (0: the default, %d), got %d", stream.MaxParts, stream.DefaultChannels, c.Sync.Channels)
 	}
 	if _, err := stream.ParseCompression(c.Sync.Compression); err != nil {
 		return providers.Fieldf("sync.compression", "must be auto, zstd or none, got %q", c.Sync.Compression)

@@ -18,6 +18,8 @@ func TestConfigSyncCompression(t *testing.T) {
 		{"sync:\n  compression: zstd\n", ""},
 		{"logLevel: info\n", ""},
 		{"sync:\n  compression: gzip\n", "sync.compression"},
+		{"sync:\n  channels: 4\n", ""},
+		{"sync:\n  channels: 99\n", "sync.channels"},
 	} {
 		file := filepath.Join(dir, "gateway.yaml")
 		if err := os.WriteFile(file, []byte(tc.yaml), 0o600); err != nil {

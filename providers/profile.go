@@ -131,7 +131,7 @@ func (p *Profile) Validate() error {
 	case p.MaxEnvironments < 0 || p.MaxEnvironments > 1000:
 		return Fieldf("maxEnvironments", "must be between 1 and 1000, got %d", p.MaxEnvironments)
 	}
-	if p.Sync.MaxDeleteShare < 0 || p.Sync.MaxDeleteShare > 1 {
+	if !(p.Sync.MaxDeleteShare >= 0 && p.Sync.MaxDeleteShare <= 1) { // NaN too
 		return Fieldf("sync.maxDeleteShare", "must be a share between 0 and 1 (0: the default, 0.5), got %v", p.Sync.MaxDeleteShare)
 	}
 	for i, pat := range p.Sync.Include {

@@ -340,6 +340,10 @@ func dispatchCase(t *testing.T, g *gw, root, profile string, git, fresh bool) {
 	if _, err := g.do("GET", "/api/v1/environments/"+v.Placement.EnvironmentID, nil, &env); err != nil || !slices.Equal(env.AttachedSessionIDs, []string{id}) {
 		t.Fatalf("environment serving %s lists sessions %v (err %v)", id, env.AttachedSessionIDs, err)
 	}
+	if out, err := exec.Command(openclawBin, "sync", "plan", v.Placement.EnvironmentID, "--workspace", ws, "--exclude", "*.log",
+		"--gateway", g.addr, "--data-dir", g.dataDir).CombinedOutput(); err == nil || !strings.Contains(string(out), "profile's sync rules") {
+		t.Fatalf("sync plan ENV with --exclude: %v %s", err, out)
+	}
 	if out, err := exec.Command(openclawBin, "sync", "plan", v.Placement.EnvironmentID, "--workspace", ws, "--box-dir", "relative/dir",
 		"--gateway", g.addr, "--data-dir", g.dataDir).CombinedOutput(); err == nil || !strings.Contains(string(out), "dir") {
 		t.Fatalf("sync plan with a relative --box-dir: %v %s", err, out)

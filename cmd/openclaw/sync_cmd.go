@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"slices"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -81,6 +80,8 @@ gateway is needed then.`,
 				return fmt.Errorf("--manifest and ENV are exclusive: ENV reads the box's own manifest")
 			case len(args) == 0 && boxDir != "":
 				return fmt.Errorf("--box-dir needs ENV")
+			case len(args) == 1 && (len(exclude) > 0 || len(include) > 0):
+				return fmt.Errorf("--exclude and --include do not combine with ENV: the box's copy is listed with its profile's sync rules, and so is the workspace")
 			case len(args) == 1:
 				c, err := g.client()
 				if err != nil {
@@ -103,8 +104,7 @@ gateway is needed then.`,
 				// the workspace is listed the same way.
 				from = tree.Manifest
 				opts.Mode = tree.Mode
-				opts.Exclude = append(slices.Clone(tree.Exclude), exclude...)
-				opts.Include = append(slices.Clone(tree.Include), include...)
+				opts.Exclude, opts.Include = tree.Exclude, tree.Include
 			}
 			m, st, err := manifest.Build(cmd.Context(), workspace, opts)
 			if err != nil {

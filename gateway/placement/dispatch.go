@@ -41,8 +41,10 @@ type DispatchConfig struct {
 	ReclaimInterval, ReclaimGrace time.Duration
 	DataDir                       string
 	Log                           *slog.Logger
-	// Compression encodes workspace syncs to boxes (stream.CompressAuto when empty).
+	// Compression encodes workspace syncs to boxes (stream.CompressAuto when empty); Channels is
+	// how many SSH channels a cold sync of a large workspace uses (0: stream.DefaultChannels).
 	Compression stream.Compression
+	Channels    int
 }
 
 // boxManifestOptions select a session's workspace on its box: the sync mode, the profile's rules
@@ -177,7 +179,8 @@ func (d *Dispatcher) Dispatch(ctx context.Context, sessionID, profileID, machine
 	if machineClass != "" {
 		reason += " (machine class " + machineClass + ")"
 	}
-	p, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation, Change{To: Requested, Reason: reason, ProfileID: &profileID, MachineClass: &machineClass})
+	zero := 0 // a new dispatch: no barrier passed yet
+	p, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation, Change{To: Requested, Reason: reason, ProfileID: &profileID, MachineClass: &machineClass, BarrierStep: &zero})
 	if err != nil {
 		return p, err
 	}
@@ -191,32 +194,50 @@ func (d *Dispatcher) PullBack(ctx context.Context, sessionID string, force bool)
 	if err != nil {
 		return p, err
 	}
-	if p.State == Failed && p.BarrierStep >= 6 && p.EnvironmentID != "" && p.AnchorDir != "" {
+	if p.State == Failed && d.failedReconciling(ctx, sessionID) {
 		// Reconciling failed (deletion brake, drift, divergence, a lost link): the worker is
 		// drained and fenced; try the reconciliation again, confirming deletions when forced.
-		d.setForce(sessionID, force)
 		reason := "pull-back retried"
 		if force {
 			reason += " with --force (deletions confirmed)"
 		}
+		// The confirmation is set before the step can run (kick) and only once the move is
+		// recorded; reconcile consumes it.
 		p, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation, Change{To: Reconciling, Reason: reason})
 		if err != nil {
 			return p, err
 		}
+		d.setForce(sessionID, force)
 		d.kick(sessionID)
 		return p, nil
 	}
 	if p.State != Active {
 		return p, fmt.Errorf("session %s is %s, not active on a worker", sessionID, p.State)
 	}
-	d.setForce(sessionID, force)
 	step := 1 // barrier step 1: stop new turn admission (the placement leaves active)
 	p, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation, Change{To: Draining, Reason: "pull-back requested", BarrierStep: &step})
 	if err != nil {
 		return p, err
 	}
+	d.setForce(sessionID, force)
 	d.kick(sessionID)
 	return p, nil
+}
+
+// failedReconciling reports whether a session's placement failed in its reconciliation step (its
+// last transition was reconciling → failed): only then is the worker drained and fenced, with the
+// recorded base and box workspace still those of the reconciliation.
+func (d *Dispatcher) failedReconciling(ctx context.Context, sessionID string) bool {
+	evs, err := d.cfg.Placements.Events(ctx, sessionID)
+	if err != nil {
+		return false
+	}
+	for i := len(evs) - 1; i >= 0; i-- {
+		if ev := evs[i]; ev.From != ev.To { // notes keep the state
+			return ev.From == Reconciling && ev.To == Failed
+		}
+	}
+	return false
 }
 
 // setForce records whether the next reconciliation of a session may delete more than the
@@ -235,10 +256,13 @@ func (d *Dispatcher) setForce(sessionID string, force bool) {
 	}
 }
 
-func (d *Dispatcher) forced(sessionID string) bool {
+// takeForce returns and clears a session's confirmation: it holds for one reconciliation.
+func (d *Dispatcher) takeForce(sessionID string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.force[sessionID]
+	f := d.force[sessionID]
+	delete(d.force, sessionID)
+	return f
 }
 
 // advance runs steps until the placement rests (active, local, reclaimed or failed).
@@ -387,7 +411,7 @@ func (d *Dispatcher) syncOut(ctx context.Context, p Placement) (Change, error) {
 			d.cfg.Placements.Note(ctx, p.SessionID, "sync progress: "+pr.String())
 		}
 	}
-	r.Compression = d.cfg.Compression
+	r.Compression, r.Channels = d.cfg.Compression, d.cfg.Channels
 	boxWS := filepath.Join(e.WorkerHome, ".openclaw-worker", "work", p.SessionID)
 	// The anchor's hash cache stays on the gateway; the box keeps its own next to the workspace,
 	// so that the pull-back's manifest of the box does not re-hash what it was sent.
@@ -510,7 +534,7 @@ func (d *Dispatcher) reconcile(ctx context.Context, p Placement) (Change, error)
 	if err != nil {
 		return Change{}, err
 	}
-	summary, _, err := d.inbound(ctx, p, e)
+	summary, _, err := d.inbound(ctx, p, e, d.takeForce(p.SessionID))
 	if err != nil {
 		return Change{}, err
 	}
@@ -527,7 +551,10 @@ func (d *Dispatcher) reconcile(ctx context.Context, p Placement) (Change, error)
 
 // inbound brings the box's workspace into the anchor (git: adopt the worker's commits, then
 // mirror untracked work; plain: mirror against the base) and returns the anchor's new manifest.
-func (d *Dispatcher) inbound(ctx context.Context, p Placement, e envs.Environment) (string, *manifest.Manifest, error) {
+//
+// force lets the mirror delete past the deletion brake (a pull-back the operator confirmed; never
+// a checkpoint).
+func (d *Dispatcher) inbound(ctx context.Context, p Placement, e envs.Environment, force bool) (string, *manifest.Manifest, error) {
 	var err error
 	base, err := readManifest(p.BaseManifestID)
 	if err != nil {
@@ -581,7 +608,7 @@ func (d *Dispatcher) inbound(ctx context.Context, p Placement, e envs.Environmen
 		return "", nil, fmt.Errorf("box manifest: %w", err)
 	}
 	res, err := mirror.Pull(ctx, mirror.Config{Anchor: p.AnchorDir, Base: base, Box: boxM, Mode: mode,
-		Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include, Force: d.forced(p.SessionID), MaxDeleteShare: e.Profile.Sync.MaxDeleteShare,
+		Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include, Force: force, MaxDeleteShare: e.Profile.Sync.MaxDeleteShare,
 		Fetch: func(ctx context.Context, plan stream.Plan, root string, opts stream.ApplyOptions) (stream.Stats, error) {
 			return r.Pack(ctx, p.BoxWorkspace, plan, root, opts)
 		}})
@@ -592,7 +619,6 @@ func (d *Dispatcher) inbound(ctx context.Context, p Placement, e envs.Environmen
 		summary += "; "
 	}
 	summary += fmt.Sprintf("%d files updated, %d deleted", len(res.Plan.Entries), len(res.Plan.Deletes))
-	d.setForce(p.SessionID, false)
 	now, _, err := manifest.Build(ctx, p.AnchorDir, manifest.Options{Mode: mode, Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include})
 	if err != nil {
 		return "", nil, err

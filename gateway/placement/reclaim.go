@@ -36,7 +36,7 @@ func (d *Dispatcher) Checkpoint(ctx context.Context, sessionID string) error {
 	if err != nil {
 		return err
 	}
-	summary, now, err := d.inbound(ctx, p, e)
+	summary, now, err := d.inbound(ctx, p, e, false)
 	if err != nil {
 		d.cfg.Placements.Note(ctx, sessionID, "checkpoint failed: "+err.Error())
 		return err
@@ -157,9 +157,9 @@ func (d *Dispatcher) Redispatch(ctx context.Context, sessionID string) error {
 	if p.State != Reclaimed {
 		return fmt.Errorf("session %s is %s, not reclaimed", sessionID, p.State)
 	}
-	empty := ""
+	empty, zero := "", 0
 	if _, err := d.cfg.Placements.Transition(ctx, sessionID, p.Generation, Change{To: Requested,
-		Reason: "restoring on a fresh worker of profile " + p.ProfileID, EnvironmentID: &empty}); err != nil {
+		Reason: "restoring on a fresh worker of profile " + p.ProfileID, EnvironmentID: &empty, BarrierStep: &zero}); err != nil {
 		return err
 	}
 	d.kick(sessionID)

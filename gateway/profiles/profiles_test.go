@@ -84,7 +84,7 @@ func TestParseYAMLNamesBadInput(t *testing.T) {
 }
 
 func TestValidateNamesBadDeleteShare(t *testing.T) {
-	for in, wantErr := range map[string]bool{"1.5": true, "-0.1": true, "0.9": false, "0": false} {
+	for in, wantErr := range map[string]bool{"1.5": true, "-0.1": true, ".nan": true, "0.9": false, "0": false} {
 		ps, err := profiles.ParseYAML(strings.NewReader("profiles:\n  - id: a\n    provider: fake\n    sync: {maxDeleteShare: " + in + "}\n"))
 		if err != nil {
 			t.Fatal(err)

@@ -326,8 +326,8 @@ func (s *stager) stage(ctx context.Context, tr *tar.Reader, plan *Plan, base int
 		g.Go(func() error {
 			for job := range ch {
 				if err := job(); err != nil {
-					for range ch { // drain: the reader stops at the canceled context
-					}
+					// Returning cancels gctx, which stops the reader (its sends and its wait
+					// for in-flight room select on it); jobs left queued are dropped.
 					return err
 				}
 			}

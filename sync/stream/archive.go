@@ -240,7 +240,26 @@ func copyFile(w io.Writer, file string, e manifest.Entry, buf []byte, streamed b
 	if m, _ := f.Read(one[:]); m > 0 {
 		return n, nil, nil, fmt.Errorf("send %s: %w", e.Path, ErrChanged)
 	}
+	if streamed {
+		// Nothing checks the content against an earlier hash: a file rewritten while it was read
+		// would be sent torn, with a hash that matches the tear. Its stat tells.
+		after, err := f.Stat()
+		if err != nil || !sameStat(fi, after) {
+			return n, nil, nil, fmt.Errorf("send %s: %w", e.Path, ErrChanged)
+		}
+	}
 	return n, sum, fi, nil
+}
+
+// sameStat reports whether two stats of one open file show no change: size, mtime and, where the
+// platform has it, ctime.
+func sameStat(a, b fs.FileInfo) bool {
+	if a.Size() != b.Size() || !a.ModTime().Equal(b.ModTime()) {
+		return false
+	}
+	ca, okA := ctimeOf(a)
+	cb, okB := ctimeOf(b)
+	return !okA || !okB || ca == cb
 }
 
 // Limits bound an archive read from elsewhere.

@@ -72,7 +72,8 @@ func reportProgress(fn func(Progress), every time.Duration, tick <-chan time.Tim
 		return func() {}
 	}
 	start := time.Now()
-	totalFiles := 0
+	// Totals are taken now: the writer fills the entries' hashes in while this runs.
+	totalFiles, totalBytes := 0, plan.Bytes()
 	for _, e := range plan.Entries {
 		if e.Type != manifest.TypeDir {
 			totalFiles++
@@ -80,7 +81,7 @@ func reportProgress(fn func(Progress), every time.Duration, tick <-chan time.Tim
 	}
 	snap := func(done bool) Progress {
 		return Progress{Files: int(c.files.Load()), TotalFiles: totalFiles, Bytes: c.bytes.Load(),
-			TotalBytes: plan.Bytes(), Elapsed: time.Since(start), Done: done}
+			TotalBytes: totalBytes, Elapsed: time.Since(start), Done: done}
 	}
 	var t *time.Ticker
 	if tick == nil {
