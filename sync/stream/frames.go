@@ -18,8 +18,9 @@ import (
 type Compression string
 
 const (
-	// CompressAuto stores chunks while the link takes them faster than CompressBelow and
-	// compresses them while it is slower: on a fast link (same datacenter, LAN, loopback)
+	// CompressAuto stores chunks while the connection takes them faster than CompressBelow; below
+	// that it tries compressed chunks and keeps them only while they go through faster (the link
+	// is the limit, not the receiver's disk). On a fast link (same datacenter, LAN, loopback)
 	// compressing only costs CPU on both ends; on a slow one it divides the bytes to send by
 	// about four for source trees.
 	CompressAuto Compression = "auto"
@@ -52,8 +53,8 @@ const (
 	rawBlock = 128 << 10
 	// queued bounds the frames waiting to be written (memory: queued × chunkSize).
 	queued = 4
-	// measureEvery is the wire bytes over which CompressAuto measures the link.
-	measureEvery = 2 << 20
+	// measureEvery is the tar bytes over which CompressAuto measures the link.
+	measureEvery = 4 << 20
 )
 
 // Chunk and frame buffers are reused: an archive of a large tree goes through thousands.
@@ -78,16 +79,76 @@ type frameWriter struct {
 	sem    chan struct{}
 	done   chan struct{}
 
-	mu   sync.Mutex
-	err  error
-	wire int64         // bytes written to w in the current measurement window
-	took time.Duration // time spent in w.Write for them
-	slow bool          // the last full window was under CompressBelow
+	mu  sync.Mutex
+	err error
+	ad  adapt // CompressAuto's choice
+}
+
+// adapt decides, for CompressAuto, whether the next chunks are compressed. It measures the rate at
+// which the connection takes the tar stream (bytes of tar per second blocked in Write) with stored
+// frames and, when that is slow, with compressed ones, and keeps the faster: compressing pays when
+// the link limits the transfer (the same tar goes through in a quarter of the bytes), not when the
+// receiver does (it must still write every byte) or when the sender does (Write never waits).
+type adapt struct {
+	compress   bool
+	rate       [2]float64 // tar bytes/s measured stored [0] and compressed [1]; 0 unknown
+	skip       int        // frames still to skip after a switch (the link holds earlier frames)
+	in         int64      // tar bytes in the current measurement
+	took       time.Duration
+	sinceProbe int64 // tar bytes since the other mode was last measured
+}
+
+const (
+	// probeEvery: after this much tar in one mode, the other is measured again (conditions change).
+	probeEvery = 64 << 20
+	// switchSkip frames after a switch are not measured: the connection's window still holds
+	// frames of the other mode.
+	switchSkip = 2
+)
+
+// wrote records that a frame of tar bytes in was written in took, and decides what comes next.
+func (a *adapt) wrote(compressed bool, in int64, took time.Duration) {
+	if compressed != a.compress {
+		return // decided before the last switch
+	}
+	if a.skip > 0 {
+		a.skip--
+		return
+	}
+	a.in += in
+	a.took += took
+	a.sinceProbe += in
+	if a.in < measureEvery {
+		return
+	}
+	m := 0
+	if a.compress {
+		m = 1
+	}
+	a.rate[m] = float64(a.in) / max(a.took.Seconds(), 1e-9)
+	a.in, a.took = 0, 0
+	stored, zstd := a.rate[0], a.rate[1]
+	switch {
+	case !a.compress && stored < CompressBelow && (zstd == 0 || a.sinceProbe >= probeEvery):
+		a.set(true) // the link may be slow: see what compression does
+	case !a.compress && zstd > 1.2*stored && stored < CompressBelow:
+		a.set(true)
+	case a.compress && zstd <= 1.2*stored:
+		a.set(false) // compression did not speed it up: the link is not the limit
+	case a.compress && a.sinceProbe >= probeEvery:
+		a.set(false) // measure stored frames again
+	}
+}
+
+func (a *adapt) set(compress bool) {
+	a.compress, a.skip, a.sinceProbe, a.in, a.took = compress, switchSkip, 0, 0, 0
 }
 
 type frameJob struct {
-	out   []byte
-	ready chan struct{}
+	out        []byte
+	in         int64 // tar bytes in the frame
+	compressed bool
+	ready      chan struct{}
 }
 
 func newFrameWriter(w io.Writer, mode Compression) (*frameWriter, error) {
@@ -136,9 +197,9 @@ func (f *frameWriter) Write(p []byte) (int, error) {
 func (f *frameWriter) flush() {
 	data := f.buf
 	f.buf = nil
-	job := &frameJob{ready: make(chan struct{})}
+	job := &frameJob{ready: make(chan struct{}), in: int64(len(data)), compressed: f.compress()}
 	out := (*framePool.Get().(*[]byte))[:0]
-	if f.compress() {
+	if job.compressed {
 		f.sem <- struct{}{}
 		go func() {
 			job.out = f.enc.EncodeAll(data, out)
@@ -163,12 +224,10 @@ func (f *frameWriter) compress() bool {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.slow
+	return f.ad.compress
 }
 
-// writeLoop writes the frames in order and measures the link: after every 2 MiB written, the
-// rate at which Write took them (time blocked included, time waiting for frames not) decides
-// whether CompressAuto compresses the next chunks.
+// writeLoop writes the frames in order and measures the link for CompressAuto (adapt).
 func (f *frameWriter) writeLoop() {
 	defer close(f.done)
 	for job := range f.jobs {
@@ -186,12 +245,7 @@ func (f *frameWriter) writeLoop() {
 			f.mu.Unlock()
 			continue
 		}
-		f.wire += int64(len(job.out))
-		f.took += took
-		if f.wire >= measureEvery {
-			f.slow = float64(f.wire)/f.took.Seconds() < CompressBelow
-			f.wire, f.took = 0, 0
-		}
+		f.ad.wrote(job.compressed, job.in, took)
 		f.mu.Unlock()
 	}
 }

@@ -179,3 +179,56 @@ func TestFrameWriterReportsWriteErrors(t *testing.T) {
 		t.Fatal("ParseCompression accepted gzip")
 	}
 }
+
+// diskBoundWriter stands for a receiver whose disk is the limit: it takes rate bytes of the
+// decoded stream per second, however compressed the frames are (one frame per Write).
+type diskBoundWriter struct {
+	bytes.Buffer
+	rate float64
+	dec  *zstd.Decoder
+}
+
+func (w *diskBoundWriter) Write(p []byte) (int, error) {
+	out, err := w.dec.DecodeAll(p, nil)
+	if err != nil {
+		return 0, err
+	}
+	time.Sleep(time.Duration(float64(len(out)) / w.rate * float64(time.Second)))
+	return w.Buffer.Write(p)
+}
+
+// TestFrameWriterStoresForABusyReceiver: auto mode tries compression when the connection is slow,
+// sees that it does not go faster (the receiver, not the link, is the limit) and goes back to
+// stored frames.
+func TestFrameWriterStoresForABusyReceiver(t *testing.T) {
+	dec, err := zstd.NewReader(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dec.Close()
+	data := []byte(strings.Repeat("a compressible line of source code, repeated\n", 700_000)) // ~31 MB
+	w := &diskBoundWriter{rate: CompressBelow * 0.8, dec: dec}
+	fw, err := newFrameWriter(w, CompressAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fw.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := fw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := decodeAll(t, w.Bytes()); !bytes.Equal(got, data) {
+		t.Fatal("decoded data differs")
+	}
+	st := frames(t, w.Bytes())
+	compressed := 0
+	for _, s := range st {
+		if !s {
+			compressed++
+		}
+	}
+	if compressed == 0 || !st[len(st)-1] || !st[len(st)-2] {
+		t.Fatalf("frames stored: %v; want a probe of compressed frames, then stored ones again", st)
+	}
+}
