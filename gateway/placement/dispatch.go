@@ -201,13 +201,15 @@ func (d *Dispatcher) PullBack(ctx context.Context, sessionID string, force bool)
 		if force {
 			reason += " with --force (deletions confirmed)"
 		}
-		// The confirmation is set before the step can run (kick) and only once the move is
-		// recorded; reconcile consumes it.
+		// The confirmation is in place before the move is recorded (a step loop still running
+		// could take the reconciliation at once) and withdrawn if the move is refused; reconcile
+		// consumes it.
+		d.setForce(sessionID, force)
 		p, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation, Change{To: Reconciling, Reason: reason})
 		if err != nil {
+			d.setForce(sessionID, false)
 			return p, err
 		}
-		d.setForce(sessionID, force)
 		d.kick(sessionID)
 		return p, nil
 	}
@@ -215,11 +217,12 @@ func (d *Dispatcher) PullBack(ctx context.Context, sessionID string, force bool)
 		return p, fmt.Errorf("session %s is %s, not active on a worker", sessionID, p.State)
 	}
 	step := 1 // barrier step 1: stop new turn admission (the placement leaves active)
+	d.setForce(sessionID, force)
 	p, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation, Change{To: Draining, Reason: "pull-back requested", BarrierStep: &step})
 	if err != nil {
+		d.setForce(sessionID, false)
 		return p, err
 	}
-	d.setForce(sessionID, force)
 	d.kick(sessionID)
 	return p, nil
 }

@@ -134,6 +134,8 @@ func ApplyParts(ctx context.Context, rs []io.Reader, root string, opts ApplyOpti
 	}
 	stats := make([]Stats, len(parts))
 	var g errgroup.Group
+	var firstMu sync.Mutex
+	var first error // the part that failed first: the others fail because it stopped them
 	for k, p := range parts {
 		g.Go(func() error {
 			st, err := s.stage(pctx, p.tr, p.plan, p.base)
@@ -145,12 +147,20 @@ func ApplyParts(ctx context.Context, rs []io.Reader, root string, opts ApplyOpti
 			}
 			stats[k] = st
 			if err != nil {
+				firstMu.Lock()
+				if first == nil {
+					first = err
+				}
+				firstMu.Unlock()
 				cancel()
 			}
 			return err
 		})
 	}
 	err = g.Wait()
+	if first != nil {
+		err = first
+	}
 	var st Stats
 	for _, x := range stats {
 		st.Files, st.Dirs, st.Symlinks, st.Bytes = st.Files+x.Files, st.Dirs+x.Dirs, st.Symlinks+x.Symlinks, st.Bytes+x.Bytes

@@ -85,10 +85,11 @@ type frameWriter struct {
 }
 
 // adapt decides, for CompressAuto, whether the next chunks are compressed. It measures the rate at
-// which the connection takes the tar stream (bytes of tar per second blocked in Write) with stored
+// which the tar stream goes out (tar bytes per second of wall time, frame after frame) with stored
 // frames and, when that is slow, with compressed ones, and keeps the faster: compressing pays when
 // the link limits the transfer (the same tar goes through in a quarter of the bytes), not when the
-// receiver does (it must still write every byte) or when the sender does (Write never waits).
+// receiver does (it must still write every byte) nor when the sender's CPU does (compressing is
+// then the slower way).
 type adapt struct {
 	compress   bool
 	rate       [2]float64 // tar bytes/s measured stored [0] and compressed [1]; 0 unknown
@@ -230,14 +231,18 @@ func (f *frameWriter) compress() bool {
 // writeLoop writes the frames in order and measures the link for CompressAuto (adapt).
 func (f *frameWriter) writeLoop() {
 	defer close(f.done)
+	last := time.Now()
 	for job := range f.jobs {
 		<-job.ready
 		if f.failed() != nil {
 			continue // drained, not written
 		}
-		start := time.Now()
 		_, err := f.w.Write(job.out)
-		took := time.Since(start)
+		// Wall time from the previous frame's end: waiting for this frame (a slow compressor, a
+		// slow reader of the tree) counts as much as waiting for the connection.
+		now := time.Now()
+		took := now.Sub(last)
+		last = now
 		framePool.Put(&job.out)
 		f.mu.Lock()
 		if err != nil {
