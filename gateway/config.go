@@ -43,8 +43,8 @@ type Config struct {
 
 // SyncConfig tunes workspace sync to boxes.
 type SyncConfig struct {
-	// Compression: auto (default: compress only while the link is slower than about 200 Mbit/s),
-	// zstd (always) or none (never).
+	// Compression: auto (default: below about 200 Mbit/s, try compressed frames and keep them while
+	// they go through faster), zstd (always) or none (never).
 	Compression string `yaml:"compression"`
 	// Channels is how many SSH channels the first sync of a large workspace to a box uses at once
 	// (0: 2). More help a long fat link, where one channel's window limits the rate.

@@ -110,7 +110,7 @@ func ApplyParts(ctx context.Context, rs []io.Reader, root string, opts ApplyOpti
 	}
 	defer os.RemoveAll(staging)
 
-	s := &stager{staging: staging, fsync: opts.Fsync, dirs: map[string]*stagedDir{}}
+	s := &stager{staging: staging, fsync: opts.Fsync, dirs: map[string]*stagedDir{}, inFlight: semaphore.NewWeighted(maxInFlight)}
 	if plan.SumsLast {
 		s.sums = make([]string, len(plan.Entries))
 	}
@@ -286,6 +286,8 @@ type stager struct {
 	// stats, when the plan names a hash cache, receives the stat of every small staged file (by
 	// plan index).
 	stats []fileStat
+	// inFlight bounds the content of small files read but not written yet, over all parts.
+	inFlight *semaphore.Weighted
 }
 
 type stagedDir struct {
@@ -344,8 +346,7 @@ func (s *stager) stage(ctx context.Context, tr *tar.Reader, plan *Plan, base int
 			return nil
 		})
 	}
-	// inFlight bounds the content held by queued jobs.
-	inFlight := semaphore.NewWeighted(maxInFlight)
+	inFlight := s.inFlight
 	send := func(p string, job func() error) error {
 		h := fnv.New32a()
 		h.Write([]byte(path.Dir(p)))

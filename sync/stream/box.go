@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/openclaw/cloudworkers/sync/manifest"
@@ -48,7 +49,8 @@ func BoxManifest(ctx context.Context, stdout io.Writer, dir string, opts manifes
 }
 
 // FeedTimeout bounds how long BoxUnpackParts waits for its feeders, and BoxFeed for the socket.
-var FeedTimeout = 30 * time.Second
+// The gateway starts all of them at once, after opening their channels.
+var FeedTimeout = 10 * time.Second
 
 // BoxUnpackParts applies one sync sent in parts parts over as many channels: part streams other
 // than stdin's arrive through `feed` commands (BoxFeed) that connect to the unix socket at
@@ -66,6 +68,7 @@ func BoxUnpackParts(ctx context.Context, stdin io.Reader, dir string, parts int,
 	if err := os.MkdirAll(filepath.Dir(sdir), 0o755); err != nil {
 		return Stats{}, fmt.Errorf("unpack: feed socket directory: %w", err)
 	}
+	sweepFeedDirs(filepath.Dir(sdir))
 	if err := os.Mkdir(sdir, 0o700); err != nil {
 		return Stats{}, fmt.Errorf("unpack: feed socket directory: %w", err)
 	}
@@ -96,8 +99,31 @@ func BoxUnpackParts(ctx context.Context, stdin io.Reader, dir string, parts int,
 	return ApplyParts(ctx, rs, dir, ApplyOptions{AllowEscapingSymlinks: true, UpdateCache: true})
 }
 
-// MaxParts bounds the channels of one sync.
-const MaxParts = 16
+// MaxParts bounds the channels of one sync: OpenSSH's sshd allows 10 sessions per connection
+// (MaxSessions), and the sync connection also runs the box's manifest.
+const MaxParts = 8
+
+// feedDirPrefix names the directories of feed sockets.
+const feedDirPrefix = ".openclaw-feed-"
+
+// sweepFeedDirs removes this user's feed socket directories in dir older than ten minutes: those
+// of unpacks that were killed (their feeders connect within FeedTimeout, after which the socket is
+// not used).
+func sweepFeedDirs(dir string) {
+	matches, _ := filepath.Glob(filepath.Join(dir, feedDirPrefix+"*"))
+	for _, m := range matches {
+		fi, err := os.Lstat(m)
+		if err == nil && ownDir(fi) && time.Since(fi.ModTime()) > 10*time.Minute {
+			_ = os.RemoveAll(m)
+		}
+	}
+}
+
+// ownDir reports whether fi is a real directory (not a symlink) of this user's, mode 0700.
+func ownDir(fi os.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return fi.IsDir() && fi.Mode()&os.ModeSymlink == 0 && fi.Mode().Perm() == 0o700 && ok && int(st.Uid) == os.Geteuid()
+}
 
 // BoxFeed copies stdin to the unix socket of a BoxUnpackParts, waiting up to FeedTimeout for it to
 // listen.
@@ -105,6 +131,11 @@ func BoxFeed(ctx context.Context, stdin io.Reader, socket string) error {
 	deadline := time.Now().Add(FeedTimeout)
 	var c net.Conn
 	for {
+		// Only a directory of this user's, 0700, as the unpack makes it: another user's could
+		// hold a listener of theirs.
+		if fi, err := os.Lstat(filepath.Dir(socket)); err == nil && !ownDir(fi) {
+			return fmt.Errorf("feed: %s is not a 0700 directory of this user's: not sending there", filepath.Dir(socket))
+		}
 		var err error
 		var d net.Dialer
 		c, err = d.DialContext(ctx, "unix", socket)

@@ -5,12 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/openclaw/cloudworkers/sync/internal/synctest"
+	"github.com/openclaw/cloudworkers/sync/manifest"
 )
 
 // TestApplyStopsAtAFailedFile: a file whose content does not match its sha256, followed by more
@@ -74,5 +78,79 @@ func TestProgressDuringAStreamedPush(t *testing.T) {
 	remote.Progress = func(Progress) {}
 	if _, err := PushTree(ctx, remote, src, filepath.Join(boxDir, "ws"), TreeOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestUnpackFailureStopsTheFeeds: when the box's unpack fails at once (here it refuses to start),
+// the feeds, which would dial its socket for FeedTimeout, are stopped: the sync fails promptly
+// with the unpack's own error.
+func TestUnpackFailureStopsTheFeeds(t *testing.T) {
+	saved := parallelMin
+	parallelMin.entries, parallelMin.bytes = 4, 1<<20
+	t.Cleanup(func() { parallelMin = saved })
+	boxDir, remote := startBox(t)
+	remote.Channels = 2
+	src := t.TempDir()
+	files := map[string]string{"big": strings.Repeat("x", 3<<20)}
+	for i := range 40 {
+		files[fmt.Sprintf("d%d/f%02d.txt", i%7, i)] = fmt.Sprintf("file %d\n", i)
+	}
+	synctest.Write(t, src, files)
+	listing, err := manifest.List(synctest.Context(t), src, manifest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := remote.Command // "<test binary> worker"
+	remote.Command = `f() { if [ "$1" = unpack ]; then echo "unpack: feed socket directory: file exists" >&2; exit 1; fi; ` + exe + ` "$@"; }; f`
+	start := time.Now()
+	_, err = remote.Unpack(synctest.Context(t), filepath.Join(boxDir, "ws"), src, Plan{Version: 1, Entries: listing.Unhashed().Entries, SumsLast: true})
+	if err == nil || !strings.Contains(err.Error(), "file exists") {
+		t.Fatalf("err = %v, want the unpack's failure", err)
+	}
+	if d := time.Since(start); d > FeedTimeout/2 {
+		t.Fatalf("took %v to fail: the feeds went on dialing", d)
+	}
+}
+
+// TestFeedRefusesAForeignSocketDir: a feed sends nothing to a socket whose directory is not a
+// 0700 directory of its own user's (another user could have made it first, with a listener).
+func TestFeedRefusesAForeignSocketDir(t *testing.T) {
+	for name, setup := range map[string]func(dir string){
+		"mode 0777":      func(dir string) { must(t, os.Chmod(dir, 0o777)) },
+		"another user's": func(dir string) { must(t, os.Chown(dir, 65534, 65534)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			if name == "another user's" && os.Geteuid() != 0 {
+				t.Skip("needs root to give a directory to another user")
+			}
+			dir := filepath.Join(t.TempDir(), feedDirPrefix+"0123456789abcdef")
+			must(t, os.Mkdir(dir, 0o700))
+			sock := filepath.Join(dir, "s")
+			ln, err := net.Listen("unix", sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			setup(dir)
+			got := make(chan []byte, 1)
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					got <- nil
+					return
+				}
+				b, _ := io.ReadAll(c)
+				c.Close()
+				got <- b
+			}()
+			err = BoxFeed(context.Background(), strings.NewReader("workspace content"), sock)
+			if err == nil || !strings.Contains(err.Error(), "not a 0700 directory") {
+				t.Fatalf("feed: %v, want a refusal of the directory", err)
+			}
+			ln.Close()
+			if b := <-got; len(b) > 0 {
+				t.Fatalf("feed sent %q", b)
+			}
+		})
 	}
 }

@@ -78,6 +78,11 @@ func (r Remote) run(ctx context.Context, cmd string, in func(io.Writer) error, o
 	if err != nil {
 		return fmt.Errorf("open sync channel: %w", err)
 	}
+	return r.runOn(ctx, sess, cmd, in, out)
+}
+
+// runOn is run on a session already open; it closes it.
+func (r Remote) runOn(ctx context.Context, sess *ssh.Session, cmd string, in func(io.Writer) error, out func(io.Reader) error) error {
 	defer sess.Close()
 	stdin, err := sess.StdinPipe()
 	if err != nil {
@@ -195,11 +200,31 @@ func (r Remote) unpack(ctx context.Context, dir, root string, plan Plan, sent fu
 	stop := reportProgress(r.Progress, r.ProgressInterval, r.progressTick, plan, &c)
 	source := func(e manifest.Entry) string { return filepath.Join(root, filepath.FromSlash(e.Path)) }
 	parts := splitPlan(plan, r.channels(plan))
+	// Every channel is open before any command starts: a box that refuses one more session
+	// (OpenSSH's MaxSessions) gets the sync over one channel instead of an unpack waiting for a
+	// feed that never comes.
+	var sessions []*ssh.Session
+	if len(parts) > 1 {
+		for range parts {
+			sess, err := r.Client.NewSession()
+			if err != nil {
+				for _, s := range sessions {
+					s.Close()
+				}
+				sessions, parts = nil, splitPlan(plan, 1)
+				break
+			}
+			sessions = append(sessions, sess)
+		}
+	}
 	cmds := []string{r.command("unpack", "--dir", dir)}
 	if len(parts) > 1 {
 		socket, err := feedSocket(dir)
 		if err != nil {
 			stop()
+			for _, s := range sessions {
+				s.Close()
+			}
 			return Stats{}, err
 		}
 		cmds[0] = r.command("unpack", "--dir", dir, "--parts", strconv.Itoa(len(parts)), "--socket", socket)
@@ -221,38 +246,54 @@ func (r Remote) unpack(ctx context.Context, dir, root string, plan Plan, sent fu
 		return stats[0], nil
 	}
 	// When one part's writer fails, every writer stops and ends its stream early, but no channel
-	// is closed or killed: each box command (a feed may not even have connected yet) sees its
-	// stream end, the unpack refuses the sync, removes its staging and socket, and all exit.
+	// is closed or killed: each box command sees its stream end, the unpack refuses the sync,
+	// removes its staging and socket, and all exit. Once the unpack has exited (nothing can be
+	// committed any more), the feeds are stopped: they hold nothing.
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
-	var firstMu sync.Mutex
-	var first error // the first writer's failure: the cause; the others follow from it
+	fctx, fcancel := context.WithCancel(ctx)
+	defer fcancel()
+	var mu sync.Mutex
+	var first, firstRun error // the first writer failure, the first command failure
+	note := func(e *error, err error) {
+		mu.Lock()
+		if *e == nil {
+			*e = err
+		}
+		mu.Unlock()
+	}
 	var g errgroup.Group
-	runErrs := make([]error, len(parts))
 	for k, part := range parts {
 		g.Go(func() error {
-			runErrs[k] = r.run(ctx, cmds[k], func(w io.Writer) error {
+			rctx := fctx
+			if k == 0 {
+				rctx = ctx
+			}
+			err := r.runOn(rctx, sessions[k], cmds[k], func(w io.Writer) error {
 				var err error
 				stats[k], err = writeFrom(wctx, w, part, source, &c)
 				if err != nil {
-					firstMu.Lock()
-					if first == nil {
-						first = err
-					}
-					firstMu.Unlock()
+					note(&first, err)
 					wcancel()
 				}
 				return nil
 			}, nil)
-			return runErrs[k]
+			if err != nil {
+				note(&firstRun, err)
+				wcancel()
+				if k == 0 {
+					fcancel()
+				}
+			}
+			return err
 		})
 	}
 	err := g.Wait()
 	switch {
 	case first != nil && !errors.Is(first, io.EOF) && !errors.Is(first, context.Canceled):
 		err = first // a file changed or could not be read here: the cause of the box's refusal
-	case runErrs[0] != nil:
-		err = runErrs[0] // the unpack's own refusal or failure
+	case firstRun != nil:
+		err = firstRun // the command that failed first: the unpack's refusal, or a feed's failure
 	case first != nil:
 		err = first
 	}
@@ -327,7 +368,7 @@ func feedSocket(dir string) (string, error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", err
 	}
-	name := ".openclaw-feed-" + hex.EncodeToString(b[:])
+	name := feedDirPrefix + hex.EncodeToString(b[:])
 	s := filepath.Join(filepath.Dir(dir), name, "s")
 	if len(s) > 100 { // sun_path holds 108 bytes
 		s = filepath.Join("/tmp", name, "s")

@@ -327,7 +327,7 @@ func TestPushTreeInParts(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for len(leftovers()) > 0 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond) // the box process is being killed
+		time.Sleep(50 * time.Millisecond) // the box's unpack is refusing the sync and cleaning up
 	}
 	if l := leftovers(); len(l) > 0 {
 		t.Fatalf("left next to the workspace after a failure: %v", l)
