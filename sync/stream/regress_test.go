@@ -85,17 +85,9 @@ func TestProgressDuringAStreamedPush(t *testing.T) {
 // the feeds, which would dial its socket for FeedTimeout, are stopped: the sync fails promptly
 // with the unpack's own error.
 func TestUnpackFailureStopsTheFeeds(t *testing.T) {
-	saved := parallelMin
-	parallelMin.entries, parallelMin.bytes = 4, 1<<20
-	t.Cleanup(func() { parallelMin = saved })
 	boxDir, remote := startBox(t)
 	remote.Channels = 2
-	src := t.TempDir()
-	files := map[string]string{"big": strings.Repeat("x", 3<<20)}
-	for i := range 40 {
-		files[fmt.Sprintf("d%d/f%02d.txt", i%7, i)] = fmt.Sprintf("file %d\n", i)
-	}
-	synctest.Write(t, src, files)
+	src := partsTree(t)
 	listing, err := manifest.List(synctest.Context(t), src, manifest.Options{})
 	if err != nil {
 		t.Fatal(err)

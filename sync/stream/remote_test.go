@@ -126,13 +126,7 @@ func TestPushTreeStreamsToAColdBox(t *testing.T) {
 	src := t.TempDir()
 	synctest.Write(t, src, map[string]string{"a.txt": "a", "dir/b.txt": "b", "dir/sub/c.txt": "c", "big": strings.Repeat("x", 3<<20)})
 	must(t, os.Symlink("dir/b.txt", filepath.Join(src, "link")))
-	old := time.Now().Add(-time.Hour) // older than the racy window, so hashes are cached
-	must(t, filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			err = os.Chtimes(p, old, old)
-		}
-		return err
-	}))
+	ageFiles(t, src)
 	dst := filepath.Join(boxDir, "ws")
 	boxCache := filepath.Join(boxDir, "cache.json")
 	cache := manifest.NewCache()
@@ -262,25 +256,11 @@ func TestPushReportsProgressAndFillsBoxCache(t *testing.T) {
 // listing fails the whole sync with nothing left on the box.
 func TestPushTreeInParts(t *testing.T) {
 	ctx := synctest.Context(t)
-	saved := parallelMin
-	parallelMin.entries, parallelMin.bytes = 4, 1<<20
-	t.Cleanup(func() { parallelMin = saved })
 	boxDir, remote := startBox(t)
 	remote.Channels = 3
-	src := t.TempDir()
-	files := map[string]string{"big": strings.Repeat("x", 3<<20)}
-	for i := range 40 {
-		files[fmt.Sprintf("d%d/f%02d.txt", i%7, i)] = fmt.Sprintf("file %d\n", i)
-	}
-	synctest.Write(t, src, files)
+	src := partsTree(t)
 	must(t, os.Symlink("d1", filepath.Join(src, "link")))
-	old := time.Now().Add(-time.Hour) // older than the racy window, so hashes are cached
-	must(t, filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			err = os.Chtimes(p, old, old)
-		}
-		return err
-	}))
+	ageFiles(t, src)
 	if n := len(splitPlan(Plan{Entries: build(t, src).Entries, SumsLast: true}, remote.channels(Plan{Entries: build(t, src).Entries, SumsLast: true}))); n != 3 {
 		t.Fatalf("the tree would go in %d parts, want 3", n)
 	}
@@ -332,4 +312,32 @@ func TestPushTreeInParts(t *testing.T) {
 	if l := leftovers(); len(l) > 0 {
 		t.Fatalf("left next to the workspace after a failure: %v", l)
 	}
+}
+
+// ageFiles sets every file's mtime an hour back: older than the racy window, so hashes are cached.
+func ageFiles(t *testing.T, dir string) {
+	t.Helper()
+	old := time.Now().Add(-time.Hour)
+	must(t, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			err = os.Chtimes(p, old, old)
+		}
+		return err
+	}))
+}
+
+// partsTree writes a tree large enough to be sent in parts (with parallelMin lowered for the
+// test): a 3 MiB file and 40 small ones in 7 directories.
+func partsTree(t *testing.T) string {
+	t.Helper()
+	saved := parallelMin
+	parallelMin.entries, parallelMin.bytes = 4, 1<<20
+	t.Cleanup(func() { parallelMin = saved })
+	src := t.TempDir()
+	files := map[string]string{"big": strings.Repeat("x", 3<<20)}
+	for i := range 40 {
+		files[fmt.Sprintf("d%d/f%02d.txt", i%7, i)] = fmt.Sprintf("file %d\n", i)
+	}
+	synctest.Write(t, src, files)
+	return src
 }
