@@ -81,7 +81,7 @@ func (c *Cache) get(p string, fi fs.FileInfo) (string, bool) {
 	if c == nil {
 		return "", false
 	}
-	ino, ctime := statKey(fi)
+	ino, ctime := StatKey(fi)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[p]
@@ -98,7 +98,7 @@ func (c *Cache) put(p string, fi fs.FileInfo, sum string, hashedAt time.Time) {
 	if !fi.ModTime().Before(hashedAt.Add(-racyWindow)) {
 		return
 	}
-	ino, ctime := statKey(fi)
+	ino, ctime := StatKey(fi)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.m[p] = cacheEntry{Size: fi.Size(), MTime: fi.ModTime().UnixNano(), CTime: ctime, Ino: ino, SHA256: sum}

@@ -4,6 +4,6 @@ package manifest
 
 import "io/fs"
 
-// statKey returns 0s where the inode and ctime are not read: the cache then keys on size and
+// StatKey returns 0s where the inode and ctime are not read: the cache then keys on size and
 // mtime only.
-func statKey(fs.FileInfo) (ino uint64, ctime int64) { return 0, 0 }
+func StatKey(fs.FileInfo) (ino uint64, ctime int64) { return 0, 0 }

@@ -163,7 +163,7 @@ func ApplyParts(ctx context.Context, rs []io.Reader, root string, opts ApplyOpti
 	}
 	var st Stats
 	for _, x := range stats {
-		st.Files, st.Dirs, st.Symlinks, st.Bytes = st.Files+x.Files, st.Dirs+x.Dirs, st.Symlinks+x.Symlinks, st.Bytes+x.Bytes
+		st.add(x)
 	}
 	if err != nil {
 		return st, err

@@ -79,6 +79,11 @@ type Stats struct {
 	Bytes int64
 }
 
+// add sums the counts of the parts of one sync.
+func (s *Stats) add(o Stats) {
+	s.Files, s.Dirs, s.Symlinks, s.Deleted, s.Bytes = s.Files+o.Files, s.Dirs+o.Dirs, s.Symlinks+o.Symlinks, s.Deleted+o.Deleted, s.Bytes+o.Bytes
+}
+
 // ErrChanged is returned by Write when a file no longer matches its manifest entry.
 var ErrChanged = errors.New("file changed since the manifest was built")
 
@@ -257,9 +262,9 @@ func sameStat(a, b fs.FileInfo) bool {
 	if a.Size() != b.Size() || !a.ModTime().Equal(b.ModTime()) {
 		return false
 	}
-	ca, okA := ctimeOf(a)
-	cb, okB := ctimeOf(b)
-	return !okA || !okB || ca == cb
+	_, ca := manifest.StatKey(a)
+	_, cb := manifest.StatKey(b)
+	return ca == cb // both 0 where the platform's ctime is not read
 }
 
 // Limits bound an archive read from elsewhere.

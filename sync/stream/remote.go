@@ -300,7 +300,7 @@ func (r Remote) unpack(ctx context.Context, dir, root string, plan Plan, sent fu
 	stop()
 	var st Stats
 	for _, x := range stats {
-		st.Files, st.Dirs, st.Symlinks, st.Bytes, st.Deleted = st.Files+x.Files, st.Dirs+x.Dirs, st.Symlinks+x.Symlinks, st.Bytes+x.Bytes, st.Deleted+x.Deleted
+		st.add(x)
 	}
 	if err != nil {
 		return st, fmt.Errorf("send to %s: %w", dir, err)

@@ -2,7 +2,6 @@ package stream
 
 import (
 	"bufio"
-	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -86,12 +85,3 @@ var processUmask = sync.OnceValue(func() uint32 {
 	}
 	return 0o777
 })
-
-// ctimeOf is a stat's ctime (ns).
-func ctimeOf(fi fs.FileInfo) (int64, bool) {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return 0, false
-	}
-	return st.Ctim.Nano(), true
-}

@@ -3,7 +3,6 @@
 package stream
 
 import (
-	"io/fs"
 	"os"
 	"time"
 )
@@ -31,6 +30,3 @@ func writeSmall(file string, data []byte, mode uint32, mtime int64, fsync, _ boo
 	}
 	return fileStat{}, err
 }
-
-// ctimeOf: not compared on this platform (size and mtime are).
-func ctimeOf(fs.FileInfo) (int64, bool) { return 0, false }
