@@ -51,7 +51,12 @@ type DispatchConfig struct {
 // and the box's hash cache file (beside the workspace, never synced back).
 func boxManifestOptions(e envs.Environment, mode manifest.Mode, sessionID string) stream.ManifestOptions {
 	return stream.ManifestOptions{Mode: mode, Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include,
-		CacheFile: filepath.Join(e.WorkerHome, ".openclaw-worker", "work", sessionID+".sync-cache.json")}
+		CacheFile: boxWorkspace(e, sessionID) + ".sync-cache.json"}
+}
+
+// boxWorkspace is where a session's workspace lives on its environment's box.
+func boxWorkspace(e envs.Environment, sessionID string) string {
+	return filepath.Join(e.WorkerHome, ".openclaw-worker", "work", sessionID)
 }
 
 // Dispatcher moves sessions between the gateway and workers: dispatch (local → … → active) and
@@ -415,7 +420,7 @@ func (d *Dispatcher) syncOut(ctx context.Context, p Placement) (Change, error) {
 		}
 	}
 	r.Compression, r.Channels = d.cfg.Compression, d.cfg.Channels
-	boxWS := filepath.Join(e.WorkerHome, ".openclaw-worker", "work", p.SessionID)
+	boxWS := boxWorkspace(e, p.SessionID)
 	// The anchor's hash cache stays on the gateway; the box keeps its own next to the workspace,
 	// so that the pull-back's manifest of the box does not re-hash what it was sent.
 	cacheFile := filepath.Join(dir, "hash-cache.json")
@@ -779,7 +784,7 @@ func (d *Dispatcher) BoxManifest(ctx context.Context, envID, dir string, mode ma
 		t.Session = p.SessionID
 		t.Dir = p.BoxWorkspace
 		if t.Dir == "" {
-			t.Dir = filepath.Join(e.WorkerHome, ".openclaw-worker", "work", t.Session)
+			t.Dir = boxWorkspace(e, t.Session)
 		}
 		if t.Mode == "" {
 			t.Mode = manifest.Mode(p.SyncMode)
