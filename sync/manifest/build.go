@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -196,63 +198,130 @@ func (b *builder) add(p string, fi fs.FileInfo) error {
 	return nil
 }
 
+// walk lists the tree below b.root, several directories at a time (opts.Parallel): each
+// directory is read and its entries lstat'ed by one goroutine, which hands its subdirectories to
+// idle goroutines or walks them itself. The result does not depend on the order (sort runs
+// after); the first error stops the walk.
 func (b *builder) walk(ctx context.Context) error {
-	var dirs []Entry
-	err := filepath.WalkDir(b.root, func(full string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if full == b.root {
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(b.root, full)
-		p := filepath.ToSlash(rel)
-		if alwaysSkipped(p) {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !utf8.ValidString(p) {
-			b.stats.Skipped = append(b.stats.Skipped, strings.ToValidUTF8(p, "?"))
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		ex := b.excluded(p, d.IsDir())
-		if d.IsDir() {
-			if ex && b.include.Empty() {
-				return filepath.SkipDir
-			}
-			fi, err := d.Info()
-			if err != nil {
-				return err
-			}
-			b.dirs[p] = fi
-			if !ex {
-				dirs = append(dirs, Entry{Path: p})
-			}
-			return nil
-		}
-		if ex {
-			return nil
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		return b.add(p, fi)
-	})
+	fi, err := os.Lstat(b.root)
 	if err != nil {
 		return fmt.Errorf("walk %s: %w", b.root, err)
 	}
+	if !fi.IsDir() {
+		return nil // like filepath.WalkDir: a root that is not a directory holds nothing
+	}
+	var (
+		mu     sync.Mutex
+		dirs   []string // directories not excluded themselves
+		failed error
+		wg     sync.WaitGroup
+	)
+	idle := make(chan struct{}, max(b.opts.Parallel-1, 0))
+	fail := func(err error) {
+		mu.Lock()
+		if failed == nil {
+			failed = err
+		}
+		mu.Unlock()
+	}
+	var visit func(rel string)
+	visit = func(rel string) {
+		mu.Lock()
+		stop := failed != nil
+		mu.Unlock()
+		if stop {
+			return
+		}
+		if err := ctx.Err(); err != nil {
+			fail(err)
+			return
+		}
+		full := b.root
+		if rel != "" {
+			full = filepath.Join(b.root, filepath.FromSlash(rel))
+		}
+		des, err := os.ReadDir(full)
+		if err != nil {
+			fail(err)
+			return
+		}
+		// What this directory adds, merged under the lock once.
+		var local builder
+		var localDirs, subdirs []string
+		localInfos := map[string]fs.FileInfo{}
+		local.root = b.root
+		for _, d := range des {
+			p := d.Name()
+			if rel != "" {
+				p = rel + "/" + p
+			}
+			if alwaysSkipped(p) {
+				continue
+			}
+			if !utf8.ValidString(p) {
+				local.stats.Skipped = append(local.stats.Skipped, strings.ToValidUTF8(p, "?"))
+				continue
+			}
+			ex := b.excluded(p, d.IsDir())
+			if d.IsDir() {
+				if ex && b.include.Empty() {
+					continue
+				}
+				fi, err := d.Info()
+				if err != nil {
+					fail(err)
+					return
+				}
+				localInfos[p] = fi
+				if !ex {
+					localDirs = append(localDirs, p)
+				}
+				subdirs = append(subdirs, p)
+				continue
+			}
+			if ex {
+				continue
+			}
+			fi, err := d.Info()
+			if err != nil {
+				fail(err)
+				return
+			}
+			if err := local.add(p, fi); err != nil {
+				fail(err)
+				return
+			}
+		}
+		mu.Lock()
+		b.entries = append(b.entries, local.entries...)
+		b.infos = append(b.infos, local.infos...)
+		b.stats.Skipped = append(b.stats.Skipped, local.stats.Skipped...)
+		maps.Copy(b.dirs, localInfos)
+		dirs = append(dirs, localDirs...)
+		mu.Unlock()
+		for _, sub := range subdirs {
+			select {
+			case idle <- struct{}{}:
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer func() { <-idle }()
+					visit(sub)
+				}()
+			default:
+				visit(sub)
+			}
+		}
+	}
+	visit("")
+	wg.Wait()
+	if failed != nil {
+		return fmt.Errorf("walk %s: %w", b.root, failed)
+	}
+	slices.Sort(b.stats.Skipped)
 	keep := map[string]bool{}
 	for _, d := range dirs {
-		keep[d.Path] = true
+		keep[d] = true
 	}
 	for _, e := range b.entries {
 		for d := path.Dir(e.Path); d != "."; d = path.Dir(d) {

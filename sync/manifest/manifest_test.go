@@ -2,7 +2,10 @@ package manifest
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -328,4 +331,103 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-decode: %v", err)
 		}
 	})
+}
+
+// A cache saved after a build of files with names JSON must escape is read back whole: the next
+// build hashes nothing.
+func TestCacheFileKeepsAwkwardNames(t *testing.T) {
+	ctx := synctest.Context(t)
+	root := t.TempDir()
+	names := []string{"plain.txt", `quo"te`, `back\slash`, "tab\tname", "new\nline", "ünïcødé", "del\x7f", "<html>&"}
+	files := map[string]string{}
+	for i, n := range names {
+		files["dir/"+n] = strings.Repeat("x", i)
+	}
+	synctest.Write(t, root, files)
+	old := time.Now().Add(-time.Hour)
+	for n := range files {
+		if err := os.Chtimes(filepath.Join(root, n), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cache := NewCache()
+	m1, _, err := Build(ctx, root, Options{Cache: cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "cache.json")
+	if err := cache.Save(file); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(file)
+	if err != nil || !json.Valid(raw) {
+		t.Fatalf("cache file is not JSON (%v): %s", err, raw)
+	}
+	loaded := LoadCache(file)
+	if loaded.Len() != len(names) {
+		t.Fatalf("loaded %d cached hashes, want %d", loaded.Len(), len(names))
+	}
+	m2, st, err := Build(ctx, root, Options{Cache: loaded})
+	if err != nil || st.Hashed != 0 || st.Cached != len(names) {
+		t.Fatalf("build from the loaded cache: hashed %d cached %d, err %v", st.Hashed, st.Cached, err)
+	}
+	if c := Diff(m1, m2); !c.Empty() {
+		t.Fatalf("builds differ: %+v", c)
+	}
+}
+
+// The walk reads several directories at once; what it lists is exactly what a plain sequential
+// walk finds, with the rules applied, in any tree shape.
+func TestWalkListsWhatASequentialWalkFinds(t *testing.T) {
+	ctx := synctest.Context(t)
+	root := t.TempDir()
+	files := map[string]string{}
+	for i := range 40 {
+		for j := range 6 {
+			files[fmt.Sprintf("d%02d/s%d/f%d.go", i, j, i*j)] = "x"
+			files[fmt.Sprintf("d%02d/s%d/deep/er/f.log", i, j)] = "log"
+		}
+		files[fmt.Sprintf("d%02d/top.txt", i)] = "t"
+		if err := os.MkdirAll(filepath.Join(root, fmt.Sprintf("d%02d/empty%d", i, i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files["skip/inside.txt"] = "s"
+	synctest.Write(t, root, files)
+	opts := Options{Exclude: []string{"*.log", "skip/"}}
+	for range 5 {
+		m, _, err := Build(ctx, root, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		rules := ParseRules(opts.Exclude)
+		err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || p == root {
+				return err
+			}
+			rel, _ := filepath.Rel(root, p)
+			if rules.Match(filepath.ToSlash(rel), d.IsDir()) {
+				if d.IsDir() {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			kind := "f:"
+			if d.IsDir() {
+				kind = "d:"
+			}
+			want = append(want, kind+filepath.ToSlash(rel))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(want)
+		got := paths(m)
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("listed %d entries, a sequential walk finds %d", len(got), len(want))
+		}
+	}
 }

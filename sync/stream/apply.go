@@ -72,11 +72,27 @@ func ApplyParts(ctx context.Context, rs []io.Reader, root string, opts ApplyOpti
 			return Stats{}, err
 		}
 		defer zr.Close()
-		p := &part{zr: zr, tr: tar.NewReader(zr)}
-		if p.plan, err = readPlan(p.tr, opts); err != nil {
-			return Stats{}, err
-		}
-		parts[i] = p
+		parts[i] = &part{zr: zr, tr: tar.NewReader(zr)}
+	}
+	// The parts' plans are read at once: each arrives on its own channel. A refused one ends
+	// the others' reads (the first error is the one returned).
+	var pg sync.WaitGroup
+	var planErr error
+	var planOnce sync.Once
+	for _, p := range parts {
+		pg.Go(func() {
+			var err error
+			if p.plan, err = readPlan(p.tr, opts); err != nil {
+				planOnce.Do(func() {
+					planErr = err
+					closeReaders(rs)
+				})
+			}
+		})
+	}
+	pg.Wait()
+	if planErr != nil {
+		return Stats{}, planErr
 	}
 	plan, err := wholePlan(len(rs), func(i int) *Plan { return parts[i].plan }, opts)
 	if err != nil {
@@ -123,13 +139,7 @@ func ApplyParts(ctx context.Context, rs []io.Reader, root string, opts ApplyOpti
 	defer cancel()
 	if len(rs) > 1 {
 		// A part blocked reading its stream would not see the others fail: close the streams.
-		stop := context.AfterFunc(pctx, func() {
-			for _, r := range rs {
-				if c, ok := r.(io.Closer); ok {
-					_ = c.Close()
-				}
-			}
-		})
+		stop := context.AfterFunc(pctx, func() { closeReaders(rs) })
 		defer stop()
 	}
 	stats := make([]Stats, len(parts))
@@ -195,6 +205,15 @@ func ApplyParts(ctx context.Context, rs []io.Reader, root string, opts ApplyOpti
 		}
 	}
 	return st, nil
+}
+
+// closeReaders closes the readers that are io.Closers.
+func closeReaders(rs []io.Reader) {
+	for _, r := range rs {
+		if c, ok := r.(io.Closer); ok {
+			_ = c.Close()
+		}
+	}
 }
 
 // wholePlan checks that n part plans make one sync — parts 0..n-1 each once, of n, all streamed

@@ -146,3 +146,31 @@ func TestFeedRefusesAForeignSocketDir(t *testing.T) {
 		})
 	}
 }
+
+// TestApplyPartsRefusedPlanEndsTheOtherReads: the parts' plans are read at once; a part whose
+// plan is refused ends the read of a part whose stream has not delivered its plan yet (a feed
+// still waiting for its data), so the refusal comes back at once instead of after that stream.
+func TestApplyPartsRefusedPlanEndsTheOtherReads(t *testing.T) {
+	_, aR := fileEntry("a", "a")
+	hostile := archive(t, Plan{Part: 1, Parts: 2, Entries: []manifest.Entry{{Path: "../x", Type: manifest.TypeFile, Mode: 0o644, Size: 1, SHA256: sum("x")}}}, aR)
+	pr, pw := io.Pipe() // part 0: open, nothing sent yet
+	defer pw.Close()
+	parent := t.TempDir()
+	done := make(chan error, 1)
+	go func() {
+		_, err := ApplyParts(context.Background(), []io.Reader{pr, bytes.NewReader(hostile)}, filepath.Join(parent, "root"), ApplyOptions{})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		var re *RefusedError
+		if !errors.As(err, &re) || !strings.Contains(err.Error(), "../x") {
+			t.Fatalf("ApplyParts returned %v, want part 1's plan refused naming ../x", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("ApplyParts waited for part 0 after part 1's plan was refused")
+	}
+	if des, _ := os.ReadDir(parent); len(des) != 0 {
+		t.Fatalf("refused sync left %d entries in the parent", len(des))
+	}
+}
