@@ -2,6 +2,7 @@ package stream
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -47,6 +48,10 @@ type Remote struct {
 	Channels int
 
 	progressTick <-chan time.Time // tests: ticks instead of a ticker
+	// tests: PushTree calls beforeList before listing the tree, and boxAnswered once it has the
+	// box's manifest (with whether it started the unpack early).
+	beforeList  func()
+	boxAnswered func(prestarted bool)
 }
 
 func (r Remote) command(sub string, args ...string) string {
@@ -196,54 +201,90 @@ func (r Remote) Unpack(ctx context.Context, dir, root string, plan Plan) (Stats,
 // `unpack --parts N --socket S`, the others to `feed --socket S` commands that hand their part to
 // it; the box commits only when every part verified.
 func (r Remote) unpack(ctx context.Context, dir, root string, plan Plan, sent func(string, fs.FileInfo, string, time.Time)) (Stats, error) {
-	c := counter{sent: sent, compression: r.Compression}
-	stop := reportProgress(r.Progress, r.ProgressInterval, r.progressTick, plan, &c)
-	source := func(e manifest.Entry) string { return filepath.Join(root, filepath.FromSlash(e.Path)) }
-	parts := splitPlan(plan, r.channels(plan))
-	// Every channel is open before any command starts: a box that refuses one more session
-	// (OpenSSH's MaxSessions) gets the sync over one channel instead of an unpack waiting for a
-	// feed that never comes.
+	return r.startUnpack(ctx, dir, r.channels(plan), sent).send(root, plan)
+}
+
+// unpackRun is an unpack whose box commands are started (channels open, processes running,
+// waiting for their streams) before its plan is given: PushTree starts one as soon as the box
+// reports an empty directory, while the tree is still being listed, so that the box's start-up
+// (a channel open and an exec, round trips on a real link, and the process's start) is not on the
+// sync's path. send gives it the plan; abort ends it with nothing sent.
+type unpackRun struct {
+	r   Remote
+	dir string
+	n   int // parts
+	c   counter
+
+	ready   chan struct{} // closed by send or abort
+	root    string
+	parts   []Plan // nil: aborted
+	done    chan struct{}
+	stats   []Stats
+	err     error
+	started bool // send or abort was called
+}
+
+// startUnpack opens the channels of an unpack of n parts into dir and starts its commands.
+// Every channel is open before any command starts: a box that refuses one more session
+// (OpenSSH's MaxSessions) gets the sync over one channel instead of an unpack waiting for a feed
+// that never comes.
+func (r Remote) startUnpack(ctx context.Context, dir string, n int, sent func(string, fs.FileInfo, string, time.Time)) *unpackRun {
+	u := &unpackRun{r: r, dir: dir, c: counter{sent: sent, compression: r.Compression}, ready: make(chan struct{}), done: make(chan struct{})}
 	var sessions []*ssh.Session
-	if len(parts) > 1 {
-		for range parts {
-			sess, err := r.Client.NewSession()
-			if err != nil {
-				for _, s := range sessions {
-					s.Close()
-				}
-				sessions, parts = nil, splitPlan(plan, 1)
-				break
+	for range max(n, 1) {
+		sess, err := r.Client.NewSession()
+		if err != nil {
+			if len(sessions) == 0 {
+				u.finish(nil, fmt.Errorf("open sync channel: %w", err))
+				return u
 			}
-			sessions = append(sessions, sess)
+			for _, s := range sessions[1:] {
+				s.Close()
+			}
+			sessions = sessions[:1]
+			break
 		}
+		sessions = append(sessions, sess)
 	}
+	u.n = len(sessions)
 	cmds := []string{r.command("unpack", "--dir", dir)}
-	if len(parts) > 1 {
+	if u.n > 1 {
 		socket, err := feedSocket(dir)
 		if err != nil {
-			stop()
 			for _, s := range sessions {
 				s.Close()
 			}
-			return Stats{}, err
+			u.finish(nil, err)
+			return u
 		}
-		cmds[0] = r.command("unpack", "--dir", dir, "--parts", strconv.Itoa(len(parts)), "--socket", socket)
-		for range parts[1:] {
+		cmds[0] = r.command("unpack", "--dir", dir, "--parts", strconv.Itoa(u.n), "--socket", socket)
+		for range u.n - 1 {
 			cmds = append(cmds, r.command("feed", "--socket", socket))
 		}
 	}
-	stats := make([]Stats, len(parts))
-	if len(parts) == 1 {
-		err := r.run(ctx, cmds[0], func(w io.Writer) error {
+	go u.run(ctx, sessions, cmds)
+	return u
+}
+
+// errAborted ends the stream of an unpack that is not going to be sent anything.
+var errAborted = errors.New("sync not sent")
+
+// run runs the commands, each fed its part once send gave them.
+func (u *unpackRun) run(ctx context.Context, sessions []*ssh.Session, cmds []string) {
+	source := func(e manifest.Entry) string { return filepath.Join(u.root, filepath.FromSlash(e.Path)) }
+	stats := make([]Stats, u.n)
+	if u.n == 1 {
+		err := u.r.runOn(ctx, sessions[0], cmds[0], func(w io.Writer) error {
+			<-u.ready
+			if u.parts == nil {
+				return errAborted
+			}
 			var err error
-			stats[0], err = writeFrom(ctx, w, parts[0], source, &c)
+			stats[0], err = writeFrom(ctx, w, u.parts[0], source, &u.c)
 			return err
 		}, nil)
-		stop()
-		if err != nil {
-			return stats[0], fmt.Errorf("send to %s: %w", dir, err)
-		}
-		return stats[0], nil
+		u.finish(stats, err)
+		return
 	}
 	// When one part's writer fails, every writer stops and ends its stream early, but no channel
 	// is closed or killed: each box command sees its stream end, the unpack refuses the sync,
@@ -263,15 +304,20 @@ func (r Remote) unpack(ctx context.Context, dir, root string, plan Plan, sent fu
 		mu.Unlock()
 	}
 	var g errgroup.Group
-	for k, part := range parts {
+	for k := range u.n {
 		g.Go(func() error {
 			rctx := fctx
 			if k == 0 {
 				rctx = ctx
 			}
-			err := r.runOn(rctx, sessions[k], cmds[k], func(w io.Writer) error {
+			err := u.r.runOn(rctx, sessions[k], cmds[k], func(w io.Writer) error {
+				<-u.ready
+				if u.parts == nil {
+					note(&first, errAborted)
+					return nil
+				}
 				var err error
-				stats[k], err = writeFrom(wctx, w, part, source, &c)
+				stats[k], err = writeFrom(wctx, w, u.parts[k], source, &u.c)
 				if err != nil {
 					note(&first, err)
 					wcancel()
@@ -297,15 +343,46 @@ func (r Remote) unpack(ctx context.Context, dir, root string, plan Plan, sent fu
 	case first != nil:
 		err = first
 	}
+	u.finish(stats, err)
+}
+
+func (u *unpackRun) finish(stats []Stats, err error) {
+	u.stats, u.err = stats, err
+	close(u.done)
+}
+
+// send gives the run its plan (cut into its number of parts) and the root its files are read
+// from, and waits for the box's commands.
+func (u *unpackRun) send(root string, plan Plan) (Stats, error) {
+	if len(plan.Entries) < u.n {
+		u.abort()
+		return Stats{}, fmt.Errorf("send to %s: %d entries for %d channels", u.dir, len(plan.Entries), u.n)
+	}
+	u.started = true
+	u.root, u.parts = root, splitPlan(plan, u.n)
+	stop := reportProgress(u.r.Progress, u.r.ProgressInterval, u.r.progressTick, plan, &u.c)
+	close(u.ready)
+	<-u.done
 	stop()
 	var st Stats
-	for _, x := range stats {
+	for _, x := range u.stats {
 		st.add(x)
 	}
-	if err != nil {
-		return st, fmt.Errorf("send to %s: %w", dir, err)
+	if u.err != nil {
+		return st, fmt.Errorf("send to %s: %w", u.dir, u.err)
 	}
 	return st, nil
+}
+
+// abort ends a run that will not be sent anything: its streams end before a plan, so the box
+// refuses them with nothing written, and it waits for the box's commands to exit.
+func (u *unpackRun) abort() {
+	if u == nil || u.started {
+		return
+	}
+	u.started = true
+	close(u.ready)
+	<-u.done
 }
 
 // DefaultChannels is Remote.Channels when unset.
@@ -331,8 +408,8 @@ func (r Remote) channels(plan Plan) int {
 	return min(n, len(plan.Entries))
 }
 
-// splitPlan cuts a plan into n parts of contiguous entries, balanced by an estimate of what
-// applying them costs (their bytes, plus 8 KiB per entry for creating it). The parts' entries are
+// splitPlan cuts a plan of at least n entries into n parts of contiguous entries, balanced by an
+// estimate of what applying them costs (their bytes, plus 8 KiB per entry for creating it). The parts' entries are
 // sub-slices of the plan's, so the hashes a streamed writer fills in land in the whole plan.
 func splitPlan(plan Plan, n int) []Plan {
 	if n < 2 {
@@ -348,7 +425,10 @@ func splitPlan(plan Plan, n int) []Plan {
 	var acc int64
 	for i, e := range plan.Entries {
 		acc += cost(e)
-		if len(parts) < n-1 && acc >= total*int64(len(parts)+1)/int64(n) && i+1 < len(plan.Entries) {
+		// Cut at the part's share of the cost, or where the entries left are just enough to give
+		// every part still to come one: a plan of at least n entries gives n parts.
+		need, left := n-1-len(parts), len(plan.Entries)-(i+1)
+		if need > 0 && left >= need && (acc >= total*int64(len(parts)+1)/int64(n) || left == need) {
 			parts = append(parts, Plan{Version: 1, Entries: plan.Entries[start : i+1 : i+1], SumsLast: plan.SumsLast})
 			start = i + 1
 		}
@@ -450,9 +530,15 @@ func PushTree(ctx context.Context, r Remote, root, dir string, opts TreeOptions)
 	var listing *manifest.Listing
 	var from *manifest.Manifest
 	var res Result
+	var pre *unpackRun // started while the tree was still being listed
 	start := time.Now()
+	listed := make(chan struct{})
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
+		defer close(listed)
+		if r.beforeList != nil {
+			r.beforeList()
+		}
 		var err error
 		listing, err = manifest.List(gctx, root, manifest.Options{Mode: mo.Mode, Exclude: mo.Exclude, Include: mo.Include, Cache: opts.Cache})
 		res.List = time.Since(start)
@@ -462,18 +548,43 @@ func PushTree(ctx context.Context, r Remote, root, dir string, opts TreeOptions)
 		var err error
 		from, err = r.Manifest(gctx, dir, mo)
 		res.BoxList = time.Since(start)
-		return err
+		if err != nil || len(from.Entries) > 0 {
+			if r.boxAnswered != nil {
+				r.boxAnswered(false)
+			}
+			return err
+		}
+		select {
+		case <-listed:
+		default:
+			// A cold box, and a tree that takes longer to list than the box took to answer (a
+			// large one): its unpack starts now, on as many channels as a large tree gets.
+			pre = r.startUnpack(ctx, dir, min(cmp.Or(r.Channels, DefaultChannels), MaxParts), opts.Cache.Record)
+		}
+		if r.boxAnswered != nil {
+			r.boxAnswered(pre != nil)
+		}
+		return nil
 	})
 	if err := g.Wait(); err != nil {
+		pre.abort()
 		return Result{}, err
 	}
 	if len(from.Entries) == 0 {
 		plan := Plan{Version: 1, Entries: listing.Unhashed().Entries, SumsLast: true, Cache: mo.CacheFile}
 		if len(plan.Entries) == 0 {
+			pre.abort()
 			return Result{Kind: "unchanged", Base: &manifest.Manifest{Version: manifest.Version, Entries: []manifest.Entry{}}}, nil
 		}
 		t := time.Now()
-		st, err := r.unpack(ctx, dir, listing.Root(), plan, opts.Cache.Record)
+		var st Stats
+		var err error
+		if pre != nil && len(plan.Entries) >= pre.n {
+			st, err = pre.send(listing.Root(), plan)
+		} else {
+			pre.abort()
+			st, err = r.unpack(ctx, dir, listing.Root(), plan, opts.Cache.Record)
+		}
 		if err != nil {
 			return Result{}, err
 		}

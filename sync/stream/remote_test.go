@@ -341,3 +341,86 @@ func partsTree(t *testing.T) string {
 	synctest.Write(t, src, files)
 	return src
 }
+
+// TestPushTreeStartsUnpackWhileListing: when the box answers that it has nothing before the tree
+// is listed, the unpack's commands start at once; the sync lands as usual (in parts for a large
+// tree, in one when the tree has fewer entries than channels). A listing that fails after that
+// start leaves nothing on the box.
+func TestPushTreeStartsUnpackWhileListing(t *testing.T) {
+	ctx := synctest.Context(t)
+	boxDir, remote := startBox(t)
+	remote.Channels = 3
+	// The listing waits for the box's answer, as a large tree's does.
+	gate := func(r *Remote) *bool {
+		prestarted := new(bool)
+		answered := make(chan struct{})
+		r.beforeList = func() { <-answered }
+		r.boxAnswered = func(p bool) { *prestarted = p; close(answered) }
+		return prestarted
+	}
+	leftovers := func() []string {
+		var out []string
+		entries, _ := os.ReadDir(boxDir)
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), ".openclaw-") {
+				out = append(out, e.Name())
+			}
+		}
+		return out
+	}
+
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+	}{
+		{"large tree in parts", nil},
+		{"one file for three channels", map[string]string{"only": "one"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := partsTree(t)
+			if tc.files != nil {
+				src = t.TempDir()
+				synctest.Write(t, src, tc.files)
+			}
+			ageFiles(t, src)
+			r := remote
+			prestarted := gate(&r)
+			dst := filepath.Join(boxDir, strings.ReplaceAll(tc.name, " ", "-"))
+			res, err := PushTree(ctx, r, src, dst, TreeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !*prestarted {
+				t.Fatal("the unpack did not start before the listing")
+			}
+			if res.Kind != "cold" {
+				t.Fatalf("kind %q, want cold", res.Kind)
+			}
+			sameTree(t, build(t, src), build(t, dst))
+		})
+	}
+
+	t.Run("listing fails", func(t *testing.T) {
+		src := partsTree(t)
+		r := remote
+		prestarted := gate(&r)
+		inner := r.beforeList
+		r.beforeList = func() {
+			inner()
+			must(t, os.RemoveAll(src)) // the tree goes away once the box's commands are running
+		}
+		dst := filepath.Join(boxDir, "gone")
+		if _, err := PushTree(ctx, r, src, dst, TreeOptions{}); err == nil || !strings.Contains(err.Error(), src) {
+			t.Fatalf("err = %v, want the listing's failure naming %s", err, src)
+		}
+		if !*prestarted {
+			t.Fatal("the unpack did not start before the listing")
+		}
+		if _, err := os.Stat(dst); !os.IsNotExist(err) {
+			t.Fatalf("box holds %s after a failed listing (%v)", dst, err)
+		}
+		if l := leftovers(); len(l) > 0 {
+			t.Fatalf("left next to the workspace: %v", l) // abort waits for the box's commands
+		}
+	})
+}
