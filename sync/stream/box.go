@@ -78,6 +78,9 @@ func BoxUnpackParts(ctx context.Context, stdin io.Reader, dir string, parts int,
 		return Stats{}, fmt.Errorf("unpack: feed socket: %w", err)
 	}
 	defer ln.Close()
+	// Stopped (SIGTERM from the gateway when a feed failed): no more waiting for the feeds.
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
 	rs := []io.Reader{stdin}
 	var conns []net.Conn
 	defer func() {
@@ -90,6 +93,9 @@ func BoxUnpackParts(ctx context.Context, stdin io.Reader, dir string, parts int,
 	for len(rs) < parts {
 		c, err := ln.Accept()
 		if err != nil {
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
 			return Stats{}, fmt.Errorf("unpack: %d of %d parts arrived: %w", len(rs), parts, err)
 		}
 		conns = append(conns, c)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 	"testing"
 
 	"github.com/openclaw/cloudworkers/sync/internal/synctest"
@@ -24,7 +26,9 @@ func TestMain(m *testing.M) {
 
 // BoxMainForTest is a flag-free stand-in for the worker's sync subcommands.
 func BoxMainForTest(args []string) int {
-	ctx := context.Background()
+	// As `openclaw worker`: SIGTERM cancels the command's context.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
 	var err error
 	switch {
 	case len(args) == 3 && args[0] == "unpack" && args[1] == "--dir":

@@ -104,6 +104,44 @@ func TestUnpackFailureStopsTheFeeds(t *testing.T) {
 	}
 }
 
+// TestFeedFailureStopsTheUnpack: a feed that fails before it connects (here it refuses to start)
+// does not leave the unpack waiting FeedTimeout for it: the gateway tells the unpack to stop, and
+// the sync fails promptly with the feed's error, nothing left on the box.
+func TestFeedFailureStopsTheUnpack(t *testing.T) {
+	boxDir, remote := startBox(t)
+	remote.Channels = 2
+	src := partsTree(t)
+	listing, err := manifest.List(synctest.Context(t), src, manifest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := remote.Command // "<test binary> worker"
+	remote.Command = `f() { if [ "$1" = feed ]; then echo "feed: cannot start" >&2; exit 1; fi; exec ` + exe + ` "$@"; }; f`
+	dst := filepath.Join(boxDir, "ws")
+	start := time.Now()
+	_, err = remote.Unpack(synctest.Context(t), dst, src, Plan{Version: 1, Entries: listing.Unhashed().Entries, SumsLast: true})
+	if err == nil || !strings.Contains(err.Error(), "feed: cannot start") {
+		t.Fatalf("err = %v, want the feed's failure", err)
+	}
+	if d := time.Since(start); d > FeedTimeout/2 {
+		t.Fatalf("took %v to fail: the unpack waited for the feed", d)
+	}
+	if _, err := os.Stat(dst); !os.IsNotExist(err) {
+		t.Fatalf("box holds %s after a failed feed (%v)", dst, err)
+	}
+	deadline := time.Now().Add(FeedTimeout)
+	for {
+		left, _ := filepath.Glob(filepath.Join(boxDir, ".openclaw-*"))
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left next to the workspace: %v", left)
+		}
+		time.Sleep(20 * time.Millisecond) // the unpack is removing its socket directory
+	}
+}
+
 // TestFeedRefusesAForeignSocketDir: a feed sends nothing to a socket whose directory is not a
 // 0700 directory of its own user's (another user could have made it first, with a listener).
 func TestFeedRefusesAForeignSocketDir(t *testing.T) {

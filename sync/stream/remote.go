@@ -329,6 +329,10 @@ func (u *unpackRun) run(ctx context.Context, sessions []*ssh.Session, cmds []str
 				wcancel()
 				if k == 0 {
 					fcancel()
+				} else {
+					// A feed that failed before it connected would leave the unpack waiting for
+					// it (FeedTimeout): tell the unpack to stop; it refuses and cleans up.
+					_ = sessions[0].Signal(ssh.SIGTERM)
 				}
 			}
 			return err
