@@ -88,19 +88,25 @@ func (r Remote) run(ctx context.Context, cmd string, in func(io.Writer) error, o
 
 // runOn is run on a session already open; it closes it.
 func (r Remote) runOn(ctx context.Context, sess *ssh.Session, cmd string, in func(io.Writer) error, out func(io.Reader) error) error {
+	_, err := r.runOnAt(ctx, sess, cmd, in, out)
+	return err
+}
+
+// runOnAt is runOn, also returning when the command exited.
+func (r Remote) runOnAt(ctx context.Context, sess *ssh.Session, cmd string, in func(io.Writer) error, out func(io.Reader) error) (exited time.Time, _ error) {
 	defer sess.Close()
 	stdin, err := sess.StdinPipe()
 	if err != nil {
-		return err
+		return time.Now(), err
 	}
 	stdout, err := sess.StdoutPipe()
 	if err != nil {
-		return err
+		return time.Now(), err
 	}
 	errb := &capped{max: 4 << 10}
 	sess.Stderr = errb
 	if err := sess.Start(cmd); err != nil {
-		return fmt.Errorf("start %q: %w", cmd, err)
+		return time.Now(), fmt.Errorf("start %q: %w", cmd, err)
 	}
 	stop := context.AfterFunc(ctx, func() {
 		_ = sess.Signal(ssh.SIGKILL)
@@ -131,24 +137,25 @@ func (r Remote) runOn(ctx context.Context, sess *ssh.Session, cmd string, in fun
 	}
 	_, _ = io.Copy(io.Discard, stdout)
 	waitErr := sess.Wait()
+	exited = time.Now()
 	werr := <-inErr
 	if err := ctx.Err(); err != nil {
-		return err
+		return exited, err
 	}
 	if outErr != nil {
-		return outErr
+		return exited, outErr
 	}
 	var ee *ssh.ExitError
 	if errors.As(waitErr, &ee) {
-		return &RemoteError{Command: cmd, Exit: ee.ExitStatus(), Stderr: strings.TrimSpace(errb.String())}
+		return exited, &RemoteError{Command: cmd, Exit: ee.ExitStatus(), Stderr: strings.TrimSpace(errb.String())}
 	}
 	if werr != nil {
-		return werr
+		return exited, werr
 	}
 	if waitErr != nil {
-		return fmt.Errorf("box command %q: %w", cmd, waitErr)
+		return exited, fmt.Errorf("box command %q: %w", cmd, waitErr)
 	}
-	return nil
+	return exited, nil
 }
 
 // ManifestOptions select the box manifest; they mirror manifest.Options.
@@ -295,7 +302,7 @@ func (u *unpackRun) run(ctx context.Context, sessions []*ssh.Session, cmds []str
 	fctx, fcancel := context.WithCancel(ctx)
 	defer fcancel()
 	var mu sync.Mutex
-	var first, firstRun error // the first writer failure, the first command failure
+	var first error // the first writer failure
 	note := func(e *error, err error) {
 		mu.Lock()
 		if *e == nil {
@@ -303,6 +310,14 @@ func (u *unpackRun) run(ctx context.Context, sessions []*ssh.Session, cmds []str
 		}
 		mu.Unlock()
 	}
+	// Each command's failure and when it exited: the commands only return once their writers
+	// did (after send), so the order they return in says nothing; the one that exited first is
+	// the cause.
+	type result struct {
+		at  time.Time
+		err error
+	}
+	results := make([]result, u.n)
 	var g errgroup.Group
 	for k := range u.n {
 		g.Go(func() error {
@@ -310,7 +325,7 @@ func (u *unpackRun) run(ctx context.Context, sessions []*ssh.Session, cmds []str
 			if k == 0 {
 				rctx = ctx
 			}
-			err := u.r.runOn(rctx, sessions[k], cmds[k], func(w io.Writer) error {
+			at, err := u.r.runOnAt(rctx, sessions[k], cmds[k], func(w io.Writer) error {
 				<-u.ready
 				if u.parts == nil {
 					note(&first, errAborted)
@@ -324,12 +339,12 @@ func (u *unpackRun) run(ctx context.Context, sessions []*ssh.Session, cmds []str
 				}
 				return nil
 			}, nil)
+			results[k] = result{at, err}
 			if err != nil {
-				note(&firstRun, err)
 				wcancel()
 				if k == 0 {
 					fcancel()
-				} else {
+				} else if !errors.Is(err, context.Canceled) {
 					// A feed that failed before it connected would leave the unpack waiting for
 					// it (FeedTimeout): tell the unpack to stop; it refuses and cleans up.
 					_ = sessions[0].Signal(ssh.SIGTERM)
@@ -339,11 +354,18 @@ func (u *unpackRun) run(ctx context.Context, sessions []*ssh.Session, cmds []str
 		})
 	}
 	err := g.Wait()
+	var firstRun *result // the command that exited first with a failure of its own
+	for k := range results {
+		r := &results[k]
+		if r.err != nil && !errors.Is(r.err, context.Canceled) && (firstRun == nil || r.at.Before(firstRun.at)) {
+			firstRun = r
+		}
+	}
 	switch {
-	case first != nil && !errors.Is(first, io.EOF) && !errors.Is(first, context.Canceled):
+	case first != nil && !errors.Is(first, io.EOF) && !errors.Is(first, context.Canceled) && !errors.Is(first, errAborted):
 		err = first // a file changed or could not be read here: the cause of the box's refusal
 	case firstRun != nil:
-		err = firstRun // the command that failed first: the unpack's refusal, or a feed's failure
+		err = firstRun.err // the unpack's refusal, or a feed's failure
 	case first != nil:
 		err = first
 	}
@@ -358,7 +380,7 @@ func (u *unpackRun) finish(stats []Stats, err error) {
 // send gives the run its plan (cut into its number of parts) and the root its files are read
 // from, and waits for the box's commands.
 func (u *unpackRun) send(root string, plan Plan) (Stats, error) {
-	if len(plan.Entries) < u.n {
+	if u.n > 1 && len(plan.Entries) < u.n {
 		u.abort()
 		return Stats{}, fmt.Errorf("send to %s: %d entries for %d channels", u.dir, len(plan.Entries), u.n)
 	}

@@ -424,3 +424,44 @@ func TestPushTreeStartsUnpackWhileListing(t *testing.T) {
 		}
 	})
 }
+
+// TestPushTreeOnlyDeletions: a resync whose only change is a deleted file sends a plan with no
+// entries and one deletion; the box drops the file.
+func TestPushTreeOnlyDeletions(t *testing.T) {
+	ctx := synctest.Context(t)
+	boxDir, remote := startBox(t)
+	src := t.TempDir()
+	synctest.Write(t, src, map[string]string{"keep": "k", "drop": "d"})
+	dst := filepath.Join(boxDir, "ws")
+	if _, err := PushTree(ctx, remote, src, dst, TreeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	must(t, os.Remove(filepath.Join(src, "drop")))
+	res, err := PushTree(ctx, remote, src, dst, TreeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Kind != "warm" || len(res.Plan.Entries) != 0 || len(res.Plan.Deletes) != 1 {
+		t.Fatalf("kind %q, plan %+v: want a warm plan of one deletion", res.Kind, res.Plan)
+	}
+	sameTree(t, build(t, src), build(t, dst))
+}
+
+// TestPushTreeReportsTheUnpacksRefusal: an unpack started early that fails at once (its feeds
+// fail later, having nothing to connect to) is reported as the cause, whatever order the
+// commands are collected in.
+func TestPushTreeReportsTheUnpacksRefusal(t *testing.T) {
+	ctx := synctest.Context(t)
+	boxDir, remote := startBox(t)
+	remote.Channels = 3
+	exe := remote.Command
+	remote.Command = `f() { case "$*" in *--parts*) echo "SIMULATED UNPACK REFUSAL" >&2; exit 1;; feed*) sleep 0.3; echo "feed: nothing to connect to" >&2; exit 1;; esac; exec ` + exe + ` "$@"; }; f`
+	answered := make(chan struct{})
+	remote.beforeList = func() { <-answered; time.Sleep(time.Second) } // both fail while the tree is listed
+	remote.boxAnswered = func(bool) { close(answered) }
+	src := partsTree(t)
+	_, err := PushTree(ctx, remote, src, filepath.Join(boxDir, "ws"), TreeOptions{})
+	if err == nil || !strings.Contains(err.Error(), "SIMULATED UNPACK REFUSAL") {
+		t.Fatalf("err = %v, want the unpack's refusal", err)
+	}
+}
