@@ -81,10 +81,10 @@ func TestProgressDuringAStreamedPush(t *testing.T) {
 	}
 }
 
-// TestUnpackFailureStopsTheFeeds: when the box's unpack fails at once (here it refuses to start),
-// the feeds, which would dial its socket for FeedTimeout, are stopped: the sync fails promptly
-// with the unpack's own error.
-func TestUnpackFailureStopsTheFeeds(t *testing.T) {
+// unpackWithAFailingCommand sends a tree in two parts to a box where the worker subcommand sub
+// (unpack or feed) fails at once with message msg, and returns the box's directory, the target,
+// the sync's error and how long it took to fail.
+func unpackWithAFailingCommand(t *testing.T, sub, msg string) (boxDir, dst string, err error, took time.Duration) {
 	boxDir, remote := startBox(t)
 	remote.Channels = 2
 	src := partsTree(t)
@@ -93,14 +93,23 @@ func TestUnpackFailureStopsTheFeeds(t *testing.T) {
 		t.Fatal(err)
 	}
 	exe := remote.Command // "<test binary> worker"
-	remote.Command = `f() { if [ "$1" = unpack ]; then echo "unpack: feed socket directory: file exists" >&2; exit 1; fi; ` + exe + ` "$@"; }; f`
+	remote.Command = `f() { if [ "$1" = ` + sub + ` ]; then echo "` + msg + `" >&2; exit 1; fi; exec ` + exe + ` "$@"; }; f`
+	dst = filepath.Join(boxDir, "ws")
 	start := time.Now()
-	_, err = remote.Unpack(synctest.Context(t), filepath.Join(boxDir, "ws"), src, Plan{Version: 1, Entries: listing.Unhashed().Entries, SumsLast: true})
+	_, err = remote.Unpack(synctest.Context(t), dst, src, Plan{Version: 1, Entries: listing.Unhashed().Entries, SumsLast: true})
+	return boxDir, dst, err, time.Since(start)
+}
+
+// TestUnpackFailureStopsTheFeeds: when the box's unpack fails at once (here it refuses to start),
+// the feeds, which would dial its socket for FeedTimeout, are stopped: the sync fails promptly
+// with the unpack's own error.
+func TestUnpackFailureStopsTheFeeds(t *testing.T) {
+	_, _, err, took := unpackWithAFailingCommand(t, "unpack", "unpack: feed socket directory: file exists")
 	if err == nil || !strings.Contains(err.Error(), "file exists") {
 		t.Fatalf("err = %v, want the unpack's failure", err)
 	}
-	if d := time.Since(start); d > FeedTimeout/2 {
-		t.Fatalf("took %v to fail: the feeds went on dialing", d)
+	if took > FeedTimeout/2 {
+		t.Fatalf("took %v to fail: the feeds went on dialing", took)
 	}
 }
 
@@ -108,38 +117,17 @@ func TestUnpackFailureStopsTheFeeds(t *testing.T) {
 // does not leave the unpack waiting FeedTimeout for it: the gateway tells the unpack to stop, and
 // the sync fails promptly with the feed's error, nothing left on the box.
 func TestFeedFailureStopsTheUnpack(t *testing.T) {
-	boxDir, remote := startBox(t)
-	remote.Channels = 2
-	src := partsTree(t)
-	listing, err := manifest.List(synctest.Context(t), src, manifest.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	exe := remote.Command // "<test binary> worker"
-	remote.Command = `f() { if [ "$1" = feed ]; then echo "feed: cannot start" >&2; exit 1; fi; exec ` + exe + ` "$@"; }; f`
-	dst := filepath.Join(boxDir, "ws")
-	start := time.Now()
-	_, err = remote.Unpack(synctest.Context(t), dst, src, Plan{Version: 1, Entries: listing.Unhashed().Entries, SumsLast: true})
+	boxDir, dst, err, took := unpackWithAFailingCommand(t, "feed", "feed: cannot start")
 	if err == nil || !strings.Contains(err.Error(), "feed: cannot start") {
 		t.Fatalf("err = %v, want the feed's failure", err)
 	}
-	if d := time.Since(start); d > FeedTimeout/2 {
-		t.Fatalf("took %v to fail: the unpack waited for the feed", d)
+	if took > FeedTimeout/2 {
+		t.Fatalf("took %v to fail: the unpack waited for the feed", took)
 	}
 	if _, err := os.Stat(dst); !os.IsNotExist(err) {
 		t.Fatalf("box holds %s after a failed feed (%v)", dst, err)
 	}
-	deadline := time.Now().Add(FeedTimeout)
-	for {
-		left, _ := filepath.Glob(filepath.Join(boxDir, ".openclaw-*"))
-		if len(left) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("left next to the workspace: %v", left)
-		}
-		time.Sleep(20 * time.Millisecond) // the unpack is removing its socket directory
-	}
+	waitNoLeftovers(t, boxDir)
 }
 
 // TestFeedRefusesAForeignSocketDir: a feed sends nothing to a socket whose directory is not a

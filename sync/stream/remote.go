@@ -423,16 +423,16 @@ var parallelMin = struct {
 // channels is how many channels the plan's archive is sent over: several only for a streamed
 // (cold) sync of a large tree.
 func (r Remote) channels(plan Plan) int {
-	n := r.Channels
-	if n == 0 {
-		n = DefaultChannels
-	}
-	n = min(n, MaxParts)
+	n := r.maxChannels()
 	if n < 2 || !plan.SumsLast || len(plan.Deletes) > 0 || (len(plan.Entries) < parallelMin.entries && plan.Bytes() < parallelMin.bytes) {
 		return 1
 	}
 	return min(n, len(plan.Entries))
 }
+
+// maxChannels is what a large cold tree gets: Remote.Channels (DefaultChannels when unset), at
+// most MaxParts.
+func (r Remote) maxChannels() int { return min(cmp.Or(r.Channels, DefaultChannels), MaxParts) }
 
 // splitPlan cuts a plan of at least n entries into n parts of contiguous entries, balanced by an
 // estimate of what applying them costs (their bytes, plus 8 KiB per entry for creating it). The parts' entries are
@@ -585,7 +585,7 @@ func PushTree(ctx context.Context, r Remote, root, dir string, opts TreeOptions)
 		default:
 			// A cold box, and a tree that takes longer to list than the box took to answer (a
 			// large one): its unpack starts now, on as many channels as a large tree gets.
-			pre = r.startUnpack(ctx, dir, min(cmp.Or(r.Channels, DefaultChannels), MaxParts), opts.Cache.Record)
+			pre = r.startUnpack(ctx, dir, r.maxChannels(), opts.Cache.Record)
 		}
 		if r.boxAnswered != nil {
 			r.boxAnswered(pre != nil)

@@ -279,17 +279,7 @@ func TestPushTreeInParts(t *testing.T) {
 	if got := manifest.LoadCache(boxCache).Len(); got != 41 {
 		t.Fatalf("box hash cache holds %d files, want 41", got)
 	}
-	leftovers := func() []string {
-		var out []string
-		entries, _ := os.ReadDir(boxDir)
-		for _, e := range entries {
-			if strings.HasPrefix(e.Name(), ".openclaw-") {
-				out = append(out, e.Name())
-			}
-		}
-		return out
-	}
-	if l := leftovers(); len(l) > 0 {
+	if l := leftovers(boxDir); len(l) > 0 {
 		t.Fatalf("left next to the workspace: %v", l)
 	}
 
@@ -305,11 +295,30 @@ func TestPushTreeInParts(t *testing.T) {
 	if _, err := os.Stat(dst2); !os.IsNotExist(err) {
 		t.Fatalf("box kept %s after a failed sync in parts (%v)", dst2, err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(leftovers()) > 0 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond) // the box's unpack is refusing the sync and cleaning up
+	waitNoLeftovers(t, boxDir)
+}
+
+// leftovers lists what our sync left in dir: staging and feed socket directories.
+func leftovers(dir string) []string {
+	var out []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".openclaw-") {
+			out = append(out, e.Name())
+		}
 	}
-	if l := leftovers(); len(l) > 0 {
+	return out
+}
+
+// waitNoLeftovers waits (up to FeedTimeout) for a box that is refusing a sync to clean up, and
+// fails the test if something is left.
+func waitNoLeftovers(t *testing.T, dir string) {
+	t.Helper()
+	deadline := time.Now().Add(FeedTimeout)
+	for len(leftovers(dir)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if l := leftovers(dir); len(l) > 0 {
 		t.Fatalf("left next to the workspace after a failure: %v", l)
 	}
 }
@@ -357,16 +366,6 @@ func TestPushTreeStartsUnpackWhileListing(t *testing.T) {
 		r.beforeList = func() { <-answered }
 		r.boxAnswered = func(p bool) { *prestarted = p; close(answered) }
 		return prestarted
-	}
-	leftovers := func() []string {
-		var out []string
-		entries, _ := os.ReadDir(boxDir)
-		for _, e := range entries {
-			if strings.HasPrefix(e.Name(), ".openclaw-") {
-				out = append(out, e.Name())
-			}
-		}
-		return out
 	}
 
 	for _, tc := range []struct {
@@ -419,7 +418,7 @@ func TestPushTreeStartsUnpackWhileListing(t *testing.T) {
 		if _, err := os.Stat(dst); !os.IsNotExist(err) {
 			t.Fatalf("box holds %s after a failed listing (%v)", dst, err)
 		}
-		if l := leftovers(); len(l) > 0 {
+		if l := leftovers(boxDir); len(l) > 0 {
 			t.Fatalf("left next to the workspace: %v", l) // abort waits for the box's commands
 		}
 	})
