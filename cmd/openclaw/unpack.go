@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -58,7 +59,11 @@ func newFeedCmd() *cobra.Command {
 			if socket == "" {
 				return fmt.Errorf("--socket is required")
 			}
-			return stream.BoxFeed(cmd.Context(), cmd.InOrStdin(), socket)
+			stdin, ok := cmd.InOrStdin().(*os.File)
+			if !ok {
+				return fmt.Errorf("feed: stdin must be a file or pipe (it is handed over to the unpack)")
+			}
+			return stream.BoxFeed(cmd.Context(), stdin, socket)
 		},
 	}
 	cmd.Flags().StringVar(&socket, "socket", "", "unix socket of the unpack command")

@@ -82,9 +82,9 @@ func BoxUnpackParts(ctx context.Context, stdin io.Reader, dir string, parts int,
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	rs := []io.Reader{stdin}
-	var conns []net.Conn
+	var closers []io.Closer // the feeds' connections and the streams they handed over
 	defer func() {
-		for _, c := range conns {
+		for _, c := range closers {
 			c.Close()
 		}
 	}()
@@ -92,14 +92,19 @@ func BoxUnpackParts(ctx context.Context, stdin io.Reader, dir string, parts int,
 	_ = ln.(*net.UnixListener).SetDeadline(deadline)
 	for len(rs) < parts {
 		c, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				err = ctx.Err()
+		if err == nil {
+			closers = append(closers, c)
+			var f *os.File
+			if f, err = takeFeed(c.(*net.UnixConn), deadline); err == nil {
+				rs = append(rs, f)
+				closers = append(closers, f)
+				continue
 			}
-			return Stats{}, fmt.Errorf("unpack: %d of %d parts arrived: %w", len(rs), parts, err)
 		}
-		conns = append(conns, c)
-		rs = append(rs, c)
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return Stats{}, fmt.Errorf("unpack: %d of %d parts arrived: %w", len(rs), parts, err)
 	}
 	ln.Close()
 	return ApplyParts(ctx, rs, dir, ApplyOptions{AllowEscapingSymlinks: true, UpdateCache: true})
@@ -131,9 +136,46 @@ func ownDir(fi os.FileInfo) bool {
 	return fi.IsDir() && fi.Mode()&os.ModeSymlink == 0 && fi.Mode().Perm() == 0o700 && ok && int(st.Uid) == os.Geteuid()
 }
 
-// BoxFeed copies stdin to the unix socket of a BoxUnpackParts, waiting up to FeedTimeout for it to
-// listen.
-func BoxFeed(ctx context.Context, stdin io.Reader, socket string) error {
+// feedHandOver is a feed's one message on the socket, sent with its stdin's descriptor (SCM_RIGHTS).
+const feedHandOver = 'H'
+
+// takeFeed reads a feed's message by deadline and returns the part's stream: the handed-over
+// descriptor, made non-blocking so that closing it ends a read in progress.
+func takeFeed(c *net.UnixConn, deadline time.Time) (*os.File, error) {
+	_ = c.SetReadDeadline(deadline)
+	defer c.SetReadDeadline(time.Time{})
+	var b [1]byte
+	oob := make([]byte, syscall.CmsgSpace(4*4))
+	n, oobn, _, _, err := c.ReadMsgUnix(b[:], oob)
+	if err != nil {
+		return nil, fmt.Errorf("feed: %w", err)
+	}
+	var fds []int
+	if msgs, err := syscall.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for _, m := range msgs {
+			if got, err := syscall.ParseUnixRights(&m); err == nil {
+				fds = append(fds, got...)
+			}
+		}
+	}
+	if n != 1 || b[0] != feedHandOver || len(fds) != 1 {
+		for _, fd := range fds {
+			syscall.Close(fd)
+		}
+		return nil, fmt.Errorf("feed: unexpected message (%d bytes, %d descriptors)", n, len(fds))
+	}
+	if err := syscall.SetNonblock(fds[0], true); err != nil {
+		syscall.Close(fds[0])
+		return nil, fmt.Errorf("feed: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "feed part"), nil
+}
+
+// BoxFeed hands stdin (sshd's pipe of the feed's channel) over to the BoxUnpackParts listening
+// on the unix socket, waiting up to FeedTimeout for it to listen, then waits until the unpack has
+// read it: the unpack reads the part straight from sshd, without this process copying every byte
+// through the socket.
+func BoxFeed(ctx context.Context, stdin *os.File, socket string) error {
 	deadline := time.Now().Add(FeedTimeout)
 	var c net.Conn
 	for {
@@ -154,14 +196,16 @@ func BoxFeed(ctx context.Context, stdin io.Reader, socket string) error {
 		time.Sleep(5 * time.Millisecond)
 	}
 	defer c.Close()
-	if _, err := io.Copy(c, stdin); err != nil {
-		return fmt.Errorf("feed: %w", err)
+	if _, _, err := c.(*net.UnixConn).WriteMsgUnix([]byte{feedHandOver}, syscall.UnixRights(int(stdin.Fd())), nil); err != nil {
+		return fmt.Errorf("feed: hand over stdin: %w", err)
 	}
-	// The unpacking side reads to the end of the part, then closes (or exits): wait for it, so
-	// that this command's exit says the part was taken.
-	if err := c.(*net.UnixConn).CloseWrite(); err != nil {
-		return fmt.Errorf("feed: %w", err)
-	}
+	// The unpack closes the connection once it is done with the part (read to its end, or given
+	// up): this command's exit says so, and sshd's side of the stream stays open until then.
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
 	_, _ = io.Copy(io.Discard, c)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("feed: %w", err)
+	}
 	return nil
 }

@@ -161,7 +161,13 @@ func TestFeedRefusesAForeignSocketDir(t *testing.T) {
 				c.Close()
 				got <- b
 			}()
-			err = BoxFeed(context.Background(), strings.NewReader("workspace content"), sock)
+			pr, pw, err := os.Pipe()
+			must(t, err)
+			defer pr.Close()
+			_, err = pw.WriteString("workspace content")
+			must(t, err)
+			pw.Close()
+			err = BoxFeed(context.Background(), pr, sock)
 			if err == nil || !strings.Contains(err.Error(), "not a 0700 directory") {
 				t.Fatalf("feed: %v, want a refusal of the directory", err)
 			}
@@ -198,5 +204,45 @@ func TestApplyPartsRefusedPlanEndsTheOtherReads(t *testing.T) {
 	}
 	if des, _ := os.ReadDir(parent); len(des) != 0 {
 		t.Fatalf("refused sync left %d entries in the parent", len(des))
+	}
+}
+
+// TestUnpackPartsTakesOnlyHandedOverStreams: a part comes as a feed's stdin handed over on the
+// socket; a connection that sends bytes instead gets the unpack refused at once (not a wait for
+// FeedTimeout), naming the feed, with nothing written.
+func TestUnpackPartsTakesOnlyHandedOverStreams(t *testing.T) {
+	parent := t.TempDir()
+	sock := filepath.Join(parent, feedDirPrefix+"0123456789abcdef", "s")
+	stdinR, stdinW := io.Pipe()
+	defer stdinW.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := BoxUnpackParts(context.Background(), stdinR, filepath.Join(parent, "root"), 2, sock)
+		done <- err
+	}()
+	var c net.Conn
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var err error
+		if c, err = net.Dial("unix", sock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("unpack never listened: %v", err)
+		}
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("a tar stream sent as bytes")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "1 of 2 parts arrived: feed: unexpected message (1 bytes, 0 descriptors)") {
+			t.Fatalf("unpack: %v, want the feed's message refused", err)
+		}
+	case <-time.After(FeedTimeout / 2):
+		t.Fatal("unpack still waiting after a feed sent bytes instead of its stdin")
+	}
+	if des, _ := os.ReadDir(parent); len(des) != 0 {
+		t.Fatalf("refused unpack left %d entries in %s", len(des), parent)
 	}
 }
