@@ -21,6 +21,7 @@ func TestMain(m *testing.M) {
 	cleanup := synctest.IsolateGit()
 	code := m.Run()
 	cleanup()
+	synctest.CleanupBinaries()
 	os.Exit(code)
 }
 

@@ -4,6 +4,7 @@ package synctest
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +17,12 @@ import (
 
 // IsolateGit points git at an empty HOME and no system config, with a fixed identity, for the
 // whole test binary. Call it from TestMain; it returns a cleanup.
+//
+// The go command keeps its build and module caches and its settings under HOME by default: they
+// are pinned to the real ones first, so that BuildBinary does not rebuild everything (the
+// standard library included) and fetch every module again in the empty HOME.
 func IsolateGit() func() {
+	pinGoDirs()
 	home, err := os.MkdirTemp("", "synctest-home")
 	if err != nil {
 		panic(err)
@@ -35,6 +41,25 @@ func IsolateGit() func() {
 	}
 	_ = os.WriteFile(filepath.Join(home, ".gitconfig"), []byte("[init]\n\tdefaultBranch = main\n[protocol \"file\"]\n\tallow = always\n"), 0o600)
 	return func() { os.RemoveAll(home) }
+}
+
+// pinGoDirs sets GOCACHE, GOMODCACHE, GOPATH and GOENV to what the go command uses now, where
+// the environment does not set them already (nothing when go is not installed).
+func pinGoDirs() {
+	keys := []string{"GOCACHE", "GOMODCACHE", "GOPATH", "GOENV"}
+	out, err := exec.Command("go", append([]string{"env", "-json"}, keys...)...).Output()
+	if err != nil {
+		return
+	}
+	var env map[string]string
+	if json.Unmarshal(out, &env) != nil {
+		return
+	}
+	for _, k := range keys {
+		if _, set := os.LookupEnv(k); !set && env[k] != "" {
+			os.Setenv(k, env[k])
+		}
+	}
 }
 
 // HaveGit skips the test when git is missing, failing it when integration tests are required.
