@@ -66,7 +66,13 @@ type Config struct {
 	Now func() time.Time
 	// Limits bound a restore; defaults when zero.
 	Limits stream.Limits
+	// Keep is how many of the session's newest checkpoints Prune leaves (0: DefaultKeep).
+	Keep int
 }
+
+// DefaultKeep is how many checkpoints of a session Prune leaves unless told otherwise: with the
+// default cadence, the last 20 turns.
+const DefaultKeep = 20
 
 func (c *Config) setDefaults() {
 	if c.Mode == "" {
@@ -74,6 +80,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Keep == 0 {
+		c.Keep = DefaultKeep
 	}
 }
 
@@ -88,15 +97,28 @@ func (c Config) Validate() error {
 		return fmt.Errorf("checkpoint: invalid session name %q", c.Session)
 	case c.Mode == manifest.ModePlain && c.DataDir == "":
 		return errors.New("checkpoint: data dir is required in plain mode")
+	case c.Keep < 0:
+		return fmt.Errorf("checkpoint: keep must be at least 1 (0: the default, %d), got %d", DefaultKeep, c.Keep)
 	}
 	return nil
 }
 
-// Store creates, lists and restores the checkpoints of one session. Its methods are safe for
-// concurrent use; checkpoints of one session are taken one at a time.
+// Store creates, lists, prunes and restores the checkpoints of one session. Its methods are safe
+// for concurrent use; checkpoints of one session are taken and pruned one at a time, also across
+// Stores of the same session in this process.
 type Store struct {
 	cfg Config
-	mu  sync.Mutex
+	mu  *sync.Mutex
+}
+
+// sessionLocks holds one mutex per session's checkpoint store (by storeKey).
+var sessionLocks sync.Map
+
+func storeKey(cfg Config) string {
+	if cfg.Mode == manifest.ModeGit {
+		return "git\x00" + cfg.Anchor + "\x00" + cfg.Session
+	}
+	return "plain\x00" + filepath.Join(cfg.DataDir, "checkpoints", cfg.Session)
 }
 
 // New returns a Store for cfg.
@@ -110,7 +132,13 @@ func New(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cfg.Anchor = abs
-	return &Store{cfg: cfg}, nil
+	if cfg.DataDir != "" {
+		if cfg.DataDir, err = filepath.Abs(cfg.DataDir); err != nil {
+			return nil, err
+		}
+	}
+	mu, _ := sessionLocks.LoadOrStore(storeKey(cfg), &sync.Mutex{})
+	return &Store{cfg: cfg, mu: mu.(*sync.Mutex)}, nil
 }
 
 // Dir is where plain-mode checkpoints of the session live.
@@ -176,6 +204,32 @@ func (s *Store) list(ctx context.Context) ([]Checkpoint, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
 	return out, nil
+}
+
+// Prune removes the session's checkpoints older than its newest Config.Keep and returns them,
+// oldest first: in git mode their refs (the commits go with git's own garbage collection), in
+// plain mode their snapshots, then every stored blob that no remaining snapshot holds. The newest
+// checkpoint is never removed.
+func (s *Store) Prune(ctx context.Context) ([]Checkpoint, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	all, err := s.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var old []Checkpoint
+	if len(all) > s.cfg.Keep {
+		old = all[:len(all)-s.cfg.Keep]
+	}
+	if s.cfg.Mode == manifest.ModeGit {
+		err = s.pruneGit(ctx, old)
+	} else {
+		err = s.prunePlain(ctx, old, all[len(old):])
+	}
+	if err != nil {
+		return nil, fmt.Errorf("prune checkpoints of %s: %w", s.cfg.Session, err)
+	}
+	return old, nil
 }
 
 // Latest returns the newest checkpoint, or ErrNone.

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -257,11 +258,116 @@ func TestConfigValidate(t *testing.T) {
 		{"plain without data dir", Config{Mode: manifest.ModePlain, Anchor: "/x", Session: "s"}},
 		{"no anchor", Config{Mode: manifest.ModeGit, Session: "s"}},
 		{"unknown mode", Config{Mode: "svn", Anchor: "/x", Session: "s"}},
+		{"negative keep", Config{Mode: manifest.ModeGit, Anchor: "/x", Session: "s", Keep: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := New(tc.cfg); err == nil {
 				t.Fatal("accepted")
 			}
 		})
+	}
+}
+
+// storedBlobs counts the files in a plain store's blob directory.
+func storedBlobs(t *testing.T, s *Store) int {
+	t.Helper()
+	n := 0
+	must(t, filepath.WalkDir(filepath.Join(s.Dir(), "blobs"), func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			n++
+		}
+		return err
+	}))
+	return n
+}
+
+// TestPlainPruneKeepsTheNewest: five turns, Keep 2: Prune drops checkpoints 1–3 and every blob
+// only they held (the content of turns 1–3 of x.go, a leftover temporary copy), keeps what the
+// newest two hold, numbering goes on after them, and both restore exactly.
+func TestPlainPruneKeepsTheNewest(t *testing.T) {
+	ctx := synctest.Context(t)
+	anchor, data := t.TempDir(), t.TempDir()
+	synctest.Write(t, anchor, map[string]string{"same.txt": "unchanged all along"})
+	s, err := New(Config{Mode: manifest.ModePlain, Anchor: anchor, DataDir: data, Session: "plain-2", Keep: 2, Now: fixedClock()})
+	must(t, err)
+	var trees []*manifest.Manifest
+	for turn := 1; turn <= 5; turn++ {
+		synctest.Write(t, anchor, map[string]string{"x.go": fmt.Sprintf("turn %d", turn)})
+		_, _, err := s.Create(ctx)
+		must(t, err)
+		m, _, err := manifest.Build(ctx, anchor, manifest.Options{})
+		must(t, err)
+		trees = append(trees, m)
+	}
+	if n := storedBlobs(t, s); n != 6 {
+		t.Fatalf("%d blobs before pruning, want 6", n)
+	}
+	must(t, os.MkdirAll(filepath.Join(s.Dir(), "blobs", "00"), 0o700))
+	must(t, os.WriteFile(filepath.Join(s.Dir(), "blobs", "00", ".tmp-interrupted"), []byte("half a copy"), 0o600))
+
+	removed, err := s.Prune(ctx)
+	must(t, err)
+	if len(removed) != 3 || removed[0].Seq != 1 || removed[2].Seq != 3 {
+		t.Fatalf("pruned %+v, want checkpoints 1-3", removed)
+	}
+	all, err := s.List(ctx)
+	must(t, err)
+	if len(all) != 2 || all[0].Seq != 4 || all[1].Seq != 5 {
+		t.Fatalf("left %+v, want checkpoints 4 and 5", all)
+	}
+	if n := storedBlobs(t, s); n != 3 { // same.txt, turn 4, turn 5
+		t.Fatalf("%d blobs after pruning, want 3", n)
+	}
+	if again, err := s.Prune(ctx); err != nil || len(again) != 0 {
+		t.Fatalf("second prune: %+v %v", again, err)
+	}
+	for i, cp := range all {
+		dir := filepath.Join(t.TempDir(), "r")
+		_, err := s.Restore(ctx, cp, dir)
+		must(t, err)
+		got, _, err := manifest.Build(ctx, dir, manifest.Options{})
+		must(t, err)
+		if c := manifest.Diff(trees[3+i], got); !c.Empty() {
+			t.Fatalf("checkpoint %d restores %+v off", cp.Seq, c)
+		}
+	}
+	cp6, _, err := s.Create(ctx)
+	must(t, err)
+	if cp6.Seq != 6 {
+		t.Fatalf("next checkpoint after pruning is %d, want 6", cp6.Seq)
+	}
+}
+
+// TestGitPruneDeletesOldRefs: Keep 1 leaves only the newest checkpoint's ref; the anchor's own
+// refs, HEAD and index are untouched, and the kept checkpoint restores.
+func TestGitPruneDeletesOldRefs(t *testing.T) {
+	ctx := synctest.Context(t)
+	_, a := gitAnchor(t)
+	s, err := New(Config{Mode: manifest.ModeGit, Anchor: a.Dir, Session: "sess-p", Keep: 1, Now: fixedClock()})
+	must(t, err)
+	for turn := 1; turn <= 3; turn++ {
+		synctest.Write(t, a.Dir, map[string]string{"main.go": fmt.Sprintf("package main // turn %d\n", turn)})
+		_, _, err := s.Create(ctx)
+		must(t, err)
+	}
+	before := repoState(t, a.Dir)
+	removed, err := s.Prune(ctx)
+	must(t, err)
+	if len(removed) != 2 {
+		t.Fatalf("pruned %+v, want 2", removed)
+	}
+	if refs := synctest.Git(t, a.Dir, "for-each-ref", "--format=%(refname)", RefPrefix); refs != RefPrefix+"sess-p/3" {
+		t.Fatalf("checkpoint refs left: %q", refs)
+	}
+	if after := repoState(t, a.Dir); after != before {
+		t.Fatalf("pruning changed the anchor:\n%s\n----\n%s", before, after)
+	}
+	latest, err := s.Latest(ctx)
+	must(t, err)
+	dir := filepath.Join(t.TempDir(), "r")
+	_, err = s.Restore(ctx, latest, dir)
+	must(t, err)
+	if got := synctest.Read(t, dir, "main.go"); got != "package main // turn 3\n" {
+		t.Fatalf("restored main.go %q", got)
 	}
 }

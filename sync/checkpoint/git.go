@@ -94,6 +94,20 @@ func (s *Store) createGit(ctx context.Context, m *manifest.Manifest, cp *Checkpo
 	return nil
 }
 
+// pruneGit deletes the checkpoints' refs in one transaction, each only if it still points at its
+// commit.
+func (s *Store) pruneGit(ctx context.Context, old []Checkpoint) error {
+	if len(old) == 0 {
+		return nil
+	}
+	var in bytes.Buffer
+	for _, cp := range old {
+		fmt.Fprintf(&in, "delete %s %s\n", cp.Ref, cp.Commit)
+	}
+	_, err := gitexec.RunEnv(ctx, s.cfg.Anchor, nil, in.Bytes(), "update-ref", "--stdin")
+	return err
+}
+
 func (s *Store) listGit(ctx context.Context) ([]Checkpoint, error) {
 	prefix := RefPrefix + s.cfg.Session + "/"
 	out, err := gitexec.Run(ctx, s.cfg.Anchor, "for-each-ref",

@@ -165,6 +165,64 @@ func (s *Store) listPlain() ([]Checkpoint, error) {
 	return out, nil
 }
 
+// prunePlain removes the old checkpoints' snapshots, then sweeps the blob store: a blob that none
+// of the kept snapshots holds goes (also one left by an earlier prune or checkpoint that stopped
+// half way), as do temporary files of interrupted copies.
+func (s *Store) prunePlain(ctx context.Context, old, kept []Checkpoint) error {
+	for _, cp := range old {
+		if err := os.Remove(s.snapshotPath(cp.Seq)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	if len(old) > 0 {
+		if err := syncDir(s.Dir()); err != nil {
+			return err
+		}
+	}
+	held := map[string]bool{}
+	for _, cp := range kept {
+		snap, err := s.readSnapshot(cp.Seq)
+		if err != nil {
+			return err
+		}
+		for _, e := range snap.Manifest.Entries {
+			if e.Type == manifest.TypeFile {
+				held[e.SHA256] = true
+			}
+		}
+	}
+	subs, err := os.ReadDir(filepath.Join(s.Dir(), "blobs"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, sub := range subs {
+		if !sub.IsDir() || len(sub.Name()) != 2 {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		dir := filepath.Join(s.Dir(), "blobs", sub.Name())
+		blobs, err := os.ReadDir(dir)
+		if err != nil {
+			return err
+		}
+		for _, b := range blobs {
+			name := b.Name()
+			stored := len(name) == 64 && strings.HasPrefix(name, sub.Name())
+			if (stored && !held[name]) || strings.HasPrefix(name, ".tmp-") {
+				if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
 func (s *Store) readSnapshot(seq uint64) (*snapshot, error) {
 	file := s.snapshotPath(seq)
 	f, err := os.Open(file)
