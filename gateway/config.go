@@ -15,6 +15,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/inference"
 	"github.com/openclaw/cloudworkers/gateway/websearch"
 	"github.com/openclaw/cloudworkers/providers"
+	"github.com/openclaw/cloudworkers/sync/checkpoint"
 	"github.com/openclaw/cloudworkers/sync/stream"
 )
 
@@ -49,6 +50,9 @@ type SyncConfig struct {
 	// Channels is how many SSH channels the first sync of a large workspace to a box uses at once
 	// (0: 2). More help a long fat link, where one channel's window limits the rate.
 	Channels int `yaml:"channels"`
+	// CheckpointKeep is how many of a remote session's newest checkpoints are kept (0: 20); older
+	// ones are pruned after each checkpoint (git: their refs; plain: their snapshots and blobs).
+	CheckpointKeep int `yaml:"checkpointKeep"`
 }
 
 // TunnelConfig tunes the SSH control connections (zero means the default).
@@ -112,6 +116,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Sync.Channels < 0 || c.Sync.Channels > stream.MaxParts {
 		return providers.Fieldf("sync.channels", "must be from 1 to %d (0: the default, %d), got %d", stream.MaxParts, stream.DefaultChannels, c.Sync.Channels)
+	}
+	if c.Sync.CheckpointKeep < 0 {
+		return providers.Fieldf("sync.checkpointKeep", "must be at least 1 (0: the default, %d), got %d", checkpoint.DefaultKeep, c.Sync.CheckpointKeep)
 	}
 	if _, err := stream.ParseCompression(c.Sync.Compression); err != nil {
 		return providers.Fieldf("sync.compression", "must be auto, zstd or none, got %q", c.Sync.Compression)

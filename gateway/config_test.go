@@ -20,6 +20,8 @@ func TestConfigSyncCompression(t *testing.T) {
 		{"sync:\n  compression: gzip\n", "sync.compression"},
 		{"sync:\n  channels: 4\n", ""},
 		{"sync:\n  channels: 99\n", "sync.channels"},
+		{"sync:\n  checkpointKeep: 5\n", ""},
+		{"sync:\n  checkpointKeep: -1\n", "sync.checkpointKeep"},
 	} {
 		file := filepath.Join(dir, "gateway.yaml")
 		if err := os.WriteFile(file, []byte(tc.yaml), 0o600); err != nil {

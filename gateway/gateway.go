@@ -194,7 +194,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			return err == nil && p.TurnRunID != ""
 		},
 		DataDir: dataDir, Log: log.With("subsystem", "dispatch"),
-		Compression: stream.Compression(cfg.Sync.Compression), Channels: cfg.Sync.Channels,
+		Compression: stream.Compression(cfg.Sync.Compression), Channels: cfg.Sync.Channels, CheckpointKeep: cfg.Sync.CheckpointKeep,
 	})
 	defer dispatcher.Close()
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,7 +30,7 @@ func TestReclaimRestoresFromCheckpoint(t *testing.T) {
 ]`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := fastWorkerConfig + fmt.Sprintf(`models:
+	cfg := fastWorkerConfig + "sync: {checkpointKeep: 1}\n" + fmt.Sprintf(`models:
   default: demo/demo
   providers:
     demo: {api: scripted, script: %s, models: [{id: demo}]}
@@ -131,6 +132,17 @@ func TestReclaimRestoresFromCheckpoint(t *testing.T) {
 	}
 	if got.Status != placement.TurnDone || got.Placement != "worker" {
 		t.Fatalf("second turn %+v", got)
+	}
+	// the turn on the new box is checkpointed too; with checkpointKeep 1 only that checkpoint and
+	// the base manifest the placement names are left
+	now := waitPlacement("checkpointed again", func(_ placement.Placement, evs []placement.Event) bool {
+		return slices.ContainsFunc(evs, func(ev placement.Event) bool { return strings.HasPrefix(ev.Reason, "checkpoint 2:") })
+	})
+	if cps, _ := filepath.Glob(filepath.Join(g.dataDir, "checkpoints", "*", "*.json")); len(cps) != 1 || filepath.Base(cps[0]) != "2.json" {
+		t.Errorf("checkpoints kept: %v, want checkpoint 2 alone", cps)
+	}
+	if bases, _ := filepath.Glob(filepath.Join(filepath.Dir(now.BaseManifestID), "base-*.json")); len(bases) != 1 || bases[0] != now.BaseManifestID {
+		t.Errorf("base manifests kept: %v, want %s alone", bases, now.BaseManifestID)
 	}
 	var tr sessions.Transcript
 	if _, err := g.do("GET", "/api/v1/sessions/"+s.ID+"/transcript", nil, &tr); err != nil {

@@ -45,6 +45,9 @@ type DispatchConfig struct {
 	// how many SSH channels a cold sync of a large workspace uses (0: stream.DefaultChannels).
 	Compression stream.Compression
 	Channels    int
+	// CheckpointKeep is how many of a session's newest checkpoints are kept (0:
+	// checkpoint.DefaultKeep); older ones are pruned after each checkpoint.
+	CheckpointKeep int
 }
 
 // boxManifestOptions select a session's workspace on its box: the sync mode, the profile's rules

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -32,6 +33,10 @@ func (d *Dispatcher) Checkpoint(ctx context.Context, sessionID string) error {
 		return fmt.Errorf("checkpoint skipped: %w", err)
 	}
 	defer d.cfg.Placements.ReleaseTurn(context.WithoutCancel(ctx), sessionID, checkpointRun)
+	// Read again under the claim: a checkpoint that held it meanwhile moved the base.
+	if p, err = d.cfg.Placements.Get(ctx, sessionID); err != nil {
+		return err
+	}
 	e, err := d.cfg.Envs.Get(ctx, p.EnvironmentID)
 	if err != nil {
 		return err
@@ -42,7 +47,7 @@ func (d *Dispatcher) Checkpoint(ctx context.Context, sessionID string) error {
 		return err
 	}
 	cs, err := checkpoint.New(checkpoint.Config{Mode: manifest.Mode(p.SyncMode), Anchor: p.AnchorDir, Session: anchorName(sessionID),
-		DataDir: d.cfg.DataDir, Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include})
+		DataDir: d.cfg.DataDir, Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include, Keep: d.cfg.CheckpointKeep})
 	if err != nil {
 		return err
 	}
@@ -55,8 +60,29 @@ func (d *Dispatcher) Checkpoint(ctx context.Context, sessionID string) error {
 	if err := writeManifest(baseFile, now); err != nil {
 		return err
 	}
-	return d.cfg.Placements.RecordBase(ctx, sessionID, checkpointRun, p.Generation, baseFile,
-		fmt.Sprintf("checkpoint %d: %s", cp.Seq, summary))
+	if err := d.cfg.Placements.RecordBase(ctx, sessionID, checkpointRun, p.Generation, baseFile,
+		fmt.Sprintf("checkpoint %d: %s", cp.Seq, summary)); err != nil {
+		return err
+	}
+	// Retention: the session's newest checkpoints stay (sync.checkpointKeep), and only the base
+	// manifest just recorded (earlier ones are no longer read: the placement names this one).
+	if removed, err := cs.Prune(ctx); err != nil {
+		d.cfg.Placements.Note(ctx, sessionID, "checkpoint pruning failed: "+err.Error())
+	} else if len(removed) > 0 {
+		d.log.Debug("pruned checkpoints", "session", sessionID, "removed", len(removed), "oldest kept", removed[len(removed)-1].Seq+1)
+	}
+	removeOtherBases(baseFile)
+	return nil
+}
+
+// removeOtherBases removes the base manifests (base-*.json) next to keep, other than keep.
+func removeOtherBases(keep string) {
+	old, _ := filepath.Glob(filepath.Join(filepath.Dir(keep), "base-*.json"))
+	for _, f := range old {
+		if f != keep {
+			_ = os.Remove(f)
+		}
+	}
 }
 
 // reclaimLoop watches active placements and reclaims those whose machine or worker is lost.
