@@ -135,8 +135,9 @@ func TestReclaimRestoresFromCheckpoint(t *testing.T) {
 	}
 	// the turn on the new box is checkpointed too; with checkpointKeep 1 only that checkpoint and
 	// the base manifest the placement names are left
-	now := waitPlacement("checkpointed again", func(_ placement.Placement, evs []placement.Event) bool {
-		return slices.ContainsFunc(evs, func(ev placement.Event) bool { return strings.HasPrefix(ev.Reason, "checkpoint 2:") })
+	// (the checkpoint prunes before it releases its claim on the session)
+	now := waitPlacement("checkpointed again", func(p placement.Placement, evs []placement.Event) bool {
+		return p.TurnRunID == "" && slices.ContainsFunc(evs, func(ev placement.Event) bool { return strings.HasPrefix(ev.Reason, "checkpoint 2:") })
 	})
 	if cps, _ := filepath.Glob(filepath.Join(g.dataDir, "checkpoints", "*", "*.json")); len(cps) != 1 || filepath.Base(cps[0]) != "2.json" {
 		t.Errorf("checkpoints kept: %v, want checkpoint 2 alone", cps)

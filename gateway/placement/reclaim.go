@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/envs"
@@ -34,8 +36,12 @@ func (d *Dispatcher) Checkpoint(ctx context.Context, sessionID string) error {
 	}
 	defer d.cfg.Placements.ReleaseTurn(context.WithoutCancel(ctx), sessionID, checkpointRun)
 	// Read again under the claim: a checkpoint that held it meanwhile moved the base.
+	gen := p.Generation
 	if p, err = d.cfg.Placements.Get(ctx, sessionID); err != nil {
 		return err
+	}
+	if p.Generation != gen || p.State != Active {
+		return fmt.Errorf("checkpoint skipped: session %s moved to %s (generation %d): %w", sessionID, p.State, p.Generation, ErrStale)
 	}
 	e, err := d.cfg.Envs.Get(ctx, p.EnvironmentID)
 	if err != nil {
@@ -71,15 +77,26 @@ func (d *Dispatcher) Checkpoint(ctx context.Context, sessionID string) error {
 	} else if len(removed) > 0 {
 		d.log.Debug("pruned checkpoints", "session", sessionID, "removed", len(removed), "oldest kept", removed[len(removed)-1].Seq+1)
 	}
-	removeOtherBases(baseFile)
+	removeOldBases(baseFile, p.Generation)
 	return nil
 }
 
-// removeOtherBases removes the base manifests (base-*.json) next to keep, other than keep.
-func removeOtherBases(keep string) {
-	old, _ := filepath.Glob(filepath.Join(filepath.Dir(keep), "base-*.json"))
-	for _, f := range old {
-		if f != keep {
+// baseName matches the base manifests dispatch and checkpoints write: base-<generation>.json and
+// base-<generation>-cp<n>.json.
+var baseName = regexp.MustCompile(`^base-([0-9]+)(-cp[0-9]+)?\.json$`)
+
+// removeOldBases removes the base manifests next to keep, other than keep, of generation gen or
+// earlier: the placement names keep, and never again an earlier one. Those of a later generation
+// (a reclaim and a new dispatch can overtake a slow checkpoint) are left alone.
+func removeOldBases(keep string, gen uint64) {
+	des, _ := os.ReadDir(filepath.Dir(keep))
+	for _, de := range des {
+		m := baseName.FindStringSubmatch(de.Name())
+		if m == nil {
+			continue
+		}
+		g, err := strconv.ParseUint(m[1], 10, 64)
+		if f := filepath.Join(filepath.Dir(keep), de.Name()); err == nil && g <= gen && f != keep {
 			_ = os.Remove(f)
 		}
 	}

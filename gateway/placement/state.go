@@ -284,7 +284,7 @@ func (ps *Placements) Note(ctx context.Context, sessionID, reason string) {
 // reconciles against is this one.
 func (ps *Placements) RecordBase(ctx context.Context, sessionID, claim string, gen uint64, baseFile, reason string) error {
 	return ps.db.InTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE placements SET base_manifest_id=? WHERE session_id=? AND turn_run_id=?`, baseFile, sessionID, claim)
+		res, err := tx.ExecContext(ctx, `UPDATE placements SET base_manifest_id=? WHERE session_id=? AND turn_run_id=? AND generation=?`, baseFile, sessionID, claim, gen)
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -95,7 +96,7 @@ func BoxUnpackParts(ctx context.Context, stdin io.Reader, dir string, parts int,
 		if err == nil {
 			closers = append(closers, c)
 			var f *os.File
-			if f, err = takeFeed(c.(*net.UnixConn), deadline); err == nil {
+			if f, err = takeFeed(ctx, c.(*net.UnixConn), deadline); err == nil {
 				rs = append(rs, f)
 				closers = append(closers, f)
 				continue
@@ -141,9 +142,11 @@ const feedHandOver = 'H'
 
 // takeFeed reads a feed's message by deadline and returns the part's stream: the handed-over
 // descriptor, made non-blocking so that closing it ends a read in progress.
-func takeFeed(c *net.UnixConn, deadline time.Time) (*os.File, error) {
+func takeFeed(ctx context.Context, c *net.UnixConn, deadline time.Time) (*os.File, error) {
 	_ = c.SetReadDeadline(deadline)
 	defer c.SetReadDeadline(time.Time{})
+	stop := context.AfterFunc(ctx, func() { c.SetReadDeadline(time.Now()) }) // stopped: no more waiting
+	defer stop()
 	var b [1]byte
 	oob := make([]byte, syscall.CmsgSpace(4*4))
 	n, oobn, _, _, err := c.ReadMsgUnix(b[:], oob)
@@ -196,11 +199,14 @@ func BoxFeed(ctx context.Context, stdin *os.File, socket string) error {
 		time.Sleep(5 * time.Millisecond)
 	}
 	defer c.Close()
-	if _, _, err := c.(*net.UnixConn).WriteMsgUnix([]byte{feedHandOver}, syscall.UnixRights(int(stdin.Fd())), nil); err != nil {
+	_, _, err := c.(*net.UnixConn).WriteMsgUnix([]byte{feedHandOver}, syscall.UnixRights(int(stdin.Fd())), nil)
+	runtime.KeepAlive(stdin)
+	if err != nil {
 		return fmt.Errorf("feed: hand over stdin: %w", err)
 	}
 	// The unpack closes the connection once it is done with the part (read to its end, or given
-	// up): this command's exit says so, and sshd's side of the stream stays open until then.
+	// up; its own exit says whether the sync was applied): until then this command runs, and
+	// sshd's side of the stream stays open.
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
 	_, _ = io.Copy(io.Discard, c)
