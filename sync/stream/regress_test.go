@@ -84,7 +84,7 @@ func TestProgressDuringAStreamedPush(t *testing.T) {
 // unpackWithAFailingCommand sends a tree in two parts to a box where the worker subcommand sub
 // (unpack or feed) fails at once with message msg, and returns the box's directory, the target,
 // the sync's error and how long it took to fail.
-func unpackWithAFailingCommand(t *testing.T, sub, msg string) (boxDir, dst string, err error, took time.Duration) {
+func unpackWithAFailingCommand(t *testing.T, sub, msg string) (boxDir, dst string, took time.Duration, err error) {
 	boxDir, remote := startBox(t)
 	remote.Channels = 2
 	src := partsTree(t)
@@ -97,14 +97,14 @@ func unpackWithAFailingCommand(t *testing.T, sub, msg string) (boxDir, dst strin
 	dst = filepath.Join(boxDir, "ws")
 	start := time.Now()
 	_, err = remote.Unpack(synctest.Context(t), dst, src, Plan{Version: 1, Entries: listing.Unhashed().Entries, SumsLast: true})
-	return boxDir, dst, err, time.Since(start)
+	return boxDir, dst, time.Since(start), err
 }
 
 // TestUnpackFailureStopsTheFeeds: when the box's unpack fails at once (here it refuses to start),
 // the feeds, which would dial its socket for FeedTimeout, are stopped: the sync fails promptly
 // with the unpack's own error.
 func TestUnpackFailureStopsTheFeeds(t *testing.T) {
-	_, _, err, took := unpackWithAFailingCommand(t, "unpack", "unpack: feed socket directory: file exists")
+	_, _, took, err := unpackWithAFailingCommand(t, "unpack", "unpack: feed socket directory: file exists")
 	if err == nil || !strings.Contains(err.Error(), "file exists") {
 		t.Fatalf("err = %v, want the unpack's failure", err)
 	}
@@ -117,7 +117,7 @@ func TestUnpackFailureStopsTheFeeds(t *testing.T) {
 // does not leave the unpack waiting FeedTimeout for it: the gateway tells the unpack to stop, and
 // the sync fails promptly with the feed's error, nothing left on the box.
 func TestFeedFailureStopsTheUnpack(t *testing.T) {
-	boxDir, dst, err, took := unpackWithAFailingCommand(t, "feed", "feed: cannot start")
+	boxDir, dst, took, err := unpackWithAFailingCommand(t, "feed", "feed: cannot start")
 	if err == nil || !strings.Contains(err.Error(), "feed: cannot start") {
 		t.Fatalf("err = %v, want the feed's failure", err)
 	}
