@@ -40,6 +40,10 @@ func TestReclaimRestoresFromCheckpoint(t *testing.T) {
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// a FIFO no sync can carry: the dispatch says it was left out
+	if err := syscall.Mkfifo(filepath.Join(ws, "pipe"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	var s sessions.Session
 	if _, err := g.do("POST", "/api/v1/sessions", map[string]string{"workspace": ws}, &s); err != nil {
 		t.Fatal(err)
@@ -72,6 +76,11 @@ func TestReclaimRestoresFromCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := waitPlacement("active", func(p placement.Placement, _ []placement.Event) bool { return p.State == placement.Active })
+	if _, evs := placementOf(); !slices.ContainsFunc(evs, func(ev placement.Event) bool {
+		return strings.HasPrefix(ev.Reason, "not synced to the box: 1 path(s)") && strings.HasSuffix(ev.Reason, ": pipe")
+	}) {
+		t.Errorf("no event says the FIFO was not synced: %+v", evs)
+	}
 	send := func(text string) placement.Turn {
 		var turn placement.Turn
 		if _, err := g.do("POST", "/api/v1/sessions/"+s.ID+"/messages", map[string]string{"text": text}, &turn); err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -395,6 +396,7 @@ func (d *Dispatcher) syncOut(ctx context.Context, p Placement) (Change, error) {
 	mode := manifest.ModePlain
 	anchorDir := filepath.Join(dir, "workspace")
 	var anchor *gitsync.Anchor
+	var skipped []string // what the anchor's copy left out
 	if p.AnchorDir != "" {
 		anchorDir = p.AnchorDir
 	}
@@ -406,7 +408,7 @@ func (d *Dispatcher) syncOut(ctx context.Context, p Placement) (Change, error) {
 		}
 		anchorDir = anchor.Dir
 	} else if p.AnchorDir == "" {
-		if err := copyTree(ctx, sess.Workspace, anchorDir, excl, incl); err != nil {
+		if skipped, err = copyTree(ctx, sess.Workspace, anchorDir, excl, incl); err != nil {
 			return Change{}, fmt.Errorf("copy workspace to the anchor: %w", err)
 		}
 	}
@@ -434,6 +436,9 @@ func (d *Dispatcher) syncOut(ctx context.Context, p Placement) (Change, error) {
 	}
 	if err := cache.Save(cacheFile); err != nil {
 		d.log.Warn("save the anchor's hash cache", "session", p.SessionID, "err", err)
+	}
+	if n := notSynced(append(skipped, res.Skipped...)); n != "" {
+		d.cfg.Placements.Note(ctx, p.SessionID, n)
 	}
 	base := res.Base
 	if anchor != nil {
@@ -672,10 +677,29 @@ func readManifest(path string) (*manifest.Manifest, error) {
 }
 
 // copyTree copies a plain workspace into the anchor through the same checked archive path.
-func copyTree(ctx context.Context, src, dst string, excl, incl []string) error {
-	m, _, err := manifest.Build(ctx, src, manifest.Options{Mode: manifest.ModePlain, Exclude: excl, Include: incl})
+// notSynced says which paths of the workspace the box did not get because no sync can carry
+// them, or "" when there are none.
+func notSynced(skipped []string) string {
+	if len(skipped) == 0 {
+		return ""
+	}
+	slices.Sort(skipped)
+	skipped = slices.Compact(skipped)
+	shown := skipped[:min(len(skipped), 5)]
+	more := ""
+	if len(skipped) > len(shown) {
+		more = fmt.Sprintf(" and %d more", len(skipped)-len(shown))
+	}
+	return fmt.Sprintf("not synced to the box: %d path(s) no sync can carry (submodules, devices, FIFOs, sockets, names that are not UTF-8): %s%s",
+		len(skipped), strings.Join(shown, ", "), more)
+}
+
+// copyTree copies the workspace src into the new anchor dst and returns what it left out
+// (manifest.Stats.Skipped).
+func copyTree(ctx context.Context, src, dst string, excl, incl []string) ([]string, error) {
+	m, st, err := manifest.Build(ctx, src, manifest.Options{Mode: manifest.ModePlain, Exclude: excl, Include: incl})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	pr, pw := io.Pipe()
 	errc := make(chan error, 1)
@@ -687,7 +711,7 @@ func copyTree(ctx context.Context, src, dst string, excl, incl []string) error {
 	plan := stream.PlanFor(nil, m)
 	_, aerr := stream.Apply(ctx, pr, dst, stream.ApplyOptions{Expect: &plan, AllowEscapingSymlinks: true})
 	pr.Close()
-	return errors.Join(aerr, <-errc)
+	return st.Skipped, errors.Join(aerr, <-errc)
 }
 
 func sleepCtx(ctx context.Context) error {

@@ -149,6 +149,34 @@ func TestBuildGit(t *testing.T) {
 	}
 }
 
+// TestBuildGitSkipsSubmodules: a checked-out submodule is neither listed nor walked in git mode
+// (its files are another repository's); it is named in Stats.Skipped, so that callers can say
+// that it was not synced.
+func TestBuildGitSkipsSubmodules(t *testing.T) {
+	synctest.HaveGit(t)
+	ctx := synctest.Context(t)
+	lib := filepath.Join(t.TempDir(), "lib")
+	synctest.InitRepo(t, lib, map[string]string{"lib.go": "package lib"})
+	root := filepath.Join(t.TempDir(), "repo")
+	synctest.InitRepo(t, root, map[string]string{"main.go": "package main"})
+	synctest.Git(t, root, "submodule", "add", "--quiet", lib, "third_party/lib")
+	synctest.Git(t, root, "commit", "--quiet", "-m", "add lib")
+	if synctest.Read(t, root, "third_party/lib/lib.go") != "package lib" {
+		t.Fatal("submodule not checked out")
+	}
+	m, st, err := Build(ctx, root, Options{Mode: ModeGit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// (the directory it sits in is listed: it exists in the checkout)
+	if got, want := paths(m), []string{"f:.gitmodules", "f:main.go", "d:third_party"}; !slices.Equal(got, want) {
+		t.Fatalf("entries %v\nwant %v", got, want)
+	}
+	if !slices.Equal(st.Skipped, []string{"third_party/lib"}) {
+		t.Fatalf("skipped %v, want the submodule", st.Skipped)
+	}
+}
+
 func TestCacheSkipsUnchangedFiles(t *testing.T) {
 	ctx := synctest.Context(t)
 	root := t.TempDir()

@@ -539,6 +539,9 @@ type Result struct {
 	Base  *manifest.Manifest
 	Plan  Plan
 	Stats Stats
+	// Skipped names what the listing left out because no sync can carry it (submodules, devices,
+	// FIFOs, sockets, names that are not UTF-8): not on the box, so worth telling the user.
+	Skipped []string
 	// List and BoxList are how long the local listing and the box's manifest took (in parallel);
 	// Hash how long hashing the changed files took (warm); Transfer the archive, from the first
 	// byte to the box's exit.
@@ -596,6 +599,7 @@ func PushTree(ctx context.Context, r Remote, root, dir string, opts TreeOptions)
 		pre.abort()
 		return Result{}, err
 	}
+	res.Skipped = listing.Stats().Skipped
 	if len(from.Entries) == 0 {
 		plan := Plan{Version: 1, Entries: listing.Unhashed().Entries, SumsLast: true, Cache: mo.CacheFile}
 		if len(plan.Entries) == 0 {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -462,5 +463,26 @@ func TestPushTreeReportsTheUnpacksRefusal(t *testing.T) {
 	_, err := PushTree(ctx, remote, src, filepath.Join(boxDir, "ws"), TreeOptions{})
 	if err == nil || !strings.Contains(err.Error(), "SIMULATED UNPACK REFUSAL") {
 		t.Fatalf("err = %v, want the unpack's refusal", err)
+	}
+}
+
+// TestPushTreeNamesWhatItLeftOut: a FIFO in the tree cannot be synced; the result names it (for
+// the caller to tell the user) and the rest lands.
+func TestPushTreeNamesWhatItLeftOut(t *testing.T) {
+	ctx := synctest.Context(t)
+	boxDir, remote := startBox(t)
+	src := t.TempDir()
+	synctest.Write(t, src, map[string]string{"a.txt": "a"})
+	must(t, syscall.Mkfifo(filepath.Join(src, "pipe"), 0o600))
+	dst := filepath.Join(boxDir, "ws")
+	res, err := PushTree(ctx, remote, src, dst, TreeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Skipped, []string{"pipe"}) {
+		t.Fatalf("skipped %v, want the FIFO", res.Skipped)
+	}
+	if synctest.Read(t, dst, "a.txt") != "a" || synctest.Read(t, dst, "pipe") != "<missing>" {
+		t.Fatal("box tree wrong")
 	}
 }
