@@ -87,6 +87,19 @@ func userWorkspace(t *testing.T, dir string, git bool) {
 		gitIn(t, dir, "init", "-q")
 		gitIn(t, dir, "add", "README.md")
 		gitIn(t, dir, "commit", "-qm", "initial")
+		// a submodule, sent to the box as it is at the recorded commit
+		lib := filepath.Join(filepath.Dir(dir), "sublib")
+		if err := os.MkdirAll(lib, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		gitIn(t, lib, "init", "-q")
+		if err := os.WriteFile(filepath.Join(lib, "lib.go"), []byte("package lib\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		gitIn(t, lib, "add", "lib.go")
+		gitIn(t, lib, "commit", "-qm", "lib")
+		gitIn(t, dir, "-c", "protocol.file.allow=always", "submodule", "add", "-q", lib, "lib")
+		gitIn(t, dir, "commit", "-qm", "add lib")
 	}
 }
 
@@ -310,6 +323,14 @@ func dispatchCase(t *testing.T, g *gw, root, profile string, git, fresh bool) {
 	if v.Placement.SyncMode != wantMode || box == "" || v.Placement.OwnerEpoch < 2 {
 		t.Fatalf("active placement %+v", v.Placement)
 	}
+	if git {
+		if !slices.ContainsFunc(v.Events, func(ev placement.Event) bool { return strings.HasPrefix(ev.Reason, "submodule lib sent at ") }) {
+			t.Fatalf("no event says the submodule was sent:\n%s", v)
+		}
+		if got := readFile(t, filepath.Join(box, "lib", "lib.go")); got != "package lib\n" {
+			t.Fatalf("submodule on the box: %q", got)
+		}
+	}
 	g.runTurn(id, "edit, commit and run", "worker")
 
 	// `openclaw sync plan ENV` diffs a workspace against the box's copy of the session's
@@ -380,8 +401,11 @@ func dispatchCase(t *testing.T, g *gw, root, profile string, git, fresh bool) {
 		if got := gitIn(t, ws, "rev-parse", branch+"~1"); got != head {
 			t.Fatalf("managed branch parent %s, want the base %s", got, head)
 		}
-		if st := gitIn(t, anchor, "status", "--porcelain"); !strings.Contains(st, "?? untracked.txt") || strings.Contains(st, "README.md") {
+		if st := gitIn(t, anchor, "status", "--porcelain"); !strings.Contains(st, "?? untracked.txt") || strings.Contains(st, "README.md") || strings.Contains(st, "lib") {
 			t.Fatalf("anchor status:\n%s", st)
+		}
+		if got := readFile(t, filepath.Join(anchor, "lib", "lib.go")); got != "package lib\n" {
+			t.Fatalf("anchor's submodule lib.go %q", got)
 		}
 		// the user's checkout is untouched
 		if got := gitIn(t, ws, "rev-parse", "HEAD"); got != head {

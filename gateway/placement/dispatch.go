@@ -437,7 +437,20 @@ func (d *Dispatcher) syncOut(ctx context.Context, p Placement) (Change, error) {
 	if err := cache.Save(cacheFile); err != nil {
 		d.log.Warn("save the anchor's hash cache", "session", p.SessionID, "err", err)
 	}
-	if n := notSynced(append(skipped, res.Skipped...)); n != "" {
+	skipped = append(skipped, res.Skipped...)
+	if anchor != nil {
+		// Submodules the anchor holds go to their places, as they are at the recorded commits.
+		subs, err := gitsync.PushSubmodules(ctx, r, anchor, boxWS, dir)
+		if err != nil {
+			return Change{}, fmt.Errorf("sync out: %w", err)
+		}
+		for _, sub := range subs {
+			skipped = slices.DeleteFunc(skipped, func(p string) bool { return p == sub.Path })
+			d.cfg.Placements.Note(ctx, p.SessionID, fmt.Sprintf("submodule %s sent at %s (read-only on the box: the worker cannot commit in it, and what it changes there does not come back)",
+				sub.Path, sub.Commit[:min(12, len(sub.Commit))]))
+		}
+	}
+	if n := notSynced(skipped); n != "" {
 		d.cfg.Placements.Note(ctx, p.SessionID, n)
 	}
 	base := res.Base

@@ -50,8 +50,9 @@ func Fingerprint(ctx context.Context, repo string) (string, error) {
 
 // CreateAnchor adds the managed worktree <dataDir>/worktrees/<fingerprint>/<name> of repo on a new
 // branch openclaw/<name> at base (HEAD when empty), and copies in the ignored-and-untracked files
-// that .worktreeinclude selects (never through a symlinked directory). The user's checkout is not
-// touched.
+// that .worktreeinclude selects (never through a symlinked directory), and fills its submodules
+// at the commits base records, from the user's checkouts of them (populateSubmodules). The user's
+// checkout is not touched.
 func CreateAnchor(ctx context.Context, repo, dataDir, name, base string) (*Anchor, error) {
 	if !ValidName(name) {
 		return nil, fmt.Errorf("invalid anchor name %q", name)
@@ -76,6 +77,9 @@ func CreateAnchor(ctx context.Context, repo, dataDir, name, base string) (*Ancho
 		return nil, fmt.Errorf("create managed worktree: %w", err)
 	}
 	if err := copyIncluded(ctx, repo, a.Dir); err != nil {
+		return nil, err
+	}
+	if err := a.populateSubmodules(ctx); err != nil {
 		return nil, err
 	}
 	return a, nil

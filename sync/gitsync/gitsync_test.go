@@ -382,3 +382,58 @@ func TestAdoptRefusesTipNotFromBase(t *testing.T) {
 		t.Fatal("garbage bundle adopted")
 	}
 }
+
+// TestAnchorFillsSubmodules: the managed worktree gets each submodule's files at the commit the
+// base records, from the user's checkout of it (which has moved on since), without a repository
+// of their own: the anchor's git status stays clean and its manifest does not list them. A
+// submodule the user has not checked out stays empty. The user's checkout is untouched.
+func TestAnchorFillsSubmodules(t *testing.T) {
+	synctest.HaveGit(t)
+	ctx := synctest.Context(t)
+	tmp := t.TempDir()
+	user := filepath.Join(tmp, "user")
+	synctest.InitRepo(t, user, map[string]string{"main.go": "package main\n"})
+	for _, name := range []string{"lib", "gone"} {
+		dir := filepath.Join(tmp, name)
+		synctest.InitRepo(t, dir, map[string]string{name + ".go": "package " + name + " // v1\n"})
+		synctest.Git(t, user, "submodule", "add", "--quiet", dir, "third_party/"+name)
+	}
+	synctest.Git(t, user, "commit", "--quiet", "-m", "submodules")
+	synctest.Git(t, user, "submodule", "deinit", "--quiet", "-f", "third_party/gone")
+	libDir := filepath.Join(user, "third_party", "lib")
+	synctest.Write(t, libDir, map[string]string{"lib.go": "package lib // v2\n"})
+	synctest.Git(t, libDir, "commit", "--quiet", "-am", "v2")
+	userFiles := func() map[string]string { // the checkout, not the repository (a worktree was added)
+		s := synctest.Snapshot(t, user)
+		maps.DeleteFunc(s, func(k, _ string) bool { return k == ".git" || strings.HasPrefix(k, ".git/") })
+		return s
+	}
+	userBefore := userFiles()
+
+	a, err := CreateAnchor(ctx, user, filepath.Join(tmp, "data"), "subs", "")
+	must(t, err)
+	if got := synctest.Read(t, a.Dir, "third_party/lib/lib.go"); got != "package lib // v1\n" {
+		t.Fatalf("submodule in the anchor: %q, want the recorded v1", got)
+	}
+	if des, err := os.ReadDir(filepath.Join(a.Dir, "third_party", "gone")); err != nil || len(des) != 0 {
+		t.Fatalf("a submodule not checked out by the user: %v %v, want an empty directory", des, err)
+	}
+	subs, err := a.PopulatedSubmodules(ctx)
+	must(t, err)
+	if len(subs) != 1 || subs[0].Path != "third_party/lib" || len(subs[0].Commit) < 40 {
+		t.Fatalf("filled submodules %+v", subs)
+	}
+	if st := synctest.Git(t, a.Dir, "status", "--porcelain", "--ignored"); st != "" {
+		t.Fatalf("anchor status %q, want clean", st)
+	}
+	m, err := a.Manifest(ctx, manifest.Options{})
+	must(t, err)
+	for _, p := range manifest.Paths(m.Entries) {
+		if strings.HasPrefix(p, "third_party/lib") || strings.HasPrefix(p, "third_party/gone") {
+			t.Fatalf("anchor manifest lists %s", p)
+		}
+	}
+	if !maps.Equal(userBefore, userFiles()) {
+		t.Fatal("the user's checkout changed")
+	}
+}

@@ -48,6 +48,13 @@ func gitRoundTrip(t *testing.T, remote stream.Remote, box synctest.Box) {
 		"main.go":          "package main\n",
 		"lib/lib.go":       "package lib\n",
 	})
+	// A submodule, recorded at v1; the user's checkout of it has moved on to v2 since.
+	lib := filepath.Join(tmp, "lib")
+	synctest.InitRepo(t, lib, map[string]string{"lib.go": "package lib // v1\n"})
+	synctest.Git(t, user, "submodule", "add", "--quiet", lib, "third_party/lib")
+	synctest.Git(t, user, "commit", "--quiet", "-m", "add lib")
+	synctest.Write(t, filepath.Join(user, "third_party", "lib"), map[string]string{"lib.go": "package lib // v2\n"})
+	synctest.Git(t, filepath.Join(user, "third_party", "lib"), "commit", "--quiet", "-am", "v2")
 	synctest.Write(t, user, map[string]string{".env": "TOKEN=local", "build/x": "ignored", "wip.txt": "user's uncommitted work"})
 	userHead := synctest.Git(t, user, "rev-parse", "HEAD")
 	userFiles := func() map[string]string {
@@ -67,6 +74,15 @@ func gitRoundTrip(t *testing.T, remote stream.Remote, box synctest.Box) {
 	inbox := filepath.Join(box.Home, ".openclaw-sync-in")
 	if _, _, err := stream.Push(ctx, remote, a.Dir, ws, base, false, stream.ManifestOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	// The submodule goes at the commit the base records, read-only in effect.
+	subs, err := PushSubmodules(ctx, remote, a, ws, t.TempDir())
+	must(t, err)
+	if len(subs) != 1 || subs[0].Path != "third_party/lib" {
+		t.Fatalf("submodules sent: %+v", subs)
+	}
+	if got := synctest.Exec(t, remote.Client, "cat "+bootstrap.Quote(filepath.Join(ws, "third_party", "lib", "lib.go"))); got != "package lib // v1" {
+		t.Fatalf("submodule on the box: %q, want the recorded v1", got)
 	}
 	pdir := filepath.Join(tmp, "base-pack")
 	must(t, os.Mkdir(pdir, 0o700))
@@ -91,7 +107,8 @@ g() { git -c user.name=worker -c user.email=worker@box.invalid "$@"; }
 printf 'package main // changed\n' > main.go; printf 'package main // new\n' > feature.go
 g add -A; g commit -q -m 'worker: feature'
 printf 'package lib // second\n' > lib/more.go; g add -A; g commit -q -m 'worker: more'
-mkdir -p notes; printf artifact > notes/untracked.md`)
+mkdir -p notes; printf artifact > notes/untracked.md
+printf 'package lib // edited on the box\n' > third_party/lib/lib.go; printf out > third_party/lib/build.out; g add -A`)
 	boxTip := synctest.Exec(t, client, "cd "+bootstrap.Quote(ws)+" && git rev-parse HEAD")
 
 	// In: the commits as a bundle made on the box, adopted by fast-forward.
@@ -124,6 +141,9 @@ mkdir -p notes; printf artifact > notes/untracked.md`)
 	}
 	if got := synctest.Read(t, a.Dir, "notes/untracked.md"); got != "artifact" {
 		t.Fatalf("untracked file did not land: %q", got)
+	}
+	if got := synctest.Read(t, a.Dir, "third_party/lib/lib.go"); got != "package lib // v1\n" {
+		t.Fatalf("the submodule in the anchor changed: %q", got)
 	}
 
 	// A second bundle with nothing new is empty and changes nothing.
