@@ -88,7 +88,7 @@ func userWorkspace(t *testing.T, dir string, git bool) {
 		gitIn(t, dir, "add", "README.md")
 		gitIn(t, dir, "commit", "-qm", "initial")
 		// a submodule, sent to the box as it is at the recorded commit
-		lib := filepath.Join(filepath.Dir(dir), "sublib")
+		lib := dir + "-sublib"
 		if err := os.MkdirAll(lib, 0o755); err != nil {
 			t.Fatal(err)
 		}
