@@ -440,10 +440,11 @@ func (d *Dispatcher) syncOut(ctx context.Context, p Placement) (Change, error) {
 	skipped = append(skipped, res.Skipped...)
 	if anchor != nil {
 		// Submodules the anchor holds go to their places, as they are at the recorded commits.
-		subs, err := gitsync.PushSubmodules(ctx, r, anchor, boxWS, dir)
+		subs, subSkipped, err := gitsync.PushSubmodules(ctx, r, anchor, boxWS, dir, excl, incl)
 		if err != nil {
 			return Change{}, fmt.Errorf("sync out: %w", err)
 		}
+		skipped = append(skipped, subSkipped...)
 		for _, sub := range subs {
 			skipped = slices.DeleteFunc(skipped, func(p string) bool { return p == sub.Path })
 			d.cfg.Placements.Note(ctx, p.SessionID, fmt.Sprintf("submodule %s sent at %s (read-only on the box: the worker cannot commit in it, and what it changes there does not come back)",

@@ -51,7 +51,7 @@ func Fingerprint(ctx context.Context, repo string) (string, error) {
 // CreateAnchor adds the managed worktree <dataDir>/worktrees/<fingerprint>/<name> of repo on a new
 // branch openclaw/<name> at base (HEAD when empty), and copies in the ignored-and-untracked files
 // that .worktreeinclude selects (never through a symlinked directory), and fills its submodules
-// at the commits base records, from the user's checkouts of them (populateSubmodules). The user's
+// at the commits base records, from the user's checkouts of them (FillSubmodules). The user's
 // checkout is not touched.
 func CreateAnchor(ctx context.Context, repo, dataDir, name, base string) (*Anchor, error) {
 	if !ValidName(name) {
@@ -79,7 +79,7 @@ func CreateAnchor(ctx context.Context, repo, dataDir, name, base string) (*Ancho
 	if err := copyIncluded(ctx, repo, a.Dir); err != nil {
 		return nil, err
 	}
-	if err := a.populateSubmodules(ctx); err != nil {
+	if _, err := a.FillSubmodules(ctx); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -344,9 +344,15 @@ func (a *Anchor) Adopt(ctx context.Context, session, bundle string) (string, err
 	if _, err := gitexec.Run(ctx, a.Dir, "update-ref", ResultRefPrefix+session, tip); err != nil {
 		return "", err
 	}
+	if err := a.dropReplacedSubmodules(ctx, tip); err != nil {
+		return "", err
+	}
 	if _, err := gitexec.Run(ctx, a.Dir, "merge", "-q", "--ff-only", tip); err != nil {
 		return "", fmt.Errorf("fast-forward %s: %w", a.Branch, err)
 	}
+	// Submodules the worker moved to other commits: their files follow (when the user's checkouts
+	// have those commits; the next sync out tries again and reports what it could not fill).
+	_, _ = a.FillSubmodules(ctx)
 	return tip, nil
 }
 

@@ -418,10 +418,25 @@ func TestAnchorFillsSubmodules(t *testing.T) {
 	if des, err := os.ReadDir(filepath.Join(a.Dir, "third_party", "gone")); err != nil || len(des) != 0 {
 		t.Fatalf("a submodule not checked out by the user: %v %v, want an empty directory", des, err)
 	}
-	subs, err := a.PopulatedSubmodules(ctx)
+	subs, err := a.FillSubmodules(ctx)
 	must(t, err)
 	if len(subs) != 1 || subs[0].Path != "third_party/lib" || len(subs[0].Commit) < 40 {
 		t.Fatalf("filled submodules %+v", subs)
+	}
+	// Filled once: a file changed in the anchor's copy stays (it is the session's workspace)...
+	synctest.Write(t, a.Dir, map[string]string{"third_party/lib/lib.go": "package lib // edited in the anchor\n"})
+	_, err = a.FillSubmodules(ctx)
+	must(t, err)
+	if got := synctest.Read(t, a.Dir, "third_party/lib/lib.go"); got != "package lib // edited in the anchor\n" {
+		t.Fatalf("a filled submodule was filled again: %q", got)
+	}
+	// ...while a fill that did not finish (no record of it) is redone from scratch.
+	must(t, os.Remove(a.Dir+".submodules.json"))
+	synctest.Write(t, a.Dir, map[string]string{"third_party/lib/half.txt": "left by an interrupted fill"})
+	_, err = a.FillSubmodules(ctx)
+	must(t, err)
+	if synctest.Read(t, a.Dir, "third_party/lib/lib.go") != "package lib // v1\n" || synctest.Read(t, a.Dir, "third_party/lib/half.txt") != "<missing>" {
+		t.Fatal("an unrecorded fill was not redone")
 	}
 	if st := synctest.Git(t, a.Dir, "status", "--porcelain", "--ignored"); st != "" {
 		t.Fatalf("anchor status %q, want clean", st)
@@ -435,5 +450,57 @@ func TestAnchorFillsSubmodules(t *testing.T) {
 	}
 	if !maps.Equal(userBefore, userFiles()) {
 		t.Fatal("the user's checkout changed")
+	}
+}
+
+// TestAdoptFollowsSubmoduleChanges: a worker commit that moves a submodule to another commit gets
+// the anchor's copy refilled at it (from the user's checkout); one that turns the submodule into
+// plain files (vendors it) is adopted, the filled copy giving way to the committed files.
+func TestAdoptFollowsSubmoduleChanges(t *testing.T) {
+	synctest.HaveGit(t)
+	ctx := synctest.Context(t)
+	tmp := t.TempDir()
+	user := filepath.Join(tmp, "user")
+	synctest.InitRepo(t, user, map[string]string{"main.go": "package main\n"})
+	lib := filepath.Join(tmp, "lib")
+	synctest.InitRepo(t, lib, map[string]string{"lib.go": "package lib // v1\n"})
+	synctest.Git(t, user, "submodule", "add", "--quiet", lib, "third_party/lib")
+	synctest.Git(t, user, "commit", "--quiet", "-m", "lib")
+	userLib := filepath.Join(user, "third_party", "lib")
+	synctest.Write(t, userLib, map[string]string{"lib.go": "package lib // v2\n"})
+	synctest.Git(t, userLib, "commit", "--quiet", "-am", "v2")
+	v2 := synctest.Git(t, userLib, "rev-parse", "HEAD")
+
+	for _, tc := range []struct {
+		name, work, want string
+	}{
+		{"moved to v2", "git update-index --cacheinfo 160000," + v2 + ",third_party/lib", "package lib // v2\n"},
+		{"vendored", "git rm -q --cached third_party/lib && mkdir -p third_party/lib && printf 'package lib // vendored\\n' > third_party/lib/lib.go && git add third_party/lib/lib.go", "package lib // vendored\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := strings.ReplaceAll(tc.name, " ", "-")
+			a, err := CreateAnchor(ctx, user, filepath.Join(tmp, "data"), name, "")
+			must(t, err)
+			box := filepath.Join(t.TempDir(), "box")
+			synctest.Git(t, tmp, "clone", "-q", user, box)
+			cmd := exec.Command("sh", "-c", tc.work+" && git -c user.name=w -c user.email=w@box.invalid commit -qm work")
+			cmd.Dir = box
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("worker commit: %v %s", err, out)
+			}
+			bundle := filepath.Join(t.TempDir(), "b.bundle")
+			synctest.Git(t, box, "bundle", "create", "-q", bundle, a.Base+"..HEAD")
+			tip, err := a.Adopt(ctx, "s-"+name, bundle)
+			must(t, err)
+			if tip != synctest.Git(t, box, "rev-parse", "HEAD") {
+				t.Fatalf("adopted %s", tip)
+			}
+			if got := synctest.Read(t, a.Dir, "third_party/lib/lib.go"); got != tc.want {
+				t.Fatalf("anchor's third_party/lib/lib.go %q, want %q", got, tc.want)
+			}
+			if st := synctest.Git(t, a.Dir, "status", "--porcelain"); st != "" {
+				t.Fatalf("anchor status %q after adopting", st)
+			}
+		})
 	}
 }

@@ -76,7 +76,7 @@ func gitRoundTrip(t *testing.T, remote stream.Remote, box synctest.Box) {
 		t.Fatal(err)
 	}
 	// The submodule goes at the commit the base records, read-only in effect.
-	subs, err := PushSubmodules(ctx, remote, a, ws, t.TempDir())
+	subs, _, err := PushSubmodules(ctx, remote, a, ws, t.TempDir(), nil, nil)
 	must(t, err)
 	if len(subs) != 1 || subs[0].Path != "third_party/lib" {
 		t.Fatalf("submodules sent: %+v", subs)

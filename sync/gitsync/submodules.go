@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,19 +17,19 @@ import (
 	"github.com/openclaw/cloudworkers/sync/stream"
 )
 
-// Submodule is a submodule (gitlink) of an anchor's base commit.
+// Submodule is a submodule (gitlink) of a commit of the anchor.
 type Submodule struct {
 	// Path is slash-separated, relative to the anchor.
 	Path string `json:"path"`
-	// Commit is the submodule commit the base records.
+	// Commit is the submodule commit the superproject's commit records.
 	Commit string `json:"commit"`
 }
 
-// Submodules lists the submodules of the anchor's base commit, by path.
-func (a *Anchor) Submodules(ctx context.Context) ([]Submodule, error) {
-	out, err := gitexec.Run(ctx, a.Dir, "ls-tree", "-r", "-z", "--full-tree", a.Base)
+// Submodules lists the submodules recorded by commit (a revision of the anchor), by path.
+func (a *Anchor) Submodules(ctx context.Context, commit string) ([]Submodule, error) {
+	out, err := gitexec.Run(ctx, a.Dir, "ls-tree", "-r", "-z", "--full-tree", commit)
 	if err != nil {
-		return nil, fmt.Errorf("list submodules of %s: %w", short(a.Base), err)
+		return nil, fmt.Errorf("list submodules of %s: %w", short(commit), err)
 	}
 	var subs []Submodule
 	for _, rec := range bytes.Split(out, []byte{0}) {
@@ -42,57 +44,173 @@ func (a *Anchor) Submodules(ctx context.Context) ([]Submodule, error) {
 	return subs, nil
 }
 
-// populateSubmodules fills each submodule's directory in the new anchor with the files of the
-// commit the base records for it, taken from the user's checkout of that submodule (the
-// submodule's directory in repo, which must be a repository holding that commit): no network, no
-// credentials. The anchor's git sees the directory as a submodule that is not checked out (no
-// .git in it): nothing in it is listed, committed or reported by git. A submodule that is not
-// checked out in repo, or lacks that commit, stays empty (the sync reports it as not synced);
-// submodules of submodules are not filled.
-func (a *Anchor) populateSubmodules(ctx context.Context) error {
-	subs, err := a.Submodules(ctx)
+// filledFile records, beside the anchor, which commit each filled submodule directory holds.
+func (a *Anchor) filledFile() string { return a.Dir + ".submodules.json" }
+
+func (a *Anchor) loadFilled() map[string]string {
+	m := map[string]string{}
+	if b, err := os.ReadFile(a.filledFile()); err == nil {
+		_ = json.Unmarshal(b, &m)
+	}
+	return m
+}
+
+func (a *Anchor) saveFilled(m map[string]string) error {
+	b, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	for _, s := range subs {
-		if err := a.populate(ctx, s); err != nil {
-			return fmt.Errorf("submodule %s: %w", s.Path, err)
-		}
+	tmp := a.filledFile() + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
 	}
-	return nil
+	return os.Rename(tmp, a.filledFile())
 }
 
-func (a *Anchor) populate(ctx context.Context, s Submodule) error {
-	if manifest.ValidPath(s.Path) != nil || !realParents(a.Dir, s.Path) || !realParents(a.Repo, s.Path) {
-		return nil
+// FillSubmodules brings the directory of each submodule that the anchor's HEAD records to the
+// files of the recorded commit, taken from the user's checkout of that submodule (its directory in
+// the user's repository, which must be a repository of its own holding that commit): no network,
+// no credentials, nothing of the user's changed. A directory already filled at that commit is
+// left as it is. The files are checked out into a staging directory next to it and renamed into
+// place, so an interrupted fill leaves no half tree (and is redone next time). Without a .git
+// inside, the anchor's git — and the box's — sees a submodule that is not checked out: nothing in
+// it is listed, reported by `git status` or committed. A submodule whose commit the user's
+// checkout cannot give is left empty (emptied if it held another commit's files; it is then
+// reported as not synced); one that a checkout of its own (.git) occupies is left alone;
+// submodules of submodules are not filled. It returns the submodules filled.
+func (a *Anchor) FillSubmodules(ctx context.Context) ([]Submodule, error) {
+	subs, err := a.Submodules(ctx, "HEAD")
+	if err != nil {
+		return nil, err
+	}
+	was := a.loadFilled()
+	now := map[string]string{}
+	var out []Submodule
+	for _, s := range subs {
+		if manifest.ValidPath(s.Path) != nil || !realParents(a.Dir, s.Path) {
+			continue
+		}
+		dst := filepath.Join(a.Dir, filepath.FromSlash(s.Path))
+		if fi, err := os.Lstat(dst); err == nil && !fi.IsDir() {
+			continue // not a directory (a symlink or file someone put there): not ours to replace
+		}
+		if _, err := os.Lstat(filepath.Join(dst, ".git")); err == nil {
+			continue // a checkout of its own
+		}
+		if was[s.Path] == s.Commit {
+			now[s.Path] = s.Commit
+			out = append(out, s)
+			continue
+		}
+		ok, err := a.fill(ctx, s, dst)
+		if err != nil {
+			return nil, fmt.Errorf("submodule %s: %w", s.Path, err)
+		}
+		if ok {
+			now[s.Path] = s.Commit
+			out = append(out, s)
+		} else if was[s.Path] != "" {
+			// Filled at another commit that can no longer be given: not sent as if it were this one.
+			if err := emptyDir(dst); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, a.saveFilled(now)
+}
+
+// fill checks s.Commit out of the user's checkout of the submodule into dst (replacing what dst
+// held); false when that checkout cannot give it.
+func (a *Anchor) fill(ctx context.Context, s Submodule, dst string) (bool, error) {
+	if !realParents(a.Repo, s.Path) {
+		return false, nil
 	}
 	src := filepath.Join(a.Repo, filepath.FromSlash(s.Path))
 	// The user's checkout of the submodule must be a repository of its own (git would otherwise
 	// answer for the superproject) that holds the recorded commit.
 	top, err := gitexec.Line(ctx, src, "rev-parse", "--show-toplevel")
 	if err != nil || !sameDir(top, src) {
-		return nil
+		return false, nil
 	}
 	if _, err := gitexec.Line(ctx, src, "rev-parse", "--verify", "-q", s.Commit+"^{commit}"); err != nil {
+		return false, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return false, err
+	}
+	// A staging name: never listed by a manifest, should it outlive an interrupted fill.
+	tmp, err := os.MkdirTemp(filepath.Dir(dst), manifest.StagingPrefix+"submodule-")
+	if err != nil {
+		return false, err
+	}
+	defer os.RemoveAll(tmp)
+	idx, err := os.MkdirTemp("", "openclaw-submodule-index-")
+	if err != nil {
+		return false, err
+	}
+	defer os.RemoveAll(idx)
+	// A temporary index: the user's own is not read or written. LFS files stay pointers (their
+	// content would need the network).
+	env := []string{"GIT_INDEX_FILE=" + filepath.Join(idx, "index"), "GIT_LFS_SKIP_SMUDGE=1"}
+	if _, err := gitexec.RunEnv(ctx, src, env, nil, "read-tree", s.Commit); err != nil {
+		return false, err
+	}
+	if _, err := gitexec.RunEnv(ctx, src, env, nil, "--work-tree="+tmp, "checkout-index", "-a", "-f"); err != nil {
+		return false, err
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return false, err
+	}
+	if err := os.RemoveAll(dst); err != nil {
+		return false, err
+	}
+	return true, os.Rename(tmp, dst)
+}
+
+// emptyDir removes what dir holds, keeping dir.
+func emptyDir(dir string) error {
+	des, err := os.ReadDir(dir)
+	if err != nil {
 		return nil
 	}
-	dst := filepath.Join(a.Dir, filepath.FromSlash(s.Path))
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		return err
+	for _, de := range des {
+		if err := os.RemoveAll(filepath.Join(dir, de.Name())); err != nil {
+			return err
+		}
 	}
-	tmp, err := os.MkdirTemp("", "openclaw-submodule-")
+	return nil
+}
+
+// dropReplacedSubmodules empties the filled submodule directories whose gitlink commit tip no
+// longer has (the worker turned the submodule into plain files, or removed it): they are a copy
+// of ours, and a fast-forward would refuse to write over them.
+func (a *Anchor) dropReplacedSubmodules(ctx context.Context, tip string) error {
+	was := a.loadFilled()
+	if len(was) == 0 {
+		return nil
+	}
+	keep, err := a.Submodules(ctx, tip)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
-	env := []string{"GIT_INDEX_FILE=" + filepath.Join(tmp, "index")}
-	if _, err := gitexec.RunEnv(ctx, src, env, nil, "read-tree", s.Commit); err != nil {
-		return err
+	still := map[string]bool{}
+	for _, s := range keep {
+		still[s.Path] = true
 	}
-	if _, err := gitexec.RunEnv(ctx, src, env, nil, "--work-tree="+dst, "checkout-index", "-a", "-f"); err != nil {
-		return err
+	for p := range was {
+		if still[p] || manifest.ValidPath(p) != nil || !realParents(a.Dir, p) {
+			continue
+		}
+		dst := filepath.Join(a.Dir, filepath.FromSlash(p))
+		if _, err := os.Lstat(filepath.Join(dst, ".git")); err == nil {
+			continue
+		}
+		if err := os.RemoveAll(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		delete(was, p)
 	}
-	return nil
+	return a.saveFilled(was)
 }
 
 // sameDir reports whether two paths name the same directory.
@@ -102,26 +220,6 @@ func sameDir(a, b string) bool {
 	return errA == nil && errB == nil && os.SameFile(fa, fb)
 }
 
-// PopulatedSubmodules returns the anchor's submodules whose directory holds files (as
-// CreateAnchor filled them), without a repository of their own.
-func (a *Anchor) PopulatedSubmodules(ctx context.Context) ([]Submodule, error) {
-	subs, err := a.Submodules(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []Submodule
-	for _, s := range subs {
-		dir := filepath.Join(a.Dir, filepath.FromSlash(s.Path))
-		if _, err := os.Lstat(filepath.Join(dir, ".git")); err == nil {
-			continue
-		}
-		if des, err := os.ReadDir(dir); err == nil && len(des) > 0 && realParents(a.Dir, s.Path) {
-			out = append(out, s)
-		}
-	}
-	return out, nil
-}
-
 // SubmoduleCacheName names the hash cache files of a submodule's sync (the gateway's and the
 // box's), from its path: one per submodule, beside the workspace's own.
 func SubmoduleCacheName(path string) string {
@@ -129,27 +227,37 @@ func SubmoduleCacheName(path string) string {
 	return "sub-" + hex.EncodeToString(sum[:6]) + ".sync-cache.json"
 }
 
-// PushSubmodules sends the anchor's filled submodules to their places in the box's workspace
-// boxWS, each as a tree of its own (plain mode: the directory is mirrored, what the box added in
-// it is removed), after the workspace itself was sent. The box's git sees them as submodules that
-// are not checked out, so they are read-only in effect: the worker cannot commit in them, and
-// what it changes in them does not come back. cacheDir holds the gateway's hash caches; the box's
-// go beside boxWS.
-func PushSubmodules(ctx context.Context, r stream.Remote, a *Anchor, boxWS, cacheDir string) ([]Submodule, error) {
-	subs, err := a.PopulatedSubmodules(ctx)
+// PushSubmodules brings the anchor's submodules to their recorded commits (FillSubmodules) and
+// sends each one to its place in the box's workspace boxWS, as a tree of its own (plain mode: the
+// directory is mirrored, what the box added in it is removed), after the workspace itself was
+// sent. A submodule whose path the profile's rules exclude (exclude, unless include) is not sent.
+// The box's git sees them as submodules that are not checked out, so they are read-only in
+// effect: the worker cannot commit in them with `git add`, and what it changes in them does not
+// come back. cacheDir holds the gateway's hash caches; the box's go beside boxWS. It returns the
+// submodules sent and, with their paths below the workspace's root, what their listings left out.
+func PushSubmodules(ctx context.Context, r stream.Remote, a *Anchor, boxWS, cacheDir string, exclude, include []string) (sent []Submodule, skipped []string, err error) {
+	subs, err := a.FillSubmodules(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	excl, incl := manifest.ParseRules(exclude), manifest.ParseRules(include)
 	for _, s := range subs {
+		if excl.Match(s.Path, true) && !incl.Match(s.Path, true) {
+			continue
+		}
 		name := SubmoduleCacheName(s.Path)
 		cacheFile := filepath.Join(cacheDir, name)
 		cache := manifest.LoadCache(cacheFile)
-		_, err := stream.PushTree(ctx, r, filepath.Join(a.Dir, filepath.FromSlash(s.Path)), boxWS+"/"+s.Path, stream.TreeOptions{
+		res, err := stream.PushTree(ctx, r, filepath.Join(a.Dir, filepath.FromSlash(s.Path)), boxWS+"/"+s.Path, stream.TreeOptions{
 			Cache: cache, Manifest: stream.ManifestOptions{Mode: manifest.ModePlain, CacheFile: boxWS + "." + name}})
 		if err != nil {
-			return nil, fmt.Errorf("submodule %s: %w", s.Path, err)
+			return nil, nil, fmt.Errorf("submodule %s: %w", s.Path, err)
 		}
 		_ = cache.Save(cacheFile)
+		sent = append(sent, s)
+		for _, p := range res.Skipped {
+			skipped = append(skipped, s.Path+"/"+p)
+		}
 	}
-	return subs, nil
+	return sent, skipped, nil
 }

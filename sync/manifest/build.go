@@ -166,10 +166,17 @@ func (b *builder) excluded(p string, isDir bool) bool {
 	return b.exclude.Match(p, isDir) && !b.include.Match(p, isDir)
 }
 
-// alwaysSkipped: repository metadata and our own staging directories are never synced.
+// alwaysSkipped: repository metadata and our own staging directories (at any depth: a submodule's
+// is next to it, and one can outlive a crash) are never synced, nor anything below them.
 func alwaysSkipped(p string) bool {
-	base := path.Base(p)
-	return strings.EqualFold(base, ".git") || (!strings.Contains(p, "/") && strings.HasPrefix(base, StagingPrefix))
+	for rest := p; rest != ""; {
+		var c string
+		c, rest, _ = strings.Cut(rest, "/")
+		if strings.EqualFold(c, ".git") || strings.HasPrefix(c, StagingPrefix) {
+			return true
+		}
+	}
+	return false
 }
 
 func (b *builder) add(p string, fi fs.FileInfo) error {

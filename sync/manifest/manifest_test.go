@@ -63,15 +63,16 @@ func TestBuildPlain(t *testing.T) {
 	ctx := synctest.Context(t)
 	root := t.TempDir()
 	synctest.Write(t, root, map[string]string{
-		"a.txt":               "a",
-		"src/main.go":         "package main",
-		"node_modules/x.js":   "x",
-		"build/out.o":         "o",
-		"build/keep.txt":      "keep",
-		".git/config":         "never",
-		"nested/.git/HEAD":    "never",
-		"logs/app.log":        "log",
-		StagingPrefix + "1/x": "staging",
+		"a.txt":                                  "a",
+		"src/main.go":                            "package main",
+		"node_modules/x.js":                      "x",
+		"build/out.o":                            "o",
+		"build/keep.txt":                         "keep",
+		".git/config":                            "never",
+		"nested/.git/HEAD":                       "never",
+		"logs/app.log":                           "log",
+		StagingPrefix + "1/x":                    "staging",
+		"src/" + StagingPrefix + "submodule-2/y": "a submodule's staging, left by a crash",
 	})
 	if err := os.Symlink("src/main.go", filepath.Join(root, "link")); err != nil {
 		t.Fatal(err)
