@@ -97,6 +97,7 @@ type adapt struct {
 	in         int64      // tar bytes in the current measurement
 	took       time.Duration
 	sinceProbe int64 // tar bytes since the other mode was last measured
+	started    bool  // the first frame was written (it is not measured)
 }
 
 const (
@@ -109,6 +110,12 @@ const (
 
 // wrote records that a frame of tar bytes in was written in took, and decides what comes next.
 func (a *adapt) wrote(compressed bool, in int64, took time.Duration) {
+	if !a.started {
+		// The first frame's time includes the start: the box's command starting, the first files
+		// read. It says nothing of the link.
+		a.started = true
+		return
+	}
 	if compressed != a.compress {
 		return // decided before the last switch
 	}

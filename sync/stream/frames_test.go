@@ -235,4 +235,14 @@ func TestAdaptChoosesByThroughput(t *testing.T) {
 	if c := count(run(secs(200e6), secs(100e6), 100)); c != 0 {
 		t.Errorf("fast connection: %d frames compressed", c)
 	}
+	// a fast connection whose first frame waited 300 ms for the box's command to start: that wait
+	// is not the link's, and no compressed frame is tried for it
+	var a adapt
+	a.wrote(false, chunk, 300*time.Millisecond)
+	for range 2 * measureEvery / chunk {
+		a.wrote(false, chunk, secs(200e6))
+	}
+	if a.compress || a.rate[0] < 100e6 {
+		t.Errorf("slow start on a fast connection: compress %v, measured %.0f MB/s stored", a.compress, a.rate[0]/1e6)
+	}
 }
