@@ -79,6 +79,10 @@ func CreateAnchor(ctx context.Context, repo, dataDir, name, base string) (*Ancho
 	if err := copyIncluded(ctx, repo, a.Dir); err != nil {
 		return nil, err
 	}
+	// A record left by an earlier anchor of that name (removed since) says nothing of this one.
+	if err := os.Remove(a.filledFile()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
 	if _, err := a.FillSubmodules(ctx); err != nil {
 		return nil, err
 	}
@@ -344,15 +348,20 @@ func (a *Anchor) Adopt(ctx context.Context, session, bundle string) (string, err
 	if _, err := gitexec.Run(ctx, a.Dir, "update-ref", ResultRefPrefix+session, tip); err != nil {
 		return "", err
 	}
-	if err := a.dropReplacedSubmodules(ctx, tip); err != nil {
+	defer a.lockSubmodules()()
+	restore, done, err := a.setAsideReplaced(ctx, tip)
+	if err != nil {
 		return "", err
 	}
 	if _, err := gitexec.Run(ctx, a.Dir, "merge", "-q", "--ff-only", tip); err != nil {
-		return "", fmt.Errorf("fast-forward %s: %w", a.Branch, err)
+		return "", errors.Join(fmt.Errorf("fast-forward %s: %w", a.Branch, err), restore())
+	}
+	if err := done(); err != nil {
+		return "", err
 	}
 	// Submodules the worker moved to other commits: their files follow (when the user's checkouts
 	// have those commits; the next sync out tries again and reports what it could not fill).
-	_, _ = a.FillSubmodules(ctx)
+	_, _ = a.fillSubmodules(ctx)
 	return tip, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -430,13 +431,20 @@ func TestAnchorFillsSubmodules(t *testing.T) {
 	if got := synctest.Read(t, a.Dir, "third_party/lib/lib.go"); got != "package lib // edited in the anchor\n" {
 		t.Fatalf("a filled submodule was filled again: %q", got)
 	}
-	// ...while a fill that did not finish (no record of it) is redone from scratch.
-	must(t, os.Remove(a.Dir+".submodules.json"))
-	synctest.Write(t, a.Dir, map[string]string{"third_party/lib/half.txt": "left by an interrupted fill"})
+	// ...a fill that stopped after its rename (recorded as pending) is redone...
+	must(t, os.WriteFile(a.Dir+".submodules.json", []byte(`{"third_party/lib":"pending"}`), 0o600))
 	_, err = a.FillSubmodules(ctx)
 	must(t, err)
-	if synctest.Read(t, a.Dir, "third_party/lib/lib.go") != "package lib // v1\n" || synctest.Read(t, a.Dir, "third_party/lib/half.txt") != "<missing>" {
-		t.Fatal("an unrecorded fill was not redone")
+	if synctest.Read(t, a.Dir, "third_party/lib/lib.go") != "package lib // v1\n" {
+		t.Fatal("a pending fill was not redone")
+	}
+	// ...and files at a submodule's path that no fill put there are left alone, not sent.
+	must(t, os.Remove(a.Dir+".submodules.json"))
+	synctest.Write(t, a.Dir, map[string]string{"third_party/lib/mine.txt": "someone's"})
+	subs, err = a.FillSubmodules(ctx)
+	must(t, err)
+	if len(subs) != 0 || synctest.Read(t, a.Dir, "third_party/lib/mine.txt") != "someone's" {
+		t.Fatalf("unrecorded files at a submodule's path: filled %+v, mine.txt %q", subs, synctest.Read(t, a.Dir, "third_party/lib/mine.txt"))
 	}
 	if st := synctest.Git(t, a.Dir, "status", "--porcelain", "--ignored"); st != "" {
 		t.Fatalf("anchor status %q, want clean", st)
@@ -471,16 +479,24 @@ func TestAdoptFollowsSubmoduleChanges(t *testing.T) {
 	synctest.Git(t, userLib, "commit", "--quiet", "-am", "v2")
 	v2 := synctest.Git(t, userLib, "rev-parse", "HEAD")
 
+	const vendor = "git rm -q --cached third_party/lib && mkdir -p third_party/lib && printf 'package lib // vendored\\n' > third_party/lib/lib.go && git add third_party/lib/lib.go"
 	for _, tc := range []struct {
 		name, work, want string
+		dirty            bool // main.go edited in the anchor, and by the worker: the fast-forward fails
 	}{
-		{"moved to v2", "git update-index --cacheinfo 160000," + v2 + ",third_party/lib", "package lib // v2\n"},
-		{"vendored", "git rm -q --cached third_party/lib && mkdir -p third_party/lib && printf 'package lib // vendored\\n' > third_party/lib/lib.go && git add third_party/lib/lib.go", "package lib // vendored\n"},
+		{"moved to v2", "git update-index --cacheinfo 160000," + v2 + ",third_party/lib", "package lib // v2\n", false},
+		{"vendored", vendor, "package lib // vendored\n", false},
+		{"vendored, fast-forward refused", vendor + " && echo 'package main // worker' > main.go && git add main.go", "package lib // v1\n", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			name := strings.ReplaceAll(tc.name, " ", "-")
-			a, err := CreateAnchor(ctx, user, filepath.Join(tmp, "data"), name, "")
+			name := strings.NewReplacer(" ", "-", ",", "").Replace(tc.name)
+			created, err := CreateAnchor(ctx, user, filepath.Join(tmp, "data"), name, "")
 			must(t, err)
+			// As dispatch reopens it after a pull-back: the session's workspace is the anchor.
+			a := &Anchor{Repo: created.Dir, Dir: created.Dir, Name: created.Name, Branch: created.Branch, Base: created.Base}
+			if tc.dirty {
+				synctest.Write(t, a.Dir, map[string]string{"main.go": "package main // edited in the anchor\n"})
+			}
 			box := filepath.Join(t.TempDir(), "box")
 			synctest.Git(t, tmp, "clone", "-q", user, box)
 			cmd := exec.Command("sh", "-c", tc.work+" && git -c user.name=w -c user.email=w@box.invalid commit -qm work")
@@ -491,6 +507,18 @@ func TestAdoptFollowsSubmoduleChanges(t *testing.T) {
 			bundle := filepath.Join(t.TempDir(), "b.bundle")
 			synctest.Git(t, box, "bundle", "create", "-q", bundle, a.Base+"..HEAD")
 			tip, err := a.Adopt(ctx, "s-"+name, bundle)
+			if tc.dirty {
+				if err == nil {
+					t.Fatal("fast-forward over an edited main.go succeeded")
+				}
+				if got := synctest.Read(t, a.Dir, "third_party/lib/lib.go"); got != tc.want {
+					t.Fatalf("after a refused fast-forward, third_party/lib/lib.go %q, want %q back", got, tc.want)
+				}
+				if subs, err := a.FillSubmodules(ctx); err != nil || len(subs) != 1 {
+					t.Fatalf("after a refused fast-forward: filled %+v %v, want the submodule still ours", subs, err)
+				}
+				return
+			}
 			must(t, err)
 			if tip != synctest.Git(t, box, "rev-parse", "HEAD") {
 				t.Fatalf("adopted %s", tip)
@@ -502,5 +530,14 @@ func TestAdoptFollowsSubmoduleChanges(t *testing.T) {
 				t.Fatalf("anchor status %q after adopting", st)
 			}
 		})
+	}
+}
+
+func TestRebaseRules(t *testing.T) {
+	got := RebaseRules([]string{"*.pem", "node_modules/", "**/secret.txt", "/third_party/lib/build/", "!third_party/lib/keep.txt",
+		"third_party/other/x", "/top.txt", "third_party/lib"}, "third_party/lib")
+	want := []string{"*.pem", "node_modules/", "**/secret.txt", "/build/", "!/keep.txt"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("rebased %q, want %q", got, want)
 	}
 }

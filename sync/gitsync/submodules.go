@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/openclaw/cloudworkers/sync/gitexec"
 	"github.com/openclaw/cloudworkers/sync/manifest"
@@ -60,11 +61,61 @@ func (a *Anchor) saveFilled(m map[string]string) error {
 	if err != nil {
 		return err
 	}
-	tmp := a.filledFile() + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	f, err := os.CreateTemp(filepath.Dir(a.Dir), "."+filepath.Base(a.Dir)+".submodules-*")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, a.filledFile())
+	defer os.Remove(f.Name())
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), a.filledFile())
+}
+
+// anchorLocks serialises, per anchor directory, what changes its submodule copies: fills,
+// adoptions, and the pushes that read them.
+var anchorLocks sync.Map
+
+func (a *Anchor) lockSubmodules() func() {
+	mu, _ := anchorLocks.LoadOrStore(filepath.Clean(a.Dir), &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	return mu.(*sync.Mutex).Unlock
+}
+
+// mainWorktree is the user's checkout the anchor was made from (the repository's main worktree),
+// where the submodules' checkouts are; "" for a bare repository.
+func (a *Anchor) mainWorktree(ctx context.Context) string {
+	out, err := gitexec.Run(ctx, a.Dir, "worktree", "list", "--porcelain")
+	if err != nil {
+		return ""
+	}
+	var first string
+	for _, l := range strings.Split(string(out), "\n") {
+		if first == "" {
+			first, _ = strings.CutPrefix(l, "worktree ")
+			continue
+		}
+		if l == "" {
+			break
+		}
+		if l == "bare" {
+			return ""
+		}
+	}
+	return first
+}
+
+// nonEmpty reports whether dir is a directory holding something.
+func nonEmpty(dir string) bool {
+	des, err := os.ReadDir(dir)
+	return err == nil && len(des) > 0
 }
 
 // FillSubmodules brings the directory of each submodule that the anchor's HEAD records to the
@@ -79,6 +130,11 @@ func (a *Anchor) saveFilled(m map[string]string) error {
 // reported as not synced); one that a checkout of its own (.git) occupies is left alone;
 // submodules of submodules are not filled. It returns the submodules filled.
 func (a *Anchor) FillSubmodules(ctx context.Context) ([]Submodule, error) {
+	defer a.lockSubmodules()()
+	return a.fillSubmodules(ctx)
+}
+
+func (a *Anchor) fillSubmodules(ctx context.Context) ([]Submodule, error) {
 	subs, err := a.Submodules(ctx, "HEAD")
 	if err != nil {
 		return nil, err
@@ -86,6 +142,7 @@ func (a *Anchor) FillSubmodules(ctx context.Context) ([]Submodule, error) {
 	was := a.loadFilled()
 	now := map[string]string{}
 	var out []Submodule
+	user := a.mainWorktree(ctx)
 	for _, s := range subs {
 		if manifest.ValidPath(s.Path) != nil || !realParents(a.Dir, s.Path) {
 			continue
@@ -97,20 +154,24 @@ func (a *Anchor) FillSubmodules(ctx context.Context) ([]Submodule, error) {
 		if _, err := os.Lstat(filepath.Join(dst, ".git")); err == nil {
 			continue // a checkout of its own
 		}
-		if was[s.Path] == s.Commit {
+		rec := was[s.Path]
+		switch {
+		case rec == s.Commit && nonEmpty(dst):
 			now[s.Path] = s.Commit
 			out = append(out, s)
 			continue
+		case rec == "" && nonEmpty(dst):
+			continue // files that no fill of ours put there: left alone
 		}
-		ok, err := a.fill(ctx, s, dst)
+		ok, err := a.fill(ctx, user, s, dst, was)
 		if err != nil {
 			return nil, fmt.Errorf("submodule %s: %w", s.Path, err)
 		}
 		if ok {
 			now[s.Path] = s.Commit
 			out = append(out, s)
-		} else if was[s.Path] != "" {
-			// Filled at another commit that can no longer be given: not sent as if it were this one.
+		} else if rec != "" {
+			// Our copy of another commit, which can no longer be given: not sent as this one.
 			if err := emptyDir(dst); err != nil {
 				return nil, err
 			}
@@ -119,13 +180,15 @@ func (a *Anchor) FillSubmodules(ctx context.Context) ([]Submodule, error) {
 	return out, a.saveFilled(now)
 }
 
-// fill checks s.Commit out of the user's checkout of the submodule into dst (replacing what dst
-// held); false when that checkout cannot give it.
-func (a *Anchor) fill(ctx context.Context, s Submodule, dst string) (bool, error) {
-	if !realParents(a.Repo, s.Path) {
+// fill checks s.Commit out of the user's checkout of the submodule (below the main worktree
+// user) into dst, replacing what dst held (empty, or a copy of ours); false when that checkout
+// cannot give it. The files are checked out into a staging directory beside the anchor (outside
+// the worktree), recorded as pending, then renamed into place.
+func (a *Anchor) fill(ctx context.Context, user string, s Submodule, dst string, was map[string]string) (bool, error) {
+	if user == "" || !realParents(user, s.Path) {
 		return false, nil
 	}
-	src := filepath.Join(a.Repo, filepath.FromSlash(s.Path))
+	src := filepath.Join(user, filepath.FromSlash(s.Path))
 	// The user's checkout of the submodule must be a repository of its own (git would otherwise
 	// answer for the superproject) that holds the recorded commit.
 	top, err := gitexec.Line(ctx, src, "rev-parse", "--show-toplevel")
@@ -138,33 +201,33 @@ func (a *Anchor) fill(ctx context.Context, s Submodule, dst string) (bool, error
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return false, err
 	}
-	// A staging name: never listed by a manifest, should it outlive an interrupted fill.
-	tmp, err := os.MkdirTemp(filepath.Dir(dst), manifest.StagingPrefix+"submodule-")
+	tmp, err := os.MkdirTemp(filepath.Dir(a.Dir), "."+filepath.Base(a.Dir)+".fill-")
 	if err != nil {
 		return false, err
 	}
 	defer os.RemoveAll(tmp)
-	idx, err := os.MkdirTemp("", "openclaw-submodule-index-")
-	if err != nil {
+	tree := filepath.Join(tmp, "tree")
+	if err := os.Mkdir(tree, 0o755); err != nil {
 		return false, err
 	}
-	defer os.RemoveAll(idx)
 	// A temporary index: the user's own is not read or written. LFS files stay pointers (their
 	// content would need the network).
-	env := []string{"GIT_INDEX_FILE=" + filepath.Join(idx, "index"), "GIT_LFS_SKIP_SMUDGE=1"}
+	env := []string{"GIT_INDEX_FILE=" + filepath.Join(tmp, "index"), "GIT_LFS_SKIP_SMUDGE=1"}
 	if _, err := gitexec.RunEnv(ctx, src, env, nil, "read-tree", s.Commit); err != nil {
 		return false, err
 	}
-	if _, err := gitexec.RunEnv(ctx, src, env, nil, "--work-tree="+tmp, "checkout-index", "-a", "-f"); err != nil {
+	if _, err := gitexec.RunEnv(ctx, src, env, nil, "--work-tree="+tree, "checkout-index", "-a", "-f"); err != nil {
 		return false, err
 	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
+	// Pending: should this stop after the rename, the directory is known to be a copy of ours.
+	was[s.Path] = "pending"
+	if err := a.saveFilled(was); err != nil {
 		return false, err
 	}
 	if err := os.RemoveAll(dst); err != nil {
 		return false, err
 	}
-	return true, os.Rename(tmp, dst)
+	return true, os.Rename(tree, dst)
 }
 
 // emptyDir removes what dir holds, keeping dir.
@@ -181,36 +244,66 @@ func emptyDir(dir string) error {
 	return nil
 }
 
-// dropReplacedSubmodules empties the filled submodule directories whose gitlink commit tip no
-// longer has (the worker turned the submodule into plain files, or removed it): they are a copy
-// of ours, and a fast-forward would refuse to write over them.
-func (a *Anchor) dropReplacedSubmodules(ctx context.Context, tip string) error {
+// setAsideReplaced moves the filled submodule directories whose gitlink tip no longer has (the
+// worker turned the submodule into plain files, or removed it) to a directory beside the anchor:
+// they are a copy of ours, and a fast-forward would refuse to write over them. restore puts them
+// back (the fast-forward failed); done drops them and their records.
+func (a *Anchor) setAsideReplaced(ctx context.Context, tip string) (restore, done func() error, err error) {
+	nothing := func() error { return nil }
 	was := a.loadFilled()
 	if len(was) == 0 {
-		return nil
+		return nothing, nothing, nil
 	}
 	keep, err := a.Submodules(ctx, tip)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	still := map[string]bool{}
 	for _, s := range keep {
 		still[s.Path] = true
+	}
+	aside, err := os.MkdirTemp(filepath.Dir(a.Dir), "."+filepath.Base(a.Dir)+".aside-")
+	if err != nil {
+		return nil, nil, err
+	}
+	type moved struct{ from, to string }
+	var ms []moved
+	restore = func() error {
+		var errs []error
+		for _, m := range ms {
+			errs = append(errs, os.Rename(m.to, m.from))
+		}
+		errs = append(errs, os.RemoveAll(aside))
+		return errors.Join(errs...)
 	}
 	for p := range was {
 		if still[p] || manifest.ValidPath(p) != nil || !realParents(a.Dir, p) {
 			continue
 		}
 		dst := filepath.Join(a.Dir, filepath.FromSlash(p))
+		if fi, err := os.Lstat(dst); err != nil || !fi.IsDir() {
+			continue
+		}
 		if _, err := os.Lstat(filepath.Join(dst, ".git")); err == nil {
 			continue
 		}
-		if err := os.RemoveAll(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
+		to := filepath.Join(aside, fmt.Sprint(len(ms)))
+		if err := os.Rename(dst, to); err != nil {
+			return nil, nil, errors.Join(err, restore())
 		}
-		delete(was, p)
+		ms = append(ms, moved{dst, to})
 	}
-	return a.saveFilled(was)
+	done = func() error {
+		for _, m := range ms {
+			for p := range was {
+				if filepath.Join(a.Dir, filepath.FromSlash(p)) == m.from {
+					delete(was, p)
+				}
+			}
+		}
+		return errors.Join(a.saveFilled(was), os.RemoveAll(aside))
+	}
+	return restore, done, nil
 }
 
 // sameDir reports whether two paths name the same directory.
@@ -236,7 +329,8 @@ func SubmoduleCacheName(path string) string {
 // come back. cacheDir holds the gateway's hash caches; the box's go beside boxWS. It returns the
 // submodules sent and, with their paths below the workspace's root, what their listings left out.
 func PushSubmodules(ctx context.Context, r stream.Remote, a *Anchor, boxWS, cacheDir string, exclude, include []string) (sent []Submodule, skipped []string, err error) {
-	subs, err := a.FillSubmodules(ctx)
+	defer a.lockSubmodules()()
+	subs, err := a.fillSubmodules(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -249,7 +343,8 @@ func PushSubmodules(ctx context.Context, r stream.Remote, a *Anchor, boxWS, cach
 		cacheFile := filepath.Join(cacheDir, name)
 		cache := manifest.LoadCache(cacheFile)
 		res, err := stream.PushTree(ctx, r, filepath.Join(a.Dir, filepath.FromSlash(s.Path)), boxWS+"/"+s.Path, stream.TreeOptions{
-			Cache: cache, Manifest: stream.ManifestOptions{Mode: manifest.ModePlain, CacheFile: boxWS + "." + name}})
+			Cache: cache, Manifest: stream.ManifestOptions{Mode: manifest.ModePlain, CacheFile: boxWS + "." + name,
+				Exclude: RebaseRules(exclude, s.Path), Include: RebaseRules(include, s.Path)}})
 		if err != nil {
 			return nil, nil, fmt.Errorf("submodule %s: %w", s.Path, err)
 		}
@@ -260,4 +355,31 @@ func PushSubmodules(ctx context.Context, r stream.Remote, a *Anchor, boxWS, cach
 		}
 	}
 	return sent, skipped, nil
+}
+
+// RebaseRules turns a workspace's rules (gitignore syntax) into rules for the tree of its
+// subdirectory dir: a pattern without a slash, or starting with **/, matches at any depth and is
+// kept; an anchored pattern below dir is kept relative to dir (still anchored); other anchored
+// patterns cannot match below dir and are dropped.
+func RebaseRules(patterns []string, dir string) []string {
+	var out []string
+	for _, p := range patterns {
+		neg := ""
+		body := p
+		if strings.HasPrefix(body, "!") {
+			neg, body = "!", body[1:]
+		}
+		core := strings.TrimRight(body, "/")
+		if core == "" {
+			continue
+		}
+		if !strings.Contains(core, "/") || strings.HasPrefix(core, "**/") {
+			out = append(out, p)
+			continue
+		}
+		if rest, ok := strings.CutPrefix(strings.TrimPrefix(body, "/"), dir+"/"); ok && rest != "" {
+			out = append(out, neg+"/"+rest)
+		}
+	}
+	return out
 }
