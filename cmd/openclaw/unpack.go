@@ -93,13 +93,13 @@ func newPackCmd() *cobra.Command {
 func newManifestCmd() *cobra.Command {
 	var git bool
 	var exclude, include []string
-	var cacheFile string
+	var cacheFile, rulePrefix string
 	cmd := &cobra.Command{
 		Use:   "manifest [--git] DIR",
 		Short: "Print the sync manifest of DIR as JSON (run by the gateway on a box)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := manifest.Options{Mode: manifest.ModePlain, Exclude: exclude, Include: include}
+			opts := manifest.Options{Mode: manifest.ModePlain, Exclude: exclude, Include: include, RulePrefix: rulePrefix}
 			if git {
 				opts.Mode = manifest.ModeGit
 			}
@@ -119,5 +119,6 @@ func newManifestCmd() *cobra.Command {
 	cmd.Flags().StringArrayVar(&exclude, "exclude", nil, "gitignore-style pattern to leave out (repeatable)")
 	cmd.Flags().StringArrayVar(&include, "include", nil, "gitignore-style pattern to keep even if excluded (repeatable)")
 	cmd.Flags().StringVar(&cacheFile, "cache", "", "hash cache file, so unchanged files are not re-hashed")
+	cmd.Flags().StringVar(&rulePrefix, "rule-prefix", "", "where DIR sits in the tree the --exclude/--include rules were written for")
 	return cmd
 }

@@ -79,8 +79,16 @@ func CreateAnchor(ctx context.Context, repo, dataDir, name, base string) (*Ancho
 	if err := copyIncluded(ctx, repo, a.Dir); err != nil {
 		return nil, err
 	}
-	// A record left by an earlier anchor of that name (removed since) says nothing of this one.
+	// A record left by an earlier anchor of that name (removed since) says nothing of this one;
+	// where the user's checkout is, for its submodules, once the session works in the anchor.
 	if err := os.Remove(a.filledFile()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	src, err := filepath.Abs(repo)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(a.sourceFile(), []byte(src+"\n"), 0o600); err != nil {
 		return nil, err
 	}
 	if _, err := a.FillSubmodules(ctx); err != nil {
@@ -356,9 +364,8 @@ func (a *Anchor) Adopt(ctx context.Context, session, bundle string) (string, err
 	if _, err := gitexec.Run(ctx, a.Dir, "merge", "-q", "--ff-only", tip); err != nil {
 		return "", errors.Join(fmt.Errorf("fast-forward %s: %w", a.Branch, err), restore())
 	}
-	if err := done(); err != nil {
-		return "", err
-	}
+	// The branch has moved: a record not updated here is checked against HEAD next time.
+	_ = done()
 	// Submodules the worker moved to other commits: their files follow (when the user's checkouts
 	// have those commits; the next sync out tries again and reports what it could not fill).
 	_, _ = a.fillSubmodules(ctx)

@@ -89,27 +89,45 @@ func (a *Anchor) lockSubmodules() func() {
 	return mu.(*sync.Mutex).Unlock
 }
 
-// mainWorktree is the user's checkout the anchor was made from (the repository's main worktree),
-// where the submodules' checkouts are; "" for a bare repository.
-func (a *Anchor) mainWorktree(ctx context.Context) string {
-	out, err := gitexec.Run(ctx, a.Dir, "worktree", "list", "--porcelain")
+// sourceFile records, beside the anchor, the user's checkout it was made from: once a session's
+// workspace is the anchor itself, that is where the submodules' checkouts still are.
+func (a *Anchor) sourceFile() string { return a.Dir + ".source" }
+
+// userCheckout is the user's checkout the submodules are read from: the anchor's Repo unless that
+// is the anchor itself, else the one recorded at its creation, else the repository's main
+// worktree; "" when none is a checkout of this repository.
+func (a *Anchor) userCheckout(ctx context.Context) string {
+	var candidates []string
+	if !sameDir(a.Repo, a.Dir) {
+		candidates = append(candidates, a.Repo)
+	}
+	if b, err := os.ReadFile(a.sourceFile()); err == nil {
+		candidates = append(candidates, strings.TrimSpace(string(b)))
+	}
+	if out, err := gitexec.Run(ctx, a.Dir, "worktree", "list", "--porcelain"); err == nil {
+		first, _, _ := strings.Cut(string(out), "\n")
+		if p, ok := strings.CutPrefix(first, "worktree "); ok {
+			candidates = append(candidates, p)
+		}
+	}
+	common, err := gitexec.Line(ctx, a.Dir, "rev-parse", "--path-format=absolute", "--git-common-dir")
 	if err != nil {
 		return ""
 	}
-	var first string
-	for _, l := range strings.Split(string(out), "\n") {
-		if first == "" {
-			first, _ = strings.CutPrefix(l, "worktree ")
+	for _, c := range candidates {
+		if c == "" || sameDir(c, a.Dir) {
 			continue
 		}
-		if l == "" {
-			break
+		// A checkout (its own top level) of the same repository.
+		top, err := gitexec.Line(ctx, c, "rev-parse", "--show-toplevel")
+		if err != nil || !sameDir(top, c) {
+			continue
 		}
-		if l == "bare" {
-			return ""
+		if cc, err := gitexec.Line(ctx, c, "rev-parse", "--path-format=absolute", "--git-common-dir"); err == nil && sameDir(cc, common) {
+			return c
 		}
 	}
-	return first
+	return ""
 }
 
 // nonEmpty reports whether dir is a directory holding something.
@@ -142,7 +160,7 @@ func (a *Anchor) fillSubmodules(ctx context.Context) ([]Submodule, error) {
 	was := a.loadFilled()
 	now := map[string]string{}
 	var out []Submodule
-	user := a.mainWorktree(ctx)
+	user := a.userCheckout(ctx)
 	for _, s := range subs {
 		if manifest.ValidPath(s.Path) != nil || !realParents(a.Dir, s.Path) {
 			continue
@@ -210,9 +228,9 @@ func (a *Anchor) fill(ctx context.Context, user string, s Submodule, dst string,
 	if err := os.Mkdir(tree, 0o755); err != nil {
 		return false, err
 	}
-	// A temporary index: the user's own is not read or written. LFS files stay pointers (their
-	// content would need the network).
-	env := []string{"GIT_INDEX_FILE=" + filepath.Join(tmp, "index"), "GIT_LFS_SKIP_SMUDGE=1"}
+	// A temporary index: the user's own is not read or written. LFS files stay pointers and a
+	// partial clone does not fetch what it lacks (either would need the network).
+	env := []string{"GIT_INDEX_FILE=" + filepath.Join(tmp, "index"), "GIT_LFS_SKIP_SMUDGE=1", "GIT_NO_LAZY_FETCH=1"}
 	if _, err := gitexec.RunEnv(ctx, src, env, nil, "read-tree", s.Commit); err != nil {
 		return false, err
 	}
@@ -254,13 +272,22 @@ func (a *Anchor) setAsideReplaced(ctx context.Context, tip string) (restore, don
 	if len(was) == 0 {
 		return nothing, nothing, nil
 	}
+	// Only directories that are submodules now (a record can be stale: an adoption that stopped
+	// after its fast-forward) and are not in tip.
+	gone := map[string]bool{}
+	now, err := a.Submodules(ctx, "HEAD")
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, s := range now {
+		gone[s.Path] = true
+	}
 	keep, err := a.Submodules(ctx, tip)
 	if err != nil {
 		return nil, nil, err
 	}
-	still := map[string]bool{}
 	for _, s := range keep {
-		still[s.Path] = true
+		delete(gone, s.Path)
 	}
 	aside, err := os.MkdirTemp(filepath.Dir(a.Dir), "."+filepath.Base(a.Dir)+".aside-")
 	if err != nil {
@@ -271,13 +298,17 @@ func (a *Anchor) setAsideReplaced(ctx context.Context, tip string) (restore, don
 	restore = func() error {
 		var errs []error
 		for _, m := range ms {
-			errs = append(errs, os.Rename(m.to, m.from))
+			if err := os.Rename(m.to, m.from); err != nil {
+				errs = append(errs, fmt.Errorf("put back %s: %w (the copy is kept in %s)", m.from, err, m.to))
+			}
 		}
-		errs = append(errs, os.RemoveAll(aside))
+		if len(errs) == 0 {
+			return os.RemoveAll(aside)
+		}
 		return errors.Join(errs...)
 	}
 	for p := range was {
-		if still[p] || manifest.ValidPath(p) != nil || !realParents(a.Dir, p) {
+		if !gone[p] || manifest.ValidPath(p) != nil || !realParents(a.Dir, p) {
 			continue
 		}
 		dst := filepath.Join(a.Dir, filepath.FromSlash(p))
@@ -323,7 +354,8 @@ func SubmoduleCacheName(path string) string {
 // PushSubmodules brings the anchor's submodules to their recorded commits (FillSubmodules) and
 // sends each one to its place in the box's workspace boxWS, as a tree of its own (plain mode: the
 // directory is mirrored, what the box added in it is removed), after the workspace itself was
-// sent. A submodule whose path the profile's rules exclude (exclude, unless include) is not sent.
+// sent. A submodule whose path the profile's rules exclude (exclude, unless include) is not sent;
+// inside one, the rules apply to its files' paths in the workspace (RulePrefix).
 // The box's git sees them as submodules that are not checked out, so they are read-only in
 // effect: the worker cannot commit in them with `git add`, and what it changes in them does not
 // come back. cacheDir holds the gateway's hash caches; the box's go beside boxWS. It returns the
@@ -344,7 +376,7 @@ func PushSubmodules(ctx context.Context, r stream.Remote, a *Anchor, boxWS, cach
 		cache := manifest.LoadCache(cacheFile)
 		res, err := stream.PushTree(ctx, r, filepath.Join(a.Dir, filepath.FromSlash(s.Path)), boxWS+"/"+s.Path, stream.TreeOptions{
 			Cache: cache, Manifest: stream.ManifestOptions{Mode: manifest.ModePlain, CacheFile: boxWS + "." + name,
-				Exclude: RebaseRules(exclude, s.Path), Include: RebaseRules(include, s.Path)}})
+				Exclude: exclude, Include: include, RulePrefix: s.Path}})
 		if err != nil {
 			return nil, nil, fmt.Errorf("submodule %s: %w", s.Path, err)
 		}
@@ -355,31 +387,4 @@ func PushSubmodules(ctx context.Context, r stream.Remote, a *Anchor, boxWS, cach
 		}
 	}
 	return sent, skipped, nil
-}
-
-// RebaseRules turns a workspace's rules (gitignore syntax) into rules for the tree of its
-// subdirectory dir: a pattern without a slash, or starting with **/, matches at any depth and is
-// kept; an anchored pattern below dir is kept relative to dir (still anchored); other anchored
-// patterns cannot match below dir and are dropped.
-func RebaseRules(patterns []string, dir string) []string {
-	var out []string
-	for _, p := range patterns {
-		neg := ""
-		body := p
-		if strings.HasPrefix(body, "!") {
-			neg, body = "!", body[1:]
-		}
-		core := strings.TrimRight(body, "/")
-		if core == "" {
-			continue
-		}
-		if !strings.Contains(core, "/") || strings.HasPrefix(core, "**/") {
-			out = append(out, p)
-			continue
-		}
-		if rest, ok := strings.CutPrefix(strings.TrimPrefix(body, "/"), dir+"/"); ok && rest != "" {
-			out = append(out, neg+"/"+rest)
-		}
-	}
-	return out
 }

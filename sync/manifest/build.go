@@ -52,6 +52,9 @@ type Options struct {
 	// out unless Include matches it too. In git mode Include also selects ignored files, like
 	// .worktreeinclude.
 	Exclude, Include []string
+	// RulePrefix, when set, is where the listed tree sits in the tree the rules were written for
+	// (a submodule's directory in its workspace): a path p is matched as RulePrefix/p.
+	RulePrefix string
 	// Cache, when set, is used and updated so that unchanged files are not re-hashed.
 	Cache *Cache
 	// Parallel bounds concurrent hashing; default 2×GOMAXPROCS.
@@ -163,6 +166,9 @@ type builder struct {
 }
 
 func (b *builder) excluded(p string, isDir bool) bool {
+	if b.opts.RulePrefix != "" {
+		p = b.opts.RulePrefix + "/" + p
+	}
 	return b.exclude.Match(p, isDir) && !b.include.Match(p, isDir)
 }
 

@@ -460,3 +460,22 @@ func TestWalkListsWhatASequentialWalkFinds(t *testing.T) {
 		}
 	}
 }
+
+// TestRulePrefix: a tree listed as the directory third_party/lib of the tree its rules were
+// written for (a submodule of a workspace) is matched on its paths there: anchored patterns with
+// wildcards reach into it, ones for other directories do not.
+func TestRulePrefix(t *testing.T) {
+	ctx := synctest.Context(t)
+	root := t.TempDir()
+	synctest.Write(t, root, map[string]string{"secret.txt": "s", "x/key.pem": "k", "build/out": "o", "keep.go": "k", "other.txt": "o"})
+	m, _, err := Build(ctx, root, Options{
+		Exclude:    []string{"third_party/*/secret.txt", "**/lib/x/*.pem", "/third_party/lib/build/", "third_party/other/other.txt", "/other.txt"},
+		RulePrefix: "third_party/lib",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := paths(m), []string{"f:keep.go", "f:other.txt", "d:x"}; !slices.Equal(got, want) {
+		t.Fatalf("entries %v\nwant %v", got, want)
+	}
+}

@@ -54,6 +54,8 @@ func BoxMainForTest(args []string) int {
 				opts.Mode, rest = manifest.ModeGit, rest[1:]
 			case "--cache":
 				cacheFile, rest = rest[1], rest[2:]
+			case "--rule-prefix":
+				opts.RulePrefix, rest = rest[1], rest[2:]
 			default:
 				return usage(args)
 			}

@@ -165,6 +165,9 @@ type ManifestOptions struct {
 	// CacheFile, when set, is a hash cache file on the box (`--cache`), so that a warm box does
 	// not re-hash files that did not change.
 	CacheFile string
+	// RulePrefix: where the tree sits in the tree Exclude and Include were written for
+	// (manifest.Options.RulePrefix).
+	RulePrefix string
 }
 
 func (o ManifestOptions) args(dir string) []string {
@@ -180,6 +183,9 @@ func (o ManifestOptions) args(dir string) []string {
 	}
 	if o.CacheFile != "" {
 		a = append(a, "--cache", o.CacheFile)
+	}
+	if o.RulePrefix != "" {
+		a = append(a, "--rule-prefix", o.RulePrefix)
 	}
 	return append(a, dir)
 }
@@ -569,7 +575,7 @@ func PushTree(ctx context.Context, r Remote, root, dir string, opts TreeOptions)
 			r.beforeList()
 		}
 		var err error
-		listing, err = manifest.List(gctx, root, manifest.Options{Mode: mo.Mode, Exclude: mo.Exclude, Include: mo.Include, Cache: opts.Cache})
+		listing, err = manifest.List(gctx, root, manifest.Options{Mode: mo.Mode, Exclude: mo.Exclude, Include: mo.Include, RulePrefix: mo.RulePrefix, Cache: opts.Cache})
 		res.List = time.Since(start)
 		return err
 	})
