@@ -84,7 +84,7 @@ func CreateAnchor(ctx context.Context, repo, dataDir, name, base string) (*Ancho
 	if err := os.Remove(a.filledFile()); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	src, err := filepath.Abs(repo)
+	src, err := gitexec.Line(ctx, repo, "rev-parse", "--show-toplevel")
 	if err != nil {
 		return nil, err
 	}

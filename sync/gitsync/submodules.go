@@ -213,7 +213,9 @@ func (a *Anchor) fill(ctx context.Context, user string, s Submodule, dst string,
 	if err != nil || !sameDir(top, src) {
 		return false, nil
 	}
-	if _, err := gitexec.Line(ctx, src, "rev-parse", "--verify", "-q", s.Commit+"^{commit}"); err != nil {
+	// No network: LFS files stay pointers, and a partial clone does not fetch what it lacks.
+	noNet := []string{"GIT_LFS_SKIP_SMUDGE=1", "GIT_NO_LAZY_FETCH=1"}
+	if _, err := gitexec.RunEnv(ctx, src, noNet, nil, "rev-parse", "--verify", "-q", s.Commit+"^{commit}"); err != nil {
 		return false, nil
 	}
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
@@ -228,14 +230,15 @@ func (a *Anchor) fill(ctx context.Context, user string, s Submodule, dst string,
 	if err := os.Mkdir(tree, 0o755); err != nil {
 		return false, err
 	}
-	// A temporary index: the user's own is not read or written. LFS files stay pointers and a
-	// partial clone does not fetch what it lacks (either would need the network).
-	env := []string{"GIT_INDEX_FILE=" + filepath.Join(tmp, "index"), "GIT_LFS_SKIP_SMUDGE=1", "GIT_NO_LAZY_FETCH=1"}
+	// A temporary index: the user's own is not read or written.
+	env := append([]string{"GIT_INDEX_FILE=" + filepath.Join(tmp, "index")}, noNet...)
+	// A checkout that cannot give every file (a partial clone missing some) gives nothing: the
+	// submodule is reported as not synced rather than failing the sync.
 	if _, err := gitexec.RunEnv(ctx, src, env, nil, "read-tree", s.Commit); err != nil {
-		return false, err
+		return false, nil
 	}
 	if _, err := gitexec.RunEnv(ctx, src, env, nil, "--work-tree="+tree, "checkout-index", "-a", "-f"); err != nil {
-		return false, err
+		return false, nil
 	}
 	// Pending: should this stop after the rename, the directory is known to be a copy of ours.
 	was[s.Path] = "pending"
@@ -375,8 +378,7 @@ func PushSubmodules(ctx context.Context, r stream.Remote, a *Anchor, boxWS, cach
 		cacheFile := filepath.Join(cacheDir, name)
 		cache := manifest.LoadCache(cacheFile)
 		res, err := stream.PushTree(ctx, r, filepath.Join(a.Dir, filepath.FromSlash(s.Path)), boxWS+"/"+s.Path, stream.TreeOptions{
-			Cache: cache, Manifest: stream.ManifestOptions{Mode: manifest.ModePlain, CacheFile: boxWS + "." + name,
-				Exclude: exclude, Include: include, RulePrefix: s.Path}})
+			Cache: cache, Manifest: submoduleManifest(boxWS+"."+name, exclude, include, s.Path)})
 		if err != nil {
 			return nil, nil, fmt.Errorf("submodule %s: %w", s.Path, err)
 		}
@@ -387,4 +389,15 @@ func PushSubmodules(ctx context.Context, r stream.Remote, a *Anchor, boxWS, cach
 		}
 	}
 	return sent, skipped, nil
+}
+
+// submoduleManifest selects a submodule's files on both sides: the profile's rules on their paths
+// in the workspace. Without rules there is no prefix to send either (a box installed by an earlier
+// gateway knows no --rule-prefix).
+func submoduleManifest(cacheFile string, exclude, include []string, path string) stream.ManifestOptions {
+	mo := stream.ManifestOptions{Mode: manifest.ModePlain, CacheFile: cacheFile, Exclude: exclude, Include: include}
+	if len(exclude)+len(include) > 0 {
+		mo.RulePrefix = path
+	}
+	return mo
 }

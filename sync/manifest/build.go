@@ -166,10 +166,16 @@ type builder struct {
 }
 
 func (b *builder) excluded(p string, isDir bool) bool {
-	if b.opts.RulePrefix != "" {
-		p = b.opts.RulePrefix + "/" + p
-	}
+	p = b.rulePath(p)
 	return b.exclude.Match(p, isDir) && !b.include.Match(p, isDir)
+}
+
+// rulePath is what the profile's rules see of the listed path p (Options.RulePrefix).
+func (b *builder) rulePath(p string) string {
+	if b.opts.RulePrefix != "" {
+		return b.opts.RulePrefix + "/" + p
+	}
+	return p
 }
 
 // alwaysSkipped: repository metadata and our own staging directories (at any depth: a submodule's
@@ -367,17 +373,19 @@ func (b *builder) git(ctx context.Context) error {
 		return fmt.Errorf("list files of %s: %w", b.root, err)
 	}
 	paths := splitZ(out)
-	inc := b.include
+	// Ignored files come in when .worktreeinclude (its root is the listed one) or the profile's
+	// Include (on rulePath) selects them.
+	wti := &Rules{}
 	if data, err := os.ReadFile(filepath.Join(b.root, WorktreeIncludeFile)); err == nil {
-		inc = ParseRules(append(strings.Split(string(data), "\n"), b.opts.Include...))
+		wti = ParseRules(strings.Split(string(data), "\n"))
 	}
-	if !inc.Empty() {
+	if !wti.Empty() || !b.include.Empty() {
 		out, err := gitexec.Run(ctx, b.root, "ls-files", "-z", "--others", "--ignored", "--exclude-standard")
 		if err != nil {
 			return fmt.Errorf("list ignored files of %s: %w", b.root, err)
 		}
 		for _, p := range splitZ(out) {
-			if inc.Match(p, false) {
+			if wti.Match(p, false) || b.include.Match(b.rulePath(p), false) {
 				paths = append(paths, p)
 			}
 		}

@@ -479,3 +479,21 @@ func TestRulePrefix(t *testing.T) {
 		t.Fatalf("entries %v\nwant %v", got, want)
 	}
 }
+
+// TestRulePrefixGitInclude: in git mode the profile's Include selects ignored files on their
+// paths in the workspace too (RulePrefix), while .worktreeinclude keeps to the listed root.
+func TestRulePrefixGitInclude(t *testing.T) {
+	synctest.HaveGit(t)
+	ctx := synctest.Context(t)
+	root := filepath.Join(t.TempDir(), "repo")
+	synctest.InitRepo(t, root, map[string]string{".gitignore": "gen/\n*.env\n", ".worktreeinclude": "*.env\n", "a.go": "a"})
+	synctest.Write(t, root, map[string]string{"gen/x.go": "generated", "local.env": "e", "gen2/y.go": "y"})
+	m, _, err := Build(ctx, root, Options{Mode: ModeGit, Include: []string{"third_party/lib/gen/"}, RulePrefix: "third_party/lib"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"f:.gitignore", "f:.worktreeinclude", "f:a.go", "d:gen", "f:gen/x.go", "d:gen2", "f:gen2/y.go", "f:local.env"}
+	if got := paths(m); !slices.Equal(got, want) {
+		t.Fatalf("entries %v\nwant %v", got, want)
+	}
+}
