@@ -430,10 +430,16 @@ func TestAnchorFillsSubmodules(t *testing.T) {
 	if got := synctest.Read(t, a.Dir, "third_party/lib/lib.go"); got != "package lib // edited in the anchor\n" {
 		t.Fatalf("a filled submodule was filled again: %q", got)
 	}
-	// ...a fill that stopped after its rename (recorded as pending) is redone...
+	// ...a fill that stopped after its rename (recorded as pending) is redone, and the staging
+	// directory of one that stopped before is removed...
 	must(t, os.WriteFile(a.Dir+".submodules.json", []byte(`{"third_party/lib":"pending"}`), 0o600))
+	crashed := filepath.Join(filepath.Dir(a.Dir), "."+filepath.Base(a.Dir)+".fill-123")
+	must(t, os.MkdirAll(filepath.Join(crashed, "tree"), 0o700))
 	_, err = a.FillSubmodules(ctx)
 	must(t, err)
+	if _, err := os.Stat(crashed); !os.IsNotExist(err) {
+		t.Fatalf("a crashed fill's staging directory is still there (%v)", err)
+	}
 	if synctest.Read(t, a.Dir, "third_party/lib/lib.go") != "package lib // v1\n" {
 		t.Fatal("a pending fill was not redone")
 	}

@@ -153,6 +153,11 @@ func (a *Anchor) FillSubmodules(ctx context.Context) ([]Submodule, error) {
 }
 
 func (a *Anchor) fillSubmodules(ctx context.Context) ([]Submodule, error) {
+	// Staging directories of fills that a crash interrupted (none is in use: the lock is held).
+	left, _ := filepath.Glob(filepath.Join(filepath.Dir(a.Dir), "."+filepath.Base(a.Dir)+".fill-*"))
+	for _, d := range left {
+		_ = os.RemoveAll(d)
+	}
 	subs, err := a.Submodules(ctx, "HEAD")
 	if err != nil {
 		return nil, err
