@@ -213,23 +213,33 @@ func (s *Store) list(ctx context.Context) ([]Checkpoint, error) {
 func (s *Store) Prune(ctx context.Context) ([]Checkpoint, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	all, err := s.list(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var old []Checkpoint
-	if len(all) > s.cfg.Keep {
-		old = all[:len(all)-s.cfg.Keep]
-	}
-	if s.cfg.Mode == manifest.ModeGit {
-		err = s.pruneGit(ctx, old)
-	} else {
-		err = s.prunePlain(ctx, old, all[len(old):])
-	}
+	old, err := s.prune(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("prune checkpoints of %s: %w", s.cfg.Session, err)
 	}
 	return old, nil
+}
+
+func (s *Store) prune(ctx context.Context) ([]Checkpoint, error) {
+	if s.cfg.Mode == manifest.ModeGit {
+		all, err := s.list(ctx)
+		if err != nil {
+			return nil, err
+		}
+		old := all[:max(len(all)-s.cfg.Keep, 0)]
+		return old, s.pruneGit(ctx, old)
+	}
+	// Plain: the snapshots are read once, for their numbers and the blobs the kept ones hold.
+	snaps, err := s.snapshots()
+	if err != nil {
+		return nil, err
+	}
+	n := max(len(snaps)-s.cfg.Keep, 0)
+	old := make([]Checkpoint, n)
+	for i, snap := range snaps[:n] {
+		old[i] = snap.Checkpoint
+	}
+	return old, s.prunePlain(ctx, snaps[:n], snaps[n:])
 }
 
 // Latest returns the newest checkpoint, or ErrNone.

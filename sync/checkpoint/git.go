@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/sync/gitexec"
+	"github.com/openclaw/cloudworkers/sync/gitsync"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 	"github.com/openclaw/cloudworkers/sync/stream"
 )
@@ -165,16 +166,10 @@ func (s *Store) restoreGit(ctx context.Context, cp Checkpoint, target string) (s
 		return stream.Stats{}, err
 	}
 	mode := manifest.ModePlain
-	if top, err := gitexec.Line(ctx, target, "rev-parse", "--show-toplevel"); err == nil && sameDir(top, target) {
+	if top, err := gitexec.Line(ctx, target, "rev-parse", "--show-toplevel"); err == nil && gitsync.SameDir(top, target) {
 		mode = manifest.ModeGit
 	}
 	return s.apply(ctx, target, mode, want, func(e manifest.Entry) string {
 		return filepath.Join(tree, filepath.FromSlash(e.Path))
 	})
-}
-
-func sameDir(a, b string) bool {
-	fa, err1 := os.Stat(a)
-	fb, err2 := os.Stat(b)
-	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
 }

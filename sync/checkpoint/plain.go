@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -139,6 +141,16 @@ func syncDir(dir string) error {
 }
 
 func (s *Store) listPlain() ([]Checkpoint, error) {
+	snaps, err := s.snapshots()
+	out := make([]Checkpoint, len(snaps))
+	for i, snap := range snaps {
+		out[i] = snap.Checkpoint
+	}
+	return out, err
+}
+
+// snapshots reads the session's snapshots, oldest first.
+func (s *Store) snapshots() ([]*snapshot, error) {
 	ents, err := os.ReadDir(s.Dir())
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -146,7 +158,7 @@ func (s *Store) listPlain() ([]Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []Checkpoint
+	var out []*snapshot
 	for _, de := range ents {
 		name, ok := strings.CutSuffix(de.Name(), ".json")
 		if !ok || !de.Type().IsRegular() {
@@ -160,15 +172,16 @@ func (s *Store) listPlain() ([]Checkpoint, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, snap.Checkpoint)
+		out = append(out, snap)
 	}
+	slices.SortFunc(out, func(a, b *snapshot) int { return cmp.Compare(a.Seq, b.Seq) })
 	return out, nil
 }
 
 // prunePlain removes the old checkpoints' snapshots, then sweeps the blob store: a blob that none
 // of the kept snapshots holds goes (also one left by an earlier prune or checkpoint that stopped
 // half way), as do temporary files of interrupted copies.
-func (s *Store) prunePlain(ctx context.Context, old, kept []Checkpoint) error {
+func (s *Store) prunePlain(ctx context.Context, old, kept []*snapshot) error {
 	for _, cp := range old {
 		if err := os.Remove(s.snapshotPath(cp.Seq)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
@@ -180,11 +193,7 @@ func (s *Store) prunePlain(ctx context.Context, old, kept []Checkpoint) error {
 		}
 	}
 	held := map[string]bool{}
-	for _, cp := range kept {
-		snap, err := s.readSnapshot(cp.Seq)
-		if err != nil {
-			return err
-		}
+	for _, snap := range kept {
 		for _, e := range snap.Manifest.Entries {
 			if e.Type == manifest.TypeFile {
 				held[e.SHA256] = true

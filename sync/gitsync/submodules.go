@@ -61,22 +61,7 @@ func (a *Anchor) saveFilled(m map[string]string) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(a.Dir), "."+filepath.Base(a.Dir)+".submodules-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), a.filledFile())
+	return manifest.WriteFileAtomic(a.filledFile(), b, true)
 }
 
 // anchorLocks serialises, per anchor directory, what changes its submodule copies: fills,
@@ -98,7 +83,7 @@ func (a *Anchor) sourceFile() string { return a.Dir + ".source" }
 // worktree; "" when none is a checkout of this repository.
 func (a *Anchor) userCheckout(ctx context.Context) string {
 	var candidates []string
-	if !sameDir(a.Repo, a.Dir) {
+	if !SameDir(a.Repo, a.Dir) {
 		candidates = append(candidates, a.Repo)
 	}
 	if b, err := os.ReadFile(a.sourceFile()); err == nil {
@@ -115,19 +100,40 @@ func (a *Anchor) userCheckout(ctx context.Context) string {
 		return ""
 	}
 	for _, c := range candidates {
-		if c == "" || sameDir(c, a.Dir) {
+		if c == "" || SameDir(c, a.Dir) {
 			continue
 		}
 		// A checkout (its own top level) of the same repository.
 		top, err := gitexec.Line(ctx, c, "rev-parse", "--show-toplevel")
-		if err != nil || !sameDir(top, c) {
+		if err != nil || !SameDir(top, c) {
 			continue
 		}
-		if cc, err := gitexec.Line(ctx, c, "rev-parse", "--path-format=absolute", "--git-common-dir"); err == nil && sameDir(cc, common) {
+		if cc, err := gitexec.Line(ctx, c, "rev-parse", "--path-format=absolute", "--git-common-dir"); err == nil && SameDir(cc, common) {
 			return c
 		}
 	}
 	return ""
+}
+
+// copyDir is the directory of the submodule at p in the anchor when it can hold a copy of ours: a
+// valid path below real directories, a directory (or, with missingOK, nothing yet), without a
+// checkout of its own (.git) — a symlink, a file or a checkout there is not ours to replace.
+func (a *Anchor) copyDir(p string, missingOK bool) (string, bool) {
+	if manifest.ValidPath(p) != nil || !realParents(a.Dir, p) {
+		return "", false
+	}
+	dir := filepath.Join(a.Dir, filepath.FromSlash(p))
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return dir, missingOK && errors.Is(err, os.ErrNotExist)
+	}
+	if !fi.IsDir() {
+		return "", false
+	}
+	if _, err := os.Lstat(filepath.Join(dir, ".git")); err == nil {
+		return "", false
+	}
+	return dir, true
 }
 
 // nonEmpty reports whether dir is a directory holding something.
@@ -167,15 +173,9 @@ func (a *Anchor) fillSubmodules(ctx context.Context) ([]Submodule, error) {
 	var out []Submodule
 	user := a.userCheckout(ctx)
 	for _, s := range subs {
-		if manifest.ValidPath(s.Path) != nil || !realParents(a.Dir, s.Path) {
+		dst, ok := a.copyDir(s.Path, true)
+		if !ok {
 			continue
-		}
-		dst := filepath.Join(a.Dir, filepath.FromSlash(s.Path))
-		if fi, err := os.Lstat(dst); err == nil && !fi.IsDir() {
-			continue // not a directory (a symlink or file someone put there): not ours to replace
-		}
-		if _, err := os.Lstat(filepath.Join(dst, ".git")); err == nil {
-			continue // a checkout of its own
 		}
 		rec := was[s.Path]
 		switch {
@@ -215,7 +215,7 @@ func (a *Anchor) fill(ctx context.Context, user string, s Submodule, dst string,
 	// The user's checkout of the submodule must be a repository of its own (git would otherwise
 	// answer for the superproject) that holds the recorded commit.
 	top, err := gitexec.Line(ctx, src, "rev-parse", "--show-toplevel")
-	if err != nil || !sameDir(top, src) {
+	if err != nil || !SameDir(top, src) {
 		return false, nil
 	}
 	// No network: LFS files stay pointers, and a partial clone does not fetch what it lacks.
@@ -301,7 +301,7 @@ func (a *Anchor) setAsideReplaced(ctx context.Context, tip string) (restore, don
 	if err != nil {
 		return nil, nil, err
 	}
-	type moved struct{ from, to string }
+	type moved struct{ path, from, to string }
 	var ms []moved
 	restore = func() error {
 		var errs []error
@@ -316,29 +316,19 @@ func (a *Anchor) setAsideReplaced(ctx context.Context, tip string) (restore, don
 		return errors.Join(errs...)
 	}
 	for p := range was {
-		if !gone[p] || manifest.ValidPath(p) != nil || !realParents(a.Dir, p) {
-			continue
-		}
-		dst := filepath.Join(a.Dir, filepath.FromSlash(p))
-		if fi, err := os.Lstat(dst); err != nil || !fi.IsDir() {
-			continue
-		}
-		if _, err := os.Lstat(filepath.Join(dst, ".git")); err == nil {
+		dst, ok := a.copyDir(p, false)
+		if !gone[p] || !ok {
 			continue
 		}
 		to := filepath.Join(aside, fmt.Sprint(len(ms)))
 		if err := os.Rename(dst, to); err != nil {
 			return nil, nil, errors.Join(err, restore())
 		}
-		ms = append(ms, moved{dst, to})
+		ms = append(ms, moved{p, dst, to})
 	}
 	done = func() error {
 		for _, m := range ms {
-			for p := range was {
-				if filepath.Join(a.Dir, filepath.FromSlash(p)) == m.from {
-					delete(was, p)
-				}
-			}
+			delete(was, m.path)
 		}
 		return errors.Join(a.saveFilled(was), os.RemoveAll(aside))
 	}
@@ -346,7 +336,7 @@ func (a *Anchor) setAsideReplaced(ctx context.Context, tip string) (restore, don
 }
 
 // sameDir reports whether two paths name the same directory.
-func sameDir(a, b string) bool {
+func SameDir(a, b string) bool {
 	fa, errA := os.Stat(a)
 	fb, errB := os.Stat(b)
 	return errA == nil && errB == nil && os.SameFile(fa, fb)

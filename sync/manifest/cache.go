@@ -65,7 +65,7 @@ func (c *Cache) save(file string, fsync bool) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(file, b, fsync); err != nil {
+	if err := WriteFileAtomic(file, b, fsync); err != nil {
 		return fmt.Errorf("save hash cache: %w", err)
 	}
 	c.dirty = false
@@ -203,7 +203,9 @@ func (c *Cache) Keep(m *Manifest) {
 	}
 }
 
-func writeFileAtomic(file string, b []byte, fsync bool) error {
+// WriteFileAtomic writes b to file through a temporary file beside it (synced when fsync is set)
+// renamed into place: a reader sees the old content or the new, never a part.
+func WriteFileAtomic(file string, b []byte, fsync bool) error {
 	f, err := os.CreateTemp(filepath.Dir(file), ".tmp-"+filepath.Base(file)+"-*")
 	if err != nil {
 		return err
