@@ -393,22 +393,12 @@ func TestAnchorFillsSubmodules(t *testing.T) {
 	tmp := t.TempDir()
 	user := filepath.Join(tmp, "user")
 	synctest.InitRepo(t, user, map[string]string{"main.go": "package main\n"})
-	for _, name := range []string{"lib", "gone"} {
-		dir := filepath.Join(tmp, name)
-		synctest.InitRepo(t, dir, map[string]string{name + ".go": "package " + name + " // v1\n"})
-		synctest.Git(t, user, "submodule", "add", "--quiet", dir, "third_party/"+name)
-	}
+	addSubmodule(t, tmp, user, "lib")
+	addSubmodule(t, tmp, user, "gone")
 	synctest.Git(t, user, "commit", "--quiet", "-m", "submodules")
 	synctest.Git(t, user, "submodule", "deinit", "--quiet", "-f", "third_party/gone")
-	libDir := filepath.Join(user, "third_party", "lib")
-	synctest.Write(t, libDir, map[string]string{"lib.go": "package lib // v2\n"})
-	synctest.Git(t, libDir, "commit", "--quiet", "-am", "v2")
-	userFiles := func() map[string]string { // the checkout, not the repository (a worktree was added)
-		s := synctest.Snapshot(t, user)
-		maps.DeleteFunc(s, func(k, _ string) bool { return k == ".git" || strings.HasPrefix(k, ".git/") })
-		return s
-	}
-	userBefore := userFiles()
+	moveSubmodule(t, user, "lib")
+	userBefore := checkoutFiles(t, user)
 
 	a, err := CreateAnchor(ctx, user, filepath.Join(tmp, "data"), "subs", "")
 	must(t, err)
@@ -461,9 +451,37 @@ func TestAnchorFillsSubmodules(t *testing.T) {
 			t.Fatalf("anchor manifest lists %s", p)
 		}
 	}
-	if !maps.Equal(userBefore, userFiles()) {
+	if !maps.Equal(userBefore, checkoutFiles(t, user)) {
 		t.Fatal("the user's checkout changed")
 	}
+}
+
+// addSubmodule makes the repository <tmp>/<name> holding <name>.go at v1 and adds it to the
+// user's repository as third_party/<name>, not committed yet.
+func addSubmodule(t *testing.T, tmp, user, name string) {
+	t.Helper()
+	dir := filepath.Join(tmp, name)
+	synctest.InitRepo(t, dir, map[string]string{name + ".go": "package " + name + " // v1\n"})
+	synctest.Git(t, user, "submodule", "add", "--quiet", dir, "third_party/"+name)
+}
+
+// moveSubmodule commits v2 of <name>.go in the user's checkout of third_party/<name> (the
+// superproject still records v1) and returns that commit.
+func moveSubmodule(t *testing.T, user, name string) string {
+	t.Helper()
+	dir := filepath.Join(user, "third_party", name)
+	synctest.Write(t, dir, map[string]string{name + ".go": "package " + name + " // v2\n"})
+	synctest.Git(t, dir, "commit", "--quiet", "-am", "v2")
+	return synctest.Git(t, dir, "rev-parse", "HEAD")
+}
+
+// checkoutFiles snapshots the user's checkout without its .git (a worktree added to the
+// repository changes that).
+func checkoutFiles(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	s := synctest.Snapshot(t, dir)
+	maps.DeleteFunc(s, func(k, _ string) bool { return k == ".git" || strings.HasPrefix(k, ".git/") })
+	return s
 }
 
 // TestAdoptFollowsSubmoduleChanges: a worker commit that moves a submodule to another commit gets
@@ -475,14 +493,9 @@ func TestAdoptFollowsSubmoduleChanges(t *testing.T) {
 	tmp := t.TempDir()
 	user := filepath.Join(tmp, "user")
 	synctest.InitRepo(t, user, map[string]string{"main.go": "package main\n"})
-	lib := filepath.Join(tmp, "lib")
-	synctest.InitRepo(t, lib, map[string]string{"lib.go": "package lib // v1\n"})
-	synctest.Git(t, user, "submodule", "add", "--quiet", lib, "third_party/lib")
+	addSubmodule(t, tmp, user, "lib")
 	synctest.Git(t, user, "commit", "--quiet", "-m", "lib")
-	userLib := filepath.Join(user, "third_party", "lib")
-	synctest.Write(t, userLib, map[string]string{"lib.go": "package lib // v2\n"})
-	synctest.Git(t, userLib, "commit", "--quiet", "-am", "v2")
-	v2 := synctest.Git(t, userLib, "rev-parse", "HEAD")
+	v2 := moveSubmodule(t, user, "lib")
 
 	const vendor = "git rm -q --cached third_party/lib && mkdir -p third_party/lib && printf 'package lib // vendored\\n' > third_party/lib/lib.go && git add third_party/lib/lib.go"
 	for _, tc := range []struct {

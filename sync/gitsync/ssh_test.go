@@ -49,20 +49,12 @@ func gitRoundTrip(t *testing.T, remote stream.Remote, box synctest.Box) {
 		"lib/lib.go":       "package lib\n",
 	})
 	// A submodule, recorded at v1; the user's checkout of it has moved on to v2 since.
-	lib := filepath.Join(tmp, "lib")
-	synctest.InitRepo(t, lib, map[string]string{"lib.go": "package lib // v1\n"})
-	synctest.Git(t, user, "submodule", "add", "--quiet", lib, "third_party/lib")
+	addSubmodule(t, tmp, user, "lib")
 	synctest.Git(t, user, "commit", "--quiet", "-m", "add lib")
-	synctest.Write(t, filepath.Join(user, "third_party", "lib"), map[string]string{"lib.go": "package lib // v2\n"})
-	synctest.Git(t, filepath.Join(user, "third_party", "lib"), "commit", "--quiet", "-am", "v2")
+	moveSubmodule(t, user, "lib")
 	synctest.Write(t, user, map[string]string{".env": "TOKEN=local", "build/x": "ignored", "wip.txt": "user's uncommitted work"})
 	userHead := synctest.Git(t, user, "rev-parse", "HEAD")
-	userFiles := func() map[string]string {
-		s := synctest.Snapshot(t, user)
-		maps.DeleteFunc(s, func(k, _ string) bool { return k == ".git" || strings.HasPrefix(k, ".git/") })
-		return s
-	}
-	userBefore := userFiles()
+	userBefore := checkoutFiles(t, user)
 
 	a, err := CreateAnchor(ctx, user, filepath.Join(tmp, "data"), "rt1", "")
 	must(t, err)
@@ -156,7 +148,7 @@ printf 'package lib // edited on the box\n' > third_party/lib/lib.go; printf out
 	if got := synctest.Git(t, user, "rev-parse", "HEAD"); got != userHead {
 		t.Fatalf("user HEAD moved to %s", got)
 	}
-	if !maps.Equal(userBefore, userFiles()) {
+	if !maps.Equal(userBefore, checkoutFiles(t, user)) {
 		t.Fatal("the user's checkout changed")
 	}
 }
