@@ -81,6 +81,12 @@ func TestProgressDuringAStreamedPush(t *testing.T) {
 	}
 }
 
+// failingCommand is a box command line that runs the worker command exe, except that its
+// subcommand sub fails at once, printing msg.
+func failingCommand(exe, sub, msg string) string {
+	return `f() { if [ "$1" = ` + sub + ` ]; then echo "` + msg + `" >&2; exit 1; fi; exec ` + exe + ` "$@"; }; f`
+}
+
 // unpackWithAFailingCommand sends a tree in two parts to a box where the worker subcommand sub
 // (unpack or feed) fails at once with message msg, and returns the box's directory, the target,
 // the sync's error and how long it took to fail.
@@ -93,7 +99,7 @@ func unpackWithAFailingCommand(t *testing.T, sub, msg string) (boxDir, dst strin
 		t.Fatal(err)
 	}
 	exe := remote.Command // "<test binary> worker"
-	remote.Command = `f() { if [ "$1" = ` + sub + ` ]; then echo "` + msg + `" >&2; exit 1; fi; exec ` + exe + ` "$@"; }; f`
+	remote.Command = failingCommand(exe, sub, msg)
 	dst = filepath.Join(boxDir, "ws")
 	start := time.Now()
 	_, err = remote.Unpack(synctest.Context(t), dst, src, Plan{Version: 1, Entries: listing.Unhashed().Entries, SumsLast: true})

@@ -58,7 +58,7 @@ func TestPartsOverOpenSSH(t *testing.T) {
 	} {
 		t.Run(tc.sub+" fails", func(t *testing.T) {
 			r := remote
-			r.Command = `f() { if [ "$1" = ` + tc.sub + ` ]; then echo "` + tc.msg + `" >&2; exit 1; fi; exec ` + exe + ` "$@"; }; f`
+			r.Command = failingCommand(exe, tc.sub, tc.msg)
 			dst := filepath.Join(box.Home, tc.sub+"-fails")
 			start := time.Now()
 			_, err := PushTree(ctx, r, src, dst, TreeOptions{})
