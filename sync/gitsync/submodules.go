@@ -144,10 +144,10 @@ func nonEmpty(dir string) bool {
 
 // FillSubmodules brings the directory of each submodule that the anchor's HEAD records to the
 // files of the recorded commit, taken from the user's checkout of that submodule (its directory in
-// the user's repository, which must be a repository of its own holding that commit): no network,
-// no credentials, nothing of the user's changed. A directory already filled at that commit is
-// left as it is. The files are checked out into a staging directory next to it and renamed into
-// place, so an interrupted fill leaves no half tree (and is redone next time). Without a .git
+// the user's checkout, userCheckout, which must be a repository of its own holding that commit):
+// no network, no credentials, nothing of the user's changed. A directory already filled at that
+// commit is left as it is. The files are checked out into a staging directory beside the anchor
+// and renamed into place, so an interrupted fill leaves no half tree (and is redone next time). Without a .git
 // inside, the anchor's git — and the box's — sees a submodule that is not checked out: nothing in
 // it is listed, reported by `git status` or committed. A submodule whose commit the user's
 // checkout cannot give is left empty (emptied if it held another commit's files; it is then
@@ -203,8 +203,8 @@ func (a *Anchor) fillSubmodules(ctx context.Context) ([]Submodule, error) {
 	return out, a.saveFilled(now)
 }
 
-// fill checks s.Commit out of the user's checkout of the submodule (below the main worktree
-// user) into dst, replacing what dst held (empty, or a copy of ours); false when that checkout
+// fill checks s.Commit out of the user's checkout of the submodule (below user, the user's
+// checkout of the repository: userCheckout) into dst, replacing what dst held (empty, or a copy of ours); false when that checkout
 // cannot give it. The files are checked out into a staging directory beside the anchor (outside
 // the worktree), recorded as pending, then renamed into place.
 func (a *Anchor) fill(ctx context.Context, user string, s Submodule, dst string, was map[string]string) (bool, error) {
