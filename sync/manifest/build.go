@@ -523,9 +523,16 @@ func (b *builder) hash(ctx context.Context) error {
 	return nil
 }
 
+// File is a file opened for reading by OpenFile.
+type File interface {
+	io.ReadCloser
+	// Stat is the open file's stat; its Sys is the platform's (StatKey reads it).
+	Stat() (fs.FileInfo, error)
+}
+
 // HashFile returns the hex sha256 and size of a regular file, refusing to follow a symlink.
 func HashFile(ctx context.Context, file string) (string, int64, error) {
-	f, err := openNoFollow(file)
+	f, err := OpenFile(file)
 	if err != nil {
 		return "", 0, err
 	}

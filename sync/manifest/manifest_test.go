@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -495,5 +496,70 @@ func TestRulePrefixGitInclude(t *testing.T) {
 	want := []string{"f:.gitignore", "f:.worktreeinclude", "f:a.go", "d:gen", "f:gen/x.go", "d:gen2", "f:gen2/y.go", "f:local.env"}
 	if got := paths(m); !slices.Equal(got, want) {
 		t.Fatalf("entries %v\nwant %v", got, want)
+	}
+}
+
+// TestOpenFile: what hashing and sending read through. A symlink is refused (a box or a user
+// could point one anywhere), a FIFO put in a file's place does not block the open, and the stat
+// of the open file is that of a regular file with its size, mtime and inode.
+func TestOpenFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f")
+	if err := os.WriteFile(file, []byte("hello"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(file, filepath.Join(dir, "l")); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := OpenFile(filepath.Join(dir, "l")); err == nil {
+		f.Close()
+		t.Fatal("opened a symlink")
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		f, err := OpenFile(filepath.Join(dir, "fifo"))
+		if err == nil {
+			fi, serr := f.Stat()
+			if serr == nil && fi.Mode().IsRegular() {
+				serr = fmt.Errorf("a FIFO stats as a regular file")
+			}
+			err = serr
+			f.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("opening a FIFO blocked")
+	}
+
+	f, err := OpenFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.Lstat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ino, _ := StatKey(fi)
+	wino, _ := StatKey(want)
+	if !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o640 || fi.Size() != 5 || !fi.ModTime().Equal(want.ModTime()) || ino != wino {
+		t.Fatalf("stat %v %d %v ino %d, want %v %d %v ino %d", fi.Mode(), fi.Size(), fi.ModTime(), ino, want.Mode(), want.Size(), want.ModTime(), wino)
+	}
+	b, err := io.ReadAll(f)
+	if err != nil || string(b) != "hello" {
+		t.Fatalf("read %q, %v", b, err)
 	}
 }

@@ -10,11 +10,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/openclaw/cloudworkers/sync/manifest"
@@ -220,7 +218,7 @@ func writeFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest
 // must match e.SHA256; with it (e has no hash yet), the open file must still have e's size and
 // mtime. Either way a file that changed fails with ErrChanged.
 func copyFile(w io.Writer, file string, e manifest.Entry, buf []byte, streamed bool) (int64, []byte, fs.FileInfo, error) {
-	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := manifest.OpenFile(file)
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("send %s: %w", e.Path, err)
 	}
@@ -237,21 +235,16 @@ func copyFile(w io.Writer, file string, e manifest.Entry, buf []byte, streamed b
 	if err != nil {
 		return n, nil, nil, fmt.Errorf("send %s: %w", e.Path, err)
 	}
-	var one [1]byte
 	sum := h.Sum(nil)
 	if n != e.Size || (!streamed && hex.EncodeToString(sum) != e.SHA256) {
 		return n, nil, nil, fmt.Errorf("send %s: %w", e.Path, ErrChanged)
 	}
-	if m, _ := f.Read(one[:]); m > 0 {
+	// A file that grew while it was read has a larger size now. When streamed, nothing checks the
+	// content against an earlier hash either: a file rewritten while it was read would be sent
+	// torn, with a hash that matches the tear. Its stat tells.
+	after, err := f.Stat()
+	if err != nil || after.Size() != e.Size || (streamed && !sameStat(fi, after)) {
 		return n, nil, nil, fmt.Errorf("send %s: %w", e.Path, ErrChanged)
-	}
-	if streamed {
-		// Nothing checks the content against an earlier hash: a file rewritten while it was read
-		// would be sent torn, with a hash that matches the tear. Its stat tells.
-		after, err := f.Stat()
-		if err != nil || !sameStat(fi, after) {
-			return n, nil, nil, fmt.Errorf("send %s: %w", e.Path, ErrChanged)
-		}
 	}
 	return n, sum, fi, nil
 }

@@ -106,6 +106,18 @@ func TestWriteNoticesChangedFile(t *testing.T) {
 	if _, err := Write(ctx, &bytes.Buffer{}, src, PlanFor(nil, m)); !errors.Is(err, ErrChanged) {
 		t.Fatalf("err %v, want ErrChanged", err)
 	}
+	// Appended to: the planned bytes still match their hash, but the file is longer now and
+	// would arrive cut short.
+	must(t, os.WriteFile(filepath.Join(src, "a"), []byte("one"), 0o644))
+	m = build(t, src)
+	f, err := os.OpenFile(filepath.Join(src, "a"), os.O_APPEND|os.O_WRONLY, 0)
+	must(t, err)
+	_, err = f.WriteString(" and more")
+	must(t, err)
+	must(t, f.Close())
+	if _, err := Write(ctx, &bytes.Buffer{}, src, PlanFor(nil, m)); !errors.Is(err, ErrChanged) {
+		t.Fatalf("appended file: err %v, want ErrChanged", err)
+	}
 }
 
 func must(t *testing.T, err error) {
