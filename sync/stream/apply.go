@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"math/bits"
 	"os"
 	"path"
 	"path/filepath"
@@ -33,7 +34,7 @@ const (
 	applyWorkers = 16
 	// smallFile: files up to this size are read into memory and handed to a worker; larger ones
 	// are written by the reading goroutine as they stream in.
-	smallFile = 1 << 20
+	smallFile = 1 << maxDataShift
 	// maxInFlight bounds the bytes of small files read but not written yet.
 	maxInFlight = 64 << 20
 )
@@ -422,15 +423,19 @@ func (s *stager) stage(ctx context.Context, tr *tar.Reader, plan *Plan, base int
 						return err
 					}
 				} else {
-					if err := inFlight.Acquire(gctx, e.Size); err != nil {
+					buf := getData(e.Size)
+					if err := inFlight.Acquire(gctx, int64(cap(*buf))); err != nil {
 						return err
 					}
-					data := make([]byte, e.Size)
+					data := (*buf)[:e.Size]
 					if _, err := io.ReadFull(tr, data); err != nil {
 						return refused(e.Path, "read content: %v", err)
 					}
 					err := send(e.Path, func() error {
-						defer inFlight.Release(e.Size)
+						defer func() {
+							inFlight.Release(int64(cap(*buf)))
+							putData(buf)
+						}()
 						return s.file(e, data, i)
 					})
 					if err != nil {
@@ -475,6 +480,36 @@ func (s *stager) stage(ctx context.Context, tr *tar.Reader, plan *Plan, base int
 	}
 	return st, err
 }
+
+// Small files' contents are read into buffers taken from pools by size class (powers of two from
+// 4 KiB to smallFile) and given back once written: a sync of a source tree goes through hundreds
+// of MB of them, and allocating each anew cost the box's unpack about an eighth of its CPU in
+// zeroing, page faults on fresh memory and garbage collection.
+const (
+	minDataShift = 12
+	maxDataShift = 20 // smallFile
+)
+
+var dataPools [maxDataShift - minDataShift + 1]sync.Pool
+
+func dataClass(n int64) int {
+	if n <= 1<<minDataShift {
+		return 0
+	}
+	return bits.Len64(uint64(n-1)) - minDataShift
+}
+
+// getData returns a buffer of at least n bytes (n at most smallFile).
+func getData(n int64) *[]byte {
+	c := dataClass(n)
+	if b, ok := dataPools[c].Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, 1<<(c+minDataShift))
+	return &b
+}
+
+func putData(b *[]byte) { dataPools[dataClass(int64(cap(*b)))].Put(b) }
 
 // checkSums compares every staged file of a streamed archive with the sums at its end.
 func (s *stager) checkSums(plan *Plan, base int, trailer []byte) error {
