@@ -140,6 +140,8 @@ func ApplyParts(ctx context.Context, rs []io.Reader, root string, opts ApplyOpti
 	defer cancel()
 	if len(rs) > 1 {
 		// A part blocked reading its stream would not see the others fail: close the streams.
+		// That ends a read in progress on a stream the runtime polls; a box's pipes are read with
+		// blocking reads, which end with the next data or the stream's end.
 		stop := context.AfterFunc(pctx, func() { closeReaders(rs) })
 		defer stop()
 	}

@@ -141,7 +141,12 @@ func ownDir(fi os.FileInfo) bool {
 const feedHandOver = 'H'
 
 // takeFeed reads a feed's message by deadline and returns the part's stream: the handed-over
-// descriptor, made non-blocking so that closing it ends a read in progress.
+// descriptor, read with blocking reads like the unpack's own stdin. Through the runtime's poller
+// (non-blocking, woken by epoll among the busy writers) the part fell behind the one on stdin: a
+// cold sync in two parts of GOROOT/src had its second part end 90–165 ms after the first, with one
+// channel left to carry the rest. A read in progress ends with the part's next data or its end:
+// the gateway sends a part until it is done or the sync failed, then ends its stream (see
+// unpackRun.run).
 func takeFeed(ctx context.Context, c *net.UnixConn, deadline time.Time) (*os.File, error) {
 	_ = c.SetReadDeadline(deadline)
 	defer c.SetReadDeadline(time.Time{})
@@ -167,7 +172,7 @@ func takeFeed(ctx context.Context, c *net.UnixConn, deadline time.Time) (*os.Fil
 		}
 		return nil, fmt.Errorf("feed: unexpected message (%d bytes, %d descriptors)", n, len(fds))
 	}
-	if err := syscall.SetNonblock(fds[0], true); err != nil {
+	if err := syscall.SetNonblock(fds[0], false); err != nil {
 		syscall.Close(fds[0])
 		return nil, fmt.Errorf("feed: %w", err)
 	}

@@ -106,6 +106,52 @@ func unpackWithAFailingCommand(t *testing.T, sub, msg string) (boxDir, dst strin
 	return boxDir, dst, time.Since(start), err
 }
 
+// failMidway sends a tree in three parts to a box whose worker may write no file over 1 MiB
+// (`ulimit -f`): the unpack fails writing part 0's 3 MiB file while parts 1 and 2 (many small
+// files) are still streaming to it, and returns the target, the sync's error and how long it took.
+func failMidway(t *testing.T, remote Remote, boxDir string) (dst string, took time.Duration, err error) {
+	t.Helper()
+	saved := parallelMin
+	parallelMin.entries, parallelMin.bytes = 4, 1<<20
+	t.Cleanup(func() { parallelMin = saved })
+	src := t.TempDir()
+	files := map[string]string{"a-big": strings.Repeat("a", 3<<20)}
+	for i := range 150 {
+		files[fmt.Sprintf("z%d/f%03d.txt", i%6, i)] = strings.Repeat(fmt.Sprintf("%d ", i), 8<<10)
+	}
+	synctest.Write(t, src, files)
+	remote.Channels = 3
+	remote.Command = "ulimit -f 2048; " + remote.Command
+	dst = filepath.Join(boxDir, "midway")
+	start := time.Now()
+	_, err = PushTree(synctest.Context(t), remote, src, dst, TreeOptions{})
+	return dst, time.Since(start), err
+}
+
+// checkFailedMidway: the sync failed with the box's own error, promptly (the parts still
+// streaming were not waited for to the end of a timeout), and left nothing on the box.
+func checkFailedMidway(t *testing.T, boxDir, dst string, took time.Duration, err error) {
+	t.Helper()
+	if err == nil || !strings.Contains(err.Error(), "file too large") {
+		t.Fatalf("err = %v, want the unpack's failure to write a-big", err)
+	}
+	if took > FeedTimeout/2 {
+		t.Fatalf("took %v to fail", took)
+	}
+	if _, err := os.Stat(dst); !os.IsNotExist(err) {
+		t.Fatalf("box holds %s after a failed sync (%v)", dst, err)
+	}
+	waitNoLeftovers(t, boxDir)
+}
+
+// TestUnpackFailingMidwayEndsTheSync: a box-side failure in one part while the others stream
+// (their readers in blocking reads of the handed-over pipes) ends the whole sync.
+func TestUnpackFailingMidwayEndsTheSync(t *testing.T) {
+	boxDir, remote := startBox(t)
+	dst, took, err := failMidway(t, remote, boxDir)
+	checkFailedMidway(t, boxDir, dst, took, err)
+}
+
 // TestUnpackFailureStopsTheFeeds: when the box's unpack fails at once (here it refuses to start),
 // the feeds, which would dial its socket for FeedTimeout, are stopped: the sync fails promptly
 // with the unpack's own error.

@@ -16,7 +16,8 @@ import (
 // through the real worker binary: the feeds hand their stdin (sshd's pipe) over to the unpack, and
 // the tree lands exactly; when a feed or the unpack fails at once, the other commands are stopped
 // (the unpack by an SSH "signal" request, which sshd delivers) and the sync fails promptly with
-// that command's error, leaving nothing next to the workspace.
+// that command's error, leaving nothing next to the workspace; so does an unpack that fails
+// writing one part while the others stream.
 func TestPartsOverOpenSSH(t *testing.T) {
 	box := synctest.NetnsBox(t, "ocl_syncparts1")
 	bin := synctest.BuildBinary(t, "github.com/openclaw/cloudworkers/cmd/openclaw")
@@ -74,4 +75,9 @@ func TestPartsOverOpenSSH(t *testing.T) {
 			waitNoLeftovers(t, box.Home)
 		})
 	}
+
+	t.Run("unpack fails midway", func(t *testing.T) {
+		dst, took, err := failMidway(t, Remote{Client: remote.Client, Command: exe}, box.Home)
+		checkFailedMidway(t, box.Home, dst, took, err)
+	})
 }
