@@ -144,6 +144,12 @@ func writeFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest
 	if _, err := tw.Write(hdr); err != nil {
 		return st, fmt.Errorf("write archive: %w", err)
 	}
+	// The plan leaves in a frame of its own: the box reads and checks it while the first files
+	// are read here, instead of waiting for them to fill the plan's frame.
+	if err := tw.Flush(); err != nil {
+		return st, fmt.Errorf("write archive: %w", err)
+	}
+	zw.flush()
 	buf := make([]byte, 256<<10)
 	var sums []byte
 	for i, e := range plan.Entries {
