@@ -526,6 +526,19 @@ func TestOpenFile(t *testing.T) {
 			if serr == nil && fi.Mode().IsRegular() {
 				serr = fmt.Errorf("a FIFO stats as a regular file")
 			}
+			// Nothing writes to it: a read must fail, not wait for a writer; nor when a writer
+			// holds it open but writes nothing.
+			if _, rerr := f.Read(make([]byte, 8)); serr == nil && rerr == nil {
+				serr = fmt.Errorf("read a FIFO nothing writes to without an error")
+			}
+			if w, werr := os.OpenFile(filepath.Join(dir, "fifo"), os.O_RDWR, 0); werr == nil {
+				if _, rerr := f.Read(make([]byte, 8)); serr == nil && (rerr == nil || !strings.Contains(rerr.Error(), "not a regular file")) {
+					serr = fmt.Errorf("read a FIFO with an idle writer: %v, want not a regular file", rerr)
+				}
+				w.Close()
+			} else if serr == nil {
+				serr = werr
+			}
 			err = serr
 			f.Close()
 		}

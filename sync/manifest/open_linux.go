@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"errors"
 	"io"
 	"io/fs"
 	"os"
@@ -42,6 +43,17 @@ func (s *rawFile) Read(p []byte) (int, error) {
 		switch {
 		case err == syscall.EINTR:
 			continue
+		case err == syscall.EAGAIN:
+			// O_NONBLOCK: a FIFO with nothing to read, or a regular file on a filesystem that
+			// honours the flag. A regular file is read blocking from then on; anything else is
+			// not what was listed.
+			var st syscall.Stat_t
+			if syscall.Fstat(s.fd, &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFREG {
+				if err := syscall.SetNonblock(s.fd, false); err == nil {
+					continue
+				}
+			}
+			return 0, &os.PathError{Op: "read", Path: s.name, Err: errors.New("not a regular file")}
 		case err != nil:
 			return 0, &os.PathError{Op: "read", Path: s.name, Err: err}
 		case n == 0:
