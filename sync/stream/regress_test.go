@@ -111,9 +111,7 @@ func unpackWithAFailingCommand(t *testing.T, sub, msg string) (boxDir, dst strin
 // files) are still streaming to it, and returns the target, the sync's error and how long it took.
 func failMidway(t *testing.T, remote Remote, boxDir string) (dst string, took time.Duration, err error) {
 	t.Helper()
-	saved := parallelMin
-	parallelMin.entries, parallelMin.bytes = 4, 1<<20
-	t.Cleanup(func() { parallelMin = saved })
+	lowerParallelMin(t)
 	src := t.TempDir()
 	files := map[string]string{"a-big": strings.Repeat("a", 3<<20)}
 	for i := range 150 {
@@ -128,15 +126,15 @@ func failMidway(t *testing.T, remote Remote, boxDir string) (dst string, took ti
 	return dst, time.Since(start), err
 }
 
-// checkFailedMidway: the sync failed with the box's own error, promptly (the parts still
-// streaming were not waited for to the end of a timeout), and left nothing on the box.
-func checkFailedMidway(t *testing.T, boxDir, dst string, took time.Duration, err error) {
+// checkFailedPromptly: the sync failed with an error saying want, promptly (no box command was
+// left waiting for another to the end of a timeout), and left nothing on the box.
+func checkFailedPromptly(t *testing.T, boxDir, dst string, took time.Duration, err error, want string) {
 	t.Helper()
-	if err == nil || !strings.Contains(err.Error(), "file too large") {
-		t.Fatalf("err = %v, want the unpack's failure to write a-big", err)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v, want %q", err, want)
 	}
 	if took > FeedTimeout/2 {
-		t.Fatalf("took %v to fail", took)
+		t.Fatalf("took %v to fail: a box command waited for another", took)
 	}
 	if _, err := os.Stat(dst); !os.IsNotExist(err) {
 		t.Fatalf("box holds %s after a failed sync (%v)", dst, err)
@@ -149,7 +147,7 @@ func checkFailedMidway(t *testing.T, boxDir, dst string, took time.Duration, err
 func TestUnpackFailingMidwayEndsTheSync(t *testing.T) {
 	boxDir, remote := startBox(t)
 	dst, took, err := failMidway(t, remote, boxDir)
-	checkFailedMidway(t, boxDir, dst, took, err)
+	checkFailedPromptly(t, boxDir, dst, took, err, "file too large")
 }
 
 // TestUnpackFailureStopsTheFeeds: when the box's unpack fails at once (here it refuses to start),
@@ -170,16 +168,7 @@ func TestUnpackFailureStopsTheFeeds(t *testing.T) {
 // the sync fails promptly with the feed's error, nothing left on the box.
 func TestFeedFailureStopsTheUnpack(t *testing.T) {
 	boxDir, dst, took, err := unpackWithAFailingCommand(t, "feed", "feed: cannot start")
-	if err == nil || !strings.Contains(err.Error(), "feed: cannot start") {
-		t.Fatalf("err = %v, want the feed's failure", err)
-	}
-	if took > FeedTimeout/2 {
-		t.Fatalf("took %v to fail: the unpack waited for the feed", took)
-	}
-	if _, err := os.Stat(dst); !os.IsNotExist(err) {
-		t.Fatalf("box holds %s after a failed feed (%v)", dst, err)
-	}
-	waitNoLeftovers(t, boxDir)
+	checkFailedPromptly(t, boxDir, dst, took, err, "feed: cannot start")
 }
 
 // TestFeedRefusesAForeignSocketDir: a feed sends nothing to a socket whose directory is not a

@@ -338,11 +338,16 @@ func ageFiles(t *testing.T, dir string) {
 
 // partsTree writes a tree large enough to be sent in parts (with parallelMin lowered for the
 // test): a 3 MiB file and 40 small ones in 7 directories.
-func partsTree(t *testing.T) string {
-	t.Helper()
+// lowerParallelMin lets small test trees go in parts (4 entries or 1 MiB) until the test ends.
+func lowerParallelMin(t *testing.T) {
 	saved := parallelMin
 	parallelMin.entries, parallelMin.bytes = 4, 1<<20
 	t.Cleanup(func() { parallelMin = saved })
+}
+
+func partsTree(t *testing.T) string {
+	t.Helper()
+	lowerParallelMin(t)
 	src := t.TempDir()
 	files := map[string]string{"big": strings.Repeat("x", 3<<20)}
 	for i := range 40 {
