@@ -537,6 +537,12 @@ func HashFile(ctx context.Context, file string) (string, int64, error) {
 		return "", 0, err
 	}
 	defer f.Close()
+	// Listed as a file, but something else now (a FIFO would read as an empty file).
+	if fi, err := f.Stat(); err != nil {
+		return "", 0, err
+	} else if !fi.Mode().IsRegular() {
+		return "", 0, fmt.Errorf("hash %s: not a regular file", file)
+	}
 	h := sha256.New()
 	n, err := io.Copy(h, ctxReader{ctx, f})
 	if err != nil {

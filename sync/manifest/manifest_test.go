@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -551,6 +552,9 @@ func TestOpenFile(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("opening a FIFO blocked")
+	}
+	if _, _, err := HashFile(context.Background(), filepath.Join(dir, "fifo")); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("hash of a FIFO: %v, want not a regular file (it would hash as an empty file)", err)
 	}
 
 	f, err := OpenFile(file)

@@ -30,8 +30,9 @@ func OpenFile(file string) (File, error) {
 
 // rawFile is an open file descriptor without the runtime's poller.
 type rawFile struct {
-	fd   int
-	name string
+	fd       int
+	name     string
+	blocking bool // made blocking after a read that would have blocked
 }
 
 func (s *rawFile) Read(p []byte) (int, error) {
@@ -43,13 +44,14 @@ func (s *rawFile) Read(p []byte) (int, error) {
 		switch {
 		case err == syscall.EINTR:
 			continue
-		case err == syscall.EAGAIN:
+		case err == syscall.EAGAIN && !s.blocking:
 			// O_NONBLOCK: a FIFO with nothing to read, or a regular file on a filesystem that
-			// honours the flag. A regular file is read blocking from then on; anything else is
-			// not what was listed.
+			// honours the flag. A regular file is read blocking from then on (once: a second
+			// EAGAIN is an error); anything else is not what was listed.
 			var st syscall.Stat_t
 			if syscall.Fstat(s.fd, &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFREG {
 				if err := syscall.SetNonblock(s.fd, false); err == nil {
+					s.blocking = true
 					continue
 				}
 			}
@@ -87,12 +89,21 @@ type statInfo struct {
 
 func (i *statInfo) Name() string       { return i.name }
 func (i *statInfo) Size() int64        { return i.st.Size }
-func (i *statInfo) ModTime() time.Time { return time.Unix(0, i.st.Mtim.Nano()) }
+func (i *statInfo) ModTime() time.Time { return time.Unix(i.st.Mtim.Sec, i.st.Mtim.Nsec) }
 func (i *statInfo) IsDir() bool        { return i.Mode().IsDir() }
 func (i *statInfo) Sys() any           { return &i.st }
 
 func (i *statInfo) Mode() fs.FileMode {
 	m := fs.FileMode(i.st.Mode & 0o777)
+	if i.st.Mode&syscall.S_ISUID != 0 {
+		m |= fs.ModeSetuid
+	}
+	if i.st.Mode&syscall.S_ISGID != 0 {
+		m |= fs.ModeSetgid
+	}
+	if i.st.Mode&syscall.S_ISVTX != 0 {
+		m |= fs.ModeSticky
+	}
 	switch i.st.Mode & syscall.S_IFMT {
 	case syscall.S_IFREG:
 	case syscall.S_IFDIR:

@@ -57,7 +57,9 @@ func Apply(ctx context.Context, r io.Reader, root string, opts ApplyOptions) (St
 // (Plan.Part of Plan.Parts) whose entries follow the previous part's in the whole plan. Every
 // part's plan is read and the whole plan checked before anything is written; the parts are staged
 // together, in parallel, and committed once, only when every part verified. A part that fails
-// stops the others (readers that are io.Closers are closed). Apply is ApplyParts of one archive.
+// stops the others: each stops at its next entry, and readers that are io.Closers are closed
+// (which ends a read in progress on a polled stream; a blocking read, as of a box's pipes, ends
+// with the stream's next data or its end). Apply is ApplyParts of one archive.
 func ApplyParts(ctx context.Context, rs []io.Reader, root string, opts ApplyOptions) (Stats, error) {
 	opts.Limits.setDefaults()
 	type part struct {
@@ -75,8 +77,8 @@ func ApplyParts(ctx context.Context, rs []io.Reader, root string, opts ApplyOpti
 		defer zr.Close()
 		parts[i] = &part{zr: zr, tr: tar.NewReader(zr)}
 	}
-	// The parts' plans are read at once: each arrives on its own channel. A refused one ends
-	// the others' reads (the first error is the one returned).
+	// The parts' plans are read at once: each arrives on its own channel. A refused one closes
+	// the others' readers (as above; the first error is the one returned).
 	var pg sync.WaitGroup
 	var planErr error
 	var planOnce sync.Once

@@ -134,6 +134,7 @@ func writeFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest
 		}
 	}()
 	tw := tar.NewWriter(zw)
+	zw.beginHead()
 	hdr, err := json.Marshal(plan)
 	if err != nil {
 		return st, err
@@ -149,7 +150,7 @@ func writeFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest
 	if err := tw.Flush(); err != nil {
 		return st, fmt.Errorf("write archive: %w", err)
 	}
-	zw.flush()
+	zw.flushHead()
 	buf := make([]byte, 256<<10)
 	var sums []byte
 	for i, e := range plan.Entries {
@@ -233,7 +234,7 @@ func copyFile(w io.Writer, file string, e manifest.Entry, buf []byte, streamed b
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("send %s: %w", e.Path, err)
 	}
-	if streamed && (!fi.Mode().IsRegular() || fi.Size() != e.Size || fi.ModTime().UnixNano() != e.MTime) {
+	if !fi.Mode().IsRegular() || (streamed && (fi.Size() != e.Size || fi.ModTime().UnixNano() != e.MTime)) {
 		return 0, nil, nil, fmt.Errorf("send %s: %w", e.Path, ErrChanged)
 	}
 	h := sha256.New()

@@ -145,8 +145,9 @@ const feedHandOver = 'H'
 // (non-blocking, woken by epoll among the busy writers) the part fell behind the one on stdin: a
 // cold sync in two parts of GOROOT/src had its second part end 90–165 ms after the first, with one
 // channel left to carry the rest. A read in progress ends with the part's next data or its end:
-// the gateway sends a part until it is done or the sync failed, then ends its stream (see
-// unpackRun.run).
+// the gateway sends a part until it is done, ends its stream when its own side fails, and closes
+// every channel once the unpack has exited (see unpackRun.run); when the unpack fails, the other
+// parts stop at their next entry.
 func takeFeed(ctx context.Context, c *net.UnixConn, deadline time.Time) (*os.File, error) {
 	_ = c.SetReadDeadline(deadline)
 	defer c.SetReadDeadline(time.Time{})

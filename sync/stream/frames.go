@@ -74,6 +74,7 @@ type frameWriter struct {
 	mode   Compression
 	enc    *zstd.Encoder
 	buf    []byte
+	head   bool // from beginHead to flushHead: frames of the plan
 	closed bool
 	jobs   chan *frameJob
 	sem    chan struct{}
@@ -156,6 +157,7 @@ type frameJob struct {
 	out        []byte
 	in         int64 // tar bytes in the frame
 	compressed bool
+	head       bool // the archive's plan: not measured (adapt starts with the frame after it)
 	ready      chan struct{}
 }
 
@@ -201,11 +203,26 @@ func (f *frameWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// beginHead starts the archive's head (its plan): frames written until flushHead are not measured
+// by the adaptive compression, so that the first frame it sees (not measured either: it holds the
+// start) is the first of files.
+func (f *frameWriter) beginHead() { f.head = true }
+
+// flushHead sends what was written since beginHead in frames of their own.
+func (f *frameWriter) flushHead() {
+	if len(f.buf) > 0 {
+		f.flushJob(true)
+	}
+	f.head = false
+}
+
 // flush hands the current chunk to the writing goroutine, compressed or stored.
-func (f *frameWriter) flush() {
+func (f *frameWriter) flush() { f.flushJob(f.head) }
+
+func (f *frameWriter) flushJob(head bool) {
 	data := f.buf
 	f.buf = nil
-	job := &frameJob{ready: make(chan struct{}), in: int64(len(data)), compressed: f.compress()}
+	job := &frameJob{ready: make(chan struct{}), in: int64(len(data)), compressed: f.compress(), head: head}
 	out := (*framePool.Get().(*[]byte))[:0]
 	if job.compressed {
 		f.sem <- struct{}{}
@@ -257,7 +274,9 @@ func (f *frameWriter) writeLoop() {
 			f.mu.Unlock()
 			continue
 		}
-		f.ad.wrote(job.compressed, job.in, took)
+		if !job.head {
+			f.ad.wrote(job.compressed, job.in, took)
+		}
 		f.mu.Unlock()
 	}
 }

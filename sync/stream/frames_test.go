@@ -3,12 +3,16 @@ package stream
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/openclaw/cloudworkers/sync/internal/synctest"
 )
 
 // frames splits a stream of zstd frames and reports, for each, whether it is stored (its blocks
@@ -244,5 +248,41 @@ func TestAdaptChoosesByThroughput(t *testing.T) {
 	}
 	if a.compress || a.rate[0] < 100e6 {
 		t.Errorf("slow start on a fast connection: compress %v, measured %.0f MB/s stored", a.compress, a.rate[0]/1e6)
+	}
+}
+
+// slowStart is a fast writer whose second write (an archive's first frame of files, after the
+// plan's) takes a while, as the first files' reads and the box's start do.
+type slowStart struct {
+	bytes.Buffer
+	writes int
+}
+
+func (w *slowStart) Write(p []byte) (int, error) {
+	if w.writes++; w.writes == 2 {
+		time.Sleep(300 * time.Millisecond)
+	}
+	return w.Buffer.Write(p)
+}
+
+// TestArchiveStartIsNotMeasured: the plan goes in a frame of its own, and neither it nor the first
+// frame of files (which holds the start) is taken for the link's speed: a slow start on a fast
+// link leaves every frame stored. Counting the first files' frame, 4 MiB in over 300 ms read as a
+// link under CompressBelow and switched to compression.
+func TestArchiveStartIsNotMeasured(t *testing.T) {
+	src := t.TempDir()
+	files := map[string]string{}
+	for i := range 12 {
+		files[fmt.Sprintf("f%02d", i)] = strings.Repeat(fmt.Sprintf("line %d of a compressible file\n", i), 1<<15)
+	}
+	synctest.Write(t, src, files)
+	m := build(t, src)
+	w := &slowStart{}
+	if _, err := Write(synctest.Context(t), w, src, PlanFor(nil, m)); err != nil {
+		t.Fatal(err)
+	}
+	st := frames(t, w.Bytes())
+	if len(st) < 8 || slices.Contains(st, false) {
+		t.Fatalf("frames stored: %v; want all stored", st)
 	}
 }

@@ -106,8 +106,9 @@ func unpackWithAFailingCommand(t *testing.T, sub, msg string) (boxDir, dst strin
 	return boxDir, dst, time.Since(start), err
 }
 
-// failMidway sends a tree in three parts to a box whose worker may write no file over 1 MiB
-// (`ulimit -f`): the unpack fails writing part 0's 3 MiB file while parts 1 and 2 (many small
+// failMidway sends a tree in three parts to a box whose worker may write no file over 1 or
+// 2 MiB (`ulimit -f 2048`: blocks of 512 or 1024 bytes, as the shell counts them): the unpack
+// fails writing part 0's 3 MiB file while parts 1 and 2 (many small
 // files) are still streaming to it, and returns the target, the sync's error and how long it took.
 func failMidway(t *testing.T, remote Remote, boxDir string) (dst string, took time.Duration, err error) {
 	t.Helper()
