@@ -227,10 +227,27 @@ func (d *Dispatcher) PullBack(ctx context.Context, sessionID string, force bool)
 	}
 	step := 1 // barrier step 1: stop new turn admission (the placement leaves active)
 	d.setForce(sessionID, force)
-	p, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation, Change{To: Draining, Reason: "pull-back requested", BarrierStep: &step})
-	if err != nil {
-		d.setForce(sessionID, false)
-		return p, err
+	for {
+		// Not while a checkpoint holds the session: it brings the box's work into the anchor and
+		// then records the new base at the generation it claimed. Leaving active first would
+		// refuse that record, and the reconciliation would find the anchor drifted from a base
+		// that no longer describes it. A checkpoint starts only while the session is active, so
+		// once this move is made none can.
+		var moved Placement
+		moved, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation,
+			Change{To: Draining, Reason: "pull-back requested", BarrierStep: &step, UnlessClaim: checkpointRun})
+		if err == nil {
+			p = moved
+			break
+		}
+		if !errors.Is(err, ErrBusy) {
+			d.setForce(sessionID, false)
+			return p, err
+		}
+		if err := sleepCtx(ctx); err != nil {
+			d.setForce(sessionID, false)
+			return p, err
+		}
 	}
 	d.kick(sessionID)
 	return p, nil

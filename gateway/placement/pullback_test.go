@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"testing"
+	"time"
 )
 
 // TestPullBackRetriesOnlyAFailedReconciliation: a second pull-back retries the reconciliation of a
@@ -64,5 +65,63 @@ func TestPullBackRetriesOnlyAFailedReconciliation(t *testing.T) {
 				t.Fatalf("a dispatch that failed while provisioning went to %s (forced %v, err %v)", p.State, d.force[s], err)
 			}
 		})
+	}
+}
+
+// TestPullBackWaitsForACheckpoint: a pull-back asked for while a checkpoint holds the session (it
+// is bringing the box's work into the anchor) leaves active only once the checkpoint recorded its
+// base and let go. Leaving at once made the checkpoint's record stale (refused), and the
+// reconciliation then found the anchor "drifted" from the old base by exactly the worker's work.
+func TestPullBackWaitsForACheckpoint(t *testing.T) {
+	ctx := context.Background()
+	ps := openPlacements(t)
+	s := "ses_1"
+	env, anchor, base := "env_1", "/anchors/ses_1/workspace", "/anchors/ses_1/base-3.json"
+	var gen uint64
+	for _, c := range []Change{{To: Requested}, {To: Provisioning, EnvironmentID: &env}, {To: Syncing},
+		{To: Starting, AnchorDir: &anchor, BaseManifestID: &base}, {To: Active, OwnerEpoch: 2}} {
+		p, err := ps.Transition(ctx, s, gen, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gen = p.Generation
+	}
+	if err := ps.ClaimTurn(ctx, s, gen, true, checkpointRun); err != nil {
+		t.Fatal(err)
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	cancel() // the kicked step stops at once
+	d := &Dispatcher{cfg: DispatchConfig{Placements: ps}, log: slog.New(slog.DiscardHandler), ctx: dctx, cancel: cancel, active: map[string]bool{}}
+	type result struct {
+		p   Placement
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		p, err := d.PullBack(ctx, s, false)
+		done <- result{p, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("pull-back went ahead while a checkpoint held the session: %s, %v", r.p.State, r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	// The checkpoint ends as it would: its base recorded at the generation it claimed.
+	next := "/anchors/ses_1/base-5-cp1.json"
+	if err := ps.RecordBase(ctx, s, checkpointRun, gen, next, "checkpoint 1: 2 files"); err != nil {
+		t.Fatalf("the checkpoint's base: %v", err)
+	}
+	if err := ps.ReleaseTurn(ctx, s, checkpointRun); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("pull-back still waiting after the checkpoint let go")
+	}
+	d.wg.Wait()
+	if r.err != nil || r.p.State != Draining || r.p.BaseManifestID != next {
+		t.Fatalf("pull-back: %s with base %q, %v; want draining from the checkpoint's base", r.p.State, r.p.BaseManifestID, r.err)
 	}
 }

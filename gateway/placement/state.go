@@ -141,6 +141,8 @@ type Change struct {
 	BundleHash     *string
 	BarrierStep    *int
 	Error          string
+	// UnlessClaim refuses the move (ErrBusy) while the session's turn is held by this claim.
+	UnlessClaim string
 }
 
 // Transition moves the placement from the state the caller read at generation gen to c.To, in one
@@ -162,6 +164,9 @@ func (ps *Placements) Transition(ctx context.Context, sessionID string, gen uint
 		}
 		if p.Generation != gen {
 			return fmt.Errorf("session %s placement is %s at generation %d, not %d: %w", sessionID, p.State, p.Generation, gen, ErrStale)
+		}
+		if c.UnlessClaim != "" && p.TurnRunID == c.UnlessClaim {
+			return fmt.Errorf("session %s: %w (run %s)", sessionID, ErrBusy, p.TurnRunID)
 		}
 		if !CanTransition(p.State, c.To) {
 			return fmt.Errorf("session %s: illegal placement transition %s → %s", sessionID, p.State, c.To)
