@@ -227,6 +227,8 @@ func (d *Dispatcher) PullBack(ctx context.Context, sessionID string, force bool)
 	}
 	step := 1 // barrier step 1: stop new turn admission (the placement leaves active)
 	d.setForce(sessionID, force)
+	wait, cancel := context.WithTimeout(ctx, CheckpointWait)
+	defer cancel()
 	for {
 		// Not while a checkpoint holds the session: it brings the box's work into the anchor and
 		// then records the new base at the generation it claimed. Leaving active first would
@@ -244,14 +246,21 @@ func (d *Dispatcher) PullBack(ctx context.Context, sessionID string, force bool)
 			d.setForce(sessionID, false)
 			return p, err
 		}
-		if err := sleepCtx(ctx); err != nil {
+		if err := sleepCtx(wait); err != nil {
 			d.setForce(sessionID, false)
+			if ctx.Err() == nil {
+				err = fmt.Errorf("session %s: a checkpoint has been bringing the worker's workspace into the anchor for over %s; pull back again once it is done: %w", sessionID, CheckpointWait, ErrBusy)
+			}
 			return p, err
 		}
 	}
 	d.kick(sessionID)
 	return p, nil
 }
+
+// CheckpointWait bounds how long a pull-back waits for a running checkpoint before it answers
+// that the session is busy.
+var CheckpointWait = 2 * time.Minute
 
 // failedReconciling reports whether a session's placement failed in its reconciliation step (its
 // last transition was reconciling → failed): only then is the worker drained and fenced, with the

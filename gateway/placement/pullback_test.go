@@ -2,7 +2,9 @@ package placement
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 )
@@ -123,5 +125,38 @@ func TestPullBackWaitsForACheckpoint(t *testing.T) {
 	d.wg.Wait()
 	if r.err != nil || r.p.State != Draining || r.p.BaseManifestID != next {
 		t.Fatalf("pull-back: %s with base %q, %v; want draining from the checkpoint's base", r.p.State, r.p.BaseManifestID, r.err)
+	}
+}
+
+// TestPullBackGivesUpOnALongCheckpoint: a checkpoint that holds the session longer than
+// CheckpointWait gets the pull-back a busy answer that says why, and the session stays active.
+func TestPullBackGivesUpOnALongCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	saved := CheckpointWait
+	CheckpointWait = 300 * time.Millisecond
+	t.Cleanup(func() { CheckpointWait = saved })
+	ps := openPlacements(t)
+	s := "ses_1"
+	env := "env_1"
+	var gen uint64
+	for _, c := range []Change{{To: Requested}, {To: Provisioning, EnvironmentID: &env}, {To: Syncing}, {To: Starting}, {To: Active, OwnerEpoch: 2}} {
+		p, err := ps.Transition(ctx, s, gen, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gen = p.Generation
+	}
+	if err := ps.ClaimTurn(ctx, s, gen, true, checkpointRun); err != nil {
+		t.Fatal(err)
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	cancel()
+	d := &Dispatcher{cfg: DispatchConfig{Placements: ps}, log: slog.New(slog.DiscardHandler), ctx: dctx, cancel: cancel, active: map[string]bool{}}
+	_, err := d.PullBack(ctx, s, true)
+	if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), "checkpoint") {
+		t.Fatalf("err = %v, want busy with a checkpoint", err)
+	}
+	if p, err := ps.Get(ctx, s); err != nil || p.State != Active || d.force[s] {
+		t.Fatalf("after giving up: %s (forced %v, %v), want still active, no confirmation left", p.State, d.force[s], err)
 	}
 }

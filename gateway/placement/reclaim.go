@@ -70,6 +70,8 @@ func (d *Dispatcher) Checkpoint(ctx context.Context, sessionID string) error {
 		fmt.Sprintf("checkpoint %d: %s", cp.Seq, summary)); err != nil {
 		return err
 	}
+	// The anchor and its base agree again: a waiting pull-back may go ahead while the pruning runs.
+	_ = d.cfg.Placements.ReleaseTurn(context.WithoutCancel(ctx), sessionID, checkpointRun)
 	// Retention: the session's newest checkpoints stay (sync.checkpointKeep), and only the base
 	// manifest just recorded (earlier ones are no longer read: the placement names this one).
 	if removed, err := cs.Prune(ctx); err != nil {
