@@ -331,7 +331,29 @@ func dispatchCase(t *testing.T, g *gw, root, profile string, git, fresh bool) {
 			t.Fatalf("submodule on the box: %q", got)
 		}
 	}
+	// A new plain session's checkpoint after the worker's turn cannot be made (a file where its
+	// store would go): the box's work is in the anchor by then, so its base must be recorded all
+	// the same, or the pull-back below stops on that work as drift.
+	failCheckpoint := !git && fresh
+	if failCheckpoint {
+		store := filepath.Join(g.dataDir, "checkpoints", strings.TrimPrefix(id, "ses_"))
+		if err := os.MkdirAll(filepath.Dir(store), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(store, []byte("not a directory\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	g.runTurn(id, "edit, commit and run", "worker")
+	if failCheckpoint {
+		deadline := time.Now().Add(30 * time.Second)
+		for !slices.ContainsFunc(g.placement(id).Events, func(ev placement.Event) bool { return strings.HasPrefix(ev.Reason, "checkpoint failed: ") }) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no failed checkpoint recorded:\n%s", g.placement(id))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 
 	// `openclaw sync plan ENV` diffs a workspace against the box's copy of the session's
 	// workspace: the user's untouched checkout would send README.md back and delete what the

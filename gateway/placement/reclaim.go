@@ -52,26 +52,31 @@ func (d *Dispatcher) Checkpoint(ctx context.Context, sessionID string) error {
 		d.cfg.Placements.Note(ctx, sessionID, "checkpoint failed: "+err.Error())
 		return err
 	}
-	cs, err := checkpoint.New(checkpoint.Config{Mode: manifest.Mode(p.SyncMode), Anchor: p.AnchorDir, Session: anchorName(sessionID),
+	// From here the anchor holds the box's work: its new base is recorded even when the named
+	// checkpoint cannot be made, or the next checkpoint and the pull-back would take that work
+	// for drift from the old base.
+	cs, cerr := checkpoint.New(checkpoint.Config{Mode: manifest.Mode(p.SyncMode), Anchor: p.AnchorDir, Session: anchorName(sessionID),
 		DataDir: d.cfg.DataDir, Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include, Keep: d.cfg.CheckpointKeep})
-	if err != nil {
-		return err
+	var cp checkpoint.Checkpoint
+	if cerr == nil {
+		cp, _, cerr = cs.Create(ctx)
 	}
-	cp, _, err := cs.Create(ctx)
-	if err != nil {
-		d.cfg.Placements.Note(ctx, sessionID, "checkpoint failed: "+err.Error())
-		return err
+	name, reason := fmt.Sprintf("base-%d-cp%d.json", p.Generation, cp.Seq), fmt.Sprintf("checkpoint %d: %s", cp.Seq, summary)
+	if cerr != nil {
+		name = fmt.Sprintf("base-%d-in%d.json", p.Generation, time.Now().UnixNano())
+		reason = fmt.Sprintf("checkpoint failed: %v (the anchor holds the worker's workspace as of this turn: %s)", cerr, summary)
 	}
-	baseFile := filepath.Join(filepath.Dir(p.BaseManifestID), fmt.Sprintf("base-%d-cp%d.json", p.Generation, cp.Seq))
+	baseFile := filepath.Join(filepath.Dir(p.BaseManifestID), name)
 	if err := writeManifest(baseFile, now); err != nil {
 		return err
 	}
-	if err := d.cfg.Placements.RecordBase(ctx, sessionID, checkpointRun, p.Generation, baseFile,
-		fmt.Sprintf("checkpoint %d: %s", cp.Seq, summary)); err != nil {
+	if err := d.cfg.Placements.RecordBase(ctx, sessionID, checkpointRun, p.Generation, baseFile, reason); err != nil {
 		return err
 	}
-	// The anchor and its base agree again: a waiting pull-back may go ahead while the pruning runs.
-	_ = d.cfg.Placements.ReleaseTurn(context.WithoutCancel(ctx), sessionID, checkpointRun)
+	if cerr != nil {
+		removeOldBases(baseFile, p.Generation)
+		return cerr
+	}
 	// Retention: the session's newest checkpoints stay (sync.checkpointKeep), and only the base
 	// manifest just recorded (earlier ones are no longer read: the placement names this one).
 	if removed, err := cs.Prune(ctx); err != nil {
@@ -83,9 +88,10 @@ func (d *Dispatcher) Checkpoint(ctx context.Context, sessionID string) error {
 	return nil
 }
 
-// baseName matches the base manifests dispatch and checkpoints write: base-<generation>.json and
-// base-<generation>-cp<n>.json.
-var baseName = regexp.MustCompile(`^base-([0-9]+)(-cp[0-9]+)?\.json$`)
+// baseName matches the base manifests dispatch and checkpoints write: base-<generation>.json,
+// base-<generation>-cp<n>.json and, when the named checkpoint could not be made,
+// base-<generation>-in<unix ns>.json.
+var baseName = regexp.MustCompile(`^base-([0-9]+)(-(cp|in)[0-9]+)?\.json$`)
 
 // removeOldBases removes the base manifests next to keep, other than keep, of generation gen or
 // earlier: the placement names keep, and never again an earlier one. Those of a later generation

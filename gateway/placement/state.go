@@ -307,7 +307,8 @@ func (ps *Placements) RecordBase(ctx context.Context, sessionID, claim string, g
 // LastCheckpoint names the session's last checkpoint ("checkpoint N"), or "".
 func (ps *Placements) LastCheckpoint(ctx context.Context, sessionID string) string {
 	var reason string
-	err := ps.db.R.QueryRowContext(ctx, `SELECT reason FROM placement_events WHERE session_id=? AND reason LIKE 'checkpoint %:%' ORDER BY id DESC LIMIT 1`, sessionID).Scan(&reason)
+	// Numbered ones only: not "checkpoint failed: …" nor "checkpoint pruning failed: …".
+	err := ps.db.R.QueryRowContext(ctx, `SELECT reason FROM placement_events WHERE session_id=? AND reason GLOB 'checkpoint [0-9]*:*' ORDER BY id DESC LIMIT 1`, sessionID).Scan(&reason)
 	if err != nil {
 		return ""
 	}

@@ -112,3 +112,24 @@ func TestClaimTurnExactlyOneOwner(t *testing.T) {
 		t.Fatalf("remote claim before active: %v", err)
 	}
 }
+
+// TestLastCheckpointIsANumberedOne: the checkpoint a reclaim names ("changes after checkpoint N
+// were lost") is the last numbered one, not a later note that a checkpoint or its pruning failed.
+func TestLastCheckpointIsANumberedOne(t *testing.T) {
+	ctx := context.Background()
+	ps := openPlacements(t)
+	s := "ses_1"
+	if got := ps.LastCheckpoint(ctx, s); got != "" {
+		t.Fatalf("no checkpoint yet: %q", got)
+	}
+	if _, err := ps.Transition(ctx, s, 0, Change{To: Requested}); err != nil {
+		t.Fatal(err)
+	}
+	for _, reason := range []string{"checkpoint 1: 2 files", "checkpoint 12: 3 files", "checkpoint pruning failed: disk full",
+		"checkpoint failed: not a directory (the anchor holds the worker's workspace as of this turn: 1 file)"} {
+		ps.Note(ctx, s, reason)
+	}
+	if got := ps.LastCheckpoint(ctx, s); got != "checkpoint 12" {
+		t.Fatalf("last checkpoint %q, want checkpoint 12", got)
+	}
+}
