@@ -70,15 +70,13 @@ func TestPullBackRetriesOnlyAFailedReconciliation(t *testing.T) {
 	}
 }
 
-// TestPullBackWaitsForACheckpoint: a pull-back asked for while a checkpoint holds the session (it
-// is bringing the box's work into the anchor) leaves active only once the checkpoint recorded its
-// base and let go. Leaving at once made the checkpoint's record stale (refused), and the
-// reconciliation then found the anchor "drifted" from the old base by exactly the worker's work.
-func TestPullBackWaitsForACheckpoint(t *testing.T) {
+// activeWithACheckpoint makes session s active on a worker with a checkpoint holding its turn,
+// and a dispatcher whose kicked steps stop at once; it returns the placement's generation.
+func activeWithACheckpoint(t *testing.T, s string) (*Placements, *Dispatcher, uint64) {
+	t.Helper()
 	ctx := context.Background()
 	ps := openPlacements(t)
-	s := "ses_1"
-	env, anchor, base := "env_1", "/anchors/ses_1/workspace", "/anchors/ses_1/base-3.json"
+	env, anchor, base := "env_1", "/anchors/"+s+"/workspace", "/anchors/"+s+"/base-3.json"
 	var gen uint64
 	for _, c := range []Change{{To: Requested}, {To: Provisioning, EnvironmentID: &env}, {To: Syncing},
 		{To: Starting, AnchorDir: &anchor, BaseManifestID: &base}, {To: Active, OwnerEpoch: 2}} {
@@ -93,7 +91,17 @@ func TestPullBackWaitsForACheckpoint(t *testing.T) {
 	}
 	dctx, cancel := context.WithCancel(ctx)
 	cancel() // the kicked step stops at once
-	d := &Dispatcher{cfg: DispatchConfig{Placements: ps}, log: slog.New(slog.DiscardHandler), ctx: dctx, cancel: cancel, active: map[string]bool{}}
+	return ps, &Dispatcher{cfg: DispatchConfig{Placements: ps}, log: slog.New(slog.DiscardHandler), ctx: dctx, cancel: cancel, active: map[string]bool{}}, gen
+}
+
+// TestPullBackWaitsForACheckpoint: a pull-back asked for while a checkpoint holds the session (it
+// is bringing the box's work into the anchor) leaves active only once the checkpoint recorded its
+// base and let go. Leaving at once made the checkpoint's record stale (refused), and the
+// reconciliation then found the anchor "drifted" from the old base by exactly the worker's work.
+func TestPullBackWaitsForACheckpoint(t *testing.T) {
+	ctx := context.Background()
+	s := "ses_1"
+	ps, d, gen := activeWithACheckpoint(t, s)
 	type result struct {
 		p   Placement
 		err error
@@ -135,23 +143,8 @@ func TestPullBackGivesUpOnALongCheckpoint(t *testing.T) {
 	saved := CheckpointWait
 	CheckpointWait = 300 * time.Millisecond
 	t.Cleanup(func() { CheckpointWait = saved })
-	ps := openPlacements(t)
 	s := "ses_1"
-	env := "env_1"
-	var gen uint64
-	for _, c := range []Change{{To: Requested}, {To: Provisioning, EnvironmentID: &env}, {To: Syncing}, {To: Starting}, {To: Active, OwnerEpoch: 2}} {
-		p, err := ps.Transition(ctx, s, gen, c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gen = p.Generation
-	}
-	if err := ps.ClaimTurn(ctx, s, gen, true, checkpointRun); err != nil {
-		t.Fatal(err)
-	}
-	dctx, cancel := context.WithCancel(ctx)
-	cancel()
-	d := &Dispatcher{cfg: DispatchConfig{Placements: ps}, log: slog.New(slog.DiscardHandler), ctx: dctx, cancel: cancel, active: map[string]bool{}}
+	ps, d, _ := activeWithACheckpoint(t, s)
 	_, err := d.PullBack(ctx, s, true)
 	if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), "checkpoint") {
 		t.Fatalf("err = %v, want busy with a checkpoint", err)
