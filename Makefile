@@ -38,9 +38,9 @@ lint: ## gofmt, go vet, staticcheck, go mod tidy check
 	cp go.mod /tmp/.openclaw-go.mod; cp go.sum /tmp/.openclaw-go.sum; $(GO) mod tidy; \
 	  if ! cmp -s go.mod /tmp/.openclaw-go.mod || ! cmp -s go.sum /tmp/.openclaw-go.sum; then echo "go mod tidy changed go.mod/go.sum"; exit 1; fi
 
-bench: ## run benchmarks, then sync of $(go env GOROOT)/src vs rsync -a/-az to a netns sshd box (needs root, rsync)
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+bench: ## sync of $(go env GOROOT)/src vs rsync -a/-az to a netns sshd box (needs root, rsync), then the Go benchmarks
 	OPENCLAW_BENCH=1 OPENCLAW_REQUIRE_INTEGRATION=1 $(GO) test -count=1 -timeout 30m -run '^TestSyncVsRsync$$' -v ./sync/bench
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
 
 demo: build examples ## run the product end to end on a temp data dir
 	./scripts/demo.sh
