@@ -347,7 +347,10 @@ func dispatchCase(t *testing.T, g *gw, root, profile string, git, fresh bool) {
 	g.runTurn(id, "edit, commit and run", "worker")
 	if failCheckpoint {
 		deadline := time.Now().Add(30 * time.Second)
-		for !slices.ContainsFunc(g.placement(id).Events, func(ev placement.Event) bool { return strings.HasPrefix(ev.Reason, "checkpoint failed: ") }) {
+		saved := func(ev placement.Event) bool {
+			return strings.HasPrefix(ev.Reason, "checkpoint failed: ") && strings.Contains(ev.Reason, "the anchor holds the worker's workspace")
+		}
+		for !slices.ContainsFunc(g.placement(id).Events, saved) {
 			if time.Now().After(deadline) {
 				t.Fatalf("no failed checkpoint recorded:\n%s", g.placement(id))
 			}

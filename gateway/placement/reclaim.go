@@ -52,26 +52,32 @@ func (d *Dispatcher) Checkpoint(ctx context.Context, sessionID string) error {
 		d.cfg.Placements.Note(ctx, sessionID, "checkpoint failed: "+err.Error())
 		return err
 	}
-	// From here the anchor holds the box's work: its new base is recorded even when the named
-	// checkpoint cannot be made, or the next checkpoint and the pull-back would take that work
-	// for drift from the old base.
+	// From here the anchor holds the box's work: its new base is written first and recorded even
+	// when the named checkpoint cannot be made (and when the gateway is stopping), or the next
+	// checkpoint and the pull-back would take that work for drift from the old base.
+	keep := context.WithoutCancel(ctx)
+	baseFile := filepath.Join(filepath.Dir(p.BaseManifestID), fmt.Sprintf("base-%d-in%d.json", p.Generation, time.Now().UnixNano()))
+	unrecorded := func(err error) error {
+		d.cfg.Placements.Note(keep, sessionID, "checkpoint failed: record the anchor's base: "+err.Error()+
+			" (the anchor holds work its recorded base does not describe: a pull-back will stop on it as drift)")
+		return err
+	}
+	if err := writeManifest(baseFile, now); err != nil {
+		return unrecorded(err)
+	}
 	cs, cerr := checkpoint.New(checkpoint.Config{Mode: manifest.Mode(p.SyncMode), Anchor: p.AnchorDir, Session: anchorName(sessionID),
 		DataDir: d.cfg.DataDir, Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include, Keep: d.cfg.CheckpointKeep})
 	var cp checkpoint.Checkpoint
 	if cerr == nil {
 		cp, _, cerr = cs.Create(ctx)
 	}
-	name, reason := fmt.Sprintf("base-%d-cp%d.json", p.Generation, cp.Seq), fmt.Sprintf("checkpoint %d: %s", cp.Seq, summary)
+	reason := fmt.Sprintf("checkpoint %d: %s", cp.Seq, summary)
 	if cerr != nil {
-		name = fmt.Sprintf("base-%d-in%d.json", p.Generation, time.Now().UnixNano())
-		reason = fmt.Sprintf("checkpoint failed: %v (the anchor holds the worker's workspace as of this turn: %s)", cerr, summary)
+		reason = fmt.Sprintf("checkpoint failed: %v (%s: %s)", cerr, anchorSaved, summary)
 	}
-	baseFile := filepath.Join(filepath.Dir(p.BaseManifestID), name)
-	if err := writeManifest(baseFile, now); err != nil {
-		return err
-	}
-	if err := d.cfg.Placements.RecordBase(ctx, sessionID, checkpointRun, p.Generation, baseFile, reason); err != nil {
-		return err
+	if err := d.cfg.Placements.RecordBase(keep, sessionID, checkpointRun, p.Generation, baseFile, reason); err != nil {
+		_ = os.Remove(baseFile)
+		return unrecorded(err)
 	}
 	if cerr != nil {
 		removeOldBases(baseFile, p.Generation)
@@ -88,9 +94,12 @@ func (d *Dispatcher) Checkpoint(ctx context.Context, sessionID string) error {
 	return nil
 }
 
+// anchorSaved marks the event of a checkpoint whose named checkpoint could not be made but whose
+// base was recorded: the anchor holds the worker's workspace as of that turn all the same.
+const anchorSaved = "the anchor holds the worker's workspace as of this turn"
+
 // baseName matches the base manifests dispatch and checkpoints write: base-<generation>.json,
-// base-<generation>-cp<n>.json and, when the named checkpoint could not be made,
-// base-<generation>-in<unix ns>.json.
+// base-<generation>-in<unix ns>.json, and base-<generation>-cp<n>.json of earlier versions.
 var baseName = regexp.MustCompile(`^base-([0-9]+)(-(cp|in)[0-9]+)?\.json$`)
 
 // removeOldBases removes the base manifests next to keep, other than keep, of generation gen or

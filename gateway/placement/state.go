@@ -304,13 +304,19 @@ func (ps *Placements) RecordBase(ctx context.Context, sessionID, claim string, g
 	})
 }
 
-// LastCheckpoint names the session's last checkpoint ("checkpoint N"), or "".
+// LastCheckpoint names the last time the anchor took in the session's worker workspace: its last
+// numbered checkpoint ("checkpoint N"), or a checkpoint that could not be made but whose base was
+// recorded ("the turn saved at <time>"); "" when there is none.
 func (ps *Placements) LastCheckpoint(ctx context.Context, sessionID string) string {
-	var reason string
-	// Numbered ones only: not "checkpoint failed: …" nor "checkpoint pruning failed: …".
-	err := ps.db.R.QueryRowContext(ctx, `SELECT reason FROM placement_events WHERE session_id=? AND reason GLOB 'checkpoint [0-9]*:*' ORDER BY id DESC LIMIT 1`, sessionID).Scan(&reason)
+	var reason, at string
+	// Not "checkpoint failed: …" (unless the anchor was saved) nor "checkpoint pruning failed: …".
+	err := ps.db.R.QueryRowContext(ctx, `SELECT reason, at FROM placement_events WHERE session_id=?
+		AND (reason GLOB 'checkpoint [0-9]*:*' OR instr(reason, ?) > 0) ORDER BY id DESC LIMIT 1`, sessionID, anchorSaved).Scan(&reason, &at)
 	if err != nil {
 		return ""
+	}
+	if !strings.HasPrefix(reason, "checkpoint ") || strings.Contains(reason, anchorSaved) {
+		return "the turn saved at " + at
 	}
 	name, _, _ := strings.Cut(reason, ":")
 	return name

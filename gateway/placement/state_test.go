@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -114,7 +115,8 @@ func TestClaimTurnExactlyOneOwner(t *testing.T) {
 }
 
 // TestLastCheckpointIsANumberedOne: the checkpoint a reclaim names ("changes after checkpoint N
-// were lost") is the last numbered one, not a later note that a checkpoint or its pruning failed.
+// were lost") is the last numbered one, not a later note that a checkpoint or its pruning failed,
+// unless that failed checkpoint still saved the worker's workspace in the anchor.
 func TestLastCheckpointIsANumberedOne(t *testing.T) {
 	ctx := context.Background()
 	ps := openPlacements(t)
@@ -126,10 +128,14 @@ func TestLastCheckpointIsANumberedOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, reason := range []string{"checkpoint 1: 2 files", "checkpoint 12: 3 files", "checkpoint pruning failed: disk full",
-		"checkpoint failed: not a directory (the anchor holds the worker's workspace as of this turn: 1 file)"} {
+		"checkpoint failed: box manifest: connection lost"} {
 		ps.Note(ctx, s, reason)
 	}
 	if got := ps.LastCheckpoint(ctx, s); got != "checkpoint 12" {
 		t.Fatalf("last checkpoint %q, want checkpoint 12", got)
+	}
+	ps.Note(ctx, s, "checkpoint failed: mkdir: not a directory ("+anchorSaved+": 1 file)")
+	if got := ps.LastCheckpoint(ctx, s); !strings.HasPrefix(got, "the turn saved at ") {
+		t.Fatalf("last checkpoint %q, want the turn whose workspace the anchor saved", got)
 	}
 }
