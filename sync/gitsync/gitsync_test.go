@@ -391,11 +391,7 @@ func TestAnchorFillsSubmodules(t *testing.T) {
 	synctest.HaveGit(t)
 	ctx := synctest.Context(t)
 	tmp := t.TempDir()
-	user := filepath.Join(tmp, "user")
-	synctest.InitRepo(t, user, map[string]string{"main.go": "package main\n"})
-	addSubmodule(t, tmp, user, "lib")
-	addSubmodule(t, tmp, user, "gone")
-	synctest.Git(t, user, "commit", "--quiet", "-m", "submodules")
+	user := userWithSubmodules(t, tmp, "lib", "gone")
 	synctest.Git(t, user, "submodule", "deinit", "--quiet", "-f", "third_party/gone")
 	moveSubmodule(t, user, "lib")
 	userBefore := checkoutFiles(t, user)
@@ -458,6 +454,19 @@ func TestAnchorFillsSubmodules(t *testing.T) {
 
 // addSubmodule makes the repository <tmp>/<name> holding <name>.go at v1 and adds it to the
 // user's repository as third_party/<name>, not committed yet.
+// userWithSubmodules makes the user's repository tmp/user with one file and, committed, a
+// submodule third_party/<name> for each name (addSubmodule).
+func userWithSubmodules(t *testing.T, tmp string, names ...string) string {
+	t.Helper()
+	user := filepath.Join(tmp, "user")
+	synctest.InitRepo(t, user, map[string]string{"main.go": "package main\n"})
+	for _, name := range names {
+		addSubmodule(t, tmp, user, name)
+	}
+	synctest.Git(t, user, "commit", "--quiet", "-m", "submodules")
+	return user
+}
+
 func addSubmodule(t *testing.T, tmp, user, name string) {
 	t.Helper()
 	dir := filepath.Join(tmp, name)
@@ -491,10 +500,7 @@ func TestAdoptFollowsSubmoduleChanges(t *testing.T) {
 	synctest.HaveGit(t)
 	ctx := synctest.Context(t)
 	tmp := t.TempDir()
-	user := filepath.Join(tmp, "user")
-	synctest.InitRepo(t, user, map[string]string{"main.go": "package main\n"})
-	addSubmodule(t, tmp, user, "lib")
-	synctest.Git(t, user, "commit", "--quiet", "-m", "lib")
+	user := userWithSubmodules(t, tmp, "lib")
 	v2 := moveSubmodule(t, user, "lib")
 
 	const vendor = "git rm -q --cached third_party/lib && mkdir -p third_party/lib && printf 'package lib // vendored\\n' > third_party/lib/lib.go && git add third_party/lib/lib.go"
