@@ -79,19 +79,17 @@ func (d *Dispatcher) Checkpoint(ctx context.Context, sessionID string) error {
 		_ = os.Remove(baseFile)
 		return unrecorded(err)
 	}
-	if cerr != nil {
-		removeOldBases(baseFile, p.Generation)
-		return cerr
-	}
 	// Retention: the session's newest checkpoints stay (sync.checkpointKeep), and only the base
 	// manifest just recorded (earlier ones are no longer read: the placement names this one).
-	if removed, err := cs.Prune(ctx); err != nil {
-		d.cfg.Placements.Note(ctx, sessionID, "checkpoint pruning failed: "+err.Error())
-	} else if len(removed) > 0 {
-		d.log.Debug("pruned checkpoints", "session", sessionID, "removed", len(removed), "oldest kept", removed[len(removed)-1].Seq+1)
+	if cerr == nil {
+		if removed, err := cs.Prune(ctx); err != nil {
+			d.cfg.Placements.Note(ctx, sessionID, "checkpoint pruning failed: "+err.Error())
+		} else if len(removed) > 0 {
+			d.log.Debug("pruned checkpoints", "session", sessionID, "removed", len(removed), "oldest kept", removed[len(removed)-1].Seq+1)
+		}
 	}
 	removeOldBases(baseFile, p.Generation)
-	return nil
+	return cerr
 }
 
 // anchorSaved marks the event of a checkpoint whose named checkpoint could not be made but whose

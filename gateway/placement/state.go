@@ -315,7 +315,7 @@ func (ps *Placements) LastCheckpoint(ctx context.Context, sessionID string) stri
 	if err != nil {
 		return ""
 	}
-	if !strings.HasPrefix(reason, "checkpoint ") || strings.Contains(reason, anchorSaved) {
+	if strings.Contains(reason, anchorSaved) {
 		return "the turn saved at " + at
 	}
 	name, _, _ := strings.Cut(reason, ":")

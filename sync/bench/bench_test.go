@@ -139,8 +139,13 @@ func TestSyncVsRsync(t *testing.T) {
 		}
 	}
 	tools := []tool{{"ours", ours}, {"rsync -a", rsync("-a")}, {"rsync -az", rsync("-az")}}
+	// dir is where a tool's copy of one round goes on the box (round -1: the warm-up's).
 	dir := func(ti, round int) string {
-		return filepath.Join(box.Home, fmt.Sprintf("%s-%d", strings.NewReplacer(" ", "", "-", "").Replace(tools[ti].name), round))
+		name := strings.NewReplacer(" ", "", "-", "").Replace(tools[ti].name)
+		if round < 0 {
+			return filepath.Join(box.Home, "warmup-"+name)
+		}
+		return filepath.Join(box.Home, fmt.Sprintf("%s-%d", name, round))
 	}
 	// measure runs every tool once per round, rotating the order, into dst(tool, round).
 	measure := func(name string, before func(round int), dst func(ti, round int) string, fresh bool) phase {
@@ -181,7 +186,7 @@ func TestSyncVsRsync(t *testing.T) {
 			cache = manifest.NewCache()
 		}
 		syscall.Sync()
-		tools[ti].sync(filepath.Join(box.Home, "warmup-"+strings.NewReplacer(" ", "", "-", "").Replace(tools[ti].name)))
+		tools[ti].sync(dir(ti, -1))
 	}
 	var phases []phase
 	phases = append(phases, measure("initial", nil, dir, true))

@@ -211,18 +211,16 @@ func (f *frameWriter) beginHead() { f.head = true }
 // flushHead sends what was written since beginHead in frames of their own.
 func (f *frameWriter) flushHead() {
 	if len(f.buf) > 0 {
-		f.flushJob(true)
+		f.flush()
 	}
 	f.head = false
 }
 
 // flush hands the current chunk to the writing goroutine, compressed or stored.
-func (f *frameWriter) flush() { f.flushJob(f.head) }
-
-func (f *frameWriter) flushJob(head bool) {
+func (f *frameWriter) flush() {
 	data := f.buf
 	f.buf = nil
-	job := &frameJob{ready: make(chan struct{}), in: int64(len(data)), compressed: f.compress(), head: head}
+	job := &frameJob{ready: make(chan struct{}), in: int64(len(data)), compressed: f.compress(), head: f.head}
 	out := (*framePool.Get().(*[]byte))[:0]
 	if job.compressed {
 		f.sem <- struct{}{}
