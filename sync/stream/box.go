@@ -16,13 +16,16 @@ import (
 
 // The box side of a sync, shared by `openclaw worker unpack|pack|manifest` and test binaries.
 
-// BoxUnpack applies an archive from the gateway on stdin into dir.
+// BoxUnpack applies an archive from the gateway on stdin into dir. Like every command of the box's
+// side of a sync, it first gives its pipe from or to sshd more room (growPipe).
 func BoxUnpack(ctx context.Context, stdin io.Reader, dir string) (Stats, error) {
+	growPipe(stdin)
 	return Apply(ctx, stdin, dir, ApplyOptions{AllowEscapingSymlinks: true, UpdateCache: true})
 }
 
 // BoxPack reads a plan on stdin and writes its archive of dir to stdout.
 func BoxPack(ctx context.Context, stdin io.Reader, stdout io.Writer, dir string) (Stats, error) {
+	growPipe(stdout)
 	p, err := ReadPlanRequest(stdin, Limits{})
 	if err != nil {
 		return Stats{}, err
@@ -32,6 +35,7 @@ func BoxPack(ctx context.Context, stdin io.Reader, stdout io.Writer, dir string)
 
 // BoxManifest writes the manifest of dir to stdout.
 func BoxManifest(ctx context.Context, stdout io.Writer, dir string, opts manifest.Options) error {
+	growPipe(stdout)
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		// A cold box: an empty tree.
 		if os.IsNotExist(err) {
@@ -62,6 +66,7 @@ func BoxUnpackParts(ctx context.Context, stdin io.Reader, dir string, parts int,
 	if parts < 2 {
 		return BoxUnpack(ctx, stdin, dir)
 	}
+	growPipe(stdin)
 	if parts > MaxParts {
 		return Stats{}, fmt.Errorf("unpack: %d parts, at most %d", parts, MaxParts)
 	}
@@ -97,6 +102,7 @@ func BoxUnpackParts(ctx context.Context, stdin io.Reader, dir string, parts int,
 			closers = append(closers, c)
 			var f *os.File
 			if f, err = takeFeed(ctx, c.(*net.UnixConn), deadline); err == nil {
+				growPipe(f)
 				rs = append(rs, f)
 				closers = append(closers, f)
 				continue

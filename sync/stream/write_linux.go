@@ -8,6 +8,8 @@ import (
 	"sync"
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // writeSmall creates file (which must not exist) with content data, mode and mtime (ns) in as
@@ -85,3 +87,24 @@ var processUmask = sync.OnceValue(func() uint32 {
 	}
 	return 0o777
 })
+
+// growPipe raises the capacity of f's pipe (sshd's pipe of a channel, when f is one) to 1 MiB,
+// the most an unprivileged process may ask for by default (/proc/sys/fs/pipe-max-size). With the
+// default 64 KiB, sshd and the unpack took turns every 64 KiB: sshd blocked on the full pipe, held
+// up to a channel window (2 MiB) of decrypted data in its buffers and polled again, both sides
+// woke tens of thousands of times per sync. A cold sync of GOROOT/src (121 MB) to a netns sshd box
+// went from 0.63–0.68 s to 0.58–0.61 s (medians of 7 runs, alternated), 1.15 s to 1.07 s of CPU.
+// Anything else (a terminal, a file, a socket) is left alone: the call fails and is ignored.
+func growPipe(r any) {
+	f, ok := r.(*os.File)
+	if !ok {
+		return
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) {
+		_, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, 1<<20)
+	})
+}

@@ -30,3 +30,6 @@ func writeSmall(file string, data []byte, mode uint32, mtime int64, fsync, _ boo
 	}
 	return fileStat{}, err
 }
+
+// growPipe is Linux's way of giving sshd's pipes more room: nothing here.
+func growPipe(any) {}
