@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/fnv"
 	"io"
 	"math/bits"
@@ -21,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
@@ -47,8 +49,9 @@ const (
 //
 // The staging directory mirrors the tree. It lives inside root when root exists; when root does
 // not exist yet (an initial sync), it is a sibling of root that becomes root with one rename.
-// Files are created by a bounded pool of goroutines, each file's content checked against its
-// sha256 before it is written.
+// Files are created by a bounded pool of goroutines, each file's content checked before it is
+// written: against its entry's sha256 or, in a streamed archive, against the XXH64 that the
+// sums entry at its end records with the file's sha256 (see sumsName).
 func Apply(ctx context.Context, r io.Reader, root string, opts ApplyOptions) (Stats, error) {
 	return ApplyParts(ctx, []io.Reader{r}, root, opts)
 }
@@ -131,7 +134,7 @@ func ApplyParts(ctx context.Context, rs []io.Reader, root string, opts ApplyOpti
 
 	s := &stager{staging: staging, fsync: opts.Fsync, dirs: map[string]*stagedDir{}, inFlight: semaphore.NewWeighted(maxInFlight)}
 	if plan.SumsLast {
-		s.sums = make([]string, len(plan.Entries))
+		s.checks, s.sums = make([]uint64, len(plan.Entries)), make([]string, len(plan.Entries))
 	}
 	if plan.Cache != "" && cold {
 		// Renaming the staging directory into place changes no file's ctime, so the stats taken
@@ -304,9 +307,11 @@ type stager struct {
 
 	mu   sync.Mutex
 	dirs map[string]*stagedDir
-	// sums, for a streamed archive, receives the sha256 of every staged file (by plan index), to
-	// be checked against the archive's sums entry.
-	sums []string
+	// checks, for a streamed archive, receives the XXH64 of every staged file (by plan index),
+	// to be checked against the archive's sums entry; sums then receives the files' sha256 from
+	// that entry, once checked.
+	checks []uint64
+	sums   []string
 	// stats, when the plan names a hash cache, receives the stat of every small staged file (by
 	// plan index).
 	stats []fileStat
@@ -455,7 +460,7 @@ func (s *stager) stage(ctx context.Context, tr *tar.Reader, plan *Plan, base int
 			if err != nil {
 				return refused("", "streamed archive ends without its sums: %v", err)
 			}
-			if h.Name != sumsName || h.Typeflag != tar.TypeReg || h.Size != int64(sha256.Size*st.Files) {
+			if h.Name != sumsName || h.Typeflag != tar.TypeReg || h.Size != int64(sumSize*st.Files) {
 				return refused(h.Name, "entry out of plan (expected the sums of %d files)", st.Files)
 			}
 			trailer = make([]byte, h.Size)
@@ -515,36 +520,42 @@ func getData(n int64) *[]byte {
 
 func putData(b *[]byte) { dataPools[dataClass(int64(cap(*b)))].Put(b) }
 
-// checkSums compares every staged file of a streamed archive with the sums at its end.
+// checkSums compares every staged file of a streamed archive with its record in the sums at the
+// archive's end (the XXH64 the sender computed over the bytes it sent) and takes the file's sha256
+// from that record.
 func (s *stager) checkSums(plan *Plan, base int, trailer []byte) error {
 	k := 0
 	for j, e := range plan.Entries {
 		if e.Type != manifest.TypeFile {
 			continue
 		}
-		want := hex.EncodeToString(trailer[k*sha256.Size : (k+1)*sha256.Size])
+		sum, check := parseSum(trailer[k*sumSize : (k+1)*sumSize])
 		k++
-		if s.sums[base+j] != want {
-			return refused(e.Path, "content does not match its sha256")
+		if s.checks[base+j] != check {
+			return refused(e.Path, "content does not match its checksum")
 		}
+		s.sums[base+j] = sum
 	}
 	return nil
 }
 
-// checked compares a staged file's sum with its entry's, or records it for checkSums when the
-// archive is streamed (the entry has no sum yet).
-func (s *stager) checked(e manifest.Entry, i int, sum []byte) bool {
-	got := hex.EncodeToString(sum)
-	if s.sums != nil {
-		s.sums[i] = got
-		return true
+// checker returns how a staged file's content is checked while it is written: for a streamed
+// archive its XXH64, recorded for checkSums (the entry has no sum yet), else its sha256, compared
+// with the entry's.
+func (s *stager) checker(e manifest.Entry, i int) (hash.Hash, func() bool) {
+	if s.checks != nil {
+		h := xxhash.New()
+		return h, func() bool { s.checks[i] = h.Sum64(); return true }
 	}
-	return got == e.SHA256
+	h := sha256.New()
+	return h, func() bool { return hex.EncodeToString(h.Sum(nil)) == e.SHA256 }
 }
 
 // file checks a small file's content against its entry and writes it to staging.
 func (s *stager) file(e manifest.Entry, data []byte, i int) error {
-	if sum := sha256.Sum256(data); !s.checked(e, i, sum[:]) {
+	if s.checks != nil {
+		s.checks[i] = xxhash.Sum64(data)
+	} else if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != e.SHA256 {
 		return refused(e.Path, "content does not match its sha256")
 	}
 	if err := s.dir(path.Dir(e.Path)); err != nil {
@@ -570,14 +581,14 @@ func (s *stager) stream(r io.Reader, e manifest.Entry, i int) error {
 	if err != nil {
 		return err
 	}
-	h := sha256.New()
+	h, matches := s.checker(e, i)
 	n, err := io.CopyBuffer(io.MultiWriter(f, h), io.LimitReader(r, e.Size), make([]byte, 256<<10))
 	switch {
 	case err != nil:
 		err = refused(e.Path, "read content: %v", err)
 	case n != e.Size:
 		err = refused(e.Path, "truncated content")
-	case !s.checked(e, i, h.Sum(nil)):
+	case !matches():
 		err = refused(e.Path, "content does not match its sha256")
 	}
 	return s.finish(f, e, err)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/openclaw/cloudworkers/sync/internal/synctest"
@@ -135,6 +136,12 @@ type raw struct {
 
 func sum(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
 
+// sumRecord is a streamed archive's record of a file with content s in its sums entry.
+func sumRecord(s string) []byte {
+	h := sha256.Sum256([]byte(s))
+	return appendSum(nil, h[:], xxhash.Sum64String(s))
+}
+
 func fileEntry(p, body string) (manifest.Entry, raw) {
 	return manifest.Entry{Path: p, Type: manifest.TypeFile, Mode: 0o644, Size: int64(len(body)), SHA256: sum(body)},
 		raw{tar.Header{Name: p, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body))}, body}
@@ -205,22 +212,21 @@ func TestApplyRefusesHostileArchives(t *testing.T) {
 	// streamed: a SumsLast archive of entries (their hashes moved to the sums entry), then extra.
 	streamed := func(sums []byte, entries []manifest.Entry, raws []raw, extra ...raw) []byte {
 		p := Plan{SumsLast: true}
-		given := sums != nil
-		for _, e := range entries {
-			if e.Type == manifest.TypeFile && !given {
-				b, _ := hex.DecodeString(e.SHA256)
-				sums = append(sums, b...)
+		if sums == nil {
+			for _, r := range raws {
+				if r.h.Typeflag == tar.TypeReg {
+					sums = append(sums, sumRecord(r.body)...)
+				}
 			}
+		}
+		for _, e := range entries {
 			e.SHA256 = ""
 			p.Entries = append(p.Entries, e)
 		}
 		all := append(slices.Clone(raws), raw{tar.Header{Name: sumsName, Typeflag: tar.TypeReg, Mode: 0o600, Size: int64(len(sums))}, string(sums)})
 		return archive(t, p, append(all, extra...)...)
 	}
-	twoSums := func(a, b string) []byte {
-		x, y := sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b))
-		return append(x[:], y[:]...)
-	}
+	twoSums := func(a, b string) []byte { return append(sumRecord(a), sumRecord(b)...) }
 
 	tests := []struct {
 		name  string
@@ -268,10 +274,15 @@ func TestApplyRefusesHostileArchives(t *testing.T) {
 		{name: "not zstd", data: []byte("plain text, not an archive")},
 		{name: "streamed: content does not match its sum", data: streamed(twoSums(bigR.body, "FINE"), []manifest.Entry{bigE, okE}, []raw{bigR, okR})},
 		{name: "streamed: sums in the wrong order", data: streamed(twoSums(okR.body, bigR.body), []manifest.Entry{bigE, okE}, []raw{bigR, okR})},
+		{name: "streamed: right sha256, wrong checksum", data: streamed(func() []byte {
+			b := twoSums(bigR.body, okR.body)
+			b[len(b)-1] ^= 1 // ok.txt's XXH64
+			return b
+		}(), []manifest.Entry{bigE, okE}, []raw{bigR, okR})},
 		{name: "streamed: sums missing", data: archive(t, Plan{SumsLast: true, Entries: []manifest.Entry{{Path: "ok.txt", Type: manifest.TypeFile, Mode: 0o644, Size: 4}}}, okR)},
 		{name: "streamed: sums cut short", data: streamed(twoSums(bigR.body, okR.body)[:40], []manifest.Entry{bigE, okE}, []raw{bigR, okR})},
 		{name: "streamed: entry after the sums", data: streamed(nil, []manifest.Entry{okE}, []raw{okR}, bigR)},
-		{name: "streamed: hash in the plan", data: archive(t, Plan{SumsLast: true, Entries: []manifest.Entry{okE}}, okR, raw{tar.Header{Name: sumsName, Typeflag: tar.TypeReg, Size: 32}, string(twoSums(okR.body, "")[:32])})},
+		{name: "streamed: hash in the plan", data: archive(t, Plan{SumsLast: true, Entries: []manifest.Entry{okE}}, okR, raw{tar.Header{Name: sumsName, Typeflag: tar.TypeReg, Size: sumSize}, string(sumRecord(okR.body))})},
 		{name: "streamed: dotdot", data: streamed(nil, []manifest.Entry{evilE}, []raw{evilR})},
 		{
 			name: "file over an existing directory not deleted first",
@@ -350,6 +361,7 @@ func fuzzArchive(spec []byte, cut uint16) []byte {
 	tw := tar.NewWriter(&tb)
 	var entries []raw
 	streamed, sumsFlags := false, byte(0)
+	content := map[string]string{} // by path: the content each file's plan hash is of
 	for line := range strings.SplitSeq(string(spec), "\n") {
 		if len(line) >= 2 && line[0] == 's' {
 			// a streamed archive (sums at the end); flags: 1 no sums entry, 2 sums one byte short,
@@ -387,6 +399,11 @@ func fuzzArchive(spec []byte, cut uint16) []byte {
 		}
 		if flags&2 != 0 {
 			e.SHA256, e.Target = sum(arg+"!"), e.Target+"x"
+			if kind == 'f' {
+				content[p] = arg + "!"
+			}
+		} else if kind == 'f' {
+			content[p] = arg
 		}
 		if flags&4 != 0 {
 			h.Size++
@@ -406,8 +423,7 @@ func fuzzArchive(spec []byte, cut uint16) []byte {
 		plan.SumsLast = true
 		for i, e := range plan.Entries {
 			if e.Type == manifest.TypeFile {
-				b, _ := hex.DecodeString(e.SHA256)
-				sums = append(sums, b...)
+				sums = append(sums, sumRecord(content[e.Path])...) // the plan's hash, of the content it names
 				if sumsFlags&4 == 0 || i > 0 {
 					plan.Entries[i].SHA256 = ""
 				}
