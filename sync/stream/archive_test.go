@@ -50,9 +50,13 @@ func TestRoundTripAndDelta(t *testing.T) {
 		"old/x.txt":   "x",
 		"becomes-dir": "file now",
 		"bin/tool":    "#!/bin/sh",
+		// Past the 100 bytes of a tar header's name field, and not ASCII: GNU long-name entries.
+		"deep/" + strings.Repeat("d", 90) + "/" + strings.Repeat("n", 120) + ".txt": "long",
+		"unicodé/naïve ✓.txt": "utf-8",
 	})
 	must(t, os.Chmod(filepath.Join(src, "bin/tool"), 0o755))
 	must(t, os.Symlink("src/a.go", filepath.Join(src, "link")))
+	must(t, os.Symlink(strings.Repeat("../", 40)+"x", filepath.Join(src, "long-link")))
 	must(t, os.Symlink("/usr/lib", filepath.Join(src, "abs-link")))
 	must(t, os.Mkdir(filepath.Join(src, "empty"), 0o700))
 
@@ -62,7 +66,7 @@ func TestRoundTripAndDelta(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Files != 6 || st.Symlinks != 2 {
+	if st.Files != 8 || st.Symlinks != 3 {
 		t.Fatalf("stats %+v", st)
 	}
 	// The box side accepts the workspace's absolute symlink; an inbound apply would not.
