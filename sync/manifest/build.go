@@ -259,57 +259,61 @@ func (b *builder) walk(ctx context.Context) error {
 		if rel != "" {
 			full = filepath.Join(b.root, filepath.FromSlash(rel))
 		}
-		des, err := os.ReadDir(full)
-		if err != nil {
-			fail(err)
-			return
-		}
 		// What this directory adds, merged under the lock once.
 		var local builder
 		var localDirs, subdirs []string
 		localInfos := map[string]fs.FileInfo{}
 		local.root = b.root
-		for _, d := range des {
-			p := d.Name()
-			if rel != "" {
-				p = rel + "/" + p
+		err := func() error {
+			dir, err := os.Open(full)
+			if err != nil {
+				return err
 			}
-			if alwaysSkipped(p) {
-				continue
+			defer dir.Close()
+			// The entries are stat'ed relative to the open directory (lstatAt); their order does
+			// not matter (sorted after the walk).
+			des, err := dir.ReadDir(-1)
+			if err != nil {
+				return err
 			}
-			if !utf8.ValidString(p) {
-				local.stats.Skipped = append(local.stats.Skipped, strings.ToValidUTF8(p, "?"))
-				continue
-			}
-			ex := b.excluded(p, d.IsDir())
-			if d.IsDir() {
-				if ex && b.include.Empty() {
+			for _, d := range des {
+				p := d.Name()
+				if rel != "" {
+					p = rel + "/" + p
+				}
+				if alwaysSkipped(p) {
 					continue
 				}
-				fi, err := d.Info()
+				if !utf8.ValidString(p) {
+					local.stats.Skipped = append(local.stats.Skipped, strings.ToValidUTF8(p, "?"))
+					continue
+				}
+				ex := b.excluded(p, d.IsDir())
+				if d.IsDir() && ex && b.include.Empty() {
+					continue
+				}
+				if !d.IsDir() && ex {
+					continue
+				}
+				fi, err := lstatAt(dir, d.Name())
 				if err != nil {
-					fail(err)
-					return
+					return err
 				}
-				localInfos[p] = fi
-				if !ex {
-					localDirs = append(localDirs, p)
+				if d.IsDir() {
+					localInfos[p] = fi
+					if !ex {
+						localDirs = append(localDirs, p)
+					}
+					subdirs = append(subdirs, p)
+				} else if err := local.add(p, fi); err != nil {
+					return err
 				}
-				subdirs = append(subdirs, p)
-				continue
 			}
-			if ex {
-				continue
-			}
-			fi, err := d.Info()
-			if err != nil {
-				fail(err)
-				return
-			}
-			if err := local.add(p, fi); err != nil {
-				fail(err)
-				return
-			}
+			return nil
+		}()
+		if err != nil {
+			fail(err)
+			return
 		}
 		mu.Lock()
 		b.entries = append(b.entries, local.entries...)
