@@ -200,11 +200,24 @@ func ApplyParts(ctx context.Context, rs []io.Reader, root string, opts ApplyOpti
 	}
 	st.Deleted = len(plan.Deletes)
 	if cold {
+		// Every staged file's stat was taken while staging and stays valid through the commit
+		// (renaming the staging directory changes no file's ctime): the box's hash cache is
+		// recorded while the tree is committed, not after. Should the commit fail, the cache
+		// holds entries of files that are not there, which are never looked up (keyed by inode
+		// and ctime).
+		var cacheErr error
+		var recorded sync.WaitGroup
+		if plan.Cache != "" {
+			recorded.Go(func() { cacheErr = recordCache(ctx, root, plan, s.stats) })
+		}
 		err = commitCold(root, staging, plan, opts.Fsync)
-	} else {
-		err = commit(ctx, root, staging, plan, opts.Fsync)
+		recorded.Wait()
+		if err == nil {
+			err = cacheErr
+		}
+		return st, err
 	}
-	if err != nil {
+	if err := commit(ctx, root, staging, plan, opts.Fsync); err != nil {
 		return st, err
 	}
 	if plan.Cache != "" {
@@ -300,6 +313,9 @@ func readPlan(tr *tar.Reader, opts ApplyOptions) (*Plan, error) {
 	return &plan, nil
 }
 
+// stagedDirPerm is the mode the stager creates directories with, before the umask.
+const stagedDirPerm = 0o755
+
 // stager writes an archive's entries below a staging directory that mirrors the tree.
 type stager struct {
 	staging string
@@ -341,7 +357,7 @@ func (s *stager) dir(p string) error {
 	s.mu.Unlock()
 	d.once.Do(func() {
 		if d.err = s.dir(path.Dir(p)); d.err == nil {
-			d.err = os.Mkdir(s.full(p), 0o755)
+			d.err = os.Mkdir(s.full(p), stagedDirPerm)
 		}
 	})
 	return d.err
@@ -591,7 +607,7 @@ func (s *stager) stream(r io.Reader, e manifest.Entry, i int) error {
 	case !matches():
 		err = refused(e.Path, "content does not match its sha256")
 	}
-	return s.finish(f, e, err)
+	return s.finish(f, e, i, err)
 }
 
 func (s *stager) create(e manifest.Entry) (*os.File, error) {
@@ -602,7 +618,7 @@ func (s *stager) create(e manifest.Entry) (*os.File, error) {
 }
 
 // finish sets the file's final mode (and syncs it when asked), closes it and sets its mtime.
-func (s *stager) finish(f *os.File, e manifest.Entry, err error) error {
+func (s *stager) finish(f *os.File, e manifest.Entry, i int, err error) error {
 	if err == nil {
 		err = f.Chmod(os.FileMode(e.Mode))
 	}
@@ -615,6 +631,13 @@ func (s *stager) finish(f *os.File, e manifest.Entry, err error) error {
 	if err == nil {
 		mt := time.Unix(0, e.MTime)
 		_ = os.Chtimes(f.Name(), mt, mt)
+		if s.stats != nil {
+			// For the hash cache, like writeSmall's: taken last, so that its ctime is final.
+			if fi, serr := os.Lstat(f.Name()); serr == nil {
+				ino, ctime := manifest.StatKey(fi)
+				s.stats[i] = fileStat{ok: ino != 0, size: fi.Size(), mtime: fi.ModTime().UnixNano(), ctime: ctime, ino: ino}
+			}
+		}
 	}
 	return err
 }
@@ -686,7 +709,7 @@ func checkTarget(root string, plan *Plan) error {
 // commitCold makes a staged tree that did not exist before real: directory modes (deepest
 // first), then one rename of the staging directory to root.
 func commitCold(root, staging string, plan *Plan, fsync bool) error {
-	if err := dirModes(staging, plan); err != nil {
+	if err := dirModes(staging, plan, stagedDirMode); err != nil {
 		return err
 	}
 	if err := os.Chmod(staging, 0o755); err != nil {
@@ -749,7 +772,7 @@ func commit(ctx context.Context, root, staging string, plan *Plan, fsync bool) e
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	if err := dirModes(root, plan); err != nil {
+	if err := dirModes(root, plan, nil); err != nil {
 		return err
 	}
 	if fsync {
@@ -761,11 +784,18 @@ func commit(ctx context.Context, root, staging string, plan *Plan, fsync bool) e
 	return nil
 }
 
-// dirModes sets the final modes of the plan's directories below base, deepest first.
-func dirModes(base string, plan *Plan) error {
+// dirModes sets the final modes of the plan's directories below base, deepest first. With
+// created set, every directory below base was created by the stager (stager.dir) and those whose
+// final mode is the one it was created with (created's answer) are left alone: most of a tree's.
+func dirModes(base string, plan *Plan, created func() (uint32, bool)) error {
+	var skip uint32
+	var known bool
+	if created != nil {
+		skip, known = created()
+	}
 	for i := len(plan.Entries) - 1; i >= 0; i-- {
 		e := plan.Entries[i]
-		if e.Type == manifest.TypeDir {
+		if e.Type == manifest.TypeDir && !(known && e.Mode == skip) {
 			if err := os.Chmod(filepath.Join(base, filepath.FromSlash(e.Path)), os.FileMode(e.Mode)); err != nil {
 				return err
 			}

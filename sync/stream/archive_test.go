@@ -77,6 +77,22 @@ func TestRoundTripAndDelta(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameTree(t, base, build(t, dst))
+	// Into a directory that does not exist yet (staged beside it, one rename): directories of
+	// the usual mode and of others (0700, 0750 with a file in it) end with their own.
+	must(t, os.Mkdir(filepath.Join(src, "group"), 0o750))
+	synctest.Write(t, src, map[string]string{"group/g.txt": "g"})
+	must(t, os.Chmod(filepath.Join(src, "group"), 0o750))
+	cold := filepath.Join(t.TempDir(), "cold")
+	coldBase := build(t, src)
+	var coldBuf bytes.Buffer
+	if _, err := Write(ctx, &coldBuf, src, PlanFor(nil, coldBase)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Apply(ctx, &coldBuf, cold, ApplyOptions{AllowEscapingSymlinks: true}); err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, coldBase, build(t, cold))
+	must(t, os.RemoveAll(filepath.Join(src, "group")))
 
 	// Change, delete, rename, and turn a file into a directory.
 	must(t, os.WriteFile(filepath.Join(src, "README.md"), []byte("changed"), 0o644))

@@ -108,3 +108,10 @@ func growPipe(r any) {
 		_, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, 1<<20)
 	})
 }
+
+// stagedDirMode is the mode of a directory the stager created: stagedDirPerm less the umask
+// (unknown when the umask could not be read: processUmask then answers all bits).
+func stagedDirMode() (uint32, bool) {
+	u := processUmask()
+	return stagedDirPerm &^ u, u != 0o777
+}

@@ -33,3 +33,6 @@ func writeSmall(file string, data []byte, mode uint32, mtime int64, fsync, _ boo
 
 // growPipe is Linux's way of giving sshd's pipes more room: nothing here.
 func growPipe(any) {}
+
+// stagedDirMode: the umask is not read here, so every directory's mode is set.
+func stagedDirMode() (uint32, bool) { return 0, false }
