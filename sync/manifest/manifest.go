@@ -2,7 +2,6 @@ package manifest
 
 import (
 	"bytes"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -264,13 +263,18 @@ func ValidPath(p string) error {
 	case strings.HasPrefix(p, "/"):
 		return &PathError{p, "absolute path"}
 	}
-	for _, c := range strings.Split(p, "/") {
+	for rest := p; ; {
+		c, more, found := strings.Cut(rest, "/")
 		if c == ".." {
 			return &PathError{p, "path escapes the root (..)"}
 		}
-		if strings.EqualFold(c, ".git") {
+		if len(c) == 4 && strings.EqualFold(c, ".git") {
 			return &PathError{p, "path inside .git"}
 		}
+		if !found {
+			break
+		}
+		rest = more
 	}
 	if path.Clean(p) != p {
 		return &PathError{p, "path is not clean"}
@@ -340,16 +344,28 @@ func ValidateEntry(e Entry) error {
 	return nil
 }
 
+// isLowerHex reports whether s is hex of whole bytes, in lower case.
 func isLowerHex(s string) bool {
-	if _, err := hex.DecodeString(s); err != nil {
+	if len(s)%2 != 0 {
 		return false
 	}
-	return strings.ToLower(s) == s
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // Validate checks the version, the entry count, every entry, strict path order, and that no
 // entry lies below a file or symlink entry.
-func (m *Manifest) Validate(lim Limits) error {
+func (m *Manifest) Validate(lim Limits) error { return m.validate(lim, false) }
+
+// ValidateUnhashed is Validate of a manifest whose file entries carry no sha256 yet (a streamed
+// plan's, whose hashes come after the content); it refuses one that does.
+func (m *Manifest) ValidateUnhashed(lim Limits) error { return m.validate(lim, true) }
+
+func (m *Manifest) validate(lim Limits, unhashed bool) error {
 	lim.setDefaults()
 	if m.Version != Version {
 		return fmt.Errorf("manifest version %d not supported", m.Version)
@@ -362,6 +378,12 @@ func (m *Manifest) Validate(lim Limits) error {
 	}
 	types := make(map[string]Type, len(m.Entries))
 	for i, e := range m.Entries {
+		if unhashed && e.Type == TypeFile {
+			if e.SHA256 != "" {
+				return &PathError{e.Path, "hash before the content"}
+			}
+			e.SHA256 = placeholderSum
+		}
 		if err := ValidateEntry(e); err != nil {
 			return err
 		}
@@ -370,12 +392,21 @@ func (m *Manifest) Validate(lim Limits) error {
 		}
 		types[e.Path] = e.Type
 	}
+	// No entry below a file or symlink. An entry whose nearest listed ancestor is a directory is
+	// fine, for that directory's own nearest listed ancestor is checked in its turn: one lookup
+	// per entry when, as usual, every directory is listed.
 	for _, e := range m.Entries {
 		for d := path.Dir(e.Path); d != "."; d = path.Dir(d) {
-			if t, ok := types[d]; ok && t != TypeDir {
-				return &PathError{e.Path, fmt.Sprintf("parent %q is a %s", d, t)}
+			if t, ok := types[d]; ok {
+				if t != TypeDir {
+					return &PathError{e.Path, fmt.Sprintf("parent %q is a %s", d, t)}
+				}
+				break
 			}
 		}
 	}
 	return nil
 }
+
+// placeholderSum stands in for the hash an unhashed file entry does not carry yet.
+var placeholderSum = strings.Repeat("0", 64)

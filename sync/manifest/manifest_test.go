@@ -272,12 +272,18 @@ func TestDecodeRefusesHostileManifests(t *testing.T) {
 		"duplicate":       doc(file("a"), file("a")),
 		"below file":      doc(file("a"), file("a/b")),
 		"below symlink":   doc(`{"path":"l","type":"symlink","mode":511,"target":"/etc"}`, file("l/passwd")),
-		"unknown field":   `{"version":1,"entries":[],"extra":1}`,
-		"trailing data":   doc() + `{}`,
-		"wrong version":   `{"version":2,"entries":[]}`,
-		"too many":        doc(file("a"), file("b"), file("c"), file("d")),
-		"negative size":   doc(`{"path":"x","type":"file","mode":420,"size":-1,"sha256":"` + h + `"}`),
-		"empty target":    doc(`{"path":"l","type":"symlink","mode":511}`),
+		// The file's nearest listed ancestor is a directory, which lies below a file.
+		"below a dir below a file": doc(file("a"), `{"path":"a/d","type":"dir","mode":493}`, file("a/d/f")),
+		// The directory between them is not listed.
+		"deep below file":       doc(file("a"), file("a/x/y")),
+		"upper case hex":        doc(`{"path":"x","type":"file","mode":420,"size":1,"sha256":"` + strings.Repeat("A", 64) + `"}`),
+		"odd length hex commit": `{"version":1,"baseCommit":"` + strings.Repeat("a", 41) + `","entries":[]}`,
+		"unknown field":         `{"version":1,"entries":[],"extra":1}`,
+		"trailing data":         doc() + `{}`,
+		"wrong version":         `{"version":2,"entries":[]}`,
+		"too many":              doc(file("a"), file("b"), file("c"), file("d")),
+		"negative size":         doc(`{"path":"x","type":"file","mode":420,"size":-1,"sha256":"` + h + `"}`),
+		"empty target":          doc(`{"path":"l","type":"symlink","mode":511}`),
 	}
 	for name, in := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -296,6 +302,28 @@ func TestDecodeRefusesHostileManifests(t *testing.T) {
 	t.Run("valid", func(t *testing.T) {
 		if _, err := Decode(strings.NewReader(doc(file("a"), file("b/c"))), Limits{}); err != nil {
 			t.Fatal(err)
+		}
+	})
+	t.Run("unhashed", func(t *testing.T) {
+		// A streamed plan's entries: files without hashes, checked otherwise like any.
+		m := &Manifest{Version: Version, Entries: []Entry{
+			{Path: "a", Type: TypeDir, Mode: 0o755},
+			{Path: "a/f", Type: TypeFile, Mode: 0o644, Size: 3},
+		}}
+		if err := m.ValidateUnhashed(Limits{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Validate(Limits{}); err == nil {
+			t.Fatal("Validate accepted a file without a hash")
+		}
+		m.Entries[1].SHA256 = h
+		if err := m.ValidateUnhashed(Limits{}); err == nil {
+			t.Fatal("ValidateUnhashed accepted a file with a hash")
+		}
+		m.Entries[1].SHA256 = ""
+		m.Entries = append(m.Entries, Entry{Path: "a/f/g", Type: TypeFile, Mode: 0o644})
+		if err := m.ValidateUnhashed(Limits{}); err == nil {
+			t.Fatal("ValidateUnhashed accepted an entry below a file")
 		}
 	})
 }

@@ -13,7 +13,6 @@ import (
 	"io/fs"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -356,22 +355,18 @@ func ValidatePlan(p *Plan, lim Limits, allowEscaping bool) error {
 	if len(p.Entries)+len(p.Deletes) > lim.MaxEntries {
 		return refused("", "%d entries and deletions, over the limit of %d", len(p.Entries)+len(p.Deletes), lim.MaxEntries)
 	}
-	entries := p.Entries
+	m := manifest.Manifest{Version: manifest.Version, Entries: p.Entries}
+	validate := m.Validate
 	if p.SumsLast {
-		// The hashes come at the end; the entries must not carry any, and are otherwise checked
-		// as usual (with a placeholder hash).
-		entries = slices.Clone(p.Entries)
-		for i, e := range entries {
-			if e.Type == manifest.TypeFile {
-				if e.SHA256 != "" {
-					return refused(e.Path, "streamed plan with a hash before the content")
-				}
-				entries[i].SHA256 = placeholderSum
+		// The hashes come at the end: the entries must not carry any.
+		for _, e := range p.Entries {
+			if e.Type == manifest.TypeFile && e.SHA256 != "" {
+				return refused(e.Path, "streamed plan with a hash before the content")
 			}
 		}
+		validate = m.ValidateUnhashed
 	}
-	m := manifest.Manifest{Version: manifest.Version, Entries: entries}
-	if err := m.Validate(manifest.Limits{MaxEntries: lim.MaxEntries}); err != nil {
+	if err := validate(manifest.Limits{MaxEntries: lim.MaxEntries}); err != nil {
 		var pe *manifest.PathError
 		if errors.As(err, &pe) {
 			return refused(pe.Path, "%s", pe.Reason)
@@ -406,9 +401,6 @@ func ValidatePlan(p *Plan, lim Limits, allowEscaping bool) error {
 	}
 	return nil
 }
-
-// placeholderSum stands in for the hashes a streamed plan announces at its end.
-var placeholderSum = strings.Repeat("0", 64)
 
 func samePlan(a, b *Plan) bool {
 	if a.SumsLast || b.SumsLast {
