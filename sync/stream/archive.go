@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"path/filepath"
@@ -170,7 +171,11 @@ func writeFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest
 		return st, fmt.Errorf("write archive: %w", err)
 	}
 	zw.flushHead()
-	buf := make([]byte, 256<<10)
+	var dst io.Writer = tw
+	if c != nil {
+		dst = countingWriter{tw, c}
+	}
+	cp := newCopier(dst)
 	var sums []byte
 	for i, e := range plan.Entries {
 		if err := ctx.Err(); err != nil {
@@ -203,16 +208,16 @@ func writeFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest
 			}
 			continue
 		}
-		var dst io.Writer = tw
-		if c != nil {
-			dst = countingWriter{tw, c}
-		}
 		opened := time.Now()
-		n, sum, check, fi, err := copyFile(dst, source(e), e, buf, plan.SumsLast)
+		n, sum, check, fi, err := cp.copyFile(source(e), e, plan.SumsLast)
+		var hexSum string
+		if err == nil {
+			hexSum = hex.EncodeToString(sum)
+		}
 		if c != nil {
 			c.addFile()
 			if err == nil && c.sent != nil {
-				c.sent(e.Path, fi, hex.EncodeToString(sum), opened)
+				c.sent(e.Path, fi, hexSum, opened)
 			}
 		}
 		st.Bytes += n
@@ -220,7 +225,7 @@ func writeFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest
 			return st, err
 		}
 		if plan.SumsLast {
-			plan.Entries[i].SHA256 = hex.EncodeToString(sum)
+			plan.Entries[i].SHA256 = hexSum
 			sums = appendSum(sums, sum, check)
 		}
 	}
@@ -242,11 +247,41 @@ func writeFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest
 	return st, nil
 }
 
-// copyFile sends the file described by e and returns its sha256 and, when streamed, its XXH64
-// (for the sums entry). Without streamed, the content must match e.SHA256; with it (e has no hash
-// yet), the open file must still have e's size and mtime. Either way a file that changed fails
-// with ErrChanged.
-func copyFile(w io.Writer, file string, e manifest.Entry, buf []byte, streamed bool) (int64, []byte, uint64, fs.FileInfo, error) {
+// copier sends files' contents into w, with its buffer and hashes reused from file to file: a
+// cold sync sends tens of thousands of files, and each allocated about ten objects for this.
+type copier struct {
+	buf []byte
+	lim io.LimitedReader
+	tee teeWriter
+	sum [sha256.Size]byte
+}
+
+func newCopier(w io.Writer) *copier {
+	return &copier{buf: make([]byte, 256<<10), tee: teeWriter{w: w, sha: sha256.New(), x: xxhash.New()}}
+}
+
+// teeWriter writes to w and hashes what w took: always its sha256, and its XXH64 when check is set.
+type teeWriter struct {
+	w     io.Writer
+	sha   hash.Hash
+	x     *xxhash.Digest
+	check bool
+}
+
+func (t *teeWriter) Write(p []byte) (int, error) {
+	n, err := t.w.Write(p)
+	t.sha.Write(p[:n])
+	if t.check {
+		t.x.Write(p[:n])
+	}
+	return n, err
+}
+
+// copyFile sends the file described by e and returns its sha256 (valid until the next call) and,
+// when streamed, its XXH64 (for the sums entry). Without streamed, the content must match
+// e.SHA256; with it (e has no hash yet), the open file must still have e's size and mtime. Either
+// way a file that changed fails with ErrChanged.
+func (cp *copier) copyFile(file string, e manifest.Entry, streamed bool) (int64, []byte, uint64, fs.FileInfo, error) {
 	f, err := manifest.OpenFile(file)
 	if err != nil {
 		return 0, nil, 0, nil, fmt.Errorf("send %s: %w", e.Path, err)
@@ -259,18 +294,15 @@ func copyFile(w io.Writer, file string, e manifest.Entry, buf []byte, streamed b
 	if !fi.Mode().IsRegular() || (streamed && (fi.Size() != e.Size || fi.ModTime().UnixNano() != e.MTime)) {
 		return 0, nil, 0, nil, fmt.Errorf("send %s: %w", e.Path, ErrChanged)
 	}
-	h := sha256.New()
-	var x *xxhash.Digest
-	to := io.MultiWriter(w, h)
-	if streamed {
-		x = xxhash.New()
-		to = io.MultiWriter(w, h, x)
-	}
-	n, err := io.CopyBuffer(to, io.LimitReader(f, e.Size), buf)
+	cp.tee.sha.Reset()
+	cp.tee.x.Reset()
+	cp.tee.check = streamed
+	cp.lim = io.LimitedReader{R: f, N: e.Size}
+	n, err := io.CopyBuffer(&cp.tee, &cp.lim, cp.buf)
 	if err != nil {
 		return n, nil, 0, nil, fmt.Errorf("send %s: %w", e.Path, err)
 	}
-	sum := h.Sum(nil)
+	sum := cp.tee.sha.Sum(cp.sum[:0])
 	if n != e.Size || (!streamed && hex.EncodeToString(sum) != e.SHA256) {
 		return n, nil, 0, nil, fmt.Errorf("send %s: %w", e.Path, ErrChanged)
 	}
@@ -282,8 +314,8 @@ func copyFile(w io.Writer, file string, e manifest.Entry, buf []byte, streamed b
 		return n, nil, 0, nil, fmt.Errorf("send %s: %w", e.Path, ErrChanged)
 	}
 	var check uint64
-	if x != nil {
-		check = x.Sum64()
+	if streamed {
+		check = cp.tee.x.Sum64()
 	}
 	return n, sum, check, fi, nil
 }
