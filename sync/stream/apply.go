@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"hash"
-	"hash/fnv"
 	"io"
 	"math/bits"
 	"os"
@@ -132,7 +131,7 @@ func ApplyParts(ctx context.Context, rs []io.Reader, root string, opts ApplyOpti
 	}
 	defer os.RemoveAll(staging)
 
-	s := &stager{staging: staging, fsync: opts.Fsync, dirs: map[string]*stagedDir{}, inFlight: semaphore.NewWeighted(maxInFlight)}
+	s := &stager{staging: staging, fsync: opts.Fsync, inFlight: semaphore.NewWeighted(maxInFlight)}
 	if plan.SumsLast {
 		s.checks, s.sums = make([]uint64, len(plan.Entries)), make([]string, len(plan.Entries))
 	}
@@ -321,8 +320,7 @@ type stager struct {
 	staging string
 	fsync   bool
 
-	mu   sync.Mutex
-	dirs map[string]*stagedDir
+	dirs sync.Map // staged directory path -> *stagedDir: created once, looked up for every file
 	// checks, for a streamed archive, receives the XXH64 of every staged file (by plan index),
 	// to be checked against the archive's sums entry; sums then receives the files' sha256 from
 	// that entry, once checked.
@@ -340,7 +338,10 @@ type stagedDir struct {
 	err  error
 }
 
-func (s *stager) full(p string) string { return filepath.Join(s.staging, filepath.FromSlash(p)) }
+// full is where the plan's path p (checked: clean, relative, no "..") is staged.
+func (s *stager) full(p string) string {
+	return s.staging + string(filepath.Separator) + filepath.FromSlash(p)
+}
 
 // dir creates the staged directory p (slash-separated, "." for the staging root) and its
 // parents, once, from any goroutine.
@@ -348,13 +349,11 @@ func (s *stager) dir(p string) error {
 	if p == "." {
 		return nil
 	}
-	s.mu.Lock()
-	d := s.dirs[p]
-	if d == nil {
-		d = &stagedDir{}
-		s.dirs[p] = d
+	v, ok := s.dirs.Load(p)
+	if !ok {
+		v, _ = s.dirs.LoadOrStore(p, &stagedDir{})
 	}
-	s.mu.Unlock()
+	d := v.(*stagedDir)
 	d.once.Do(func() {
 		if d.err = s.dir(path.Dir(p)); d.err == nil {
 			d.err = os.Mkdir(s.full(p), stagedDirPerm)
@@ -393,10 +392,13 @@ func (s *stager) stage(ctx context.Context, tr *tar.Reader, plan *Plan, base int
 	}
 	inFlight := s.inFlight
 	send := func(p string, job func() error) error {
-		h := fnv.New32a()
-		h.Write([]byte(path.Dir(p)))
+		// FNV-1a of the parent directory's path.
+		dir, h := path.Dir(p), uint32(2166136261)
+		for i := 0; i < len(dir); i++ {
+			h = (h ^ uint32(dir[i])) * 16777619
+		}
 		select {
-		case shards[h.Sum32()%uint32(len(shards))] <- job:
+		case shards[h%uint32(len(shards))] <- job:
 			return nil
 		case <-gctx.Done():
 			return gctx.Err()
