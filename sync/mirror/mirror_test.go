@@ -18,7 +18,7 @@ import (
 // localFetch serves plans from boxDir through a real archive, as `openclaw worker pack` does.
 func localFetch(boxDir string) FetchFunc {
 	return func(ctx context.Context, plan stream.Plan, root string, opts stream.ApplyOptions) (stream.Stats, error) {
-		plan.Version = 1
+		plan.Version = stream.PlanVersion
 		pr, pw := io.Pipe()
 		go func() {
 			_, err := stream.Write(ctx, pw, boxDir, plan)

@@ -265,7 +265,7 @@ func wholePlan(n int, part func(int) *Plan, opts ApplyOptions) (*Plan, error) {
 		}
 		byPart[p.Part] = p
 	}
-	whole := &Plan{Version: 1, Deletes: byPart[0].Deletes, Cache: byPart[0].Cache, SumsLast: byPart[0].SumsLast}
+	whole := &Plan{Version: PlanVersion, Deletes: byPart[0].Deletes, Cache: byPart[0].Cache, SumsLast: byPart[0].SumsLast}
 	for _, p := range byPart {
 		whole.Entries = append(whole.Entries, p.Entries...)
 	}

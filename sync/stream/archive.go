@@ -45,6 +45,11 @@ func parseSum(rec []byte) (string, uint64) {
 	return hex.EncodeToString(rec[:sha256.Size]), binary.BigEndian.Uint64(rec[sha256.Size:])
 }
 
+// PlanVersion is the version of the plans and archives this build writes and reads: 2 since
+// the sums entry of a streamed archive carries each file's XXH64 beside its sha256 (version 1
+// carried the sha256 alone).
+const PlanVersion = 2
+
 // Plan is what an archive carries: entries to write (sorted, with their content hashes) and paths
 // to delete first (sorted).
 type Plan struct {
@@ -72,10 +77,10 @@ type Plan struct {
 // A nil from means an empty tree.
 func PlanFor(from, to *manifest.Manifest) Plan {
 	if from == nil {
-		return Plan{Version: 1, Entries: slices.Clone(to.Entries)}
+		return Plan{Version: PlanVersion, Entries: slices.Clone(to.Entries)}
 	}
 	c := manifest.Diff(from, to)
-	return Plan{Version: 1, Entries: c.Send(), Deletes: c.DeletePaths(from)}
+	return Plan{Version: PlanVersion, Entries: c.Send(), Deletes: c.DeletePaths(from)}
 }
 
 // Empty reports whether the plan changes nothing.
@@ -139,7 +144,7 @@ func WriteFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest
 
 // writeFrom is WriteFrom counting files and content bytes in c, when set, as they are sent.
 func writeFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest.Entry) string, c *counter) (st Stats, err error) {
-	plan.Version = 1
+	plan.Version = PlanVersion
 	mode := CompressAuto
 	if c != nil && c.compression != "" {
 		mode = c.compression
@@ -381,8 +386,8 @@ type ApplyOptions struct {
 // allowEscaping.
 func ValidatePlan(p *Plan, lim Limits, allowEscaping bool) error {
 	lim.setDefaults()
-	if p.Version != 1 {
-		return refused("", "plan version %d not supported", p.Version)
+	if p.Version != PlanVersion {
+		return refused("", "plan version %d not supported (this openclaw reads version %d: the gateway's and the box's openclaw are different builds)", p.Version, PlanVersion)
 	}
 	if len(p.Entries)+len(p.Deletes) > lim.MaxEntries {
 		return refused("", "%d entries and deletions, over the limit of %d", len(p.Entries)+len(p.Deletes), lim.MaxEntries)

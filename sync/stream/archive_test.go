@@ -171,7 +171,7 @@ func fileEntry(p, body string) (manifest.Entry, raw) {
 func archive(t testing.TB, plan Plan, entries ...raw) []byte {
 	t.Helper()
 	if plan.Version == 0 {
-		plan.Version = 1
+		plan.Version = PlanVersion
 	}
 	var tb bytes.Buffer
 	tw := tar.NewWriter(&tb)
@@ -376,7 +376,7 @@ var fuzzEnc, _ = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithLo
 // bits outside 0777. cut drops that many bytes from the end of the tar stream.
 func fuzzArchive(spec []byte, cut uint16) []byte {
 	var plan Plan
-	plan.Version = 1
+	plan.Version = PlanVersion
 	var tb bytes.Buffer
 	tw := tar.NewWriter(&tb)
 	var entries []raw

@@ -102,7 +102,7 @@ func unpackWithAFailingCommand(t *testing.T, sub, msg string) (boxDir, dst strin
 	remote.Command = failingCommand(exe, sub, msg)
 	dst = filepath.Join(boxDir, "ws")
 	start := time.Now()
-	_, err = remote.Unpack(synctest.Context(t), dst, src, Plan{Version: 1, Entries: listing.Unhashed().Entries, SumsLast: true})
+	_, err = remote.Unpack(synctest.Context(t), dst, src, Plan{Version: PlanVersion, Entries: listing.Unhashed().Entries, SumsLast: true})
 	return boxDir, dst, time.Since(start), err
 }
 

@@ -108,8 +108,10 @@ func (r Remote) runOnAt(ctx context.Context, sess *ssh.Session, cmd string, in f
 	if err := sess.Start(cmd); err != nil {
 		return time.Now(), fmt.Errorf("start %q: %w", cmd, err)
 	}
+	ended := make(chan struct{})
+	defer close(ended)
 	stop := context.AfterFunc(ctx, func() {
-		_ = sess.Signal(ssh.SIGKILL)
+		signalUntil(sess, ssh.SIGKILL, ended)
 		_ = sess.Close()
 	})
 	defer stop()
@@ -156,6 +158,25 @@ func (r Remote) runOnAt(ctx context.Context, sess *ssh.Session, cmd string, in f
 		return exited, fmt.Errorf("box command %q: %w", cmd, waitErr)
 	}
 	return exited, nil
+}
+
+// signalUntil sends sig to the command of sess until done is closed: every 50 ms, for 2 s at
+// most, or until the channel no longer takes requests. OpenSSH's sshd delivers a "signal" request
+// with killpg(2) on the command's process group, which exists only once the forked command has
+// called setsid(2): a signal sent right after the command started (a sync stopped at once, a
+// loaded box) was lost, and the command ran on — a feed for FeedTimeout (10 s), holding the sync
+// up until it gave up.
+func signalUntil(sess *ssh.Session, sig ssh.Signal, done <-chan struct{}) {
+	for range 40 {
+		if sess.Signal(sig) != nil {
+			return
+		}
+		select {
+		case <-done:
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // ManifestOptions select the box manifest; they mirror manifest.Options.
@@ -324,9 +345,13 @@ func (u *unpackRun) run(ctx context.Context, sessions []*ssh.Session, cmds []str
 		err error
 	}
 	results := make([]result, u.n)
+	unpackEnded := make(chan struct{})
 	var g errgroup.Group
 	for k := range u.n {
 		g.Go(func() error {
+			if k == 0 {
+				defer close(unpackEnded)
+			}
 			rctx := fctx
 			if k == 0 {
 				rctx = ctx
@@ -353,7 +378,7 @@ func (u *unpackRun) run(ctx context.Context, sessions []*ssh.Session, cmds []str
 				} else if !errors.Is(err, context.Canceled) {
 					// A feed that failed before it connected would leave the unpack waiting for
 					// it (FeedTimeout): tell the unpack to stop; it refuses and cleans up.
-					_ = sessions[0].Signal(ssh.SIGTERM)
+					go signalUntil(sessions[0], ssh.SIGTERM, unpackEnded)
 				}
 			}
 			return err
@@ -461,11 +486,11 @@ func splitPlan(plan Plan, n int) []Plan {
 		// every part still to come one: a plan of at least n entries gives n parts.
 		need, left := n-1-len(parts), len(plan.Entries)-(i+1)
 		if need > 0 && left >= need && (acc >= total*int64(len(parts)+1)/int64(n) || left == need) {
-			parts = append(parts, Plan{Version: 1, Entries: plan.Entries[start : i+1 : i+1], SumsLast: plan.SumsLast})
+			parts = append(parts, Plan{Version: PlanVersion, Entries: plan.Entries[start : i+1 : i+1], SumsLast: plan.SumsLast})
 			start = i + 1
 		}
 	}
-	parts = append(parts, Plan{Version: 1, Entries: plan.Entries[start:], SumsLast: plan.SumsLast})
+	parts = append(parts, Plan{Version: PlanVersion, Entries: plan.Entries[start:], SumsLast: plan.SumsLast})
 	for k := range parts {
 		parts[k].Part, parts[k].Parts = k, len(parts)
 	}
@@ -491,7 +516,7 @@ func feedSocket(dir string) (string, error) {
 // Pack runs `pack --dir DIR` on the box with plan on stdin and applies the archive it sends back
 // below root, requiring exactly the plan (opts.Expect is set to it).
 func (r Remote) Pack(ctx context.Context, dir string, plan Plan, root string, opts ApplyOptions) (Stats, error) {
-	plan.Version = 1
+	plan.Version = PlanVersion
 	req, err := json.Marshal(plan)
 	if err != nil {
 		return Stats{}, err
@@ -607,7 +632,7 @@ func PushTree(ctx context.Context, r Remote, root, dir string, opts TreeOptions)
 	}
 	res.Skipped = listing.Stats().Skipped
 	if len(from.Entries) == 0 {
-		plan := Plan{Version: 1, Entries: listing.Unhashed().Entries, SumsLast: true, Cache: mo.CacheFile}
+		plan := Plan{Version: PlanVersion, Entries: listing.Unhashed().Entries, SumsLast: true, Cache: mo.CacheFile}
 		if len(plan.Entries) == 0 {
 			pre.abort()
 			return Result{Kind: "unchanged", Base: &manifest.Manifest{Version: manifest.Version, Entries: []manifest.Entry{}}}, nil

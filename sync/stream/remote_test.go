@@ -180,7 +180,7 @@ func TestPushTreeNoticesAChangedFile(t *testing.T) {
 	}
 	must(t, os.WriteFile(filepath.Join(src, "a.txt"), []byte("changed"), 0o644))
 	dst := filepath.Join(boxDir, "ws")
-	_, err = remote.Unpack(ctx, dst, src, Plan{Version: 1, Entries: listing.Unhashed().Entries, SumsLast: true})
+	_, err = remote.Unpack(ctx, dst, src, Plan{Version: PlanVersion, Entries: listing.Unhashed().Entries, SumsLast: true})
 	if !errors.Is(err, ErrChanged) {
 		t.Fatalf("err = %v, want ErrChanged", err)
 	}
@@ -289,7 +289,7 @@ func TestPushTreeInParts(t *testing.T) {
 	must(t, err)
 	must(t, os.WriteFile(filepath.Join(src, "d6/f34.txt"), []byte("changed meanwhile"), 0o644))
 	dst2 := filepath.Join(boxDir, "ws2")
-	_, err = remote.Unpack(ctx, dst2, src, Plan{Version: 1, Entries: listing.Unhashed().Entries, SumsLast: true})
+	_, err = remote.Unpack(ctx, dst2, src, Plan{Version: PlanVersion, Entries: listing.Unhashed().Entries, SumsLast: true})
 	if !errors.Is(err, ErrChanged) {
 		t.Fatalf("err = %v, want ErrChanged", err)
 	}
