@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"math/bits"
 	"os"
 	"path"
@@ -201,18 +202,17 @@ func ApplyParts(ctx context.Context, rs []io.Reader, root string, opts ApplyOpti
 	if cold {
 		// Every staged file's stat was taken while staging and stays valid through the commit
 		// (renaming the staging directory changes no file's ctime): the box's hash cache is
-		// recorded while the tree is committed, not after. Should the commit fail, the cache
-		// holds entries of files that are not there, which are never looked up (keyed by inode
-		// and ctime).
-		var cacheErr error
-		var recorded sync.WaitGroup
+		// filled while the tree is committed, and written once the commit succeeded.
+		var cache *manifest.Cache
+		var pending []int
+		var filled sync.WaitGroup
 		if plan.Cache != "" {
-			recorded.Go(func() { cacheErr = recordCache(ctx, root, plan, s.stats) })
+			filled.Go(func() { cache, pending = cacheFromStats(plan, s.stats) })
 		}
 		err = commitCold(root, staging, plan, opts.Fsync)
-		recorded.Wait()
-		if err == nil {
-			err = cacheErr
+		filled.Wait()
+		if err == nil && cache != nil {
+			err = saveCache(ctx, cache, root, plan, pending)
 		}
 		return st, err
 	}
@@ -220,7 +220,8 @@ func ApplyParts(ctx context.Context, rs []io.Reader, root string, opts ApplyOpti
 		return st, err
 	}
 	if plan.Cache != "" {
-		if err := recordCache(ctx, root, plan, s.stats); err != nil {
+		cache, pending := cacheFromStats(plan, s.stats)
+		if err := saveCache(ctx, cache, root, plan, pending); err != nil {
 			return st, err
 		}
 	}
@@ -711,7 +712,7 @@ func checkTarget(root string, plan *Plan) error {
 // commitCold makes a staged tree that did not exist before real: directory modes (deepest
 // first), then one rename of the staging directory to root.
 func commitCold(root, staging string, plan *Plan, fsync bool) error {
-	if err := dirModes(staging, plan, stagedDirMode); err != nil {
+	if err := dirModes(staging, plan, func() (uint32, bool) { return probedDirMode(staging, plan) }); err != nil {
 		return err
 	}
 	if err := os.Chmod(staging, 0o755); err != nil {
@@ -786,6 +787,28 @@ func commit(ctx context.Context, root, staging string, plan *Plan, fsync bool) e
 	return nil
 }
 
+// probedDirMode is the mode the stager's directories below staging were given, when it is the
+// plain one mkdir gives (stagedDirPerm less the umask) and nothing else: probed on one of them, for
+// a default ACL on the parent replaces the umask and a setgid parent adds its bit to every new
+// directory. False: every directory's mode is to be set.
+func probedDirMode(staging string, plan *Plan) (uint32, bool) {
+	want, ok := stagedDirMode()
+	if !ok {
+		return 0, false
+	}
+	for _, e := range plan.Entries {
+		if e.Type != manifest.TypeDir {
+			continue
+		}
+		fi, err := os.Lstat(filepath.Join(staging, filepath.FromSlash(e.Path)))
+		if err != nil || fi.Mode() != fs.ModeDir|fs.FileMode(want) {
+			return 0, false
+		}
+		return want, true
+	}
+	return 0, false
+}
+
 // dirModes sets the final modes of the plan's directories below base, deepest first. With
 // created set, every directory below base was created by the stager (stager.dir) and those whose
 // final mode is the one it was created with (created's answer) are left alone: most of a tree's.
@@ -813,15 +836,14 @@ func syncDir(d string) {
 	}
 }
 
-// recordCache adds the files just written to the plan's hash cache file, so that the next
-// manifest of root (`openclaw worker manifest --cache`) does not re-hash them.
-// Files whose stat was taken while staging (stats[i].ok) are not stat'ed again. The cache file is
-// not fsynced: losing it only costs re-hashing.
-func recordCache(ctx context.Context, root string, plan *Plan, stats []fileStat) error {
-	c := manifest.LoadCache(plan.Cache)
+// cacheFromStats loads the plan's hash cache file and adds the files the plan wrote whose stat
+// was taken while staging (stats[i].ok), so that the next manifest of root (`openclaw worker
+// manifest --cache`) does not re-hash them; it returns the indexes of the other files, which
+// saveCache stats once they are in place. The cache file is not fsynced: losing it only costs
+// re-hashing.
+func cacheFromStats(plan *Plan, stats []fileStat) (c *manifest.Cache, pending []int) {
+	c = manifest.LoadCache(plan.Cache)
 	now := time.Now()
-	g, _ := errgroup.WithContext(ctx)
-	g.SetLimit(applyWorkers)
 	for i, e := range plan.Entries {
 		if e.Type != manifest.TypeFile {
 			continue
@@ -831,6 +853,19 @@ func recordCache(ctx context.Context, root string, plan *Plan, stats []fileStat)
 			c.RecordKey(e.Path, st.size, st.mtime, st.ctime, st.ino, e.SHA256, now)
 			continue
 		}
+		pending = append(pending, i)
+	}
+	return c, pending
+}
+
+// saveCache records the pending files of the plan (by index) from their stat below root, now
+// that they are there, and writes the cache.
+func saveCache(ctx context.Context, c *manifest.Cache, root string, plan *Plan, pending []int) error {
+	now := time.Now()
+	g, _ := errgroup.WithContext(ctx)
+	g.SetLimit(applyWorkers)
+	for _, i := range pending {
+		e := plan.Entries[i]
 		g.Go(func() error {
 			if fi, err := os.Lstat(filepath.Join(root, filepath.FromSlash(e.Path))); err == nil {
 				c.Record(e.Path, fi, e.SHA256, now)

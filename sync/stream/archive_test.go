@@ -92,6 +92,24 @@ func TestRoundTripAndDelta(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameTree(t, coldBase, build(t, cold))
+	// Below a setgid directory, new directories inherit the bit: they still end with the plan's
+	// mode exactly, like the others.
+	sgid := t.TempDir()
+	must(t, os.Chmod(sgid, 0o755|os.ModeSetgid))
+	if fi, err := os.Lstat(sgid); err == nil && fi.Mode()&os.ModeSetgid != 0 {
+		coldBuf.Reset()
+		if _, err := Write(ctx, &coldBuf, src, PlanFor(nil, coldBase)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Apply(ctx, &coldBuf, filepath.Join(sgid, "cold"), ApplyOptions{AllowEscapingSymlinks: true}); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range []string{"cold", "cold/src", "cold/group", "cold/empty"} {
+			if fi, err := os.Lstat(filepath.Join(sgid, d)); err != nil || fi.Mode()&os.ModeSetgid != 0 {
+				t.Fatalf("%s: %v %v, want the plan's mode without setgid", d, fi.Mode(), err)
+			}
+		}
+	}
 	must(t, os.RemoveAll(filepath.Join(src, "group")))
 
 	// Change, delete, rename, and turn a file into a directory.

@@ -34,6 +34,20 @@ func TestGrowPipe(t *testing.T) {
 		t.Fatalf("write %d bytes into the grown pipe without a reader: %d, %v", len(msg), n, err)
 	}
 
+	// A pipe already larger than 1 MiB keeps its size.
+	r2, w2, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close()
+	defer w2.Close()
+	if _, err := unix.FcntlInt(r2.Fd(), unix.F_SETPIPE_SZ, 4<<20); err == nil {
+		growPipe(r2)
+		if n, _ := unix.FcntlInt(r2.Fd(), unix.F_GETPIPE_SZ, 0); n != 4<<20 {
+			t.Fatalf("a 4 MiB pipe has %d bytes after growPipe: want it left alone", n)
+		}
+	}
+
 	f, err := os.CreateTemp(t.TempDir(), "plain")
 	if err != nil {
 		t.Fatal(err)
