@@ -205,13 +205,24 @@ func ApplyParts(ctx context.Context, rs []io.Reader, root string, opts ApplyOpti
 		// filled while the tree is committed, and written once the commit succeeded.
 		var cache *manifest.Cache
 		var pending []int
+		var encoded []byte // the whole cache, when no file is pending
 		var filled sync.WaitGroup
 		if plan.Cache != "" {
-			filled.Go(func() { cache, pending = cacheFromStats(plan, s.stats) })
+			filled.Go(func() {
+				if cache, pending = cacheFromStats(plan, s.stats); len(pending) == 0 {
+					encoded, _ = cache.Encoded()
+				}
+			})
 		}
 		err = commitCold(root, staging, plan, opts.Fsync)
 		filled.Wait()
-		if err == nil && cache != nil {
+		switch {
+		case err != nil || cache == nil:
+		case encoded != nil:
+			if err = manifest.WriteFileAtomic(plan.Cache, encoded, false); err != nil {
+				err = fmt.Errorf("save hash cache: %w", err)
+			}
+		default:
 			err = saveCache(ctx, cache, root, plan, pending)
 		}
 		return st, err
