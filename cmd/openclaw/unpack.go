@@ -18,9 +18,10 @@ func newUnpackCmd() *cobra.Command {
 		Use:   "unpack --dir DIR",
 		Short: "Apply a workspace sync archive from stdin (run by the gateway on a box)",
 		Long: `Reads one tar+zstd sync archive on stdin and applies it below DIR. Every file is staged in a
-temporary directory inside DIR (next to it when DIR does not exist yet) and checked against the plan at the head of the archive (paths,
-types, sizes, sha256) before anything in DIR changes; then deletions are made and files renamed
-into place.
+temporary directory inside DIR (next to it when DIR does not exist yet) and checked against the
+plan at the head of the archive (paths, types, sizes, content: each file's sha256, or in a
+streamed archive the XXH64 recorded with it in the sums at the end) before anything in DIR
+changes; then deletions are made and files renamed into place.
 
 With --parts N the sync arrives in N archives over as many channels: stdin carries one, and
 'openclaw worker feed --socket S' commands bring the others through the unix socket S (created in
