@@ -387,13 +387,17 @@ func (s *stager) stage(ctx context.Context, tr *tar.Reader, plan *Plan, base int
 	// Entries are handed to the worker of their parent directory: creating entries in one
 	// directory serialises on that directory's lock in the kernel (workers sharing one would
 	// spin on it), while different directories proceed in parallel.
-	shards := make([]chan func() error, applyWorkers)
+	shards := make([]chan func(*dirHandle) error, applyWorkers)
 	for i := range shards {
-		ch := make(chan func() error, 64)
+		ch := make(chan func(*dirHandle) error, 64)
 		shards[i] = ch
 		g.Go(func() error {
+			// The worker's files arrive directory by directory (sorted, sharded by parent): it
+			// keeps the current one open and creates them relative to it.
+			var dh dirHandle
+			defer dh.close()
 			for job := range ch {
-				if err := job(); err != nil {
+				if err := job(&dh); err != nil {
 					// Returning cancels gctx, which stops the reader (its sends and its wait
 					// for in-flight room select on it); jobs left queued are dropped.
 					return err
@@ -403,7 +407,7 @@ func (s *stager) stage(ctx context.Context, tr *tar.Reader, plan *Plan, base int
 		})
 	}
 	inFlight := s.inFlight
-	send := func(p string, job func() error) error {
+	send := func(p string, job func(*dirHandle) error) error {
 		// FNV-1a of the parent directory's path.
 		dir, h := path.Dir(p), uint32(2166136261)
 		for i := 0; i < len(dir); i++ {
@@ -436,7 +440,7 @@ func (s *stager) stage(ctx context.Context, tr *tar.Reader, plan *Plan, base int
 			switch e.Type {
 			case manifest.TypeDir:
 				st.Dirs++
-				if err := send(e.Path, func() error { return s.dir(e.Path) }); err != nil {
+				if err := send(e.Path, func(*dirHandle) error { return s.dir(e.Path) }); err != nil {
 					return err
 				}
 			case manifest.TypeSymlink:
@@ -444,7 +448,7 @@ func (s *stager) stage(ctx context.Context, tr *tar.Reader, plan *Plan, base int
 					return refused(h.Name, "symlink target differs from the plan")
 				}
 				st.Symlinks++
-				err := send(e.Path, func() error {
+				err := send(e.Path, func(*dirHandle) error {
 					if err := s.dir(path.Dir(e.Path)); err != nil {
 						return err
 					}
@@ -470,12 +474,12 @@ func (s *stager) stage(ctx context.Context, tr *tar.Reader, plan *Plan, base int
 					if _, err := io.ReadFull(tr, data); err != nil {
 						return refused(e.Path, "read content: %v", err)
 					}
-					err := send(e.Path, func() error {
+					err := send(e.Path, func(dh *dirHandle) error {
 						defer func() {
 							inFlight.Release(int64(cap(*buf)))
 							putData(buf)
 						}()
-						return s.file(e, data, i)
+						return s.file(dh, e, data, i)
 					})
 					if err != nil {
 						return err
@@ -581,17 +585,19 @@ func (s *stager) checker(e manifest.Entry, i int) (hash.Hash, func() bool) {
 	return h, func() bool { return hex.EncodeToString(h.Sum(nil)) == e.SHA256 }
 }
 
-// file checks a small file's content against its entry and writes it to staging.
-func (s *stager) file(e manifest.Entry, data []byte, i int) error {
+// file checks a small file's content against its entry and writes it to staging, relative to
+// its directory held open in dh.
+func (s *stager) file(dh *dirHandle, e manifest.Entry, data []byte, i int) error {
 	if s.checks != nil {
 		s.checks[i] = xxhash.Sum64(data)
 	} else if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != e.SHA256 {
 		return refused(e.Path, "content does not match its sha256")
 	}
-	if err := s.dir(path.Dir(e.Path)); err != nil {
+	dir := path.Dir(e.Path)
+	if err := s.dir(dir); err != nil {
 		return err
 	}
-	st, err := writeSmall(s.full(e.Path), data, e.Mode, e.MTime, s.fsync, s.stats != nil)
+	st, err := writeSmallIn(dh, s, dir, path.Base(e.Path), data, e.Mode, e.MTime, s.fsync, s.stats != nil)
 	if s.stats != nil {
 		s.stats[i] = st
 	}

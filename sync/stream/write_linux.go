@@ -3,6 +3,7 @@ package stream
 import (
 	"bufio"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,17 +13,55 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// writeSmall creates file (which must not exist) with content data, mode and mtime (ns) in as
-// few system calls as the kernel allows: open with the final mode (a chmod only when the umask
-// would strip bits of it), write, futimens, fsync when asked, close. Staging creates thousands of
-// small files; os.File would add poller registration and fcntl calls to each.
+// dirHandle holds one staged directory open (O_PATH), for creating the files in it relative to
+// its descriptor: a file created by its full path walked every component of that path again,
+// ≈ 8% of the box's time in openat(2) on a cold sync of the Go tree.
+type dirHandle struct {
+	dir string // the staged directory's plan path; "" when none is open
+	fd  int
+}
+
+func (d *dirHandle) close() {
+	if d.dir != "" {
+		syscall.Close(d.fd)
+		d.dir = ""
+	}
+}
+
+// writeSmallIn is writeSmall of the file name in the staged directory dir (a plan path), which
+// d holds open, or opens instead of the one it held.
+func writeSmallIn(d *dirHandle, s *stager, dir, name string, data []byte, mode uint32, mtime int64, fsync, stat bool) (fileStat, error) {
+	full := func() string { return s.full(path.Join(dir, name)) }
+	if d.dir != dir {
+		d.close()
+		fd, err := unix.Open(s.full(dir), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fileStat{}, &os.PathError{Op: "open", Path: s.full(dir), Err: err}
+		}
+		d.dir, d.fd = dir, fd
+	}
+	return writeSmallAt(d.fd, name, full, data, mode, mtime, fsync, stat)
+}
+
+// writeSmallAt creates the file name (which must not exist) in the directory open as dirfd,
+// with content data, mode and mtime (ns), in as few system calls as the kernel allows: open with
+// the final mode (a chmod only when the umask would strip bits of it), write, futimens, fsync when
+// asked, close. Staging creates thousands of small files; os.File would add poller registration
+// and fcntl calls to each. full names the file in errors.
 //
 // With stat set, the file's stat (taken last, so that its ctime is final) is returned for a hash
 // cache.
-func writeSmall(file string, data []byte, mode uint32, mtime int64, fsync, stat bool) (fileStat, error) {
-	fd, err := syscall.Open(file, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, mode)
+func writeSmallAt(dirfd int, name string, full func() string, data []byte, mode uint32, mtime int64, fsync, stat bool) (fileStat, error) {
+	var fd int
+	var err error
+	for {
+		fd, err = unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+		if err != unix.EINTR {
+			break
+		}
+	}
 	if err != nil {
-		return fileStat{}, &os.PathError{Op: "create", Path: file, Err: err}
+		return fileStat{}, &os.PathError{Op: "create", Path: full(), Err: err}
 	}
 	err = writeFD(fd, data, mode, mtime, fsync)
 	var fs fileStat
@@ -36,7 +75,7 @@ func writeSmall(file string, data []byte, mode uint32, mtime int64, fsync, stat 
 		err = cerr
 	}
 	if err != nil {
-		return fileStat{}, &os.PathError{Op: "write", Path: file, Err: err}
+		return fileStat{}, &os.PathError{Op: "write", Path: full(), Err: err}
 	}
 	return fs, nil
 }

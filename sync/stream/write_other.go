@@ -4,6 +4,7 @@ package stream
 
 import (
 	"os"
+	"path"
 	"time"
 )
 
@@ -36,3 +37,13 @@ func growPipe(any) {}
 
 // stagedDirMode: the umask is not read here, so every directory's mode is set.
 func stagedDirMode() (uint32, bool) { return 0, false }
+
+// dirHandle: no directory is held open here; files are created by their full path.
+type dirHandle struct{}
+
+func (d *dirHandle) close() {}
+
+// writeSmallIn writes the file name in the staged directory dir (a plan path), by its full path.
+func writeSmallIn(_ *dirHandle, s *stager, dir, name string, data []byte, mode uint32, mtime int64, fsync, stat bool) (fileStat, error) {
+	return writeSmall(s.full(path.Join(dir, name)), data, mode, mtime, fsync, stat)
+}
