@@ -178,15 +178,6 @@ func (c *Cache) RecordKey(p string, size, mtime, ctime int64, ino uint64, sum st
 	c.dirty = true
 }
 
-// Encoded returns the cache as Save writes it, for a caller that writes it itself later
-// (WriteFileAtomic): a box encodes its cache while it commits a tree, and writes it once the
-// commit succeeded.
-func (c *Cache) Encoded() ([]byte, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return encodeCache(c.m)
-}
-
 // SaveUnsynced is Save without the fsync, for a cache whose loss costs only re-hashing (a
 // disposable box's): a torn file reads as an empty cache.
 func (c *Cache) SaveUnsynced(file string) error {

@@ -205,24 +205,13 @@ func ApplyParts(ctx context.Context, rs []io.Reader, root string, opts ApplyOpti
 		// filled while the tree is committed, and written once the commit succeeded.
 		var cache *manifest.Cache
 		var pending []int
-		var encoded []byte // the whole cache, when no file is pending
 		var filled sync.WaitGroup
 		if plan.Cache != "" {
-			filled.Go(func() {
-				if cache, pending = cacheFromStats(plan, s.stats); len(pending) == 0 {
-					encoded, _ = cache.Encoded()
-				}
-			})
+			filled.Go(func() { cache, pending = cacheFromStats(plan, s.stats) })
 		}
 		err = commitCold(root, staging, plan, opts.Fsync)
 		filled.Wait()
-		switch {
-		case err != nil || cache == nil:
-		case encoded != nil:
-			if err = manifest.WriteFileAtomic(plan.Cache, encoded, false); err != nil {
-				err = fmt.Errorf("save hash cache: %w", err)
-			}
-		default:
+		if err == nil && cache != nil {
 			err = saveCache(ctx, cache, root, plan, pending)
 		}
 		return st, err
@@ -729,7 +718,8 @@ func checkTarget(root string, plan *Plan) error {
 // commitCold makes a staged tree that did not exist before real: directory modes (deepest
 // first), then one rename of the staging directory to root.
 func commitCold(root, staging string, plan *Plan, fsync bool) error {
-	if err := dirModes(staging, plan, func() (uint32, bool) { return probedDirMode(staging, plan) }); err != nil {
+	created, known := probedDirMode(staging, plan)
+	if err := dirModes(staging, plan, created, known); err != nil {
 		return err
 	}
 	if err := os.Chmod(staging, 0o755); err != nil {
@@ -792,7 +782,7 @@ func commit(ctx context.Context, root, staging string, plan *Plan, fsync bool) e
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	if err := dirModes(root, plan, nil); err != nil {
+	if err := dirModes(root, plan, 0, false); err != nil {
 		return err
 	}
 	if fsync {
@@ -826,18 +816,13 @@ func probedDirMode(staging string, plan *Plan) (uint32, bool) {
 	return 0, false
 }
 
-// dirModes sets the final modes of the plan's directories below base, deepest first. With
-// created set, every directory below base was created by the stager (stager.dir) and those whose
-// final mode is the one it was created with (created's answer) are left alone: most of a tree's.
-func dirModes(base string, plan *Plan, created func() (uint32, bool)) error {
-	var skip uint32
-	var known bool
-	if created != nil {
-		skip, known = created()
-	}
+// dirModes sets the final modes of the plan's directories below base, deepest first. With known
+// set, every directory below base has mode created (probedDirMode), and those whose final mode it
+// is are left alone: most of a tree's.
+func dirModes(base string, plan *Plan, created uint32, known bool) error {
 	for i := len(plan.Entries) - 1; i >= 0; i-- {
 		e := plan.Entries[i]
-		if e.Type == manifest.TypeDir && !(known && e.Mode == skip) {
+		if e.Type == manifest.TypeDir && !(known && e.Mode == created) {
 			if err := os.Chmod(filepath.Join(base, filepath.FromSlash(e.Path)), os.FileMode(e.Mode)); err != nil {
 				return err
 			}

@@ -216,7 +216,7 @@ func writeFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest
 		opened := time.Now()
 		n, sum, check, fi, err := cp.copyFile(source(e), e, plan.SumsLast)
 		var hexSum string
-		if err == nil {
+		if err == nil && (plan.SumsLast || (c != nil && c.sent != nil)) {
 			hexSum = hex.EncodeToString(sum)
 		}
 		if c != nil {
@@ -395,13 +395,7 @@ func ValidatePlan(p *Plan, lim Limits, allowEscaping bool) error {
 	m := manifest.Manifest{Version: manifest.Version, Entries: p.Entries}
 	validate := m.Validate
 	if p.SumsLast {
-		// The hashes come at the end: the entries must not carry any.
-		for _, e := range p.Entries {
-			if e.Type == manifest.TypeFile && e.SHA256 != "" {
-				return refused(e.Path, "streamed plan with a hash before the content")
-			}
-		}
-		validate = m.ValidateUnhashed
+		validate = m.ValidateUnhashed // the hashes come at the end: the entries must carry none
 	}
 	if err := validate(manifest.Limits{MaxEntries: lim.MaxEntries}); err != nil {
 		var pe *manifest.PathError

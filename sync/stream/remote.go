@@ -349,12 +349,10 @@ func (u *unpackRun) run(ctx context.Context, sessions []*ssh.Session, cmds []str
 	var g errgroup.Group
 	for k := range u.n {
 		g.Go(func() error {
-			if k == 0 {
-				defer close(unpackEnded)
-			}
 			rctx := fctx
 			if k == 0 {
 				rctx = ctx
+				defer close(unpackEnded)
 			}
 			at, err := u.r.runOnAt(rctx, sessions[k], cmds[k], func(w io.Writer) error {
 				<-u.ready
