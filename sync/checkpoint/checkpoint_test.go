@@ -64,18 +64,10 @@ func repoState(t *testing.T, dir string) string {
 		synctest.Git(t, dir, "ls-files", "-s", "--debug"), synctest.Git(t, dir, "status", "--porcelain", "--ignored")}, "\n--\n")
 }
 
-// worktreeFiles snapshots dir without its .git (which the managed worktree shares refs with).
-func worktreeFiles(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	snap := synctest.Snapshot(t, dir)
-	maps.DeleteFunc(snap, func(k, _ string) bool { return k == ".git" || strings.HasPrefix(k, ".git/") })
-	return snap
-}
-
 func TestGitCheckpointCreateListRestore(t *testing.T) {
 	ctx := synctest.Context(t)
 	user, a := gitAnchor(t)
-	userBefore := worktreeFiles(t, user)
+	userBefore := synctest.SnapshotWithoutGit(t, user)
 	s, err := New(Config{Mode: manifest.ModeGit, Anchor: a.Dir, Session: "sess-1", Now: fixedClock()})
 	must(t, err)
 	if _, err := s.Latest(ctx); !errors.Is(err, ErrNone) {
@@ -153,7 +145,7 @@ func TestGitCheckpointCreateListRestore(t *testing.T) {
 		synctest.Read(t, a.Dir, "build/out.o") != "ignored" {
 		t.Fatal("anchor not restored to checkpoint 1")
 	}
-	if !maps.Equal(userBefore, worktreeFiles(t, user)) {
+	if !maps.Equal(userBefore, synctest.SnapshotWithoutGit(t, user)) {
 		t.Fatal("the user's checkout changed")
 	}
 }

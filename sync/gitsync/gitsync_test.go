@@ -394,7 +394,7 @@ func TestAnchorFillsSubmodules(t *testing.T) {
 	user := userWithSubmodules(t, tmp, "lib", "gone")
 	synctest.Git(t, user, "submodule", "deinit", "--quiet", "-f", "third_party/gone")
 	moveSubmodule(t, user, "lib")
-	userBefore := checkoutFiles(t, user)
+	userBefore := synctest.SnapshotWithoutGit(t, user)
 
 	a, err := CreateAnchor(ctx, user, filepath.Join(tmp, "data"), "subs", "")
 	must(t, err)
@@ -447,7 +447,7 @@ func TestAnchorFillsSubmodules(t *testing.T) {
 			t.Fatalf("anchor manifest lists %s", p)
 		}
 	}
-	if !maps.Equal(userBefore, checkoutFiles(t, user)) {
+	if !maps.Equal(userBefore, synctest.SnapshotWithoutGit(t, user)) {
 		t.Fatal("the user's checkout changed")
 	}
 }
@@ -482,15 +482,6 @@ func moveSubmodule(t *testing.T, user, name string) string {
 	synctest.Write(t, dir, map[string]string{name + ".go": "package " + name + " // v2\n"})
 	synctest.Git(t, dir, "commit", "--quiet", "-am", "v2")
 	return synctest.Git(t, dir, "rev-parse", "HEAD")
-}
-
-// checkoutFiles snapshots the user's checkout without its .git (a worktree added to the
-// repository changes that).
-func checkoutFiles(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	s := synctest.Snapshot(t, dir)
-	maps.DeleteFunc(s, func(k, _ string) bool { return k == ".git" || strings.HasPrefix(k, ".git/") })
-	return s
 }
 
 // TestAdoptFollowsSubmoduleChanges: a worker commit that moves a submodule to another commit gets

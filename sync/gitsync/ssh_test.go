@@ -54,7 +54,7 @@ func gitRoundTrip(t *testing.T, remote stream.Remote, box synctest.Box) {
 	moveSubmodule(t, user, "lib")
 	synctest.Write(t, user, map[string]string{".env": "TOKEN=local", "build/x": "ignored", "wip.txt": "user's uncommitted work"})
 	userHead := synctest.Git(t, user, "rev-parse", "HEAD")
-	userBefore := checkoutFiles(t, user)
+	userBefore := synctest.SnapshotWithoutGit(t, user)
 
 	a, err := CreateAnchor(ctx, user, filepath.Join(tmp, "data"), "rt1", "")
 	must(t, err)
@@ -148,7 +148,7 @@ printf 'package lib // edited on the box\n' > third_party/lib/lib.go; printf out
 	if got := synctest.Git(t, user, "rev-parse", "HEAD"); got != userHead {
 		t.Fatalf("user HEAD moved to %s", got)
 	}
-	if !maps.Equal(userBefore, checkoutFiles(t, user)) {
+	if !maps.Equal(userBefore, synctest.SnapshotWithoutGit(t, user)) {
 		t.Fatal("the user's checkout changed")
 	}
 }

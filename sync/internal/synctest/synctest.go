@@ -5,6 +5,7 @@ package synctest
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -147,6 +148,15 @@ func Snapshot(t testing.TB, root string) map[string]string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// SnapshotWithoutGit is Snapshot of a checkout or worktree without its .git (which a worktree added
+// to the repository, or refs written by the gateway, change).
+func SnapshotWithoutGit(t testing.TB, root string) map[string]string {
+	t.Helper()
+	s := Snapshot(t, root)
+	maps.DeleteFunc(s, func(k, _ string) bool { return k == ".git" || strings.HasPrefix(k, ".git/") })
+	return s
 }
 
 // InitRepo creates a repository at dir with files committed on main and returns the commit.
