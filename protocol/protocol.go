@@ -125,14 +125,18 @@ const (
 	// CodeResyncRequired answers a seq that skips ahead of the gateway's cursor; the error carries
 	// AckedSeq and ExpectedSeq and the worker resends from ExpectedSeq.
 	CodeResyncRequired Code = "resync-required"
-	CodeInternal       Code = "internal"
+	// CodeUnknownRun answers a call (worker.inference.start, worker.tool.call) that names no turn the
+	// gateway started for the session (worker.turn.start) and that is still running.
+	CodeUnknownRun Code = "unknown-run"
+	CodeInternal   Code = "internal"
 )
 
 // PermanentAdmission reports whether an admission rejected with this code can never succeed by
 // retrying with the same credential and binary.
 func (c Code) PermanentAdmission() bool {
 	switch c {
-	case CodeUnauthorized, CodeCredentialExpired, CodeWrongEnvironment, CodeBundleMismatch, CodeUnsupportedVersion:
+	case CodeUnauthorized, CodeCredentialExpired, CodeWrongEnvironment, CodeBundleMismatch, CodeUnsupportedVersion,
+		CodeSessionNotAttached, CodeEpochMismatch:
 		return true
 	}
 	return false

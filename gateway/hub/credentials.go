@@ -34,10 +34,13 @@ type Credential struct {
 	// ID is the hex sha256 of the secret, safe to log in shortened form (see ShortID).
 	ID            string
 	EnvironmentID string
-	BundleHash    string
-	Methods       []string
-	ExpiresAt     time.Time
-	CreatedAt     time.Time
+	// Lineage is the ID of the minted credential this one descends from by refreshes (its own ID
+	// when it was minted).
+	Lineage    string
+	BundleHash string
+	Methods    []string
+	ExpiresAt  time.Time
+	CreatedAt  time.Time
 }
 
 // ShortID is a loggable prefix of the credential's hash.
@@ -51,8 +54,10 @@ func (c Credential) Allows(method string) bool {
 // Credentials mints and verifies worker credentials stored (as hashes) in the gateway database.
 //
 // Refresh policy: Refresh issues a new credential with the same binding and lifetime and leaves the
-// old one valid until its own expiry, so a refresh whose answer is lost on a dropped tunnel cannot
-// lock the worker out. RevokeEnv revokes every credential of an environment at once.
+// old one valid, so a refresh whose answer is lost on a dropped tunnel cannot lock the worker out.
+// The first admission with the new credential revokes every older credential of its lineage (the
+// minted credential and the refreshes before it). RevokeEnv revokes every credential of an
+// environment at once.
 type Credentials struct {
 	db *store.DB
 	// Now is the clock; nil means time.Now. Tests replace it.
@@ -98,7 +103,7 @@ func (cs *Credentials) Mint(ctx context.Context, envID, bundleHash string, ttl t
 	var secret string
 	err := cs.db.InTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		secret, err = mintTx(ctx, tx, envID, bundleHash, cs.now(), ttl, methods)
+		secret, err = mintTx(ctx, tx, envID, bundleHash, "", cs.now(), ttl, methods)
 		if err != nil {
 			return err
 		}
@@ -111,7 +116,8 @@ func (cs *Credentials) Mint(ctx context.Context, envID, bundleHash string, ttl t
 	return secret, nil
 }
 
-func mintTx(ctx context.Context, tx *sql.Tx, envID, bundleHash string, now time.Time, ttl time.Duration, methods []string) (string, error) {
+// mintTx stores a new credential of lineage ("" for a freshly minted one: its own hash).
+func mintTx(ctx context.Context, tx *sql.Tx, envID, bundleHash, lineage string, now time.Time, ttl time.Duration, methods []string) (string, error) {
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
 		return "", fmt.Errorf("mint worker credential: %w", err)
@@ -121,9 +127,13 @@ func mintTx(ctx context.Context, tx *sql.Tx, envID, bundleHash string, now time.
 	if err != nil {
 		return "", err
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO worker_credentials(hash, environment_id, bundle_hash, methods, expires_at, created_at)
-		VALUES(?,?,?,?,?,?)`, hashSecret(secret), envID, bundleHash, string(ms),
-		store.FormatTime(now.Add(ttl)), store.FormatTime(now))
+	hash := hashSecret(secret)
+	if lineage == "" {
+		lineage = hash
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO worker_credentials(hash, environment_id, bundle_hash, methods, expires_at, created_at, lineage)
+		VALUES(?,?,?,?,?,?,?)`, hash, envID, bundleHash, string(ms),
+		store.FormatTime(now.Add(ttl)), store.FormatTime(now), lineage)
 	if err != nil {
 		return "", fmt.Errorf("store worker credential for %s: %w", envID, err)
 	}
@@ -146,8 +156,8 @@ type queryer interface {
 func (cs *Credentials) byHash(ctx context.Context, q queryer, hash string) (Credential, error) {
 	var c Credential
 	var methods, expires, created, revoked string
-	err := q.QueryRowContext(ctx, `SELECT hash, environment_id, bundle_hash, methods, expires_at, created_at, revoked_at
-		FROM worker_credentials WHERE hash = ?`, hash).Scan(&c.ID, &c.EnvironmentID, &c.BundleHash, &methods, &expires, &created, &revoked)
+	err := q.QueryRowContext(ctx, `SELECT hash, environment_id, bundle_hash, methods, expires_at, created_at, revoked_at, lineage
+		FROM worker_credentials WHERE hash = ?`, hash).Scan(&c.ID, &c.EnvironmentID, &c.BundleHash, &methods, &expires, &created, &revoked, &c.Lineage)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Credential{}, ErrUnknownCredential
 	}
@@ -161,6 +171,9 @@ func (cs *Credentials) byHash(ctx context.Context, q queryer, hash string) (Cred
 		return Credential{}, fmt.Errorf("worker credential %s: methods: %w", c.ShortID(), err)
 	}
 	c.ExpiresAt, c.CreatedAt = store.ParseTime(expires), store.ParseTime(created)
+	if c.Lineage == "" {
+		c.Lineage = c.ID // minted before lineages were recorded
+	}
 	if !cs.now().Before(c.ExpiresAt) {
 		return c, ErrCredentialExpired
 	}
@@ -189,11 +202,11 @@ func (cs *Credentials) refreshHash(ctx context.Context, hash string) (string, Cr
 		}
 		ttl := c.ExpiresAt.Sub(c.CreatedAt)
 		now := cs.now()
-		secret, err = mintTx(ctx, tx, c.EnvironmentID, c.BundleHash, now, ttl, c.Methods)
+		secret, err = mintTx(ctx, tx, c.EnvironmentID, c.BundleHash, c.Lineage, now, ttl, c.Methods)
 		if err != nil {
 			return err
 		}
-		c = Credential{ID: hashSecret(secret), EnvironmentID: c.EnvironmentID, BundleHash: c.BundleHash,
+		c = Credential{ID: hashSecret(secret), EnvironmentID: c.EnvironmentID, BundleHash: c.BundleHash, Lineage: c.Lineage,
 			Methods: c.Methods, CreatedAt: now, ExpiresAt: now.Add(ttl)}
 		return store.Audit(ctx, tx, "worker.credential.refresh", c.EnvironmentID,
 			fmt.Sprintf("credential %s replaced by %s", hash[:12], c.ShortID()))
@@ -202,6 +215,30 @@ func (cs *Credentials) refreshHash(ctx context.Context, hash string) (string, Cr
 		return "", Credential{}, err
 	}
 	return secret, c, nil
+}
+
+// revokeSupersededTx revokes the live credentials of c's lineage stored before c: c is in use, so
+// the worker holds it and needs none of those it replaced.
+func (cs *Credentials) revokeSupersededTx(ctx context.Context, tx *sql.Tx, c Credential) error {
+	res, err := tx.ExecContext(ctx, `UPDATE worker_credentials SET revoked_at = ?
+		WHERE (lineage = ? OR hash = ?) AND hash <> ? AND revoked_at = ''
+		AND rowid < (SELECT rowid FROM worker_credentials WHERE hash = ?)`,
+		store.FormatTime(cs.now()), c.Lineage, c.Lineage, c.ID, c.ID)
+	if err != nil {
+		return fmt.Errorf("revoke credentials replaced by %s: %w", c.ShortID(), err)
+	}
+	if n, _ := res.RowsAffected(); n > 0 {
+		return store.Audit(ctx, tx, "worker.credential.revoke", c.EnvironmentID,
+			fmt.Sprintf("%d credentials replaced by %s revoked on its first use", n, c.ShortID()))
+	}
+	return nil
+}
+
+// Prune deletes credentials that expired or were revoked before cutoff and returns how many.
+func (cs *Credentials) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
+	c := store.FormatTime(cutoff)
+	return cs.db.DeleteBatched(ctx, `DELETE FROM worker_credentials WHERE rowid IN (SELECT rowid FROM worker_credentials
+		WHERE expires_at < ? OR (revoked_at <> '' AND revoked_at < ?) LIMIT ?)`, c, c)
 }
 
 // RevokeEnv revokes every credential of envID and returns how many were live.

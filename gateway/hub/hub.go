@@ -44,7 +44,8 @@ type Config struct {
 	// HeartbeatTimeout closes an admitted connection that sends nothing for this long. Workers
 	// are told to heartbeat at a third of it. Default 30s.
 	HeartbeatTimeout time.Duration
-	// AdmissionTimeout bounds the wait for the connect frame. Default 10s.
+	// AdmissionTimeout bounds the time from a connection's accept to its admission (HTTP upgrade and
+	// connect frame included); a connection not admitted by then is closed. Default 10s.
 	AdmissionTimeout time.Duration
 	// FrameLimit bounds frames after admission. Default protocol.DefaultFrameLimit.
 	FrameLimit int
@@ -70,6 +71,13 @@ type Config struct {
 	ConnQueueBytes int
 	// RetryAfter is the retryAfterMs hint sent with capacity-exceeded. Default DefaultRetryAfter.
 	RetryAfter time.Duration
+	// Limits bound calls and bytes in flight, credential refreshes, pre-admission connections and
+	// the audit of refusals.
+	Limits Limits
+	// TurnRunning reports whether the turn runID of sessionID is still running (the turns table);
+	// nil trusts the hub's own record of the worker.turn.start it sent. An inference or tool call
+	// must name the run of such a turn (see Server.Request), else it is refused with unknown-run.
+	TurnRunning func(ctx context.Context, sessionID, runID string) (bool, error)
 }
 
 func (c *Config) setDefaults() {
@@ -100,6 +108,7 @@ func (c *Config) setDefaults() {
 	if c.RetryAfter <= 0 {
 		c.RetryAfter = DefaultRetryAfter
 	}
+	c.Limits.setDefaults()
 }
 
 // Validate reports a missing dependency.
@@ -112,7 +121,7 @@ func (c *Config) Validate() error {
 	case c.FrameLimit < protocol.PreAdmissionFrameLimit:
 		return fmt.Errorf("hub config: FrameLimit must be at least %d", protocol.PreAdmissionFrameLimit)
 	}
-	return nil
+	return c.Limits.validate(c.FrameLimit)
 }
 
 // Server is the worker endpoint. Serve it on the listener the tunnels forward to.
@@ -135,6 +144,23 @@ type Server struct {
 	changed  chan struct{} // closed and replaced whenever workers changes
 	closed   bool
 	wg       sync.WaitGroup
+	// turns maps environment+"\x00"+session to the run of the last worker.turn.start sent for it.
+	turns map[string]startedTurn
+
+	bmu            sync.Mutex           // guards the budgets below and every workerConn.inflight
+	envInflight    map[string]*inflight // environment → calls and bytes in flight
+	refreshBuckets map[string]*bucket   // environment → credential refresh tokens
+	preAdmission   map[string]int       // tunnel environment ("" untagged) → connections not admitted yet
+	refused        refusals             // refusals counted for the next audit window
+	refusalsStop   chan struct{}        // closed by Close once every connection ended
+	refusalsDone   chan struct{}        // closed when refusalLoop has flushed for the last time
+	closeOnce      sync.Once
+}
+
+// startedTurn is a turn the gateway told a worker to run.
+type startedTurn struct {
+	runID    string
+	runEpoch uint64
 }
 
 // New returns a Server; it serves nothing until Serve.
@@ -148,15 +174,19 @@ func New(cfg Config) (*Server, error) {
 		cfg: cfg, log: cfg.Log.With("subsystem", "hub"), ctx: ctx, stop: stop,
 		conns: map[*workerConn]struct{}{}, workers: map[string]*workerConn{}, sessionConns: map[string]*workerConn{},
 		changed:  make(chan struct{}),
-		pressure: map[string]*pressure{},
+		pressure: map[string]*pressure{}, turns: map[string]startedTurn{},
+		envInflight: map[string]*inflight{}, refreshBuckets: map[string]*bucket{}, preAdmission: map[string]int{},
+		refusalsStop: make(chan struct{}), refusalsDone: make(chan struct{}),
 	}
 	s.http = &http.Server{
 		Handler:           http.HandlerFunc(s.serveHTTP),
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    16 << 10,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ConnContext:       connContext,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
+	go s.refusalLoop()
 	return s, nil
 }
 
@@ -166,15 +196,22 @@ func (s *Server) Credentials() *Credentials { return s.cfg.Credentials }
 // Serve accepts worker connections on ln until ln fails or Close. It may be called again with a
 // new listener (a re-established tunnel) while admitted workers stay tracked.
 func (s *Server) Serve(ln net.Listener) error {
-	err := s.http.Serve(ln)
+	err := s.http.Serve(gateListener{Listener: ln, s: s})
 	if errors.Is(err, http.ErrServerClosed) {
 		return ErrClosed
 	}
 	return err
 }
 
-// Close stops every listener and connection and waits for connection goroutines to finish.
+// Close stops every listener and connection, waits for connection goroutines to finish and writes
+// the last window of refusal counts. Calls after the first return nil.
 func (s *Server) Close() error {
+	var err error
+	s.closeOnce.Do(func() { err = s.close() })
+	return err
+}
+
+func (s *Server) close() error {
 	s.mu.Lock()
 	s.closed = true
 	conns := make([]*workerConn, 0, len(s.conns))
@@ -188,6 +225,8 @@ func (s *Server) Close() error {
 		_ = c.ws.CloseNow()
 	}
 	s.wg.Wait()
+	close(s.refusalsStop)
+	<-s.refusalsDone
 	return err
 }
 
@@ -244,7 +283,11 @@ func (s *Server) Shutdown(ctx context.Context, envID, reason string) error {
 
 // Request sends a request to envID's worker (the connection admitted for the environment, not a
 // per-session one) and waits for its answer. A refused request returns its *protocol.Error.
-func (s *Server) Request(ctx context.Context, envID, method string, params any) (json.RawMessage, error) {
+//
+// A worker.turn.start sent here is recorded (before it is sent: the worker may call before its
+// answer arrives) as the session's running turn, the one run whose inference and tool calls the
+// gateway serves; a refused or failed start is forgotten.
+func (s *Server) Request(ctx context.Context, envID, method string, params any) (_ json.RawMessage, err error) {
 	if !protocol.GatewayMethods[method] {
 		return nil, fmt.Errorf("request %s: not a gateway method", method)
 	}
@@ -269,6 +312,21 @@ func (s *Server) Request(ctx context.Context, envID, method string, params any) 
 	if err != nil {
 		return nil, err
 	}
+	if method == protocol.MethodTurnStart {
+		var tp protocol.TurnStartParams
+		if err := protocol.DecodeParams(req.Params, &tp); err != nil {
+			return nil, fmt.Errorf("%s to worker of %s: %w", method, envID, err)
+		}
+		key, turn := envID+"\x00"+tp.SessionID, startedTurn{runID: tp.RunID, runEpoch: tp.RunEpoch}
+		s.mu.Lock()
+		s.turns[key] = turn
+		s.mu.Unlock()
+		defer func() {
+			if err != nil {
+				s.forgetTurn(key, turn)
+			}
+		}()
+	}
 	if err := wc.write(ctx, req); err != nil {
 		return nil, fmt.Errorf("%s to worker of %s: %w", method, envID, err)
 	}
@@ -282,6 +340,15 @@ func (s *Server) Request(ctx context.Context, envID, method string, params any) 
 		return nil, fmt.Errorf("%s to worker of %s: connection lost", method, envID)
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%s to worker of %s: %w", method, envID, ctx.Err())
+	}
+}
+
+// forgetTurn drops the record of turn unless a newer turn replaced it.
+func (s *Server) forgetTurn(key string, turn startedTurn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.turns[key] == turn {
+		delete(s.turns, key)
 	}
 }
 
@@ -306,7 +373,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ws.SetReadLimit(protocol.PreAdmissionFrameLimit)
-	wc := &workerConn{ws: ws, streamState: streamState{streams: map[string]*stream{}}, callState: callState{calls: map[string]*proxyCall{}},
+	pc, _ := r.Context().Value(preConnKey{}).(*preConn)
+	wc := &workerConn{ws: ws, pre: pc, streamState: streamState{streams: map[string]*stream{}}, callState: callState{calls: map[string]*proxyCall{}},
 		pending: map[string]chan protocol.Frame{}, done: make(chan struct{})}
 	s.mu.Lock()
 	if s.closed {
@@ -342,6 +410,10 @@ type workerConn struct {
 	cred       Credential
 	ownerEpoch uint64
 	sessionID  string
+	// pre is the accepted connection holding a pre-admission slot (nil when not served by Serve).
+	pre *preConn
+	// inflight counts the calls of this connection in flight (guarded by Server.bmu).
+	inflight inflight
 
 	mu      sync.Mutex
 	seq     uint64
@@ -452,6 +524,12 @@ func (s *Server) admit(ctx context.Context, wc *workerConn) bool {
 		return false
 	}
 	env := cred.EnvironmentID
+	if wc.pre != nil && wc.pre.tag != "" && wc.pre.tag != env {
+		// A credential (perhaps stolen from another box) for an environment other than the tunnel's.
+		s.reject(ctx, wc, reqID, wc.pre.tag, protocol.Errorf(protocol.CodeWrongEnvironment,
+			"credential %s is for environment %s, but the connection came through the tunnel of %s", cred.ShortID(), env, wc.pre.tag))
+		return false
+	}
 	expected, ok := s.cfg.ExpectedBundle(env)
 	if !ok || a.Handshake.BundleHash != cred.BundleHash || a.Handshake.BundleHash != expected {
 		s.reject(ctx, wc, reqID, env, protocol.Errorf(protocol.CodeBundleMismatch,
@@ -464,11 +542,27 @@ func (s *Server) admit(ctx context.Context, wc *workerConn) bool {
 		return false
 	}
 
+	if a.SessionID != "" {
+		// A per-session connection: the session must be attached here, with this owner epoch.
+		if e := s.bindingError(ctx, env, a.SessionID, a.OwnerEpoch); e != nil {
+			s.reject(ctx, wc, reqID, env, e)
+			return false
+		}
+	}
+	if wc.pre != nil && !wc.pre.admit() {
+		s.log.Info("worker connection reached admission after its deadline", "env", env)
+		return false
+	}
+
 	features := protocol.NegotiateFeatures(a.Handshake.ProtocolFeatures)
 	wc.envID, wc.cred, wc.ownerEpoch, wc.sessionID = env, cred, a.OwnerEpoch, a.SessionID
 	detail := fmt.Sprintf("credential %s epoch %d build %.64q features %s", cred.ShortID(), a.OwnerEpoch,
 		a.Handshake.BuildVersion, strings.Join(features, ","))
 	if err := s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
+		// The credential is in use: the ones it replaced (refreshes it descends from) are revoked.
+		if err := s.cfg.Credentials.revokeSupersededTx(ctx, tx, cred); err != nil {
+			return err
+		}
 		return store.Audit(ctx, tx, "worker.admit", env, detail)
 	}); err != nil {
 		s.log.Error("audit worker admission", "env", env, "err", err)
@@ -493,15 +587,10 @@ func (s *Server) admit(ctx context.Context, wc *workerConn) bool {
 	return true
 }
 
-// reject audits a refused admission, answers it and closes the connection.
+// reject counts a refused admission for the audit window, answers it and closes the connection.
 func (s *Server) reject(ctx context.Context, wc *workerConn, reqID, envID string, e *protocol.Error) {
-	detail := string(e.Code) + ": " + e.Message
-	if err := s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
-		return store.Audit(ctx, tx, "worker.reject", envID, detail)
-	}); err != nil {
-		s.log.Error("audit worker rejection", "env", envID, "err", err)
-	}
-	s.log.Warn("worker rejected", "env", envID, "code", e.Code, "reason", e.Message)
+	s.refused.add("worker.reject", envID, e)
+	s.log.Debug("worker rejected", "env", envID, "code", e.Code, "reason", e.Message)
 	if err := wc.write(ctx, protocol.ErrorResponse(reqID, e)); err != nil {
 		s.log.Debug("answer rejected worker", "err", err)
 	}
@@ -658,6 +747,12 @@ func (s *Server) handle(ctx context.Context, wc *workerConn, f protocol.Frame) p
 		res, _ := protocol.Response(f.ID, struct{}{})
 		return res
 	case protocol.MethodCredentialRefresh:
+		if ok, wait := s.refreshAllowed(wc.envID); !ok {
+			return protocol.ErrorResponse(f.ID, &protocol.Error{Code: protocol.CodeCapacityExceeded, Retryable: true,
+				Message: fmt.Sprintf("credential refreshes are limited to one per %s (burst %d)",
+					s.cfg.Limits.RefreshInterval, s.cfg.Limits.RefreshBurst),
+				RetryAfterMs: max(wait.Milliseconds(), 1)})
+		}
 		secret, c, err := s.cfg.Credentials.refreshHash(ctx, wc.cred.ID)
 		if err != nil {
 			code := protocol.CodeInternal

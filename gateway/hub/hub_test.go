@@ -171,6 +171,16 @@ func (h *harness) auditRows(kind string) []string {
 	return out
 }
 
+// closedAuditRows closes the server, which writes the refusals counted so far (one row per kind and
+// environment per window), and returns the rows of kind.
+func (h *harness) closedAuditRows(kind string) []string {
+	h.t.Helper()
+	if err := h.srv.Close(); err != nil {
+		h.t.Fatal(err)
+	}
+	return h.auditRows(kind)
+}
+
 func (h *harness) waitAudit(kind, substr string) {
 	h.t.Helper()
 	waitFor(h.t, kind+" audit row containing "+substr, func() bool {
@@ -350,8 +360,8 @@ func TestAdmissionRejections(t *testing.T) {
 			if !errors.As(err, &ae) || ae.Err.Code != tt.code {
 				t.Fatalf("Run = %v, want admission error %s", err, tt.code)
 			}
-			rows := h.auditRows("worker.reject")
-			if len(rows) != 1 || !strings.Contains(rows[0], " "+string(tt.code)+": ") {
+			rows := h.closedAuditRows("worker.reject")
+			if len(rows) != 1 || !strings.Contains(rows[0], "1 refused") || !strings.Contains(rows[0], " "+string(tt.code)+": ") {
 				t.Fatalf("reject audit rows = %q, want one with code %s", rows, tt.code)
 			}
 			if h.srv.Admitted(envA) || len(h.auditRows("worker.admit")) != 0 {
@@ -408,11 +418,15 @@ func recvFrame(t *testing.T, c *websocket.Conn) protocol.Frame {
 	return f
 }
 
-func connectFrame(t *testing.T, env, cred, bundle string) protocol.Frame {
+// connectFrame is a connect request; mod, if any, changes the admission (e.g. claims a session).
+func connectFrame(t *testing.T, env, cred, bundle string, mod ...func(*protocol.Admission)) protocol.Frame {
 	t.Helper()
-	f, err := protocol.Request("c1", protocol.MethodConnect, protocol.ConnectParams{Role: protocol.RoleWorker,
-		Admission: protocol.Admission{EnvironmentID: env, Credential: cred, OwnerEpoch: 1,
-			Handshake: protocol.Handshake{BundleHash: bundle, Version: protocol.ProtocolVersion, ProtocolFeatures: protocol.Features}}})
+	a := protocol.Admission{EnvironmentID: env, Credential: cred, OwnerEpoch: 1,
+		Handshake: protocol.Handshake{BundleHash: bundle, Version: protocol.ProtocolVersion, ProtocolFeatures: protocol.Features}}
+	for _, m := range mod {
+		m(&a)
+	}
+	f, err := protocol.Request("c1", protocol.MethodConnect, protocol.ConnectParams{Role: protocol.RoleWorker, Admission: a})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +468,7 @@ func TestRawRejections(t *testing.T) {
 			if got := websocket.CloseStatus(err); got != tt.status {
 				t.Fatalf("after rejection read = %v, want close status %v", err, tt.status)
 			}
-			rows := h.auditRows("worker.reject")
+			rows := h.closedAuditRows("worker.reject")
 			if len(rows) != 1 || !strings.Contains(rows[0], string(tt.code)+": ") {
 				t.Fatalf("reject audit rows = %q, want one with code %s", rows, tt.code)
 			}
@@ -572,7 +586,7 @@ func TestWorkerRefreshesAndReconnects(t *testing.T) {
 	if err := recvChan(t, "Run to return", done); err != nil {
 		t.Fatalf("Run = %v", err)
 	}
-	if rows := h.auditRows("worker.reject"); len(rows) != 0 {
+	if rows := h.closedAuditRows("worker.reject"); len(rows) != 0 {
 		t.Fatalf("worker was rejected: %q", rows)
 	}
 }

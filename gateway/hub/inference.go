@@ -106,9 +106,15 @@ func (s *Server) serveInference(ctx context.Context, wc *workerConn, f protocol.
 		if wc.sessionID != "" && p.SessionID != wc.sessionID {
 			return fail(protocol.CodeSessionNotAttached, "this worker is admitted for session %s only", wc.sessionID)
 		}
+		release, e := s.reserve(wc, len(f.Params))
+		if e != nil {
+			return protocol.ErrorResponse(f.ID, e), true
+		}
+		f.Params = nil
 		wc.swg.Add(1)
 		go func() {
 			defer wc.swg.Done()
+			defer release()
 			res := func() protocol.Frame {
 				if e := s.checkBinding(ctx, wc, p.SessionID, p.OwnerEpoch); e != nil {
 					return protocol.ErrorResponse(f.ID, e)
@@ -133,49 +139,96 @@ func (s *Server) serveInference(ctx context.Context, wc *workerConn, f protocol.
 	if s.cfg.Models == nil || s.cfg.Sessions == nil {
 		return fail(protocol.CodeMethodNotAllowed, "method %.128q is not served", f.Method)
 	}
-	if len(f.Params) > protocol.MaxInferenceRequestBytes {
-		s.auditInference(ctx, wc.envID, "request of %d bytes refused", len(f.Params))
-		return fail(protocol.CodeInvalidContext, "request of %d bytes, at most %d", len(f.Params), protocol.MaxInferenceRequestBytes)
+	refuse := func(code protocol.Code, format string, args ...any) (protocol.Frame, bool) {
+		e := protocol.Errorf(code, format, args...)
+		s.refused.add("worker.inference.reject", wc.envID, e)
+		return protocol.ErrorResponse(f.ID, e), true
 	}
+	if len(f.Params) > protocol.MaxInferenceRequestBytes {
+		return refuse(protocol.CodeInvalidContext, "request of %d bytes, at most %d", len(f.Params), protocol.MaxInferenceRequestBytes)
+	}
+	// The budget is taken before the params are decoded: a worker over it costs no decoding.
+	release, e := s.reserve(wc, len(f.Params))
+	if e != nil {
+		return protocol.ErrorResponse(f.ID, e), true
+	}
+	started := false
+	defer func() {
+		if !started {
+			release()
+		}
+	}()
 	var p protocol.InferenceStartParams
 	if err := protocol.DecodeParams(f.Params, &p); err != nil {
 		// A closed schema: a base URL, header or model object the worker adds is an unknown field.
-		s.auditInference(ctx, wc.envID, "malformed request refused: %.200v", err)
-		return fail(protocol.CodeInvalidContext, "params: %v", err)
+		return refuse(protocol.CodeInvalidContext, "params: %v", err)
 	}
 	if err := p.Validate(); err != nil {
-		s.auditInference(ctx, wc.envID, "request refused: %.200v", err)
-		return fail(protocol.CodeInvalidContext, "%v", err)
+		return refuse(protocol.CodeInvalidContext, "%v", err)
 	}
 	if !inference.ValidReasoning(p.Options.Reasoning) {
-		return fail(protocol.CodeInvalidContext, "options.reasoning %.32q is not a reasoning level", p.Options.Reasoning)
+		return refuse(protocol.CodeInvalidContext, "options.reasoning %.32q is not a reasoning level", p.Options.Reasoning)
 	}
 	if wc.sessionID != "" && p.SessionID != wc.sessionID {
 		return fail(protocol.CodeSessionNotAttached, "this worker is admitted for session %s only", wc.sessionID)
 	}
 	if _, err := s.cfg.Models.Resolve(p.ModelRef); err != nil {
-		s.auditInference(ctx, wc.envID, "model %.200q not approved (session %s)", p.ModelRef, p.SessionID)
-		return fail(protocol.CodeModelNotApproved, "%v", err)
+		return refuse(protocol.CodeModelNotApproved, "%v", err)
 	}
+	bytesIn := len(f.Params)
+	f.Params = nil // the decoded context is what the call keeps
+	started = true
 	wc.swg.Add(1)
 	go func() {
 		defer wc.swg.Done()
-		s.runCall(ctx, wc, f, p)
+		defer release()
+		s.runCall(ctx, wc, f, p, bytesIn)
 	}()
 	return protocol.Frame{}, false
 }
 
-func (s *Server) auditInference(ctx context.Context, envID, format string, args ...any) {
-	detail := fmt.Sprintf(format, args...)
-	if err := s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
-		return store.Audit(ctx, tx, "worker.inference.reject", envID, detail)
-	}); err != nil {
-		s.log.Warn("audit inference refusal", "env", envID, "err", err)
+// checkRun checks that runID (and runEpoch, unless 0) is the turn the gateway last started for
+// sessionID in wc's environment, and that the turn is still running. A refusal is audited.
+func (s *Server) checkRun(ctx context.Context, wc *workerConn, sessionID, runID string, runEpoch uint64) *protocol.Error {
+	key := wc.envID + "\x00" + sessionID
+	s.mu.Lock()
+	t, ok := s.turns[key]
+	s.mu.Unlock()
+	var e *protocol.Error
+	switch {
+	case !ok || runID == "" || t.runID != runID || (runEpoch != 0 && t.runEpoch != runEpoch):
+		e = protocol.Errorf(protocol.CodeUnknownRun, "run %.128q (run epoch %d) is not a turn the gateway started for session %.128q",
+			runID, runEpoch, sessionID)
+	case s.cfg.TurnRunning != nil:
+		running, err := s.cfg.TurnRunning(ctx, sessionID, runID)
+		if err != nil {
+			s.log.Warn("turn state lookup", "session", sessionID, "run", runID, "err", err)
+			return &protocol.Error{Code: protocol.CodeInternal, Message: "turn lookup failed", Retryable: true}
+		}
+		if !running {
+			s.forgetTurn(key, t)
+			e = protocol.Errorf(protocol.CodeUnknownRun, "run %.128q of session %.128q is no longer running", runID, sessionID)
+		}
 	}
+	if e != nil {
+		s.refused.add("worker.inference.reject", wc.envID, e)
+	}
+	return e
 }
 
 // checkBinding checks that sessionID is attached to wc's environment with ownerEpoch active.
 func (s *Server) checkBinding(ctx context.Context, wc *workerConn, sessionID string, ownerEpoch uint64) *protocol.Error {
+	return s.bindingError(ctx, wc.envID, sessionID, ownerEpoch)
+}
+
+// bindingError checks that sessionID is attached to envID with ownerEpoch active.
+func (s *Server) bindingError(ctx context.Context, envID, sessionID string, ownerEpoch uint64) *protocol.Error {
+	if s.cfg.Sessions == nil {
+		return protocol.Errorf(protocol.CodeSessionNotAttached, "this gateway serves no sessions")
+	}
+	if len(sessionID) > 128 {
+		return protocol.Errorf(protocol.CodeSessionNotAttached, "session id of %d bytes, at most 128", len(sessionID))
+	}
 	env, owner, _, err := s.cfg.Sessions.WorkerBinding(ctx, sessionID)
 	var c coded
 	switch {
@@ -183,8 +236,8 @@ func (s *Server) checkBinding(ctx context.Context, wc *workerConn, sessionID str
 		return c.Protocol()
 	case err != nil:
 		return &protocol.Error{Code: protocol.CodeInternal, Message: "binding lookup failed", Retryable: true}
-	case env != wc.envID:
-		return protocol.Errorf(protocol.CodeSessionNotAttached, "session %.128q is not attached to environment %s", sessionID, wc.envID)
+	case env != envID:
+		return protocol.Errorf(protocol.CodeSessionNotAttached, "session %.128q is not attached to environment %s", sessionID, envID)
 	case ownerEpoch != owner:
 		return protocol.Errorf(protocol.CodeEpochMismatch, "owner epoch %d is not the session's active epoch %d", ownerEpoch, owner)
 	}
@@ -193,7 +246,7 @@ func (s *Server) checkBinding(ctx context.Context, wc *workerConn, sessionID str
 
 // runCall serves one worker.inference.start after its shape was checked: fencing, replay, then the
 // provider call, its events under the worker's credit, the terminal result and the accounting row.
-func (s *Server) runCall(ctx context.Context, wc *workerConn, f protocol.Frame, p protocol.InferenceStartParams) {
+func (s *Server) runCall(ctx context.Context, wc *workerConn, f protocol.Frame, p protocol.InferenceStartParams, bytesIn int) {
 	answer := func(fr protocol.Frame) bool {
 		if err := wc.write(ctx, fr); err != nil {
 			_ = wc.ws.CloseNow()
@@ -202,6 +255,10 @@ func (s *Server) runCall(ctx context.Context, wc *workerConn, f protocol.Frame, 
 		return true
 	}
 	if e := s.checkBinding(ctx, wc, p.SessionID, p.OwnerEpoch); e != nil {
+		answer(protocol.ErrorResponse(f.ID, e))
+		return
+	}
+	if e := s.checkRun(ctx, wc, p.SessionID, p.RunID, p.RunEpoch); e != nil {
 		answer(protocol.ErrorResponse(f.ID, e))
 		return
 	}
@@ -229,7 +286,7 @@ func (s *Server) runCall(ctx context.Context, wc *workerConn, f protocol.Frame, 
 	}()
 
 	started := time.Now()
-	cached, err := s.claimCall(ctx, wc.envID, p, len(f.Params), started)
+	cached, err := s.claimCall(ctx, wc.envID, p, bytesIn, started)
 	if err != nil {
 		answer(s.errorFrame(wc, f, err))
 		return
@@ -375,6 +432,13 @@ func (s *Server) finishCall(envID string, p protocol.InferenceStartParams, start
 	}
 	s.log.Info("inference call", "env", envID, "session", p.SessionID, "run", p.RunID, "turn", p.TurnID, "model", p.ModelRef,
 		"outcome", outcome, "tokens", u.TotalTokens, "bytesOut", bytesOut, "duration", time.Since(started))
+}
+
+// PruneCalls deletes the accounting rows of calls that ended before cutoff and returns how many.
+// (Their runs ended long ago: a worker asking for such a call again is refused with unknown-run.)
+func (s *Server) PruneCalls(ctx context.Context, cutoff time.Time) (int64, error) {
+	return s.cfg.DB.DeleteBatched(ctx, `DELETE FROM inference_calls WHERE n IN (SELECT n FROM inference_calls
+		WHERE outcome <> 'running' AND finished_at <> '' AND finished_at < ? LIMIT ?)`, store.FormatTime(cutoff))
 }
 
 // InferenceTotals are an environment's running totals of proxied model calls.

@@ -63,7 +63,9 @@ func newProxyHarness(t *testing.T, provider inferencetest.Handler) *proxyHarness
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := p.workerConfig(envA, p.mint(envA, bundleA, time.Hour, nil), bundleA)
+	cred := p.mint(envA, bundleA, time.Hour, nil)
+	p.startTurn(envA, cred, ses.ID, epoch, "run-1")
+	cfg := p.workerConfig(envA, cred, bundleA)
 	cfg.SessionID, cfg.OwnerEpoch, cfg.DialTimeout = ses.ID, epoch, 2*time.Second
 	p.cfg = remote.ClientConfig{Config: cfg, RunID: "run-1", RunEpoch: 1}
 	p.client, err = remote.NewClient(p.cfg)
@@ -72,6 +74,25 @@ func newProxyHarness(t *testing.T, provider inferencetest.Handler) *proxyHarness
 	}
 	t.Cleanup(func() { _ = p.client.Close() })
 	return p
+}
+
+// startTurn runs the environment's worker (which accepts every turn) and has the gateway start turn
+// runID of session on it, as placement does: only such a turn's calls are served.
+func (h *harness) startTurn(env, cred, session string, ownerEpoch uint64, runID string) {
+	h.t.Helper()
+	ctx := testContext(h.t)
+	wcfg := h.workerConfig(env, cred, bundleA)
+	wcfg.Handler = func(context.Context, string, json.RawMessage) (any, *protocol.Error) {
+		return protocol.TurnStartResult{Accepted: true}, nil
+	}
+	h.run(wcfg)
+	if err := h.srv.WaitAdmitted(ctx, env); err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := h.srv.Request(ctx, env, protocol.MethodTurnStart, protocol.TurnStartParams{SessionID: session,
+		OwnerEpoch: ownerEpoch, RunEpoch: 1, RunID: runID, ModelRef: "local/m1", Text: "go"}); err != nil {
+		h.t.Fatal(err)
+	}
 }
 
 func userContext(text string) protocol.Context {
@@ -123,8 +144,9 @@ func TestInferenceRefusesUnapprovedRequests(t *testing.T) {
 	if n := len(p.srv.Requests()); n != 0 {
 		t.Fatalf("the provider saw %d requests, want none", n)
 	}
-	if n := len(p.auditRows("worker.inference.reject")); n < 6 {
-		t.Fatalf("%d refusals audited, want 6", n)
+	// Audited in one row of the window, with the count.
+	if rows := p.closedAuditRows("worker.inference.reject"); len(rows) != 1 || !strings.Contains(rows[0], "6 refused") {
+		t.Fatalf("inference refusal audit rows = %q, want one counting 6", rows)
 	}
 }
 
@@ -251,7 +273,9 @@ func TestCancelFrameCancelsInferenceCall(t *testing.T) {
 		close(closed)
 	})
 	c := rawConn(t, p.harness)
-	sendFrame(t, c, connectFrame(t, envA, p.cfg.Credential, bundleA))
+	sendFrame(t, c, connectFrame(t, envA, p.cfg.Credential, bundleA, func(a *protocol.Admission) {
+		a.SessionID, a.OwnerEpoch = p.cfg.SessionID, p.cfg.OwnerEpoch
+	}))
 	if f := recvFrame(t, c); f.Type != protocol.TypeRes || !f.OK {
 		t.Fatalf("connect: %+v", f)
 	}

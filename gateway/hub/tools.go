@@ -31,11 +31,20 @@ func (s *Server) serveToolCall(ctx context.Context, wc *workerConn, f protocol.F
 	if tool == nil {
 		return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeMethodNotAllowed, "no gateway tool %.64q", p.Name)), true
 	}
+	release, e := s.reserve(wc, len(f.Params))
+	if e != nil {
+		return protocol.ErrorResponse(f.ID, e), true
+	}
+	f.Params = nil
 	wc.swg.Add(1)
 	go func() {
 		defer wc.swg.Done()
+		defer release()
 		res := func() protocol.Frame {
 			if e := s.checkBinding(ctx, wc, p.SessionID, p.OwnerEpoch); e != nil {
+				return protocol.ErrorResponse(f.ID, e)
+			}
+			if e := s.checkRun(ctx, wc, p.SessionID, p.RunID, 0); e != nil {
 				return protocol.ErrorResponse(f.ID, e)
 			}
 			tctx, cancel := context.WithTimeout(ctx, gatewayToolTimeout)

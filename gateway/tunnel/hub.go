@@ -68,6 +68,9 @@ type Config struct {
 	// AcceptBacklog is how many forwarded connections may wait for Accept (64); beyond it new
 	// connections are closed instead of stalling the forwards.
 	AcceptBacklog int
+	// TunnelBacklog is how many of them may come from one tunnel (8), so one box cannot fill the
+	// backlog the others share.
+	TunnelBacklog int
 	// OnHostKeyMismatch is called, from the tunnel's goroutine, when a box presents a host key
 	// that is not pinned. The tunnel is then stopped for good.
 	OnHostKeyMismatch func(envID string, err *HostKeyMismatchError)
@@ -98,6 +101,9 @@ func (c *Config) setDefaults() {
 	if c.AcceptBacklog <= 0 {
 		c.AcceptBacklog = 64
 	}
+	if c.TunnelBacklog <= 0 {
+		c.TunnelBacklog = min(8, c.AcceptBacklog)
+	}
 	if c.Clock == nil {
 		c.Clock = realClock{}
 	}
@@ -119,6 +125,9 @@ func (c Config) Validate() error {
 	if c.AcceptBacklog < 0 {
 		return fmt.Errorf("tunnel config: negative accept backlog %d", c.AcceptBacklog)
 	}
+	if c.TunnelBacklog < 0 || (c.AcceptBacklog > 0 && c.TunnelBacklog > c.AcceptBacklog) {
+		return fmt.Errorf("tunnel config: tunnel backlog %d must be from 0 to the accept backlog", c.TunnelBacklog)
+	}
 	return nil
 }
 
@@ -129,6 +138,10 @@ type Conn struct {
 	// Epoch is the tunnel epoch of the control connection that carried it.
 	Epoch uint64
 }
+
+// TunnelEnvironment is the environment whose tunnel carried the connection; the worker hub admits
+// on it only a credential of that environment.
+func (c *Conn) TunnelEnvironment() string { return c.EnvironmentID }
 
 // Hub is one net.Listener that receives the forwarded connections of all environments. It owns
 // one supervised tunnel per environment.
@@ -143,6 +156,7 @@ type Hub struct {
 	isClosed bool
 	envs     map[string]*tunnel
 	epochs   map[string]uint64 // last epoch handed out per environment, kept for the hub's life
+	queued   map[string]int    // connections waiting for Accept per environment (≤ TunnelBacklog)
 }
 
 var _ net.Listener = (*Hub)(nil)
@@ -157,6 +171,7 @@ func NewHub(cfg Config) *Hub {
 		closed: make(chan struct{}),
 		envs:   map[string]*tunnel{},
 		epochs: map[string]uint64{},
+		queued: map[string]int{},
 	}
 }
 
@@ -169,9 +184,18 @@ func (h *Hub) Accept() (net.Conn, error) {
 	}
 	select {
 	case c := <-h.queue:
+		h.dequeued(c.EnvironmentID)
 		return c, nil
 	case <-h.closed:
 		return nil, ErrHubClosed
+	}
+}
+
+func (h *Hub) dequeued(envID string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.queued[envID]--; h.queued[envID] <= 0 {
+		delete(h.queued, envID)
 	}
 }
 
@@ -305,7 +329,8 @@ func (h *Hub) nextEpoch(envID string, base uint64) uint64 {
 	return e
 }
 
-// deliver queues a forwarded connection for Accept, or closes it when the backlog is full.
+// deliver queues a forwarded connection for Accept, or closes it when the backlog, or its tunnel's
+// share of it, is full.
 func (h *Hub) deliver(c *Conn) {
 	select {
 	case <-h.closed:
@@ -313,9 +338,22 @@ func (h *Hub) deliver(c *Conn) {
 		return
 	default:
 	}
+	h.mu.Lock()
+	full := h.queued[c.EnvironmentID] >= h.cfg.TunnelBacklog
+	if !full {
+		h.queued[c.EnvironmentID]++
+	}
+	h.mu.Unlock()
+	if full {
+		h.log.Warn("tunnel's share of the accept backlog full; connection dropped",
+			"env", c.EnvironmentID, "epoch", c.Epoch, "tunnelBacklog", h.cfg.TunnelBacklog)
+		c.Close()
+		return
+	}
 	select {
 	case h.queue <- c:
 	default:
+		h.dequeued(c.EnvironmentID)
 		h.log.Warn("tunnel accept backlog full; connection dropped",
 			"env", c.EnvironmentID, "epoch", c.Epoch, "backlog", cap(h.queue))
 		c.Close()
