@@ -32,7 +32,9 @@ type Config struct {
 	// BundleDir holds cross-built worker bundles (openclaw-linux-arm64, …) from `make bundles`.
 	BundleDir string       `yaml:"bundleDir"`
 	Tunnel    TunnelConfig `yaml:"tunnel"`
-	Worker    WorkerConfig `yaml:"worker"`
+	// Box bounds every operation on a box (zero means the default).
+	Box    BoxConfig    `yaml:"box"`
+	Worker WorkerConfig `yaml:"worker"`
 	// Models is the model catalog; empty means the built-in scripted demo catalog.
 	Models inference.CatalogConfig `yaml:"models"`
 	// WebSearch configures the gateway-resident web_search tool; unset means no such tool.
@@ -60,6 +62,17 @@ type TunnelConfig struct {
 	KeepaliveInterval providers.Duration `yaml:"keepaliveInterval"` // default 10s
 	KeepaliveTimeout  providers.Duration `yaml:"keepaliveTimeout"`  // default 30s: a dead link is closed after it
 	BackoffMax        providers.Duration `yaml:"backoffMax"`        // default 30s
+}
+
+// BoxConfig bounds operations on boxes, so that a box that never answers cannot hold a
+// bootstrap, a sync or a teardown (zero means the default). The sync and bootstrap connections
+// keep alive with the tunnel's keepaliveInterval and keepaliveTimeout.
+type BoxConfig struct {
+	CommandTimeout   providers.Duration `yaml:"commandTimeout"`   // default 1m: one short command (platform, hygiene, launch)
+	BootstrapTimeout providers.Duration `yaml:"bootstrapTimeout"` // default 15m: a whole bootstrap, bundle upload included
+	ReleaseTimeout   providers.Duration `yaml:"releaseTimeout"`   // default 15s: box-side cleanup at destroy (the provider's destroy follows regardless)
+	SyncTimeout      providers.Duration `yaml:"syncTimeout"`      // default 30m: one sync out to a box
+	ReconcileTimeout providers.Duration `yaml:"reconcileTimeout"` // default 10m: one pull-back or checkpoint from a box
 }
 
 // WorkerConfig tunes worker admission and supervision (zero means the default).
@@ -113,6 +126,12 @@ func (c *Config) Validate() error {
 		return providers.Fieldf("lifecycleInterval", "must not be negative")
 	case !strings.Contains(c.Listen, ":"):
 		return providers.Fieldf("listen", "must be host:port, got %q", c.Listen)
+	}
+	for name, d := range map[string]providers.Duration{"box.commandTimeout": c.Box.CommandTimeout, "box.bootstrapTimeout": c.Box.BootstrapTimeout,
+		"box.releaseTimeout": c.Box.ReleaseTimeout, "box.syncTimeout": c.Box.SyncTimeout, "box.reconcileTimeout": c.Box.ReconcileTimeout} {
+		if d < 0 {
+			return providers.Fieldf(name, "must not be negative (0: the default), got %s", d.D())
+		}
 	}
 	if c.Sync.Channels < 0 || c.Sync.Channels > stream.MaxParts {
 		return providers.Fieldf("sync.channels", "must be from 1 to %d (0: the default, %d), got %d", stream.MaxParts, stream.DefaultChannels, c.Sync.Channels)

@@ -163,6 +163,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		Tunnels: tunnels, Workers: workers, Credentials: workerCreds, Audit: auditFn,
 		BundleDir: cfg.BundleDir, Log: log.With("subsystem", "bootstrap"),
 		AdmitTimeout: cfg.Worker.AdmitTimeout.D(), RelaunchGrace: cfg.Worker.RelaunchGrace.D(),
+		CommandTimeout: cfg.Box.CommandTimeout.D(), BootstrapTimeout: cfg.Box.BootstrapTimeout.D(), ReleaseTimeout: cfg.Box.ReleaseTimeout.D(),
+		Keepalive: tunnel.KeepaliveConfig{Interval: cfg.Tunnel.KeepaliveInterval.D(), Timeout: cfg.Tunnel.KeepaliveTimeout.D()},
 	})
 	defer boot.Close()
 	mgr = envs.New(envs.Config{
@@ -195,6 +197,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		},
 		DataDir: dataDir, Log: log.With("subsystem", "dispatch"),
 		Compression: stream.Compression(cfg.Sync.Compression), Channels: cfg.Sync.Channels, CheckpointKeep: cfg.Sync.CheckpointKeep,
+		SyncTimeout: cfg.Box.SyncTimeout.D(), ReconcileTimeout: cfg.Box.ReconcileTimeout.D(),
 	})
 	defer dispatcher.Close()
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -347,6 +348,53 @@ func (m *manager) link(ctx context.Context, id string, up bool) error {
 		state = "up"
 	}
 	return m.tools.ip(ctx, "link", "set", l.HostIf, state)
+}
+
+// hang makes every command of a new SSH session on the box hang (ForceCommand sleep, sshd
+// reloaded): the box still completes handshakes and answers keepalives, but no command, sftp
+// included, ever ends. Connections already open keep their old behaviour.
+func (m *manager) hang(ctx context.Context, id string) error {
+	doc, err := m.load()
+	if err != nil {
+		return err
+	}
+	l, err := m.get(doc, id)
+	if err != nil {
+		return err
+	}
+	if l.State != stateReady || l.SSHDPid <= 0 {
+		return fmt.Errorf("hang %s: lease is %s", id, l.State)
+	}
+	cfgPath := filepath.Join(l.Dir, "sshd_config")
+	b, err := os.ReadFile(cfgPath)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(string(b), "\nForceCommand ") {
+		b = append(b, "ForceCommand sleep 100000\n"...)
+		if err := writeFileAtomic(cfgPath, b, 0o600); err != nil {
+			return err
+		}
+	}
+	listening := func() int {
+		b, _ := os.ReadFile(filepath.Join(l.Dir, "sshd.log"))
+		return strings.Count(string(b), "Server listening on")
+	}
+	before := listening()
+	if err := syscall.Kill(l.SSHDPid, syscall.SIGHUP); err != nil {
+		return fmt.Errorf("hang %s: reload sshd: %w", id, err)
+	}
+	// sshd re-executes itself on SIGHUP and logs that it listens again.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if listening() > before && probe(ctx, l.BoxAddr, time.Second) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("hang %s: sshd does not answer after reload", id)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // checkTraversable makes sure a non-root box user can reach its home: every ancestor

@@ -127,6 +127,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return errors.New("link: want --id ID down|up")
 		}
 		return withID(f, nil, "link", func(id string) error { return m.link(ctx, id, pos[0] == "up") })
+	case "hang":
+		// Fault injection: from now on every new command on the box (exec, sftp) hangs.
+		return withID(f, pos, "hang", func(id string) error { return m.hang(ctx, id) })
 	}
 	return fmt.Errorf("unknown command %q", cmd)
 }
@@ -142,6 +145,7 @@ var commandFlags = map[string]map[string]flagKind{
 	"list":      {"json": flagBool},
 	"stop":      {"id": flagString, "json": flagBool},
 	"link":      {"id": flagString},
+	"hang":      {"id": flagString},
 }
 
 func withID(f flagValues, pos []string, cmd string, fn func(id string) error) error {

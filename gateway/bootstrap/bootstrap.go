@@ -49,7 +49,14 @@ type Config struct {
 	// relaunched (default 5s).
 	RelaunchGrace time.Duration
 	DialTimeout   time.Duration
-	Log           *slog.Logger
+	// CommandTimeout bounds one short command on a box (platform, hygiene, launch, pidfile)
+	// (default 1m); BootstrapTimeout bounds a whole bootstrap, bundle upload included (default
+	// 15m); ReleaseTimeout bounds the box-side cleanup at destroy, which is best effort: the
+	// provider's destroy follows whether it finished or not (default 15s).
+	CommandTimeout, BootstrapTimeout, ReleaseTimeout time.Duration
+	// Keepalive is the keepalive of the sync and bootstrap connections (the tunnel's defaults).
+	Keepalive tunnel.KeepaliveConfig
+	Log       *slog.Logger
 }
 
 // Bootstrapper brings leased machines to ready: bundle, hygiene, tunnel, worker, admission.
@@ -88,6 +95,15 @@ func New(cfg Config) *Bootstrapper {
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = 20 * time.Second
 	}
+	if cfg.CommandTimeout == 0 {
+		cfg.CommandTimeout = time.Minute
+	}
+	if cfg.BootstrapTimeout == 0 {
+		cfg.BootstrapTimeout = 15 * time.Minute
+	}
+	if cfg.ReleaseTimeout == 0 {
+		cfg.ReleaseTimeout = 15 * time.Second
+	}
 	if cfg.Audit == nil {
 		cfg.Audit = func(context.Context, string, string, string) {}
 	}
@@ -110,10 +126,11 @@ func Target(env envs.Environment) tunnel.Target {
 		KeyPath: env.Lease.SSHKeyPath, HostKeys: env.Lease.HostKeys, SocketPath: env.WorkerSocket}
 }
 
-// Dial opens the second (sync/bootstrap) SSH connection with the same pinned trust; a host key
-// mismatch is audited.
+// Dial opens the second (sync/bootstrap) SSH connection with the same pinned trust and its own
+// keepalive (a box that stops answering has the connection closed); a host key mismatch is
+// audited.
 func (b *Bootstrapper) Dial(ctx context.Context, env envs.Environment) (*ssh.Client, error) {
-	c, err := tunnel.Dial(ctx, Target(env), b.cfg.DialTimeout)
+	c, err := tunnel.DialBox(ctx, Target(env), b.cfg.DialTimeout, b.cfg.Keepalive)
 	var hk *tunnel.HostKeyMismatchError
 	if errors.As(err, &hk) {
 		b.cfg.Audit(ctx, "ssh.hostkey-mismatch", env.ID, hk.Error())
@@ -138,6 +155,14 @@ func socketPath(home, envID string) string {
 // Bootstrap installs the bundle, checks hygiene, opens the tunnel, launches the worker and waits
 // for its admission. Each step is recorded as a note on the environment.
 func (b *Bootstrapper) Bootstrap(ctx context.Context, env envs.Environment) (err error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, b.cfg.BootstrapTimeout,
+		fmt.Errorf("bootstrap took longer than %s (box.bootstrapTimeout)", b.cfg.BootstrapTimeout))
+	defer cancel()
+	defer func() {
+		if err != nil && ctx.Err() != nil {
+			err = fmt.Errorf("%w (%v)", err, context.Cause(ctx))
+		}
+	}()
 	note := func(format string, args ...any) { b.cfg.Envs.Note(ctx, env.ID, fmt.Sprintf(format, args...)) }
 	defer func() {
 		if err != nil {
@@ -151,7 +176,7 @@ func (b *Bootstrapper) Bootstrap(ctx context.Context, env envs.Environment) (err
 	defer c.Close()
 	note("ssh: connected to %s:%d, host key pinned", env.Lease.SSHHost, env.Lease.SSHPort)
 
-	out, err := RunOK(ctx, c, "detect platform", `uname -s -m; printf '%s\n' "$HOME"`)
+	out, err := b.runOK(ctx, c, "detect platform", `uname -s -m; printf '%s\n' "$HOME"`)
 	if err != nil {
 		return err
 	}
@@ -179,7 +204,9 @@ func (b *Bootstrapper) Bootstrap(ctx context.Context, env envs.Environment) (err
 		note("bundle: %s/%s %s uploaded, %d bytes in %s", goos, goarch, bundle.SHA256[:12], inst.Uploaded, time.Since(start).Round(time.Millisecond))
 	}
 
-	checks, herr := CheckHygiene(ctx, c, env.Profile)
+	hctx, hcancel := b.command(ctx)
+	checks, herr := CheckHygiene(hctx, c, env.Profile)
+	hcancel()
 	for _, ch := range checks {
 		note("check %s: %s (%s; policy %s)", ch.Name, ch.Result(), ch.Detail, ch.Policy)
 	}
@@ -203,7 +230,7 @@ func (b *Bootstrapper) Bootstrap(ctx context.Context, env envs.Environment) (err
 	actx, cancel := context.WithTimeout(ctx, b.cfg.AdmitTimeout)
 	defer cancel()
 	if err := b.cfg.Workers.WaitAdmitted(actx, env.ID); err != nil {
-		tail, _ := RunOK(ctx, c, "worker log", "tail -c 600 "+Quote(path.Join(home, StateDir(env.ID), "worker.log"))+" 2>/dev/null || true")
+		tail, _ := b.runOK(ctx, c, "worker log", "tail -c 600 "+Quote(path.Join(home, StateDir(env.ID), "worker.log"))+" 2>/dev/null || true")
 		return fmt.Errorf("worker not admitted within %s: %v; worker log: %s", b.cfg.AdmitTimeout, err, strings.TrimSpace(tail))
 	}
 	note("worker: admitted")
@@ -227,7 +254,10 @@ type Descriptor struct {
 func (b *Bootstrapper) launch(ctx context.Context, c *ssh.Client, env envs.Environment, bundlePath string) error {
 	state := path.Join(env.WorkerHome, StateDir(env.ID))
 	pidf := path.Join(state, "worker.pid")
-	if pid, alive := workerAlive(ctx, c, pidf); alive {
+	actx, acancel := b.command(ctx)
+	pid, alive := workerAlive(actx, c, pidf)
+	acancel()
+	if alive {
 		b.cfg.Envs.Note(ctx, env.ID, "worker: already running (pid "+strconv.Itoa(pid)+")")
 		return nil
 	}
@@ -238,7 +268,10 @@ func (b *Bootstrapper) launch(ctx context.Context, c *ssh.Client, env envs.Envir
 	d := Descriptor{EnvironmentID: env.ID, Credential: cred, BundleHash: env.BundleHash, SocketPath: env.WorkerSocket,
 		StateDir: state, Version: version.Version}
 	raw, _ := json.Marshal(d)
-	if err := writeRemote(c, state, "launch.json", raw); err != nil {
+	wctx, wcancel := b.command(ctx)
+	err = writeRemote(wctx, c, state, "launch.json", raw)
+	wcancel()
+	if err != nil {
 		return fmt.Errorf("write launch descriptor: %w", err)
 	}
 	script := `set -e
@@ -248,13 +281,13 @@ S=; command -v setsid >/dev/null 2>&1 && S=setsid
 $S env -i PATH=` + WorkerPath + ` HOME="$HOME" LANG=C.UTF-8 ` + Quote(bundlePath) + ` worker --descriptor "$state/launch.json" --log-file "$state/worker.log" </dev/null >"$state/worker.out" 2>&1 &
 echo $! > "$state/worker.pid"
 echo $!`
-	out, err := RunOK(ctx, c, "launch worker", script)
+	out, err := b.runOK(ctx, c, "launch worker", script)
 	if err != nil {
 		return err
 	}
-	pid := strings.TrimSpace(out)
-	b.cfg.Audit(ctx, "worker.launch", env.ID, "pid "+pid+" bundle "+env.BundleHash)
-	b.cfg.Envs.Note(ctx, env.ID, "worker: launched (pid "+pid+")")
+	newPID := strings.TrimSpace(out)
+	b.cfg.Audit(ctx, "worker.launch", env.ID, "pid "+newPID+" bundle "+env.BundleHash)
+	b.cfg.Envs.Note(ctx, env.ID, "worker: launched (pid "+newPID+")")
 	return nil
 }
 
@@ -268,7 +301,12 @@ func workerAlive(ctx context.Context, c *ssh.Client, pidf string) (int, bool) {
 }
 
 // writeRemote writes a 0600 file in dir (created 0700) through a temp name and a rename.
-func writeRemote(c *ssh.Client, dir, name string, data []byte) error {
+func writeRemote(ctx context.Context, c *ssh.Client, dir, name string, data []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	stop := tunnel.CloseOnDone(ctx, c) // sftp calls take no context: a silent box is cut off
+	defer stop()
 	sc, err := sftp.NewClient(c)
 	if err != nil {
 		return err
@@ -376,30 +414,67 @@ func (b *Bootstrapper) supervise(env envs.Environment) {
 	}()
 }
 
-// Release stops the worker and its tunnel before the machine goes away.
-func (b *Bootstrapper) Release(ctx context.Context, env envs.Environment) {
+// Release stops the worker and its tunnel before the machine goes away. The box-side part (ask
+// the worker to shut down, kill its pidfile's process) is best effort, bounded by ReleaseTimeout
+// and skipped when boxSide is false (a forced destroy); the gateway-side part (supervisor,
+// tunnel, credentials) always happens. The error says why the box-side part did not finish.
+func (b *Bootstrapper) Release(ctx context.Context, env envs.Environment, boxSide bool) error {
 	b.mu.Lock()
 	if cancel, ok := b.watchers[env.ID]; ok {
 		cancel()
 		delete(b.watchers, env.ID)
 	}
 	b.mu.Unlock()
-	if b.cfg.Workers.Admitted(env.ID) {
-		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_ = b.cfg.Workers.Shutdown(sctx, env.ID, "environment destroyed")
+	var err error
+	if boxSide {
+		rctx, cancel := context.WithTimeoutCause(ctx, b.cfg.ReleaseTimeout,
+			fmt.Errorf("box did not finish its cleanup within %s (box.releaseTimeout)", b.cfg.ReleaseTimeout))
+		err = b.releaseBox(rctx, env)
+		if rctx.Err() != nil {
+			err = context.Cause(rctx)
+		}
 		cancel()
 	}
-	if env.WorkerHome != "" {
-		if c, err := b.Dial(ctx, env); err == nil {
-			pidf := path.Join(env.WorkerHome, StateDir(env.ID), "worker.pid")
-			_, _ = Run(ctx, c, `p=$(cat `+Quote(pidf)+` 2>/dev/null) && [ -n "$p" ] && kill "$p" 2>/dev/null; true`)
-			c.Close()
-		}
-	}
 	b.cfg.Tunnels.CloseEnv(env.ID)
-	if _, err := b.cfg.Credentials.RevokeEnv(ctx, env.ID); err != nil {
-		b.log.Warn("revoke worker credentials", "env", env.ID, "err", err)
+	if _, rerr := b.cfg.Credentials.RevokeEnv(ctx, env.ID); rerr != nil {
+		b.log.Warn("revoke worker credentials", "env", env.ID, "err", rerr)
 	}
+	return err
+}
+
+// releaseBox asks the worker to shut down and kills its process.
+func (b *Bootstrapper) releaseBox(ctx context.Context, env envs.Environment) error {
+	if b.cfg.Workers.Admitted(env.ID) {
+		_ = b.cfg.Workers.Shutdown(ctx, env.ID, "environment destroyed")
+	}
+	if env.WorkerHome == "" {
+		return nil
+	}
+	c, err := b.Dial(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	pidf := path.Join(env.WorkerHome, StateDir(env.ID), "worker.pid")
+	_, err = Run(ctx, c, `p=$(cat `+Quote(pidf)+` 2>/dev/null) && [ -n "$p" ] && kill "$p" 2>/dev/null; true`)
+	return err
+}
+
+// command bounds one short box command.
+func (b *Bootstrapper) command(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, b.cfg.CommandTimeout,
+		fmt.Errorf("box did not answer within %s (box.commandTimeout)", b.cfg.CommandTimeout))
+}
+
+// runOK is RunOK bounded by CommandTimeout, naming the deadline when it passed.
+func (b *Bootstrapper) runOK(ctx context.Context, c *ssh.Client, what, cmd string) (string, error) {
+	cctx, cancel := b.command(ctx)
+	defer cancel()
+	out, err := RunOK(cctx, c, what, cmd)
+	if err != nil && cctx.Err() != nil && ctx.Err() == nil {
+		err = fmt.Errorf("%s: %w", what, context.Cause(cctx))
+	}
+	return out, err
 }
 
 // SetEnvs sets the recorder (the environment manager, which is built after the bootstrapper).

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/openclaw/cloudworkers/gateway/tunnel"
 )
 
 // maxOutput bounds what is read back from one box command.
@@ -21,9 +23,19 @@ type RunResult struct {
 }
 
 // Run runs cmd on the box through one exec session; a non-zero exit is not an error (see ExitCode).
+// It honours ctx from the first step: a box that never answers the channel open, or a command
+// that never ends, makes Run return ctx's error, and closes c (see tunnel.CloseOnDone).
 func Run(ctx context.Context, c *ssh.Client, cmd string) (RunResult, error) {
+	if err := ctx.Err(); err != nil {
+		return RunResult{}, err
+	}
+	stop := tunnel.CloseOnDone(ctx, c)
+	defer stop()
 	sess, err := c.NewSession()
 	if err != nil {
+		if ctx.Err() != nil {
+			return RunResult{}, fmt.Errorf("open session: %w", ctx.Err())
+		}
 		return RunResult{}, fmt.Errorf("open session: %w", err)
 	}
 	defer sess.Close()

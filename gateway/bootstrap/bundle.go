@@ -15,6 +15,7 @@ import (
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/openclaw/cloudworkers/gateway/tunnel"
 	"github.com/openclaw/cloudworkers/internal/version"
 )
 
@@ -94,6 +95,11 @@ func Install(ctx context.Context, c *ssh.Client, home string, b Bundle, keep int
 		res.Pruned, _ = prune(ctx, c, path.Join(home, BundlesDir), b.SHA256, keep)
 		return res, nil
 	}
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	stop := tunnel.CloseOnDone(ctx, c) // sftp calls take no context: a silent box is cut off
+	defer stop()
 	sc, err := sftp.NewClient(c, sftp.UseConcurrentWrites(true))
 	if err != nil {
 		return res, fmt.Errorf("sftp: %w", err)

@@ -44,6 +44,15 @@ func (m *Manager) RequestDestroy(ctx context.Context, id string, force bool) (En
 	if err != nil {
 		return Environment{}, err
 	}
+	m.mu.Lock()
+	if force {
+		m.forced[id] = true
+	}
+	// a bootstrap still talking to the box must not hold teardown up
+	if cancel, ok := m.booting[id]; ok {
+		cancel()
+	}
+	m.mu.Unlock()
 	m.notify()
 	m.goJob(id, func(ctx context.Context) { m.destroyLoop(ctx, id) })
 	return m.Get(ctx, id)
@@ -114,8 +123,17 @@ func (m *Manager) destroyStep(ctx context.Context, id string) (done bool, err er
 		// The provider was never called (provisioning records the lease id before its call).
 		return true, m.finishDestroy(ctx, id, "no lease was created")
 	}
+	// Box-side cleanup is best effort and bounded by the releaser's own deadline; a forced
+	// destroy skips it. The provider's destroy below is the proof, whatever the box did.
 	if r, ok := m.cfg.Bootstrapper.(Releaser); ok {
-		r.Release(ctx, e)
+		m.mu.Lock()
+		boxSide := !m.forced[id]
+		m.mu.Unlock()
+		if err := r.Release(ctx, e, boxSide); err != nil && ctx.Err() == nil {
+			m.Note(ctx, id, "release: box-side cleanup skipped: "+err.Error()+"; destroying the lease anyway")
+		} else if !boxSide {
+			m.Note(ctx, id, "release: box-side cleanup skipped (force)")
+		}
 	}
 	lease := e.ProviderLease()
 	if err := prov.Destroy(ctx, e.Profile, lease); err != nil {
@@ -143,6 +161,9 @@ func (m *Manager) finishDestroy(ctx context.Context, id, reason string) error {
 		return store.Audit(ctx, tx, "environment.destroyed", id, reason)
 	})
 	if err == nil {
+		m.mu.Lock()
+		delete(m.forced, id)
+		m.mu.Unlock()
 		m.log.Info("environment destroyed", "env", id, "reason", reason)
 		m.notify()
 	}

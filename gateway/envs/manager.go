@@ -35,9 +35,11 @@ type Resumer interface {
 }
 
 // Releaser is implemented by bootstrappers that must stop the worker and its tunnel before the
-// machine is destroyed.
+// machine is destroyed. boxSide false (a forced destroy) skips everything that talks to the box.
+// Release must return within its own deadline; its error is reported, never a reason not to call
+// the provider's destroy.
 type Releaser interface {
-	Release(ctx context.Context, env Environment)
+	Release(ctx context.Context, env Environment, boxSide bool) error
 }
 
 // Config configures a Manager.
@@ -100,6 +102,8 @@ type Manager struct {
 	mu       sync.Mutex
 	running  map[string]chan struct{}             // env id → closed when its background job ends
 	pending  map[string]func(ctx context.Context) // env id → job asked for while another ran
+	booting  map[string]context.CancelFunc        // env id → cancels its running bootstrap
+	forced   map[string]bool                      // env ids whose destroy skips box-side cleanup
 	changed  chan struct{}                        // closed and replaced on every state change
 	started  bool
 	stopping bool
@@ -110,7 +114,8 @@ func New(cfg Config) *Manager {
 	cfg.setDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{cfg: cfg, db: cfg.DB, log: cfg.Log, ctx: ctx, cancel: cancel,
-		running: map[string]chan struct{}{}, pending: map[string]func(context.Context){}, changed: make(chan struct{})}
+		running: map[string]chan struct{}{}, pending: map[string]func(context.Context){}, changed: make(chan struct{}),
+		booting: map[string]context.CancelFunc{}, forced: map[string]bool{}}
 }
 
 // Start reconciles every non-terminal environment with its provider and starts the periodic sweep.
@@ -516,8 +521,21 @@ func (m *Manager) bootstrap(ctx context.Context, id string) {
 	if err != nil || e.State != Bootstrapping {
 		return
 	}
-	if err := m.cfg.Bootstrapper.Bootstrap(ctx, e); err != nil {
+	bctx, cancel := context.WithCancel(ctx)
+	m.mu.Lock()
+	m.booting[id] = cancel
+	m.mu.Unlock()
+	err = m.cfg.Bootstrapper.Bootstrap(bctx, e)
+	m.mu.Lock()
+	delete(m.booting, id)
+	m.mu.Unlock()
+	cancel()
+	if err != nil {
 		if ctx.Err() != nil {
+			return
+		}
+		if bctx.Err() != nil { // a destroy was requested: it takes over from here
+			m.log.Info("bootstrap stopped for destroy", "env", id)
 			return
 		}
 		m.fail(ctx, id, "bootstrap: "+err.Error())

@@ -49,6 +49,35 @@ type DispatchConfig struct {
 	// CheckpointKeep is how many of a session's newest checkpoints are kept (0:
 	// checkpoint.DefaultKeep); older ones are pruned after each checkpoint.
 	CheckpointKeep int
+	// SyncTimeout bounds one sync out to a box (default 30m); ReconcileTimeout bounds one
+	// pull-back or checkpoint from a box (default 10m). A step past its deadline fails the
+	// placement with a recovery action instead of holding it.
+	SyncTimeout, ReconcileTimeout time.Duration
+}
+
+// StepTimeoutError is a placement step that passed its deadline because the box did not answer
+// in time.
+type StepTimeoutError struct {
+	Step    string        // "sync" or "reconcile"
+	Setting string        // the config setting that bounds it
+	Timeout time.Duration // its value
+}
+
+func (e *StepTimeoutError) Error() string {
+	return fmt.Sprintf("%s did not finish within %s (%s): the box did not answer in time", e.Step, e.Timeout, e.Setting)
+}
+
+// withStepDeadline bounds ctx by a step's timeout; the returned wrap turns an error that the
+// deadline caused into its *StepTimeoutError.
+func withStepDeadline(ctx context.Context, te *StepTimeoutError) (context.Context, context.CancelFunc, func(error) error) {
+	sctx, cancel := context.WithTimeoutCause(ctx, te.Timeout, te)
+	wrap := func(err error) error {
+		if err != nil && ctx.Err() == nil && errors.Is(context.Cause(sctx), te) {
+			return fmt.Errorf("%w (last error: %v)", te, err)
+		}
+		return err
+	}
+	return sctx, cancel, wrap
 }
 
 // boxManifestOptions select a session's workspace on its box: the sync mode, the profile's rules
@@ -88,6 +117,12 @@ func NewDispatcher(cfg DispatchConfig) *Dispatcher {
 	}
 	if cfg.ReclaimGrace == 0 {
 		cfg.ReclaimGrace = 2 * time.Minute
+	}
+	if cfg.SyncTimeout == 0 {
+		cfg.SyncTimeout = 30 * time.Minute
+	}
+	if cfg.ReconcileTimeout == 0 {
+		cfg.ReconcileTimeout = 10 * time.Minute
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Dispatcher{cfg: cfg, log: cfg.Log, ctx: ctx, cancel: cancel, active: map[string]bool{}}
@@ -332,7 +367,15 @@ func (d *Dispatcher) advance(ctx context.Context, sessionID string) error {
 		}
 		if err != nil {
 			next = Change{To: Failed, Reason: err.Error(), Error: err.Error()}
-			if p.State == Reconciling {
+			var timeout *StepTimeoutError
+			switch {
+			case errors.As(err, &timeout) && p.State == Reconciling:
+				next.Error = err.Error() + " — recovery: the worker's results are still on the box (environment " + p.EnvironmentID +
+					"); run `openclaw session pullback " + sessionID + "` again once it answers, or `openclaw env destroy " + p.EnvironmentID +
+					" --force` to discard them"
+			case errors.As(err, &timeout):
+				next.Error = err.Error() + " — recovery: run `openclaw session dispatch " + sessionID + "` to try again (another machine is leased if this one stays silent), or `openclaw env destroy " + p.EnvironmentID + " --force`"
+			case p.State == Reconciling:
 				var tooMany *mirror.TooManyDeletesError
 				if errors.As(err, &tooMany) {
 					next.Error = err.Error() + " — recovery: if the worker meant to delete them, run `openclaw session pullback " + sessionID +
@@ -406,6 +449,13 @@ func (d *Dispatcher) remote(ctx context.Context, e envs.Environment) (stream.Rem
 // syncOut builds the anchor (a managed worktree for git, a gateway-owned copy otherwise), records
 // its base manifest and sends it to the box.
 func (d *Dispatcher) syncOut(ctx context.Context, p Placement) (Change, error) {
+	ctx, cancel, wrap := withStepDeadline(ctx, &StepTimeoutError{Step: "sync", Setting: "box.syncTimeout", Timeout: d.cfg.SyncTimeout})
+	defer cancel()
+	ch, err := d.syncOutStep(ctx, p)
+	return ch, wrap(err)
+}
+
+func (d *Dispatcher) syncOutStep(ctx context.Context, p Placement) (Change, error) {
 	sess, err := d.cfg.Sessions.Get(ctx, p.SessionID)
 	if err != nil {
 		return Change{}, err
@@ -611,6 +661,13 @@ func (d *Dispatcher) reconcile(ctx context.Context, p Placement) (Change, error)
 // force lets the mirror delete past the deletion brake (a pull-back the operator confirmed; never
 // a checkpoint).
 func (d *Dispatcher) inbound(ctx context.Context, p Placement, e envs.Environment, force bool) (string, *manifest.Manifest, error) {
+	ctx, cancel, wrap := withStepDeadline(ctx, &StepTimeoutError{Step: "reconcile", Setting: "box.reconcileTimeout", Timeout: d.cfg.ReconcileTimeout})
+	defer cancel()
+	summary, m, err := d.inboundStep(ctx, p, e, force)
+	return summary, m, wrap(err)
+}
+
+func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Environment, force bool) (string, *manifest.Manifest, error) {
 	var err error
 	base, err := readManifest(p.BaseManifestID)
 	if err != nil {

@@ -304,8 +304,14 @@ func (tn *tunnel) closeConn(client *ssh.Client, ln net.Listener) {
 // reply takes longer than KeepaliveTimeout. Any reply, even a failure, proves the link alive.
 func (tn *tunnel) keepalive(ctx context.Context, client *ssh.Client) error {
 	cfg := tn.hub.cfg
+	return keepalive(ctx, cfg.Clock, client, cfg.KeepaliveInterval, cfg.KeepaliveTimeout)
+}
+
+// keepalive sends keepalive@openssh.com every interval until ctx ends, and closes client when a
+// reply takes longer than timeout. Any reply, even a failure, proves the link alive.
+func keepalive(ctx context.Context, clock Clock, client *ssh.Client, interval, timeout time.Duration) error {
 	for {
-		tick := cfg.Clock.NewTimer(cfg.KeepaliveInterval)
+		tick := clock.NewTimer(interval)
 		select {
 		case <-ctx.Done():
 			tick.Stop()
@@ -317,7 +323,7 @@ func (tn *tunnel) keepalive(ctx context.Context, client *ssh.Client) error {
 			_, _, err := client.SendRequest("keepalive@openssh.com", true, nil)
 			reply <- err
 		}()
-		deadline := cfg.Clock.NewTimer(cfg.KeepaliveTimeout)
+		deadline := clock.NewTimer(timeout)
 		select {
 		case err := <-reply:
 			deadline.Stop()
@@ -327,7 +333,7 @@ func (tn *tunnel) keepalive(ctx context.Context, client *ssh.Client) error {
 		case <-deadline.C():
 			client.Close()
 			<-reply
-			return fmt.Errorf("%w within %v", errKeepaliveTimeout, cfg.KeepaliveTimeout)
+			return fmt.Errorf("%w within %v", errKeepaliveTimeout, timeout)
 		case <-ctx.Done():
 			deadline.Stop()
 			<-reply // answered, or failed once the connection is closed

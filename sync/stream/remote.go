@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/openclaw/cloudworkers/gateway/bootstrap"
+	"github.com/openclaw/cloudworkers/gateway/tunnel"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 )
 
@@ -79,12 +80,34 @@ func (e *RemoteError) Error() string {
 
 // run runs cmd on the box, feeding stdin from in (when set) and handing stdout to out (when set).
 func (r Remote) run(ctx context.Context, cmd string, in func(io.Writer) error, out func(io.Reader) error) error {
-	sess, err := r.Client.NewSession()
+	sess, err := r.newSession(ctx)
 	if err != nil {
-		return fmt.Errorf("open sync channel: %w", err)
+		return err
 	}
 	return r.runOn(ctx, sess, cmd, in, out)
 }
+
+// newSession opens an exec channel, honouring ctx: a box that never answers the open has the
+// connection closed when ctx ends (the caller's operation is over then).
+func (r Remote) newSession(ctx context.Context) (*ssh.Session, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("open sync channel: %w", err)
+	}
+	stop := tunnel.CloseOnDone(ctx, r.Client)
+	defer stop()
+	sess, err := r.Client.NewSession()
+	if err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return nil, fmt.Errorf("open sync channel: %w", err)
+	}
+	return sess, nil
+}
+
+// stopGrace is how long a stopped box command has, after its signals and its channel's close,
+// to end before the whole connection is closed under it.
+const stopGrace = 2 * time.Second
 
 // runOn is run on a session already open; it closes it.
 func (r Remote) runOn(ctx context.Context, sess *ssh.Session, cmd string, in func(io.Writer) error, out func(io.Reader) error) error {
@@ -113,6 +136,15 @@ func (r Remote) runOnAt(ctx context.Context, sess *ssh.Session, cmd string, in f
 	stop := context.AfterFunc(ctx, func() {
 		signalUntil(sess, ssh.SIGKILL, ended)
 		_ = sess.Close()
+		// A box that ignores both (never sends exit or close) cannot hold the caller: the
+		// connection goes, and every read and wait on it returns.
+		t := time.NewTimer(stopGrace)
+		defer t.Stop()
+		select {
+		case <-ended:
+		case <-t.C:
+			_ = r.Client.Close()
+		}
 	})
 	defer stop()
 
@@ -266,10 +298,10 @@ func (r Remote) startUnpack(ctx context.Context, dir string, n int, sent func(st
 	u := &unpackRun{r: r, dir: dir, c: counter{sent: sent, compression: r.Compression}, ready: make(chan struct{}), done: make(chan struct{})}
 	var sessions []*ssh.Session
 	for range max(n, 1) {
-		sess, err := r.Client.NewSession()
+		sess, err := r.newSession(ctx)
 		if err != nil {
 			if len(sessions) == 0 {
-				u.finish(nil, fmt.Errorf("open sync channel: %w", err))
+				u.finish(nil, err)
 				return u
 			}
 			for _, s := range sessions[1:] {

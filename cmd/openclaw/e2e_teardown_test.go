@@ -1,0 +1,230 @@
+package main_test
+
+import (
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/gateway/placement"
+	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/providers/local"
+)
+
+// silentBox is an SSH server that completes every handshake (with the host key it is given, so
+// that pinning passes) and then never answers a channel open: the box that holds a blocking
+// client forever.
+type silentBox struct {
+	ln    net.Listener
+	opens atomic.Int64 // channel opens it received (and never answered)
+
+	mu    sync.Mutex
+	conns []net.Conn
+	wg    sync.WaitGroup
+}
+
+func startSilentBox(t *testing.T, addr string, hostKey ssh.Signer) *silentBox {
+	t.Helper()
+	var ln net.Listener
+	var err error
+	// the box's address was just freed by the real box's process
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if ln, err = net.Listen("tcp", addr); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("silent box: listen %s: %v", addr, err)
+	}
+	s := &silentBox{ln: ln}
+	cfg := &ssh.ServerConfig{PublicKeyCallback: func(ssh.ConnMetadata, ssh.PublicKey) (*ssh.Permissions, error) { return nil, nil }}
+	cfg.AddHostKey(hostKey)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.conns = append(s.conns, c)
+			s.mu.Unlock()
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				_, chans, reqs, err := ssh.NewServerConn(c, cfg)
+				if err != nil {
+					return
+				}
+				go ssh.DiscardRequests(reqs) // keepalives are answered: the link looks alive
+				for range chans {
+					s.opens.Add(1) // never accepted, never rejected
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		s.mu.Lock()
+		for _, c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+		s.wg.Wait()
+	})
+	return s
+}
+
+// startLocalbox is standaloneBox that also returns the box's process, so a test can take the
+// box away.
+func startLocalbox(t *testing.T, dir string) (*exec.Cmd, local.State) {
+	t.Helper()
+	cmd := exec.Command(openclawBin, "localbox", "--dir", dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		st, err := local.ReadState(dir)
+		if err == nil && st.Port > 0 {
+			return cmd, st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("localbox did not start: %v", err)
+		}
+	}
+}
+
+// TestDestroyNotHeldBySilentBox: a ready environment's box is replaced by an SSH server that
+// completes the handshake (same address, same pinned host key) and never answers a channel open.
+// `env destroy` still reaches destroyed: the box-side cleanup gives up after box.releaseTimeout,
+// says so in the environment's events, and the provider's destroy is called.
+func TestDestroyNotHeldBySilentBox(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "box")
+	boxCmd, st := startLocalbox(t, dir)
+	cfg := fastWorkerConfig + "box: {releaseTimeout: 2s}\nprofiles:\n" + staticProfile("silent", st, st.HostKey)
+	g := startGateway(t, filepath.Join(root, "data"), cfg)
+	e := g.waitReady(g.createEnv("silent").ID)
+	pid := workerPID(t, e)
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+
+	// The box turns hostile: its SSH server and worker go, a silent one takes the address.
+	_ = boxCmd.Process.Kill()
+	_ = boxCmd.Wait()
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	keyPEM, err := os.ReadFile(filepath.Join(dir, ".localbox", "ssh_host_ed25519_key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostKey, err := ssh.ParsePrivateKey(keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent := startSilentBox(t, net.JoinHostPort(st.Host, strconv.Itoa(st.Port)), hostKey)
+
+	var d envs.Environment
+	code, err := g.do("DELETE", "/api/v1/environments/"+e.ID+"?wait=25s", nil, &d)
+	if err != nil || d.State != envs.Destroyed {
+		t.Fatalf("destroy of an environment whose box never answers: %d %v, state %q", code, err, d.State)
+	}
+	if silent.opens.Load() == 0 {
+		t.Fatalf("the box-side cleanup never reached the silent box: the test proves nothing")
+	}
+	if g.countNotes(e.ID, "box.releaseTimeout") == 0 {
+		var lines []string
+		for _, ev := range g.events(e.ID) {
+			lines = append(lines, ev.Reason)
+		}
+		t.Fatalf("no event says the box-side cleanup gave up:\n%s", strings.Join(lines, "\n"))
+	}
+	// the static provider's proof: the host's claim is released, so a new environment can take it
+	var list []envs.Environment
+	if _, err := g.do("GET", "/api/v1/environments", nil, &list); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range list {
+		if x.ID == e.ID && x.State != envs.Destroyed {
+			t.Fatalf("environment listed as %s after destroy", x.State)
+		}
+	}
+	g.stop()
+}
+
+// TestNetnsHangingBoxCommands: real OpenSSH sshd in a network namespace, a git worker session
+// active on it; then the box's sshd is reloaded with `ForceCommand sleep 100000`, so every new
+// command (sftp too) hangs while handshakes and keepalives still work. Pull-back fails after
+// box.reconcileTimeout with a recovery action instead of hanging, and destroy completes.
+func TestNetnsHangingBoxCommands(t *testing.T) {
+	testenv.RequireCommands(t, "git")
+	profiles, state := netnsProfile(t)
+	root := t.TempDir()
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fastWorkerConfig + "box: {releaseTimeout: 2s, reconcileTimeout: 4s}\n" + dispatchModels(t, root) + profiles
+	g := startGateway(t, filepath.Join(root, "data"), cfg)
+	t.Cleanup(func() {
+		destroyAll(g)
+		stopNetnsLeases(state)
+	})
+	ws := filepath.Join(root, "user")
+	userWorkspace(t, ws, true)
+	out, err := exec.Command(openclawBin, "session", "new", "--workspace", ws, "--worker", "netns", "--model", "fresh/m",
+		"--gateway", g.addr, "--data-dir", g.dataDir).Output()
+	if err != nil {
+		t.Fatalf("session new --worker: %v %s", err, out)
+	}
+	id := strings.TrimSpace(string(out))
+	v := g.mustRest(id, placement.Active)
+	env, err := g.getEnv(v.Placement.EnvironmentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(leaseNetnsBin, "--state-dir", state, "hang", "--id", env.LeaseID).CombinedOutput(); err != nil {
+		t.Fatalf("hang the box: %v %s", err, out)
+	}
+
+	g.pullback(id)
+	v = g.mustRest(id, placement.Failed)
+	if !strings.Contains(v.Placement.Error, "box.reconcileTimeout") || !strings.Contains(v.Placement.Error, "recovery:") ||
+		!strings.Contains(v.Placement.Error, "openclaw session pullback "+id) {
+		t.Fatalf("pull-back from a hanging box: want a timeout naming box.reconcileTimeout and a recovery action, got %q", v.Placement.Error)
+	}
+
+	// the environment still serves the failed session: a plain destroy is refused, a forced one
+	// (no box-side cleanup at all) completes on the provider's proof
+	if code, err := g.do("DELETE", "/api/v1/environments/"+env.ID, nil, nil); err == nil {
+		t.Fatalf("destroy of an attached environment without force: %d, want refused", code)
+	}
+	var d envs.Environment
+	if code, err := g.do("DELETE", "/api/v1/environments/"+env.ID+"?wait=25s&force=true", nil, &d); err != nil || d.State != envs.Destroyed {
+		t.Fatalf("forced destroy of a hanging box: %d %v, state %q", code, err, d.State)
+	}
+	if g.countNotes(env.ID, "box-side cleanup skipped (force)") != 1 {
+		t.Fatalf("a forced destroy did not skip the box-side cleanup")
+	}
+	g.stop()
+}
+
+func (g *gw) getEnv(id string) (envs.Environment, error) {
+	var e envs.Environment
+	code, err := g.do("GET", "/api/v1/environments/"+id, nil, &e)
+	if err == nil && code != 200 {
+		err = errors.New("status " + strconv.Itoa(code))
+	}
+	return e, err
+}
