@@ -299,9 +299,10 @@ func (s *Store) apply(ctx context.Context, target string, targetMode manifest.Mo
 		pw.CloseWithError(err)
 		done <- err
 	}()
-	// The checkpoint is the gateway's own record of its anchor (what came in was checked on its
-	// way in), so links the user's workspace held, such as /usr/lib/…, are restored as they were.
-	st, err := stream.Apply(ctx, pr, target, stream.ApplyOptions{Limits: s.cfg.Limits, Expect: &plan, AllowEscapingSymlinks: true, Fsync: true})
+	// Symlinks stay inside target: a checkpoint holds what workers wrote, and a link out of the
+	// tree is refused (naming it) before anything is written. One that target holds already, as
+	// the user's workspace may (/usr/lib/…), is in no plan, so it is kept.
+	st, err := stream.Apply(ctx, pr, target, stream.ApplyOptions{Limits: s.cfg.Limits, Expect: &plan, Fsync: true})
 	pr.CloseWithError(errors.New("restore: reader done"))
 	werr := <-done
 	if err != nil {

@@ -61,15 +61,20 @@ func (s *Store) createGit(ctx context.Context, m *manifest.Manifest, cp *Checkpo
 		}
 	}
 	dir := s.cfg.Anchor
-	if _, err := gitexec.RunEnv(ctx, dir, env, nil, "read-tree", "--empty"); err != nil {
+	// The anchor holds what workers wrote (their .gitattributes too): no clean filter runs.
+	g, err := gitexec.NewUntrusted(ctx, dir)
+	if err != nil {
+		return err
+	}
+	if _, err := g.RunEnv(ctx, env, nil, "read-tree", "--empty"); err != nil {
 		return err
 	}
 	// update-index hashes what it is given whether or not .gitignore matches it: the manifest
 	// already chose (tracked, untracked, .worktreeinclude, profile rules).
-	if _, err := gitexec.RunEnv(ctx, dir, env, paths.Bytes(), "update-index", "--add", "-z", "--stdin"); err != nil {
+	if _, err := g.RunEnv(ctx, env, paths.Bytes(), "update-index", "--add", "-z", "--stdin"); err != nil {
 		return err
 	}
-	tree, err := gitexec.RunEnv(ctx, dir, env, nil, "write-tree")
+	tree, err := g.RunEnv(ctx, env, nil, "write-tree")
 	if err != nil {
 		return err
 	}
@@ -82,7 +87,7 @@ func (s *Store) createGit(ctx context.Context, m *manifest.Manifest, cp *Checkpo
 	date := cp.Created.Format(time.RFC3339)
 	cenv := append(append([]string{}, env...), identity...)
 	cenv = append(cenv, "GIT_AUTHOR_DATE="+date, "GIT_COMMITTER_DATE="+date)
-	commit, err := gitexec.RunEnv(ctx, dir, cenv, nil, args...)
+	commit, err := g.RunEnv(ctx, cenv, nil, args...)
 	if err != nil {
 		return err
 	}
@@ -154,11 +159,16 @@ func (s *Store) restoreGit(ctx context.Context, cp Checkpoint, target string) (s
 	if err := os.Mkdir(tree, 0o700); err != nil {
 		return stream.Stats{}, err
 	}
-	env := []string{"GIT_INDEX_FILE=" + filepath.Join(tmp, "index")}
-	if _, err := gitexec.RunEnv(ctx, s.cfg.Anchor, env, nil, "read-tree", commit); err != nil {
+	// The checkpoint holds what workers wrote (their .gitattributes too): no smudge filter runs.
+	g, err := gitexec.NewUntrusted(ctx, s.cfg.Anchor)
+	if err != nil {
 		return stream.Stats{}, err
 	}
-	if _, err := gitexec.RunEnv(ctx, s.cfg.Anchor, env, nil, "--work-tree="+tree, "checkout-index", "-a", "-f"); err != nil {
+	env := []string{"GIT_INDEX_FILE=" + filepath.Join(tmp, "index")}
+	if _, err := g.RunEnv(ctx, env, nil, "read-tree", commit); err != nil {
+		return stream.Stats{}, err
+	}
+	if _, err := g.RunEnv(ctx, env, nil, "--work-tree="+tree, "checkout-index", "-a", "-f"); err != nil {
 		return stream.Stats{}, err
 	}
 	want, _, err := manifest.Build(ctx, tree, manifest.Options{Mode: manifest.ModePlain})

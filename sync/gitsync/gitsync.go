@@ -3,7 +3,6 @@
 package gitsync
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -286,93 +285,4 @@ func short(s string) string {
 		return s[:12]
 	}
 	return s
-}
-
-// MaxBundleBytes bounds a bundle read from a box.
-const MaxBundleBytes = 2 << 30
-
-// Adopt takes the worker's commits from bundle (the box made it with `git bundle create F
-// <base>..HEAD`, hostile input): it verifies the bundle against the anchor, requires exactly one
-// tip, requires the recorded base to be an ancestor of the tip and the managed branch to still be
-// at the base or behind the tip, then stores the tip under refs/openclaw/worker-results/<session>
-// and fast-forwards the managed branch and worktree. Any failure before the ref update leaves refs
-// and worktree unchanged (unreferenced objects may remain until gc).
-func (a *Anchor) Adopt(ctx context.Context, session, bundle string) (string, error) {
-	if !ValidName(session) {
-		return "", fmt.Errorf("invalid session name %q", session)
-	}
-	fi, err := os.Stat(bundle)
-	if err != nil {
-		return "", err
-	}
-	if fi.Size() > MaxBundleBytes {
-		return "", fmt.Errorf("bundle of %d bytes over the limit of %d", fi.Size(), int64(MaxBundleBytes))
-	}
-	if _, err := gitexec.Run(ctx, a.Dir, "bundle", "verify", "-q", bundle); err != nil {
-		return "", fmt.Errorf("verify worker bundle: %w", err)
-	}
-	heads, err := gitexec.Run(ctx, a.Dir, "bundle", "list-heads", bundle)
-	if err != nil {
-		return "", fmt.Errorf("list bundle heads: %w", err)
-	}
-	tips := map[string]bool{}
-	sc := bufio.NewScanner(bytes.NewReader(heads))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) >= 1 {
-			tips[f[0]] = true
-		}
-	}
-	if len(tips) != 1 {
-		return "", fmt.Errorf("worker bundle must carry exactly one tip, has %d", len(tips))
-	}
-	var tip string
-	for t := range tips {
-		tip = t
-	}
-	if len(tip) != 40 && len(tip) != 64 {
-		return "", fmt.Errorf("worker bundle tip %q is not an object id", tip)
-	}
-	// Objects only: no ref of the anchor changes yet.
-	if _, err := gitexec.Run(ctx, a.Dir, "bundle", "unbundle", bundle); err != nil {
-		return "", fmt.Errorf("unbundle: %w", err)
-	}
-	if _, err := gitexec.Run(ctx, a.Dir, "cat-file", "-e", tip+"^{commit}"); err != nil {
-		return "", fmt.Errorf("worker bundle tip is not a commit: %w", err)
-	}
-	if !a.isAncestor(ctx, a.Base, tip) {
-		return "", &DivergedError{Base: a.Base, Tip: tip, Branch: a.Branch, Reason: "the tip does not descend from the recorded base"}
-	}
-	head, err := gitexec.Line(ctx, a.Dir, "rev-parse", "--verify", "refs/heads/"+a.Branch)
-	if err != nil {
-		return "", err
-	}
-	if !a.isAncestor(ctx, head, tip) {
-		return "", &DivergedError{Base: a.Base, Tip: tip, Branch: a.Branch, Reason: "the managed branch moved to " + short(head) + " meanwhile"}
-	}
-	if cur, err := gitexec.Line(ctx, a.Dir, "symbolic-ref", "HEAD"); err != nil || cur != "refs/heads/"+a.Branch {
-		return "", fmt.Errorf("managed worktree %s is not on %s", a.Dir, a.Branch)
-	}
-	if _, err := gitexec.Run(ctx, a.Dir, "update-ref", ResultRefPrefix+session, tip); err != nil {
-		return "", err
-	}
-	defer a.lockSubmodules()()
-	restore, done, err := a.setAsideReplaced(ctx, tip)
-	if err != nil {
-		return "", err
-	}
-	if _, err := gitexec.Run(ctx, a.Dir, "merge", "-q", "--ff-only", tip); err != nil {
-		return "", errors.Join(fmt.Errorf("fast-forward %s: %w", a.Branch, err), restore())
-	}
-	// The branch has moved: a record not updated here is checked against HEAD next time.
-	_ = done()
-	// Submodules the worker moved to other commits: their files follow (when the user's checkouts
-	// have those commits; the next sync out tries again and reports what it could not fill).
-	_, _ = a.fillSubmodules(ctx)
-	return tip, nil
-}
-
-func (a *Anchor) isAncestor(ctx context.Context, anc, desc string) bool {
-	_, err := gitexec.Run(ctx, a.Dir, "merge-base", "--is-ancestor", anc, desc)
-	return err == nil
 }

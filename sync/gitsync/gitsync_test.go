@@ -205,6 +205,12 @@ func (w *world) work(t *testing.T) string {
 	synctest.Git(t, w.box, "add", "-A")
 	synctest.Git(t, w.box, "commit", "-q", "-m", "worker: more")
 	synctest.Write(t, w.box, map[string]string{"notes/untracked.md": "artifact"})
+	return w.bundle(t)
+}
+
+// bundle bundles the box's commits against the base with BoxBundleCommand.
+func (w *world) bundle(t *testing.T) string {
+	t.Helper()
 	bundle := filepath.Join(w.boxTmp, "result.bundle")
 	f, err := os.Create(bundle)
 	must(t, err)
