@@ -174,8 +174,8 @@ func scanDiff(r io.Reader, each func(commit, mode, blob, status, path string) er
 	}
 }
 
-// checkLinks reads each symlink blob (through one `cat-file --batch`) and checks its target
-// wherever it is.
+// checkLinks reads each symlink blob, streamed from one `cat-file --batch` (a target longer
+// than a path stops it: nothing larger is read), and checks its target wherever it is.
 func checkLinks(ctx context.Context, g *gitexec.Untrusted, links map[string][]linkAt) error {
 	if len(links) == 0 {
 		return nil
@@ -185,42 +185,20 @@ func checkLinks(ctx context.Context, g *gitexec.Untrusted, links map[string][]li
 	for _, b := range blobs {
 		in.WriteString(b + "\n")
 	}
-	// Sizes first, so that nothing larger than a target is read.
-	out, err := g.RunEnv(ctx, nil, in.Bytes(), "cat-file", "--batch-check")
-	if err != nil {
-		return err
-	}
-	sizes := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(sizes) != len(blobs) {
-		return fmt.Errorf("cat-file --batch-check: %d answers for %d objects", len(sizes), len(blobs))
-	}
-	for i, line := range sizes {
-		f := strings.Fields(line)
-		at := links[blobs[i]][0]
-		if len(f) != 3 || f[1] != "blob" {
-			return &TreeError{Commit: at.commit, Path: at.path, Reason: "symlink target is not a blob: " + line}
-		}
-		if n, err := strconv.Atoi(f[2]); err != nil || n > maxLinkTarget || n == 0 {
-			return &TreeError{Commit: at.commit, Path: at.path, Reason: fmt.Sprintf("symlink target of %s bytes", f[2])}
-		}
-	}
-	out, err = g.RunEnv(ctx, nil, in.Bytes(), "cat-file", "--batch")
-	if err != nil {
-		return err
-	}
-	for _, b := range blobs {
-		hdr, rest, ok := bytes.Cut(out, []byte{'\n'})
-		f := strings.Fields(string(hdr))
-		n := 0
-		if ok && len(f) == 3 {
-			n, _ = strconv.Atoi(f[2])
-		}
-		if !ok || len(f) != 3 || f[0] != b || len(rest) < n+1 {
-			return fmt.Errorf("cat-file --batch: unexpected output for %s", b)
-		}
-		target := string(rest[:n])
-		out = rest[n+1:]
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	read := make(chan error, 1)
+	go func() {
+		err := g.Stream(ctx, &in, pw, "cat-file", "--batch")
+		pw.CloseWithError(err)
+		read <- err
+	}()
+	err := readLinks(pr, blobs, func(b, target string) error {
 		for _, at := range links[b] {
+			if target == "" {
+				return &TreeError{Commit: at.commit, Path: at.path, Reason: "symlink target is not a blob of at most 4095 bytes"}
+			}
 			if !manifest.SymlinkInside(at.path, target) {
 				return &TreeError{Commit: at.commit, Path: at.path, Reason: fmt.Sprintf("symlink to %q leaves the repository", target)}
 			}
@@ -229,6 +207,49 @@ func checkLinks(ctx context.Context, g *gitexec.Untrusted, links map[string][]li
 					return &TreeError{Commit: at.commit, Path: at.path, Reason: fmt.Sprintf("symlink to %q points into .git", target)}
 				}
 			}
+		}
+		return nil
+	})
+	if err != nil {
+		// Stopped early: cat-file stops on its broken pipe.
+		pr.CloseWithError(io.ErrClosedPipe)
+		cancel()
+	} else {
+		_, _ = io.Copy(io.Discard, pr) // nothing more is due; until cat-file is done
+	}
+	if rerr := <-read; err == nil && rerr != nil {
+		err = fmt.Errorf("read the worker's symlinks: %w", rerr)
+	}
+	return err
+}
+
+// readLinks reads `cat-file --batch` answers ("<id> <type> <size>" LF <content> LF) for blobs,
+// in order, and gives each blob's content as a target: "" when it is not a blob or is longer
+// than maxLinkTarget (whose content is not read).
+func readLinks(r io.Reader, blobs []string, each func(blob, target string) error) error {
+	br := bufio.NewReader(r)
+	for _, b := range blobs {
+		hdr, err := br.ReadString('\n')
+		if err != nil {
+			return fmt.Errorf("cat-file --batch: %w", err)
+		}
+		f := strings.Fields(hdr)
+		if len(f) < 2 || f[0] != b {
+			return fmt.Errorf("cat-file --batch: unexpected answer %q for %s", hdr, b)
+		}
+		n := -1
+		if len(f) == 3 && f[1] == "blob" {
+			n, _ = strconv.Atoi(f[2])
+		}
+		if n <= 0 || n > maxLinkTarget {
+			return each(b, "")
+		}
+		buf := make([]byte, n+1)
+		if _, err := io.ReadFull(br, buf); err != nil {
+			return fmt.Errorf("cat-file --batch: %w", err)
+		}
+		if err := each(b, string(buf[:n])); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -138,6 +138,7 @@ func TestAdoptRefusesHostileTree(t *testing.T) {
 		{"symlink climbing out", []map[string]rawFile{{"up": link("../../../../root")}}, "up"},
 		{"symlink climbing out of a subdirectory", []map[string]rawFile{{"lib/up": link("../../x")}}, "lib/up"},
 		{"symlink climbing after a name", []map[string]rawFile{{"l": link("lib/../..")}}, "l"},
+		{"symlink longer than a path", []map[string]rawFile{{"long": link(strings.Repeat("a/", 2100))}}, "long"},
 		{"symlink into .git", []map[string]rawFile{{"cfg": link(".git/config")}}, "cfg"},
 		{".GIT directory", []map[string]rawFile{{".GIT/hooks/post-checkout": script("#!/bin/sh\n")}}, ".GIT/hooks/post-checkout"},
 		{"nested .git", []map[string]rawFile{{"lib/.git/config": file("[core]\n")}}, "lib/.git/config"},
@@ -180,15 +181,38 @@ func TestAdoptRefusesHostileTree(t *testing.T) {
 	}
 }
 
-// TestAdoptKeepsInTreeSymlinks: links that stay inside the repository are adopted.
+// TestAdoptKeepsInTreeSymlinks: links that stay inside the repository, and names that only
+// start like .git, are adopted.
 func TestAdoptKeepsInTreeSymlinks(t *testing.T) {
 	ctx := synctest.Context(t)
 	w := dispatch(t, setup{})
-	w.commitRaw(t, map[string]rawFile{"l1": link("lib/lib.go"), "lib/l2": link("../main.go"), "lib/l3": link("./lib.go")})
+	w.commitRaw(t, map[string]rawFile{"l1": link("lib/lib.go"), "lib/l2": link("../main.go"), "lib/l3": link("./lib.go"),
+		".github/workflows/ci.yml": file("on: push\n"), "lib/.gitkeep": file(""), ".gitattributes": file("*.go diff=golang\n"),
+		"docs/.git-blame-ignore-revs": file(""), "gitx/readme": file("x")})
 	_, err := w.anchor.Adopt(ctx, "sess-1", w.bundle(t))
 	must(t, err)
 	if got, err := os.Readlink(filepath.Join(w.anchor.Dir, "lib", "l2")); err != nil || got != "../main.go" {
 		t.Fatalf("lib/l2 -> %q (%v)", got, err)
+	}
+	if got := synctest.Read(t, w.anchor.Dir, ".github/workflows/ci.yml"); got != "on: push\n" {
+		t.Fatalf(".github/workflows/ci.yml %q", got)
+	}
+}
+
+func TestDotGit(t *testing.T) {
+	for c, want := range map[string]bool{
+		".git": true, ".GIT": true, ".Git.": true, ".git ": true, ".git. . ": true, "git~1": true, "GIT~1": true,
+		".git::$INDEX_ALLOCATION": true, "\u200c.git": true, ".gi\ufefft": true,
+		".github": false, ".gitignore": false, ".gitkeep": false, "git": false, ".git-foo": false, "git~2": false, "..git": false,
+	} {
+		if got := DotGit(c); got != want {
+			t.Errorf("DotGit(%q) = %v, want %v", c, got, want)
+		}
+	}
+	for p, want := range map[string]bool{".gitmodules": true, "a/.GITMODULES.": true, "gitmod~1": true, ".gitmodules2": false, "gitmodules": false} {
+		if got := isDotGitmodules(p); got != want {
+			t.Errorf("isDotGitmodules(%q) = %v, want %v", p, got, want)
+		}
 	}
 }
 
