@@ -9,11 +9,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/openclaw/cloudworkers/gateway/hub"
 	"github.com/openclaw/cloudworkers/gateway/inference"
 	"github.com/openclaw/cloudworkers/gateway/websearch"
+	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/sync/checkpoint"
 	"github.com/openclaw/cloudworkers/sync/stream"
@@ -21,11 +24,17 @@ import (
 
 // Config is the gateway configuration: defaults, then the YAML file, then flags.
 type Config struct {
-	DataDir   string             `yaml:"dataDir"`
-	Listen    string             `yaml:"listen"`
-	LogFormat string             `yaml:"logFormat"`
-	LogLevel  string             `yaml:"logLevel"`
-	Sweep     providers.Duration `yaml:"sweepInterval"`
+	DataDir string `yaml:"dataDir"`
+	Listen  string `yaml:"listen"`
+	// AllowedHosts are the names (besides IP literals and localhost) by which clients reach the
+	// gateway; a request with any other Host header is refused (421), against DNS rebinding.
+	AllowedHosts []string `yaml:"allowedHosts"`
+	// MetricsListen, when set, serves /metrics without the token on this address (for a
+	// Prometheus scraper); /metrics on Listen always needs the token.
+	MetricsListen string             `yaml:"metricsListen"`
+	LogFormat     string             `yaml:"logFormat"`
+	LogLevel      string             `yaml:"logLevel"`
+	Sweep         providers.Duration `yaml:"sweepInterval"`
 	// Lifecycle is how often the profiles' lifetime policy (idle auto-stop, TTL, renewal) runs;
 	// zero means 30s.
 	Lifecycle providers.Duration `yaml:"lifecycleInterval"`
@@ -42,6 +51,34 @@ type Config struct {
 	// Profiles are applied at start (created or replaced), in addition to those stored.
 	Profiles []providers.Profile `yaml:"profiles"`
 	Sync     SyncConfig          `yaml:"sync"`
+	// Retention bounds how long audit rows, dead worker credentials and inference call rows are kept.
+	Retention RetentionConfig `yaml:"retention"`
+}
+
+// RetentionConfig bounds the database's growth; a periodic prune deletes older rows (zero means
+// the default).
+type RetentionConfig struct {
+	Audit          providers.Duration `yaml:"audit"`          // default 720h: audit rows older than this
+	Credentials    providers.Duration `yaml:"credentials"`    // default 168h: worker credentials expired or revoked this long ago
+	InferenceCalls providers.Duration `yaml:"inferenceCalls"` // default 720h: inference call rows (accounting, replay) ended this long ago
+	Interval       providers.Duration `yaml:"interval"`       // default 1h: how often the prune runs
+}
+
+// Retention defaults.
+const (
+	DefaultAuditRetention         = 720 * time.Hour
+	DefaultCredentialRetention    = 168 * time.Hour
+	DefaultInferenceCallRetention = 720 * time.Hour
+	DefaultRetentionInterval      = time.Hour
+	minRetention                  = time.Hour
+)
+
+// orDefault returns d, or def when d is zero.
+func orDefault(d providers.Duration, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d.D()
 }
 
 // SyncConfig tunes workspace sync to boxes.
@@ -80,6 +117,26 @@ type WorkerConfig struct {
 	HeartbeatTimeout providers.Duration `yaml:"heartbeatTimeout"` // default 30s; workers heartbeat at a third of it
 	AdmitTimeout     providers.Duration `yaml:"admitTimeout"`     // default 60s
 	RelaunchGrace    providers.Duration `yaml:"relaunchGrace"`    // default 5s: a worker away longer is checked and relaunched
+	// Limits bound what one worker may hold on the gateway (zero means the default).
+	Limits WorkerLimits `yaml:"limits"`
+}
+
+// WorkerLimits are the hub's per-worker limits (hub.Limits).
+type WorkerLimits struct {
+	CallsPerConnection int                `yaml:"callsPerConnection"`        // default 4: inference, context and tool calls in flight per connection
+	BytesPerConnection int64              `yaml:"bytesPerConnection"`        // default 64 MiB: their request bytes in flight per connection
+	CallsPerEnv        int                `yaml:"callsPerEnvironment"`       // default 8: calls in flight per environment
+	BytesPerEnv        int64              `yaml:"bytesPerEnvironment"`       // default 128 MiB: bytes in flight per environment
+	RefreshInterval    providers.Duration `yaml:"credentialRefreshInterval"` // default 10s: one credential refresh per interval per environment
+	RefreshBurst       int                `yaml:"credentialRefreshBurst"`    // default 2
+	PreAdmission       int                `yaml:"preAdmissionConnections"`   // default 8: unadmitted connections per tunnel
+	AdmissionTimeout   providers.Duration `yaml:"admissionTimeout"`          // default 10s: accept to admission, else closed
+}
+
+// HubLimits converts l for the hub (zero fields take the hub's defaults).
+func (l WorkerLimits) HubLimits() hub.Limits {
+	return hub.Limits{ConnCalls: l.CallsPerConnection, ConnBytes: l.BytesPerConnection, EnvCalls: l.CallsPerEnv,
+		EnvBytes: l.BytesPerEnv, RefreshInterval: l.RefreshInterval.D(), RefreshBurst: l.RefreshBurst, PreAdmission: l.PreAdmission}
 }
 
 // DefaultListen is where the gateway listens unless told otherwise.
@@ -126,6 +183,13 @@ func (c *Config) Validate() error {
 		return providers.Fieldf("lifecycleInterval", "must not be negative")
 	case !strings.Contains(c.Listen, ":"):
 		return providers.Fieldf("listen", "must be host:port, got %q", c.Listen)
+	case c.MetricsListen != "" && !strings.Contains(c.MetricsListen, ":"):
+		return providers.Fieldf("metricsListen", "must be host:port, got %q", c.MetricsListen)
+	}
+	for i, h := range c.AllowedHosts {
+		if h == "" || strings.ContainsAny(h, ":/ ") {
+			return providers.Fieldf(fmt.Sprintf("allowedHosts[%d]", i), "must be a host name without port or scheme, got %q", h)
+		}
 	}
 	for name, d := range map[string]providers.Duration{"box.commandTimeout": c.Box.CommandTimeout, "box.bootstrapTimeout": c.Box.BootstrapTimeout,
 		"box.releaseTimeout": c.Box.ReleaseTimeout, "box.syncTimeout": c.Box.SyncTimeout, "box.reconcileTimeout": c.Box.ReconcileTimeout} {
@@ -139,8 +203,52 @@ func (c *Config) Validate() error {
 	if c.Sync.CheckpointKeep < 0 {
 		return providers.Fieldf("sync.checkpointKeep", "must be at least 1 (0: the default, %d), got %d", checkpoint.DefaultKeep, c.Sync.CheckpointKeep)
 	}
+	if err := c.Worker.Limits.validate(); err != nil {
+		return err
+	}
+	if err := c.Retention.validate(); err != nil {
+		return err
+	}
 	if _, err := stream.ParseCompression(c.Sync.Compression); err != nil {
 		return providers.Fieldf("sync.compression", "must be auto, zstd or none, got %q", c.Sync.Compression)
+	}
+	return nil
+}
+
+func (l WorkerLimits) validate() error {
+	hl := l.HubLimits()
+	for name, v := range map[string]int64{"worker.limits.callsPerConnection": int64(hl.ConnCalls), "worker.limits.bytesPerConnection": hl.ConnBytes,
+		"worker.limits.callsPerEnvironment": int64(hl.EnvCalls), "worker.limits.bytesPerEnvironment": hl.EnvBytes,
+		"worker.limits.credentialRefreshInterval": int64(hl.RefreshInterval), "worker.limits.credentialRefreshBurst": int64(hl.RefreshBurst),
+		"worker.limits.preAdmissionConnections": int64(hl.PreAdmission), "worker.limits.admissionTimeout": int64(l.AdmissionTimeout)} {
+		if v < 0 {
+			return providers.Fieldf(name, "must not be negative (0: the default)")
+		}
+	}
+	if l.BytesPerConnection != 0 && l.BytesPerConnection < protocol.DefaultFrameLimit {
+		return providers.Fieldf("worker.limits.bytesPerConnection", "must be at least the frame limit, %d bytes (0: the default, %d)",
+			protocol.DefaultFrameLimit, hub.DefaultConnBytes)
+	}
+	if l.CallsPerEnv != 0 && l.CallsPerEnv < max(l.CallsPerConnection, 1) {
+		return providers.Fieldf("worker.limits.callsPerEnvironment", "must not be below worker.limits.callsPerConnection")
+	}
+	if l.BytesPerEnv != 0 && l.BytesPerEnv < max(l.BytesPerConnection, protocol.DefaultFrameLimit) {
+		return providers.Fieldf("worker.limits.bytesPerEnvironment", "must not be below worker.limits.bytesPerConnection")
+	}
+	return nil
+}
+
+func (r RetentionConfig) validate() error {
+	if r.Interval < 0 {
+		return providers.Fieldf("retention.interval", "must not be negative (0: the default, %s)", DefaultRetentionInterval)
+	}
+	for _, f := range []struct {
+		name string
+		d    providers.Duration
+	}{{"retention.audit", r.Audit}, {"retention.credentials", r.Credentials}, {"retention.inferenceCalls", r.InferenceCalls}} {
+		if f.d != 0 && f.d.D() < minRetention {
+			return providers.Fieldf(f.name, "must be at least %s (0: the default), got %s", minRetention, f.d.D())
+		}
 	}
 	return nil
 }

@@ -39,6 +39,39 @@ func LockDataDir(dir string) (*Lock, error) {
 	return &Lock{f: f}, nil
 }
 
+// TightenDataDir makes the data dir 0700 and its database files (gateway.db, -wal, -shm) 0600
+// when they allow more, and returns what it had to change: it holds the gateway's state,
+// credentials' hashes and the key of the encrypted secrets.
+func TightenDataDir(dir string) ([]string, error) {
+	var changed []string
+	tighten := func(p string, mode os.FileMode) error {
+		fi, err := os.Lstat(p)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&os.ModeSymlink != 0 || fi.Mode().Perm() == mode || fi.Mode().Perm()&^mode == 0 {
+			return nil
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			return fmt.Errorf("data dir: chmod %s to %#o: %w", p, mode, err)
+		}
+		changed = append(changed, fmt.Sprintf("%s (%#o → %#o)", filepath.Base(p), fi.Mode().Perm(), mode))
+		return nil
+	}
+	if err := tighten(dir, 0o700); err != nil {
+		return changed, err
+	}
+	for _, name := range []string{"gateway.db", "gateway.db-wal", "gateway.db-shm", TokenFile} {
+		if err := tighten(filepath.Join(dir, name), 0o600); err != nil {
+			return changed, err
+		}
+	}
+	return changed, nil
+}
+
 // Release drops the lock.
 func (l *Lock) Release() error {
 	if l == nil || l.f == nil {

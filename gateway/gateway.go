@@ -64,6 +64,11 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
 	}
+	if tightened, err := TightenDataDir(dataDir); err != nil {
+		return err
+	} else if len(tightened) > 0 {
+		log.Warn("data dir: access by other users removed", "dataDir", dataDir, "paths", tightened)
+	}
 	lock, err := LockDataDir(dataDir)
 	if err != nil {
 		return err
@@ -210,6 +215,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	srv := api.New(api.Config{
 		Token: token, DB: db, Profiles: profStore, Envs: mgr, Registry: reg,
 		Log: log.With("subsystem", "api"), GatewayID: gatewayID, Version: info.Version, Ready: ready.Load, Bootstrap: true,
+		AllowedHosts: cfg.AllowedHosts,
 		Served: func(ctx context.Context, envID string) []string {
 			ps, _ := placements.ServedBy(ctx, envID)
 			ids := make([]string, 0, len(ps))
@@ -251,9 +257,24 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	httpSrv := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
-	serveErr := make(chan error, 1)
+	// Streams and long polls lift the read and write deadlines for themselves (api.Server.streams).
+	httpSrv := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: APIReadTimeout,
+		WriteTimeout: APIWriteTimeout, IdleTimeout: APIIdleTimeout}
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- httpSrv.Serve(ln) }()
+	if cfg.MetricsListen != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			_ = httpSrv.Close()
+			return fmt.Errorf("metricsListen %s: %w", cfg.MetricsListen, err)
+		}
+		metricsSrv := &http.Server{Handler: api.New(api.Config{DB: db, Registry: reg, PublicMetrics: true, AllowedHosts: cfg.AllowedHosts,
+			Log: log.With("subsystem", "metrics")}), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: APIReadTimeout,
+			WriteTimeout: APIWriteTimeout, IdleTimeout: APIIdleTimeout}
+		go func() { serveErr <- metricsSrv.Serve(mln) }()
+		defer metricsSrv.Close()
+		log.Info("metrics listening", "listen", mln.Addr().String())
+	}
 
 	if err := mgr.Start(ctx); err != nil {
 		_ = httpSrv.Close()
@@ -286,6 +307,13 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	log.Info("gateway stopped")
 	return errors.Join(shutdownErr, mgrErr)
 }
+
+// Timeouts of the API server's connections (streams and long polls lift the first two).
+const (
+	APIReadTimeout  = time.Minute
+	APIWriteTimeout = 2 * time.Minute
+	APIIdleTimeout  = 2 * time.Minute
+)
 
 // EnsureGatewayID returns this gateway's stable id, generating it on first start.
 func EnsureGatewayID(ctx context.Context, db *store.DB) (string, error) {

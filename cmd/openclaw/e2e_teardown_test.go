@@ -3,6 +3,7 @@ package main_test
 import (
 	"errors"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -227,4 +228,74 @@ func (g *gw) getEnv(id string) (envs.Environment, error) {
 		err = errors.New("status " + strconv.Itoa(code))
 	}
 	return e, err
+}
+
+// TestGatewayHTTPSurface: /metrics needs the token on the API listener and is public only on
+// metricsListen; a Host header that is not an IP literal, localhost or an allowed name is refused
+// with 421 (DNS rebinding); the database files are 0600 and a data dir others could read is
+// tightened to 0700 at start.
+func TestGatewayHTTPSurface(t *testing.T) {
+	root := t.TempDir()
+	data := filepath.Join(root, "data")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := freeAddr(t)
+	g := startGateway(t, data, "allowedHosts: [gateway.internal]\nmetricsListen: "+metricsAddr+"\n")
+	get := func(addr, path, host string, token bool) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
+		if host != "" {
+			req.Host = host
+		}
+		if token {
+			tok, _ := os.ReadFile(filepath.Join(data, "gateway.token"))
+			req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	_, port, _ := net.SplitHostPort(g.addr)
+	for _, c := range []struct {
+		name, addr, path, host string
+		token                  bool
+		want                   int
+	}{
+		{"metrics without token", g.addr, "/metrics", "", false, 401},
+		{"metrics with token", g.addr, "/metrics", "", true, 200},
+		{"metrics on metricsListen", metricsAddr, "/metrics", "", false, 200},
+		{"API on metricsListen", metricsAddr, "/api/v1/environments", "", true, 401},
+		{"rebinding name", g.addr, "/api/v1/environments", "attacker.example:" + port, true, 421},
+		{"rebinding name, metrics", g.addr, "/metrics", "attacker.example", true, 421},
+		{"rebinding name, healthz", g.addr, "/healthz", "attacker.example", false, 421},
+		{"localhost", g.addr, "/api/v1/environments", "localhost:" + port, true, 200},
+		{"allowed name", g.addr, "/api/v1/environments", "gateway.internal:" + port, true, 200},
+		{"IPv6 literal", g.addr, "/api/v1/environments", "[::1]:" + port, true, 200},
+	} {
+		if got := get(c.addr, c.path, c.host, c.token); got != c.want {
+			t.Errorf("%s: GET %s (Host %q): %d, want %d", c.name, c.path, c.host, got, c.want)
+		}
+	}
+	for _, name := range []string{"", "gateway.db", "gateway.db-wal", "gateway.db-shm", "gateway.token"} {
+		fi, err := os.Stat(filepath.Join(data, name))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		want := os.FileMode(0o600)
+		if name == "" {
+			want = 0o700
+		}
+		if fi.Mode().Perm() != want {
+			t.Errorf("data dir %q: mode %#o, want %#o", name, fi.Mode().Perm(), want)
+		}
+	}
+	if !strings.Contains(g.log.String(), "access by other users removed") {
+		t.Errorf("no log line says the data dir was tightened")
+	}
+	g.stop()
 }

@@ -18,12 +18,17 @@ func newGatewayCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "gateway",
 		Short: "Run the gateway daemon",
-		Long: `Run the gateway daemon: the HTTP API under /api/v1, /healthz, /readyz and /metrics, the environment
-state machine with restart reconciliation and the periodic orphan sweep.
+		Long: `Run the gateway daemon: the HTTP API under /api/v1, /healthz, /readyz and /metrics (with the token;
+metricsListen serves it without), the environment state machine with restart reconciliation and
+the periodic orphan sweep. Requests whose Host is not an IP literal, localhost or one of
+allowedHosts are refused with 421.
 
 Configuration is read from defaults, then the YAML file given with --config, then flags.
-The data dir holds gateway.db (SQLite), gateway.token (the API bearer token, mode 0600) and
-gateway.lock; a second gateway on the same data dir refuses to start.`,
+The data dir (mode 0700) holds gateway.db (SQLite, 0600), gateway.token (the API bearer token,
+0600) and gateway.lock; a second gateway on the same data dir refuses to start.
+
+Example:
+  openclaw gateway --data-dir ~/.local/state/openclaw-gateway --listen 127.0.0.1:7420`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var file gateway.Config

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -45,6 +46,12 @@ type Config struct {
 	Mount []func(g *echo.Group)
 	// MaxBody bounds request bodies.
 	MaxBody int64
+	// AllowedHosts are the host names (without port) a request's Host header may name besides
+	// IP literals and localhost: the names operators reach the gateway by. Any other Host is
+	// refused with 421, so a page on another origin cannot reach the API through DNS rebinding.
+	AllowedHosts []string
+	// PublicMetrics serves /metrics without the token (for a separate metrics listener).
+	PublicMetrics bool
 }
 
 // Server is the HTTP API.
@@ -83,7 +90,7 @@ func New(cfg Config) *Server {
 	e.HidePort = true
 	s := &Server{cfg: cfg, Echo: e}
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.recover, s.logRequests)
+	e.Use(s.recover, s.logRequests, s.checkHost, s.streams)
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", func(c echo.Context) error {
@@ -96,7 +103,12 @@ func New(cfg Config) *Server {
 		return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
 	})
 	if cfg.Registry != nil {
-		e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{})))
+		metrics := echo.WrapHandler(promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+		if cfg.PublicMetrics {
+			e.GET("/metrics", metrics)
+		} else {
+			e.GET("/metrics", metrics, s.auth)
+		}
 	}
 
 	v1 := e.Group("/api/v1", s.auth, s.limitBody)
@@ -132,6 +144,54 @@ func (s *Server) auth(next echo.HandlerFunc) echo.HandlerFunc {
 		got := []byte(c.Request().Header.Get("Authorization"))
 		if s.cfg.Token == "" || subtle.ConstantTimeCompare(got, want) != 1 {
 			return apiErr(http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token (see <data-dir>/gateway.token)")
+		}
+		return next(c)
+	}
+}
+
+// checkHost refuses a request whose Host header is not an IP literal, localhost or one of the
+// configured names (421 Misdirected Request).
+func (s *Server) checkHost(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if !HostAllowed(c.Request().Host, s.cfg.AllowedHosts) {
+			return apiErr(http.StatusMisdirectedRequest, "host-not-allowed",
+				"host %q is not this gateway's address; add it to the gateway's allowedHosts to reach the gateway by that name", c.Request().Host)
+		}
+		return next(c)
+	}
+}
+
+// HostAllowed reports whether a Host header (host or host:port) names this gateway: an IP
+// literal (a DNS-rebinding page can only send its own name), localhost, or an allowed name.
+func HostAllowed(hostport string, allowed []string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if host == "" {
+		return false
+	}
+	if net.ParseIP(host) != nil || host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	for _, a := range allowed {
+		if strings.EqualFold(strings.TrimSuffix(a, "."), host) {
+			return true
+		}
+	}
+	return false
+}
+
+// streams lifts the server's read and write timeouts for the requests that are meant to last:
+// WebSocket streams, long polls (?wait=) and transcript exports.
+func (s *Server) streams(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if r.Header.Get("Upgrade") != "" || r.URL.Query().Has("wait") || strings.HasSuffix(r.URL.Path, "/export") {
+			rc := http.NewResponseController(c.Response().Writer)
+			_ = rc.SetReadDeadline(time.Time{})
+			_ = rc.SetWriteDeadline(time.Time{})
 		}
 		return next(c)
 	}

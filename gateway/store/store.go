@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -45,6 +46,12 @@ func Open(ctx context.Context, path string) (*DB, error) {
 			q.Set("mode", mode)
 		}
 		return "file:" + path + "?" + q.Encode()
+	}
+	// SQLite gives the -wal and -shm files the database file's mode: create it 0600 first.
+	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
+		f.Close()
+	} else {
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	w, err := sql.Open("sqlite", dsn(""))
 	if err != nil {

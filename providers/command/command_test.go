@@ -241,6 +241,31 @@ func TestTimeoutKillsProcessGroup(t *testing.T) {
 	}
 }
 
+// TestExitedCommandLeavesNoProcess: a lease CLI that exits 0 but left a helper running in its
+// process group does not leave it behind: the group is killed after Wait too.
+func TestExitedCommandLeavesNoProcess(t *testing.T) {
+	exe, dir := helperExe(t), t.TempDir()
+	pidFile := filepath.Join(dir, "child.pid")
+	ok := []string{exe, "print", ""}
+	prof := profile(t, map[string]any{"provision": ok, "inspect": ok, "destroy": []string{exe, "detach", pidFile}}, nil)
+	if err := New().Destroy(testCtx(t), prof, providers.Lease{ID: "l1"}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(string(b))
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("helper %d of a lease CLI that exited survived it", pid)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
+	}
+}
+
 // alive reports whether pid runs (a zombie waiting for its reaper counts as dead).
 func alive(pid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")

@@ -101,6 +101,16 @@ func helperMain(args []string) int {
 		_ = os.Rename(args[1]+".tmp", args[1])
 		time.Sleep(time.Hour)
 		return 0
+	case "detach": // detach PIDFILE: start a grandchild that keeps running, record its pid, succeed
+		child := exec.Command(os.Args[0], "hang-child")
+		child.Env = os.Environ() // stdout and stderr not inherited: the answer is not held open
+		if err := child.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		_ = os.WriteFile(args[1]+".tmp", []byte(strconv.Itoa(child.Process.Pid)), 0o600)
+		_ = os.Rename(args[1]+".tmp", args[1])
+		return 0
 	case "hang-child":
 		time.Sleep(time.Hour)
 		return 0

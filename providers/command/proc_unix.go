@@ -15,3 +15,11 @@ func setProcessGroup(cmd *exec.Cmd) {
 		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 }
+
+// killProcessGroup kills what is left of the command's process group after it was waited for:
+// helpers a lease CLI started and did not stop must not outlive it.
+func killProcessGroup(cmd *exec.Cmd) {
+	if cmd.Process != nil && cmd.Process.Pid > 0 {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+}

@@ -90,6 +90,7 @@ func (c *config) run(ctx context.Context, name string, argv []string) (result, e
 	setProcessGroup(cmd)
 	cmd.WaitDelay = killGrace
 	err := cmd.Run()
+	killProcessGroup(cmd)
 	res := result{stdout: stdout.buf.Bytes(), stderr: stderr.buf.Bytes()}
 	switch {
 	case ctx.Err() != nil:
