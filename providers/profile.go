@@ -67,7 +67,21 @@ type SyncRules struct {
 	// MaxDeleteShare is the share of the workspace's files (0 < x ≤ 1) a pull-back may delete
 	// without --force; zero means 0.5.
 	MaxDeleteShare float64 `json:"maxDeleteShare,omitempty" yaml:"maxDeleteShare"`
+	// MaxInboundBytes bounds the file content one pull-back may bring from a box, MaxInboundEntries
+	// its entries (files, directories, symlinks, deletions: also those of the box's manifest) and
+	// MaxInboundFileBytes one file; zero means the gateway's defaults (4 GiB, 200,000, 1 GiB:
+	// stream.DefaultLimits). Raise them for a workspace larger than that.
+	MaxInboundBytes     int64 `json:"maxInboundBytes,omitempty" yaml:"maxInboundBytes"`
+	MaxInboundEntries   int   `json:"maxInboundEntries,omitempty" yaml:"maxInboundEntries"`
+	MaxInboundFileBytes int64 `json:"maxInboundFileBytes,omitempty" yaml:"maxInboundFileBytes"`
 }
+
+// Ceilings of a profile's inbound sync quotas: what one pull-back may ask the gateway to stage
+// and decode, however a profile is written.
+const (
+	MaxInboundBytesCeiling   = 1 << 40 // 1 TiB
+	MaxInboundEntriesCeiling = 10_000_000
+)
 
 // Defaults for profile lifetime policy: generous, since days-long work is first class.
 const (
@@ -133,6 +147,16 @@ func (p *Profile) Validate() error {
 	}
 	if !(p.Sync.MaxDeleteShare >= 0 && p.Sync.MaxDeleteShare <= 1) { // NaN too
 		return Fieldf("sync.maxDeleteShare", "must be a share between 0 and 1 (0: the default, 0.5), got %v", p.Sync.MaxDeleteShare)
+	}
+	switch s := p.Sync; {
+	case s.MaxInboundBytes < 0 || s.MaxInboundBytes > MaxInboundBytesCeiling:
+		return Fieldf("sync.maxInboundBytes", "must be from 1 to %d bytes (0: the default, 4 GiB), got %d", int64(MaxInboundBytesCeiling), s.MaxInboundBytes)
+	case s.MaxInboundEntries < 0 || s.MaxInboundEntries > MaxInboundEntriesCeiling:
+		return Fieldf("sync.maxInboundEntries", "must be from 1 to %d (0: the default, 200000), got %d", MaxInboundEntriesCeiling, s.MaxInboundEntries)
+	case s.MaxInboundFileBytes < 0 || s.MaxInboundFileBytes > MaxInboundBytesCeiling:
+		return Fieldf("sync.maxInboundFileBytes", "must be from 1 to %d bytes (0: the default, 1 GiB), got %d", int64(MaxInboundBytesCeiling), s.MaxInboundFileBytes)
+	case s.MaxInboundBytes > 0 && s.MaxInboundFileBytes > s.MaxInboundBytes:
+		return Fieldf("sync.maxInboundFileBytes", "must not exceed sync.maxInboundBytes (%d), got %d", s.MaxInboundBytes, s.MaxInboundFileBytes)
 	}
 	for i, pat := range p.Sync.Include {
 		if pat == "" {

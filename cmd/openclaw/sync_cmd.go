@@ -115,7 +115,7 @@ gateway is needed then.`,
 				if err != nil {
 					return err
 				}
-				from, err = manifest.Decode(f, manifest.Limits{})
+				from, err = manifest.Decode(f, manifest.TrustedLimits)
 				f.Close()
 				if err != nil {
 					return fmt.Errorf("%s: %w", base, err)

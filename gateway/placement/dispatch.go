@@ -46,6 +46,11 @@ type DispatchConfig struct {
 	// how many SSH channels a cold sync of a large workspace uses (0: stream.DefaultChannels).
 	Compression stream.Compression
 	Channels    int
+	// ReserveFreeBytes and ReserveFreePercent: what a pull-back leaves free on the anchor's and
+	// the data directory's filesystems, the larger of the two (0: stream.DefaultReserveBytes,
+	// stream.DefaultReservePercent).
+	ReserveFreeBytes   int64
+	ReserveFreePercent float64
 	// CheckpointKeep is how many of a session's newest checkpoints are kept (0:
 	// checkpoint.DefaultKeep); older ones are pruned after each checkpoint.
 	CheckpointKeep int
@@ -716,12 +721,17 @@ func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Enviro
 			return "", nil, err
 		}
 	}
+	// What the box sends back is bounded by the profile's inbound quotas, and may not fill the
+	// anchor's filesystem or the data directory's (gateway.db) past the reserve.
+	lim, mlim := stream.InboundLimits(e.Profile.Sync.MaxInboundBytes, e.Profile.Sync.MaxInboundEntries, e.Profile.Sync.MaxInboundFileBytes)
+	r.ManifestLimits = mlim
 	boxM, err := r.Manifest(ctx, p.BoxWorkspace, boxManifestOptions(e, mode, p.SessionID))
 	if err != nil {
 		return "", nil, fmt.Errorf("box manifest: %w", err)
 	}
 	res, err := mirror.Pull(ctx, mirror.Config{Anchor: p.AnchorDir, Base: base, Box: boxM, Mode: mode,
 		Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include, Force: force, MaxDeleteShare: e.Profile.Sync.MaxDeleteShare,
+		Limits: lim, Space: &stream.SpaceCheck{Keep: []string{d.cfg.DataDir}, ReserveBytes: d.cfg.ReserveFreeBytes, ReservePercent: d.cfg.ReserveFreePercent},
 		Fetch: func(ctx context.Context, plan stream.Plan, root string, opts stream.ApplyOptions) (stream.Stats, error) {
 			return r.Pack(ctx, p.BoxWorkspace, plan, root, opts)
 		}})
@@ -770,7 +780,7 @@ func readManifest(path string) (*manifest.Manifest, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return manifest.Decode(f, manifest.Limits{})
+	return manifest.Decode(f, manifest.TrustedLimits) // the gateway's own record of a workspace
 }
 
 // copyTree copies a plain workspace into the anchor through the same checked archive path.
@@ -806,7 +816,7 @@ func copyTree(ctx context.Context, src, dst string, excl, incl []string) ([]stri
 		errc <- err
 	}()
 	plan := stream.PlanFor(nil, m)
-	_, aerr := stream.Apply(ctx, pr, dst, stream.ApplyOptions{Expect: &plan, AllowEscapingSymlinks: true})
+	_, aerr := stream.Apply(ctx, pr, dst, stream.ApplyOptions{Limits: stream.TrustedLimits, Expect: &plan, AllowEscapingSymlinks: true})
 	pr.Close()
 	return st.Skipped, errors.Join(aerr, <-errc)
 }

@@ -68,14 +68,18 @@ func (s *Store) Put(ctx context.Context, p *providers.Profile) (created bool, er
 			return err
 		}
 		created = exists == 0
-		_, err := tx.ExecContext(ctx, `INSERT INTO profiles(id, provider, settings, idle_timeout_ns, ttl_ns, sync_include, sync_exclude, max_environments, hygiene, created_at, updated_at)
-			VALUES(?,?,?,?,?,?,?,?,?,?,?)
+		_, err := tx.ExecContext(ctx, `INSERT INTO profiles(id, provider, settings, idle_timeout_ns, ttl_ns, sync_include, sync_exclude,
+			sync_max_delete_share, sync_max_inbound_bytes, sync_max_inbound_entries, sync_max_inbound_file_bytes, max_environments, hygiene, created_at, updated_at)
+			VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 			ON CONFLICT(id) DO UPDATE SET provider=excluded.provider, settings=excluded.settings,
 			idle_timeout_ns=excluded.idle_timeout_ns, ttl_ns=excluded.ttl_ns, sync_include=excluded.sync_include,
-			sync_exclude=excluded.sync_exclude, max_environments=excluded.max_environments, hygiene=excluded.hygiene,
+			sync_exclude=excluded.sync_exclude, sync_max_delete_share=excluded.sync_max_delete_share,
+			sync_max_inbound_bytes=excluded.sync_max_inbound_bytes, sync_max_inbound_entries=excluded.sync_max_inbound_entries,
+			sync_max_inbound_file_bytes=excluded.sync_max_inbound_file_bytes, max_environments=excluded.max_environments, hygiene=excluded.hygiene,
 			updated_at=excluded.updated_at`,
 			p.ID, p.Provider, string(p.Settings), int64(p.Lifetime.IdleTimeout), int64(p.Lifetime.TTL),
-			string(inc), string(exc), p.MaxEnvironments, string(hyg), now, now)
+			string(inc), string(exc), p.Sync.MaxDeleteShare, p.Sync.MaxInboundBytes, p.Sync.MaxInboundEntries, p.Sync.MaxInboundFileBytes,
+			p.MaxEnvironments, string(hyg), now, now)
 		if err != nil {
 			return err
 		}
@@ -104,13 +108,15 @@ func (s *Store) EnsureBuiltin(ctx context.Context, p providers.Profile) error {
 	return err
 }
 
-const cols = `id, provider, settings, idle_timeout_ns, ttl_ns, sync_include, sync_exclude, max_environments, hygiene`
+const cols = `id, provider, settings, idle_timeout_ns, ttl_ns, sync_include, sync_exclude, sync_max_delete_share,
+	sync_max_inbound_bytes, sync_max_inbound_entries, sync_max_inbound_file_bytes, max_environments, hygiene`
 
 func (s *Store) scan(row interface{ Scan(...any) error }) (providers.Profile, error) {
 	var p providers.Profile
 	var settings, inc, exc, hyg string
 	var idle, ttl int64
-	if err := row.Scan(&p.ID, &p.Provider, &settings, &idle, &ttl, &inc, &exc, &p.MaxEnvironments, &hyg); err != nil {
+	if err := row.Scan(&p.ID, &p.Provider, &settings, &idle, &ttl, &inc, &exc, &p.Sync.MaxDeleteShare,
+		&p.Sync.MaxInboundBytes, &p.Sync.MaxInboundEntries, &p.Sync.MaxInboundFileBytes, &p.MaxEnvironments, &hyg); err != nil {
 		return p, err
 	}
 	p.Settings = json.RawMessage(settings)

@@ -99,3 +99,58 @@ func TestValidateNamesBadDeleteShare(t *testing.T) {
 		}
 	}
 }
+
+// A profile's sync settings survive the store: the inbound quotas and the deletion brake are
+// read back as they were applied (the brake was lost on the way until they had columns).
+func TestSyncSettingsRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "gateway.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s := profiles.New(db, providers.Registry{"fake": fake.New()}, nil)
+	ps, err := profiles.ParseYAML(strings.NewReader("profiles:\n  - id: big\n    provider: fake\n" +
+		"    sync: {maxDeleteShare: 0.25, maxInboundBytes: 21474836480, maxInboundEntries: 1000000, maxInboundFileBytes: 4294967296}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, &ps[0]); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get(ctx, "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := providers.SyncRules{MaxDeleteShare: 0.25, MaxInboundBytes: 20 << 30, MaxInboundEntries: 1_000_000, MaxInboundFileBytes: 4 << 30}
+	if g := got.Sync; g.MaxDeleteShare != want.MaxDeleteShare || g.MaxInboundBytes != want.MaxInboundBytes ||
+		g.MaxInboundEntries != want.MaxInboundEntries || g.MaxInboundFileBytes != want.MaxInboundFileBytes {
+		t.Fatalf("sync settings read back as %+v, want %+v", g, want)
+	}
+}
+
+func TestValidateNamesBadInboundQuotas(t *testing.T) {
+	for in, field := range map[string]string{
+		"maxInboundBytes: -1":                                      "sync.maxInboundBytes",
+		"maxInboundBytes: 2199023255553":                           "sync.maxInboundBytes",
+		"maxInboundEntries: -5":                                    "sync.maxInboundEntries",
+		"maxInboundEntries: 10000001":                              "sync.maxInboundEntries",
+		"maxInboundFileBytes: -1":                                  "sync.maxInboundFileBytes",
+		"maxInboundBytes: 1048576, maxInboundFileBytes: 2097152":   "sync.maxInboundFileBytes",
+		"maxInboundBytes: 10737418240, maxInboundEntries: 1000000": "",
+		"maxInboundFileBytes: 8589934592":                          "",
+	} {
+		ps, err := profiles.ParseYAML(strings.NewReader("profiles:\n  - id: a\n    provider: fake\n    sync: {" + in + "}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = ps[0].Validate()
+		var fe *providers.FieldError
+		if field != "" && (!errors.As(err, &fe) || fe.Field != field) {
+			t.Errorf("%s: error %v, want one naming %s", in, err, field)
+		}
+		if field == "" && err != nil {
+			t.Errorf("%s: %v", in, err)
+		}
+	}
+}

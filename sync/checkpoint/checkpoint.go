@@ -64,7 +64,8 @@ type Config struct {
 	Cache *manifest.Cache
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
-	// Limits bound a restore; defaults when zero.
+	// Limits bound a restore; stream.TrustedLimits when zero (a checkpoint is the gateway's own
+	// record of its anchor).
 	Limits stream.Limits
 	// Keep is how many of the session's newest checkpoints Prune leaves (0: DefaultKeep).
 	Keep int
@@ -83,6 +84,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Keep == 0 {
 		c.Keep = DefaultKeep
+	}
+	if c.Limits == (stream.Limits{}) {
+		c.Limits = stream.TrustedLimits
 	}
 }
 

@@ -253,7 +253,7 @@ func (s *Store) readSnapshot(seq uint64) (*snapshot, error) {
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", file, err)
 	}
-	m, err := manifest.DecodeBytes(raw.Manifest, manifest.Limits{})
+	m, err := manifest.DecodeBytes(raw.Manifest, manifest.TrustedLimits)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", file, err)
 	}

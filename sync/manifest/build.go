@@ -19,7 +19,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"golang.org/x/sync/errgroup"
 
@@ -65,7 +64,8 @@ type Options struct {
 type Stats struct {
 	Hashed, Cached int
 	// Skipped names paths left out because no manifest can carry them: devices, FIFOs, sockets,
-	// non-UTF-8 names, submodules.
+	// names (or symlink targets) that are not UTF-8 or hold control characters (listed with
+	// those replaced by '?'), submodules.
 	Skipped []string
 }
 
@@ -202,8 +202,8 @@ func (b *builder) add(p string, fi fs.FileInfo) error {
 			return err
 		}
 		e.Type, e.Target, e.Mode = TypeSymlink, t, 0o777
-		if !utf8.ValidString(t) {
-			b.stats.Skipped = append(b.stats.Skipped, p)
+		if !Carriable(t) {
+			b.stats.Skipped = append(b.stats.Skipped, Printable(p))
 			return nil
 		}
 	case fi.IsDir():
@@ -284,8 +284,8 @@ func (b *builder) walk(ctx context.Context) error {
 				if alwaysSkipped(p) {
 					continue
 				}
-				if !utf8.ValidString(p) {
-					local.stats.Skipped = append(local.stats.Skipped, strings.ToValidUTF8(p, "?"))
+				if !Carriable(p) {
+					local.stats.Skipped = append(local.stats.Skipped, Printable(p))
 					continue
 				}
 				ex := b.excluded(p, d.IsDir())
@@ -404,8 +404,8 @@ func (b *builder) git(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if !utf8.ValidString(p) {
-			b.stats.Skipped = append(b.stats.Skipped, strings.ToValidUTF8(p, "?"))
+		if !Carriable(p) {
+			b.stats.Skipped = append(b.stats.Skipped, Printable(p))
 			continue
 		}
 		if alwaysSkipped(p) || b.excluded(p, false) {

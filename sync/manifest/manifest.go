@@ -176,14 +176,32 @@ func Diff(base, other *Manifest) Changes {
 
 // Limits bound a manifest read from a box.
 type Limits struct {
-	// MaxBytes bounds the encoded manifest; default 256 MiB.
+	// MaxBytes bounds the encoded manifest; default 64 MiB.
 	MaxBytes int64
-	// MaxEntries bounds the number of entries; default 1,000,000.
+	// MaxEntries bounds the number of entries; default 200,000.
 	MaxEntries int
 }
 
-// DefaultLimits are the limits used when a field is zero.
-var DefaultLimits = Limits{MaxBytes: 256 << 20, MaxEntries: 1_000_000}
+// DefaultLimits are the limits used when a field is zero: those of a manifest read from a box.
+// The manifest of $(go env GOROOT)/src (about 15,000 entries) takes 2.3 MB, about 150 bytes an
+// entry: 200,000 entries of a tree with paths twice as long fit in 64 MiB. Decoded, an entry
+// takes about 250 bytes of heap, so a manifest at both limits costs about 50 MB while it is
+// read; a tree beyond them needs its profile's sync.maxInboundFiles raised.
+var DefaultLimits = Limits{MaxBytes: 64 << 20, MaxEntries: 200_000}
+
+// TrustedLimits bound a manifest the gateway wrote itself (the base manifest of a workspace, a
+// checkpoint's), which may describe a tree far larger than what a box may send back.
+var TrustedLimits = Limits{MaxBytes: 256 << 20, MaxEntries: 1_000_000}
+
+// BytesPerEntry is the encoded size per entry that a manifest or plan may take on average when
+// its entry bound is raised past the default (see ScaledBytes).
+const BytesPerEntry = 320
+
+// ScaledBytes is the byte bound that goes with an entry bound: DefaultLimits.MaxBytes, or
+// BytesPerEntry per entry when that is more.
+func ScaledBytes(entries int) int64 {
+	return max(DefaultLimits.MaxBytes, int64(entries)*BytesPerEntry)
+}
 
 func (l *Limits) setDefaults() {
 	if l.MaxBytes <= 0 {
@@ -205,18 +223,45 @@ type PathError struct {
 
 func (e *PathError) Error() string { return fmt.Sprintf("refused path %q: %s", e.Path, e.Reason) }
 
-// Decode reads a manifest strictly: bounded size and entry count, no unknown fields, no trailing
-// data, and every entry valid (see Validate).
+// Decode reads a manifest strictly: bounded size and entry count, no unknown or repeated fields,
+// the version first, no trailing data, and every entry valid (see Validate). It decodes as it
+// reads (JSONStream), one entry at a time: the version is checked before any entry is read, and
+// a manifest is refused as soon as it passes either bound, having cost no more than the bound.
 func Decode(r io.Reader, lim Limits) (*Manifest, error) {
 	lim.setDefaults()
-	b, err := io.ReadAll(io.LimitReader(r, lim.MaxBytes+1))
+	s := NewJSONStream(r, lim.MaxBytes)
+	var m Manifest
+	err := s.Object("version", func(key string) error {
+		switch key {
+		case "version":
+			if err := s.Value(&m.Version); err != nil {
+				return err
+			}
+			if m.Version != Version {
+				return fmt.Errorf("manifest version %d not supported", m.Version)
+			}
+			return nil
+		case "baseCommit":
+			return s.Value(&m.BaseCommit)
+		case "entries":
+			var err error
+			m.Entries, err = s.Entries(lim.MaxEntries, func() error {
+				return fmt.Errorf("%w: more than %d entries", ErrTooLarge, lim.MaxEntries)
+			})
+			return err
+		}
+		return fmt.Errorf("unknown field %q", key)
+	})
+	if err == nil {
+		err = s.End()
+	}
 	if err != nil {
-		return nil, fmt.Errorf("read manifest: %w", err)
+		return nil, fmt.Errorf("decode manifest: %w", err)
 	}
-	if int64(len(b)) > lim.MaxBytes {
-		return nil, fmt.Errorf("read manifest: %w: more than %d bytes", ErrTooLarge, lim.MaxBytes)
+	if err := m.Validate(lim); err != nil {
+		return nil, err
 	}
-	return DecodeBytes(b, lim)
+	return &m, nil
 }
 
 // DecodeBytes is Decode of a byte slice.
@@ -225,41 +270,181 @@ func DecodeBytes(b []byte, lim Limits) (*Manifest, error) {
 	if int64(len(b)) > lim.MaxBytes {
 		return nil, fmt.Errorf("decode manifest: %w: more than %d bytes", ErrTooLarge, lim.MaxBytes)
 	}
-	// Count entries before allocating them: every entry has a "path" key.
-	if n := bytes.Count(b, []byte(`"path"`)); n > lim.MaxEntries {
-		return nil, fmt.Errorf("decode manifest: %w: more than %d entries", ErrTooLarge, lim.MaxEntries)
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
+	return Decode(bytes.NewReader(b), lim)
+}
+
+// JSONStream decodes one JSON document read from a box (a manifest, a sync plan) token by token,
+// within a byte bound: the caller's callbacks see each field and each array element as it
+// arrives, and count them, so that a document is refused as soon as it passes a bound, without
+// having been read or decoded whole. Object keys are matched exactly and each may come once.
+type JSONStream struct {
+	dec *json.Decoder
+}
+
+// NewJSONStream reads a document of at most maxBytes from r. Reading past maxBytes fails with
+// ErrTooLarge (wrapped).
+func NewJSONStream(r io.Reader, maxBytes int64) *JSONStream {
+	dec := json.NewDecoder(&boundedReader{r: r, n: maxBytes, max: maxBytes})
 	dec.DisallowUnknownFields()
-	var m Manifest
-	if err := dec.Decode(&m); err != nil {
-		return nil, fmt.Errorf("decode manifest: %w", err)
+	return &JSONStream{dec: dec}
+}
+
+// Object reads an object whose first key must be first (a format's version, which field can
+// check before anything else is read). field is called for each key and must consume its value
+// (Value, Array) or fail.
+func (s *JSONStream) Object(first string, field func(key string) error) error {
+	if err := s.delim('{'); err != nil {
+		return err
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("decode manifest: trailing data")
+	seen := map[string]bool{}
+	for s.dec.More() {
+		t, err := s.dec.Token()
+		if err != nil {
+			return err
+		}
+		key, ok := t.(string)
+		if !ok {
+			return fmt.Errorf("object key %v is not a string", t)
+		}
+		if len(seen) == 0 && key != first {
+			return fmt.Errorf("%q must be the first field, found %q", first, key)
+		}
+		if seen[key] {
+			return fmt.Errorf("field %q repeated", key)
+		}
+		seen[key] = true
+		if err := field(key); err != nil {
+			return err
+		}
 	}
-	if err := m.Validate(lim); err != nil {
+	if len(seen) == 0 {
+		return fmt.Errorf("no %q field", first)
+	}
+	return s.delim('}')
+}
+
+// Array reads an array (null is an empty one), calling each for every element, which must
+// consume it (Value) or fail.
+func (s *JSONStream) Array(each func() error) error {
+	t, err := s.dec.Token()
+	if err != nil {
+		return err
+	}
+	if t == nil {
+		return nil
+	}
+	if t != json.Delim('[') {
+		return fmt.Errorf("found %v where an array was expected", t)
+	}
+	for s.dec.More() {
+		if err := each(); err != nil {
+			return err
+		}
+	}
+	return s.delim(']')
+}
+
+// entryChunk is how many entries Entries decodes into one block: a slice grown by append to n
+// entries would allocate about five times their size on the way (large slices grow by a quarter),
+// blocks and the final copy twice.
+const entryChunk = 1024
+
+// Entries reads an array of entries (null is none) and returns them; past max entries it fails
+// with over's error, having decoded no more than max.
+func (s *JSONStream) Entries(max int, over func() error) ([]Entry, error) {
+	var chunks [][]Entry
+	cur := make([]Entry, 0, entryChunk)
+	n := 0
+	err := s.Array(func() error {
+		if n == max {
+			return over()
+		}
+		if len(cur) == cap(cur) {
+			chunks = append(chunks, cur)
+			cur = make([]Entry, 0, entryChunk)
+		}
+		cur = append(cur, Entry{})
+		n++
+		return s.Value(&cur[len(cur)-1])
+	})
+	if err != nil {
 		return nil, err
 	}
-	return &m, nil
+	if len(chunks) == 0 {
+		return cur, nil
+	}
+	out := make([]Entry, 0, n)
+	for _, c := range chunks {
+		out = append(out, c...)
+	}
+	return append(out, cur...), nil
+}
+
+// Value decodes the next value into v (strictly: no unknown fields).
+func (s *JSONStream) Value(v any) error { return s.dec.Decode(v) }
+
+// End checks that nothing but white space follows the document.
+func (s *JSONStream) End() error {
+	if _, err := s.dec.Token(); err != io.EOF {
+		if err != nil && errors.Is(err, ErrTooLarge) {
+			return err
+		}
+		return errors.New("trailing data")
+	}
+	return nil
+}
+
+func (s *JSONStream) delim(d json.Delim) error {
+	t, err := s.dec.Token()
+	if err != nil {
+		return err
+	}
+	if t != d {
+		return fmt.Errorf("found %v where %v was expected", t, d)
+	}
+	return nil
+}
+
+// boundedReader reads at most max bytes of r; one more fails with ErrTooLarge.
+type boundedReader struct {
+	r      io.Reader
+	n, max int64
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if b.n <= 0 {
+		var one [1]byte
+		n, err := b.r.Read(one[:])
+		if n > 0 {
+			return 0, fmt.Errorf("%w: more than %d bytes", ErrTooLarge, b.max)
+		}
+		return 0, err
+	}
+	if int64(len(p)) > b.n {
+		p = p[:b.n]
+	}
+	n, err := b.r.Read(p)
+	b.n -= int64(n)
+	return n, err
 }
 
 // maxPath bounds one path or symlink target.
 const maxPath = 4096
 
 // ValidPath checks that p is a clean relative slash path inside the root: not empty, not ".", no
-// NUL, not absolute, no ".." component, no ".git" component (nothing may write into a repository's
-// metadata), valid UTF-8.
+// control character (C0, DEL or C1: a name that could rewrite a terminal or a log line when it
+// is shown), not absolute, no ".." component, no ".git" component (nothing may write into a
+// repository's metadata), valid UTF-8.
 func ValidPath(p string) error {
 	switch {
 	case p == "" || p == ".":
 		return &PathError{p, "empty path"}
 	case len(p) > maxPath:
 		return &PathError{p[:64] + "…", "path too long"}
-	case strings.IndexByte(p, 0) >= 0:
-		return &PathError{p, "NUL in path"}
 	case !utf8.ValidString(p):
 		return &PathError{p, "path is not UTF-8"}
+	case HasControl(p):
+		return &PathError{p, "control character in path"}
 	case strings.HasPrefix(p, "/"):
 		return &PathError{p, "absolute path"}
 	}
@@ -280,6 +465,37 @@ func ValidPath(p string) error {
 		return &PathError{p, "path is not clean"}
 	}
 	return nil
+}
+
+// HasControl reports whether the UTF-8 string s holds a control character: U+0000–U+001F,
+// U+007F or U+0080–U+009F.
+func HasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c == 0x7f || (c == 0xc2 && i+1 < len(s) && s[i+1] >= 0x80 && s[i+1] <= 0x9f) {
+			return true
+		}
+	}
+	return false
+}
+
+// Carriable reports whether a manifest can carry the name p (which ValidPath checks in full):
+// valid UTF-8 without control characters. Build leaves other names out (Stats.Skipped).
+func Carriable(p string) bool { return utf8.ValidString(p) && !HasControl(p) }
+
+// Printable is p as Build lists it among the names it skipped: invalid UTF-8 and control
+// characters replaced by '?'.
+func Printable(p string) string {
+	p = strings.ToValidUTF8(p, "?")
+	if !HasControl(p) {
+		return p
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || (r >= 0x7f && r <= 0x9f) {
+			return '?'
+		}
+		return r
+	}, p)
 }
 
 // SymlinkInside reports whether a symlink at linkPath with target stays inside the root whatever
@@ -330,8 +546,8 @@ func ValidateEntry(e Entry) error {
 			return &PathError{e.Path, "file with a symlink target"}
 		}
 	case TypeSymlink:
-		if e.Target == "" || len(e.Target) > maxPath || strings.IndexByte(e.Target, 0) >= 0 || !utf8.ValidString(e.Target) {
-			return &PathError{e.Path, "invalid symlink target"}
+		if e.Target == "" || len(e.Target) > maxPath || !Carriable(e.Target) {
+			return &PathError{e.Path, fmt.Sprintf("invalid symlink target %q (empty, too long, not UTF-8 or with a control character)", e.Target)}
 		}
 		if e.Size != 0 || e.SHA256 != "" {
 			return &PathError{e.Path, "symlink with content"}

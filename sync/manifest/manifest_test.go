@@ -293,6 +293,25 @@ func TestDecodeRefusesHostileManifests(t *testing.T) {
 			}
 		})
 	}
+	// A name with a control character is refused, and printed quoted: the error shows the bytes
+	// the box sent rather than letting them act on a terminal or split a log line.
+	for _, p := range []string{"a\tb", "new\nline", "esc\x1b[2Jx", "del\x7f", "c1\u0085", "c1\u009b31m", "d/\u0000"} {
+		t.Run(fmt.Sprintf("control character %q", p), func(t *testing.T) {
+			_, err := Decode(strings.NewReader(doc(`{"path":"d","type":"dir","mode":493}`, file(p))), Limits{})
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", p)) || !strings.Contains(err.Error(), "control character") {
+				t.Fatalf("err %v, want a refusal naming %q", err, p)
+			}
+			_, err = Decode(strings.NewReader(doc(`{"path":"l","type":"symlink","mode":511,"target":`+quote(p)+`}`)), Limits{})
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", p)) {
+				t.Fatalf("symlink target: err %v, want a refusal naming %q", err, p)
+			}
+		})
+	}
+	for _, p := range []string{"ünïcødé", "nbsp\u00a0", "tab-free"} {
+		if err := ValidPath(p); err != nil {
+			t.Errorf("ValidPath(%q): %v", p, err)
+		}
+	}
 	t.Run("oversized", func(t *testing.T) {
 		_, err := Decode(strings.NewReader(doc(file("a"))), Limits{MaxBytes: 20})
 		if !errors.Is(err, ErrTooLarge) {
@@ -397,11 +416,14 @@ func FuzzDecode(f *testing.F) {
 func TestCacheFileKeepsAwkwardNames(t *testing.T) {
 	ctx := synctest.Context(t)
 	root := t.TempDir()
-	names := []string{"plain.txt", `quo"te`, `back\slash`, "tab\tname", "new\nline", "ünïcødé", "del\x7f", "<html>&"}
+	names := []string{"plain.txt", `quo"te`, `back\slash`, "ünïcødé", "<html>&", "nbsp\u00a0é"}
 	files := map[string]string{}
 	for i, n := range names {
 		files["dir/"+n] = strings.Repeat("x", i)
 	}
+	// Names with control characters are left out of every manifest (no box may send one back
+	// either): listed as skipped, with the characters replaced.
+	synctest.Write(t, root, map[string]string{"ctl/tab\tname": "t", "ctl/new\nline": "n", "ctl/del\x7f": "d", "ctl/c1\u0085": "c"})
 	synctest.Write(t, root, files)
 	old := time.Now().Add(-time.Hour)
 	for n := range files {
@@ -410,9 +432,12 @@ func TestCacheFileKeepsAwkwardNames(t *testing.T) {
 		}
 	}
 	cache := NewCache()
-	m1, _, err := Build(ctx, root, Options{Cache: cache})
+	m1, st1, err := Build(ctx, root, Options{Cache: cache})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if want := []string{"ctl/c1?", "ctl/del?", "ctl/new?line", "ctl/tab?name"}; !slices.Equal(st1.Skipped, want) {
+		t.Fatalf("skipped %q, want %q", st1.Skipped, want)
 	}
 	file := filepath.Join(t.TempDir(), "cache.json")
 	if err := cache.Save(file); err != nil {

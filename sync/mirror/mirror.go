@@ -35,7 +35,10 @@ type Config struct {
 	MaxDeleteShare float64
 	Force          bool
 	Limits         stream.Limits
-	Cache          *manifest.Cache
+	// Space, when set, keeps free space on the anchor's filesystem and those it names
+	// (stream.ApplyOptions.Space).
+	Space *stream.SpaceCheck
+	Cache *manifest.Cache
 }
 
 // DriftError reports that the anchor no longer matches the base manifest; nothing was changed.
@@ -140,7 +143,7 @@ func Pull(ctx context.Context, cfg Config) (Result, error) {
 	if plan.Empty() {
 		return res, nil
 	}
-	st, err := cfg.Fetch(ctx, plan, cfg.Anchor, stream.ApplyOptions{Limits: cfg.Limits, Fsync: true})
+	st, err := cfg.Fetch(ctx, plan, cfg.Anchor, stream.ApplyOptions{Limits: cfg.Limits, Space: cfg.Space, Fsync: true})
 	res.Stats = st
 	if err != nil {
 		return res, fmt.Errorf("mirror into %s: %w", cfg.Anchor, err)

@@ -2,11 +2,9 @@ package stream
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash"
@@ -122,6 +120,14 @@ func ApplyParts(ctx context.Context, rs []io.Reader, root string, opts ApplyOpti
 	stageIn := root
 	if cold {
 		stageIn = filepath.Dir(root)
+	}
+	if opts.Space != nil {
+		// Refused before anything is staged: the content would not leave the reserve free.
+		if err := opts.Space.check(existingDir(stageIn), spaceNeeded(plan)); err != nil {
+			return Stats{}, err
+		}
+	}
+	if cold {
 		if err := os.MkdirAll(stageIn, 0o755); err != nil {
 			return Stats{}, err
 		}
@@ -198,6 +204,13 @@ func ApplyParts(ctx context.Context, rs []io.Reader, root string, opts ApplyOpti
 			return st, err
 		}
 	}
+	if opts.Space != nil {
+		// Checked again now that the content is staged (other writers may have filled the
+		// filesystem meanwhile): a refusal removes the staging, which gives its room back.
+		if err := opts.Space.check(staging, 0); err != nil {
+			return st, err
+		}
+	}
 	st.Deleted = len(plan.Deletes)
 	if cold {
 		// Every staged file's stat was taken while staging and stays valid through the commit
@@ -226,6 +239,16 @@ func ApplyParts(ctx context.Context, rs []io.Reader, root string, opts ApplyOpti
 		}
 	}
 	return st, nil
+}
+
+// existingDir is d or its nearest ancestor that exists.
+func existingDir(d string) string {
+	for {
+		if _, err := os.Stat(d); err == nil || filepath.Dir(d) == d {
+			return d
+		}
+		d = filepath.Dir(d)
+	}
 }
 
 // closeReaders closes the readers that are io.Closers.
@@ -282,23 +305,17 @@ func readPlan(tr *tar.Reader, opts ApplyOptions) (*Plan, error) {
 	if err != nil {
 		return nil, refused("", "read plan: %v", err)
 	}
-	if h.Name != headerName || h.Typeflag != tar.TypeReg || h.Size < 0 || h.Size > opts.MaxPlanBytes {
+	if h.Name != headerName || h.Typeflag != tar.TypeReg || h.Size < 0 {
 		return nil, refused(h.Name, "archive does not start with a plan")
 	}
-	pb, err := io.ReadAll(tr)
+	if h.Size > opts.MaxPlanBytes {
+		return nil, refused("", "plan of %d bytes is over the limit of %d", h.Size, opts.MaxPlanBytes)
+	}
+	plan, err := decodePlan(tr, opts.Limits, opts.Expect)
 	if err != nil {
-		return nil, refused("", "read plan: %v", err)
+		return nil, err
 	}
-	dec := json.NewDecoder(bytes.NewReader(pb))
-	dec.DisallowUnknownFields()
-	var plan Plan
-	if err := dec.Decode(&plan); err != nil {
-		return nil, refused("", "decode plan: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, refused("", "decode plan: trailing data")
-	}
-	if err := ValidatePlan(&plan, opts.Limits, opts.AllowEscapingSymlinks); err != nil {
+	if err := ValidatePlan(plan, opts.Limits, opts.AllowEscapingSymlinks); err != nil {
 		return nil, err
 	}
 	if plan.Cache != "" && !opts.UpdateCache {
@@ -307,10 +324,76 @@ func readPlan(tr *tar.Reader, opts ApplyOptions) (*Plan, error) {
 	if plan.SumsLast && opts.Expect != nil {
 		return nil, refused("", "a streamed archive where a planned one was requested")
 	}
-	if opts.Expect != nil && !samePlan(&plan, opts.Expect) {
+	if opts.Expect != nil && !samePlan(plan, opts.Expect) {
 		return nil, refused("", "archive does not carry the requested plan")
 	}
-	return &plan, nil
+	return plan, nil
+}
+
+// decodePlan decodes a plan as it reads it (manifest.JSONStream): the version first, checked
+// before anything else is read, then the entries and deletions counted as they arrive, refused
+// as soon as they pass lim.MaxEntries (or, with expect, the requested plan's counts) or the
+// plan passes lim.MaxPlanBytes. A hostile plan costs no more than the bounds, whatever its size.
+// The plan's other checks are ValidatePlan's.
+func decodePlan(r io.Reader, lim Limits, expect *Plan) (*Plan, error) {
+	lim.setDefaults()
+	maxEntries, maxDeletes := lim.MaxEntries, lim.MaxEntries
+	if expect != nil {
+		maxEntries, maxDeletes = min(maxEntries, len(expect.Entries)), min(maxDeletes, len(expect.Deletes))
+	}
+	over := func(what string) func() error {
+		return func() error {
+			if expect != nil {
+				return refused("", "archive does not carry the requested plan (more %s than requested)", what)
+			}
+			return refused("", "more than %d entries and deletions, over the limit", lim.MaxEntries)
+		}
+	}
+	s := manifest.NewJSONStream(r, lim.MaxPlanBytes)
+	var p Plan
+	err := s.Object("version", func(key string) error {
+		var err error
+		switch key {
+		case "version":
+			if err := s.Value(&p.Version); err != nil {
+				return err
+			}
+			return checkPlanVersion(p.Version)
+		case "entries":
+			p.Entries, err = s.Entries(maxEntries, over("entries"))
+			return err
+		case "deletes":
+			return s.Array(func() error {
+				if len(p.Deletes) >= min(maxDeletes, lim.MaxEntries-len(p.Entries)) {
+					return over("deletions")()
+				}
+				p.Deletes = append(p.Deletes, "")
+				return s.Value(&p.Deletes[len(p.Deletes)-1])
+			})
+		case "cache":
+			return s.Value(&p.Cache)
+		case "sumsLast":
+			return s.Value(&p.SumsLast)
+		case "part":
+			return s.Value(&p.Part)
+		case "parts":
+			return s.Value(&p.Parts)
+		}
+		return fmt.Errorf("unknown field %q", key)
+	})
+	if err == nil {
+		err = s.End()
+	}
+	var re *RefusedError
+	switch {
+	case errors.As(err, &re):
+		return nil, err
+	case errors.Is(err, manifest.ErrTooLarge):
+		return nil, refused("", "plan over the limit of %d bytes", lim.MaxPlanBytes)
+	case err != nil:
+		return nil, refused("", "decode plan: %v", err)
+	}
+	return &p, nil
 }
 
 // stagedDirPerm is the mode the stager creates directories with, before the umask.

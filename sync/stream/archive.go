@@ -336,20 +336,43 @@ func sameStat(a, b fs.FileInfo) bool {
 	return ca == cb // both 0 where the platform's ctime is not read
 }
 
-// Limits bound an archive read from elsewhere.
+// Limits bound an archive read from elsewhere. Zero fields take DefaultLimits: those of an
+// archive from a box.
 type Limits struct {
-	// MaxEntries bounds entries plus deletions; default 1,000,000.
+	// MaxEntries bounds entries plus deletions; default 200,000.
 	MaxEntries int
-	// MaxFileSize bounds one file; default 8 GiB.
+	// MaxFileSize bounds one file; default 1 GiB.
 	MaxFileSize int64
-	// MaxTotalSize bounds all file content; default 64 GiB.
+	// MaxTotalSize bounds all file content; default 4 GiB.
 	MaxTotalSize int64
-	// MaxPlanBytes bounds the plan at the head of the archive; default 256 MiB.
+	// MaxPlanBytes bounds the plan at the head of the archive; default 64 MiB.
 	MaxPlanBytes int64
 }
 
-// DefaultLimits are used for zero fields.
-var DefaultLimits = Limits{MaxEntries: 1_000_000, MaxFileSize: 8 << 30, MaxTotalSize: 64 << 30, MaxPlanBytes: 256 << 20}
+// DefaultLimits are used for zero fields: the gateway's bounds on what a box sends back (a
+// pull-back's changed files). $(go env GOROOT)/src, a large source tree, is 11,500 files and
+// 15,000 entries, 121 MB, with a plan of 2.3 MB: it fits thirteen times over in entries and 33
+// times in content, while a hostile box can make the gateway stage no more than 4 GiB and decode
+// no more than a 64 MiB plan (about 50 MB of heap at the entry bound). A profile raises them
+// for a larger tree (sync.maxInboundBytes, sync.maxInboundEntries, sync.maxInboundFileBytes:
+// InboundLimits).
+var DefaultLimits = Limits{MaxEntries: 200_000, MaxFileSize: 1 << 30, MaxTotalSize: 4 << 30, MaxPlanBytes: manifest.DefaultLimits.MaxBytes}
+
+// TrustedLimits bound an archive that the gateway wrote: its copy of a workspace into an anchor,
+// a checkpoint restored, and what a box unpacks from the gateway. They are the user's own
+// workspace, which may be far larger than what a box may send back.
+var TrustedLimits = Limits{MaxEntries: 1_000_000, MaxFileSize: 8 << 30, MaxTotalSize: 64 << 30, MaxPlanBytes: 256 << 20}
+
+// InboundLimits are the bounds of an archive and a manifest from a box under a profile's inbound
+// quotas (sync.maxInboundBytes, sync.maxInboundEntries, sync.maxInboundFileBytes; zero takes
+// the default). The plan's and the manifest's byte bounds grow with the entry bound
+// (manifest.ScaledBytes).
+func InboundLimits(maxBytes int64, maxEntries int, maxFileBytes int64) (Limits, manifest.Limits) {
+	l := Limits{MaxEntries: maxEntries, MaxFileSize: maxFileBytes, MaxTotalSize: maxBytes}
+	l.setDefaults()
+	l.MaxPlanBytes = manifest.ScaledBytes(l.MaxEntries)
+	return l, manifest.Limits{MaxEntries: l.MaxEntries, MaxBytes: l.MaxPlanBytes}
+}
 
 func (l *Limits) setDefaults() {
 	if l.MaxEntries <= 0 {
@@ -380,14 +403,18 @@ type ApplyOptions struct {
 	// UpdateCache honours the plan's Cache (the box side only: an archive read from a box that
 	// names a cache file is refused).
 	UpdateCache bool
+	// Space, when set, keeps room free on the filesystems the archive is written to and those
+	// Space.Keep names: an archive whose content would leave less than the reserve free is
+	// refused (*SpaceError) before anything is staged, and checked again before the commit.
+	Space *SpaceCheck
 }
 
 // ValidatePlan checks a plan's paths, types, order and limits, and symlink containment unless
 // allowEscaping.
 func ValidatePlan(p *Plan, lim Limits, allowEscaping bool) error {
 	lim.setDefaults()
-	if p.Version != PlanVersion {
-		return refused("", "plan version %d not supported (this openclaw reads version %d: the gateway's and the box's openclaw are different builds)", p.Version, PlanVersion)
+	if err := checkPlanVersion(p.Version); err != nil {
+		return err
 	}
 	if len(p.Entries)+len(p.Deletes) > lim.MaxEntries {
 		return refused("", "%d entries and deletions, over the limit of %d", len(p.Entries)+len(p.Deletes), lim.MaxEntries)
@@ -429,6 +456,13 @@ func ValidatePlan(p *Plan, lim Limits, allowEscaping bool) error {
 		if i > 0 && p.Deletes[i-1] >= d {
 			return refused(d, "deletions not sorted or duplicated")
 		}
+	}
+	return nil
+}
+
+func checkPlanVersion(v int) error {
+	if v != PlanVersion {
+		return refused("", "plan version %d not supported (this openclaw reads version %d: the gateway's and the box's openclaw are different builds)", v, PlanVersion)
 	}
 	return nil
 }

@@ -20,13 +20,13 @@ import (
 // side of a sync, it first gives its pipe from or to sshd more room (growPipe).
 func BoxUnpack(ctx context.Context, stdin io.Reader, dir string) (Stats, error) {
 	growPipe(stdin)
-	return Apply(ctx, stdin, dir, ApplyOptions{AllowEscapingSymlinks: true, UpdateCache: true})
+	return Apply(ctx, stdin, dir, ApplyOptions{Limits: TrustedLimits, AllowEscapingSymlinks: true, UpdateCache: true})
 }
 
 // BoxPack reads a plan on stdin and writes its archive of dir to stdout.
 func BoxPack(ctx context.Context, stdin io.Reader, stdout io.Writer, dir string) (Stats, error) {
 	growPipe(stdout)
-	p, err := ReadPlanRequest(stdin, Limits{})
+	p, err := ReadPlanRequest(stdin, TrustedLimits)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -114,7 +114,7 @@ func BoxUnpackParts(ctx context.Context, stdin io.Reader, dir string, parts int,
 		return Stats{}, fmt.Errorf("unpack: %d of %d parts arrived: %w", len(rs), parts, err)
 	}
 	ln.Close()
-	return ApplyParts(ctx, rs, dir, ApplyOptions{AllowEscapingSymlinks: true, UpdateCache: true})
+	return ApplyParts(ctx, rs, dir, ApplyOptions{Limits: TrustedLimits, AllowEscapingSymlinks: true, UpdateCache: true})
 }
 
 // MaxParts bounds the channels of one sync: OpenSSH's sshd allows 10 sessions per connection
