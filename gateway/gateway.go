@@ -147,8 +147,17 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		}
 		extraTools = append(extraTools, ws)
 	}
+	var turns *placement.Service // built below; workers ask it only once turns run
 	workers, err := hub.New(hub.Config{
 		DB: db, Credentials: workerCreds, Log: log.With("subsystem", "hub"), HeartbeatTimeout: cfg.Worker.HeartbeatTimeout.D(),
+		Limits: cfg.Worker.Limits.HubLimits(), AdmissionTimeout: cfg.Worker.Limits.AdmissionTimeout.D(),
+		TurnRunning: func(ctx context.Context, sessionID, runID string) (bool, error) {
+			t, err := turns.Get(ctx, runID)
+			if errors.Is(err, store.ErrNotFound) {
+				return false, nil
+			}
+			return err == nil && t.SessionID == sessionID && t.Status == placement.TurnRunning, err
+		},
 		ExpectedBundle: func(envID string) (string, bool) { return mgr.BundleHash(envID) },
 		OnAdmit:        func(envID string) { mgr.Touch(context.Background(), envID) },
 		Sessions:       sess,
@@ -182,7 +191,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 
 	placements := placement.NewPlacements(db)
 	var dispatcher *placement.Dispatcher // built below; turns call it only after Run has started
-	turns, err := placement.New(ctx, placement.Config{DB: db, Sessions: sess, Catalog: catalog, DataDir: dataDir,
+	turns, err = placement.New(ctx, placement.Config{DB: db, Sessions: sess, Catalog: catalog, DataDir: dataDir,
 		Log: log.With("subsystem", "placement"), Workers: workers, Placements: placements, ExtraTools: extraTools,
 		AfterWorkerTurn: func(id string) { dispatcher.AfterTurn(id) },
 		Redispatch:      func(ctx context.Context, id string) error { return dispatcher.Redispatch(ctx, id) },
@@ -284,6 +293,16 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		_ = httpSrv.Close()
 		return err
 	}
+	pruneCtx, stopPrune := context.WithCancel(ctx)
+	pruneDone := make(chan struct{})
+	go func() {
+		defer close(pruneDone)
+		runRetention(pruneCtx, cfg.Retention, db, workerCreds, workers, log.With("subsystem", "retention"))
+	}()
+	defer func() {
+		stopPrune()
+		<-pruneDone
+	}()
 	ready.Store(true)
 	addr := ln.Addr().String()
 	log.Info("gateway ready", "listen", addr, "dataDir", dataDir, "version", info.Version)
