@@ -120,6 +120,7 @@ through the gateway. It exits non-zero when admission is refused.`,
 				SocketPath:    d.SocketPath,
 				EnvironmentID: d.EnvironmentID,
 				Credential:    d.Credential,
+				Latest:        remote.NewSecret(d.Credential), // shared with the per-turn clients
 				OwnerEpoch:    d.OwnerEpoch,
 				BundleHash:    sum,
 				Version:       version.Version,

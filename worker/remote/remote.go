@@ -31,6 +31,10 @@ type Config struct {
 	EnvironmentID string
 	// Credential is the secret minted for this environment. Never logged.
 	Credential string
+	// Latest, when set, holds the newest credential instead: admissions read it and refreshes write
+	// it, so every client made from this Config (the per-turn clients too) admits with the newest
+	// one. The gateway revokes the credentials a refreshed one replaced once it is used.
+	Latest     *Secret
 	OwnerEpoch uint64
 	SessionID  string
 	// BundleHash is the hex sha256 of this worker's executable.
@@ -145,7 +149,11 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 func newWorker(cfg Config) *worker {
-	w := &worker{cfg: cfg, log: cfg.Log.With("subsystem", "worker", "env", cfg.EnvironmentID), credential: cfg.Credential}
+	latest := cfg.Latest
+	if latest == nil {
+		latest = NewSecret(cfg.Credential)
+	}
+	w := &worker{cfg: cfg, log: cfg.Log.With("subsystem", "worker", "env", cfg.EnvironmentID), credential: latest}
 	w.client = &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
@@ -161,7 +169,7 @@ type worker struct {
 	client *http.Client
 
 	mu         sync.Mutex
-	credential string // replaced by a successful refresh
+	credential *Secret // replaced by a successful refresh
 	nextID     uint64
 }
 
@@ -224,9 +232,7 @@ func (w *worker) admit(ctx context.Context) (_ *websocket.Conn, _ protocol.Conne
 	}()
 	ws.SetReadLimit(protocol.DefaultFrameLimit)
 
-	w.mu.Lock()
-	cred := w.credential
-	w.mu.Unlock()
+	cred := w.credential.Get()
 	connectID := w.id()
 	req, err := protocol.Request(connectID, protocol.MethodConnect, protocol.ConnectParams{
 		Role: protocol.RoleWorker,
@@ -332,9 +338,7 @@ func (c *conn) handleResponse(f protocol.Frame) {
 		c.w.log.Warn("bad credential refresh response", "err", err)
 		return
 	}
-	c.w.mu.Lock()
-	c.w.credential = r.Credential
-	c.w.mu.Unlock()
+	c.w.credential.Set(r.Credential)
 	c.refreshAt = time.Time{}
 	if r.ExpiresInMs > 0 {
 		c.refreshAt = time.Now().Add(time.Duration(r.ExpiresInMs) * time.Millisecond / 2)
@@ -427,4 +431,27 @@ func (b *backoff) next() time.Duration {
 		r = b.rand
 	}
 	return d/2 + time.Duration(r()*float64(d-d/2))
+}
+
+// Secret holds a credential shared by the clients of one worker; safe for concurrent use.
+type Secret struct {
+	mu sync.Mutex
+	v  string
+}
+
+// NewSecret returns a Secret holding v.
+func NewSecret(v string) *Secret { return &Secret{v: v} }
+
+// Get returns the credential.
+func (s *Secret) Get() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.v
+}
+
+// Set replaces the credential.
+func (s *Secret) Set(v string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.v = v
 }
