@@ -12,7 +12,7 @@ func TestPruneCredentialsAndCalls(t *testing.T) {
 	h := newHarness(t, nil)
 	ctx := testContext(t)
 	h.mint(envA, bundleA, 100*time.Hour, nil) // stays live
-	h.mint(envB, bundleB, time.Minute, nil) // expires
+	h.mint(envB, bundleB, time.Minute, nil)   // expires
 	h.offset.Store(int64(48 * time.Hour))
 	h.mint(envA, bundleA, time.Minute, nil) // expired, but only just
 	old, recent := store.FormatTime(time.Now().Add(-72*time.Hour)), store.Now()
