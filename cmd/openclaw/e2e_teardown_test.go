@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -19,74 +17,10 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/placement"
+	"github.com/openclaw/cloudworkers/gateway/tunnel/tunneltest"
 	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/providers/local"
 )
-
-// silentBox is an SSH server that completes every handshake (with the host key it is given, so
-// that pinning passes) and then never answers a channel open: the box that holds a blocking
-// client forever.
-type silentBox struct {
-	ln    net.Listener
-	opens atomic.Int64 // channel opens it received (and never answered)
-
-	mu    sync.Mutex
-	conns []net.Conn
-	wg    sync.WaitGroup
-}
-
-func startSilentBox(t *testing.T, addr string, hostKey ssh.Signer) *silentBox {
-	t.Helper()
-	var ln net.Listener
-	var err error
-	// the box's address was just freed by the real box's process
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if ln, err = net.Listen("tcp", addr); err == nil || time.Now().After(deadline) {
-			break
-		}
-	}
-	if err != nil {
-		t.Fatalf("silent box: listen %s: %v", addr, err)
-	}
-	s := &silentBox{ln: ln}
-	cfg := &ssh.ServerConfig{PublicKeyCallback: func(ssh.ConnMetadata, ssh.PublicKey) (*ssh.Permissions, error) { return nil, nil }}
-	cfg.AddHostKey(hostKey)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.mu.Lock()
-			s.conns = append(s.conns, c)
-			s.mu.Unlock()
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				_, chans, reqs, err := ssh.NewServerConn(c, cfg)
-				if err != nil {
-					return
-				}
-				go ssh.DiscardRequests(reqs) // keepalives are answered: the link looks alive
-				for range chans {
-					s.opens.Add(1) // never accepted, never rejected
-				}
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		s.mu.Lock()
-		for _, c := range s.conns {
-			c.Close()
-		}
-		s.mu.Unlock()
-		s.wg.Wait()
-	})
-	return s
-}
 
 // startLocalbox is standaloneBox that also returns the box's process, so a test can take the
 // box away.
@@ -135,14 +69,14 @@ func TestDestroyNotHeldBySilentBox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	silent := startSilentBox(t, net.JoinHostPort(st.Host, strconv.Itoa(st.Port)), hostKey)
+	silent := tunneltest.Start(t, net.JoinHostPort(st.Host, strconv.Itoa(st.Port)), hostKey, tunneltest.NoChannels)
 
 	var d envs.Environment
 	code, err := g.do("DELETE", "/api/v1/environments/"+e.ID+"?wait=25s", nil, &d)
 	if err != nil || d.State != envs.Destroyed {
 		t.Fatalf("destroy of an environment whose box never answers: %d %v, state %q", code, err, d.State)
 	}
-	if silent.opens.Load() == 0 {
+	if silent.Opens.Load() == 0 {
 		t.Fatalf("the box-side cleanup never reached the silent box: the test proves nothing")
 	}
 	if g.countNotes(e.ID, "box.releaseTimeout") == 0 {

@@ -1,0 +1,59 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/tunnel/tunneltest"
+)
+
+// silentTarget starts a hostile server in mode and returns a Target that pins its host key.
+func silentTarget(t *testing.T, mode tunneltest.Mode) (Target, *tunneltest.SilentBox) {
+	t.Helper()
+	s, ep := tunneltest.StartLoopback(t, mode)
+	return Target{EnvironmentID: "env_silent", Host: ep.Host, Port: ep.Port, User: "u", KeyPath: ep.KeyPath,
+		HostKeys: []string{ep.HostKey}, SocketPath: testSocket}, s
+}
+
+// TestDialBoxClosesWhenKeepalivesGoUnanswered: a box that completes the handshake and then
+// answers nothing has its connection closed by the keepalive, so nothing waits on it forever.
+func TestDialBoxClosesWhenKeepalivesGoUnanswered(t *testing.T) {
+	tg, _ := silentTarget(t, tunneltest.Stalled)
+	ctx := testContext(t)
+	c, err := DialBox(ctx, tg, 5*time.Second, KeepaliveConfig{Interval: 20 * time.Millisecond, Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = c.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		c.Close()
+		t.Fatal("a connection whose keepalives go unanswered stayed open")
+	}
+}
+
+// TestCloseOnDoneUnblocksChannelOpen: a channel open the box never answers returns once the
+// caller's context ends.
+func TestCloseOnDoneUnblocksChannelOpen(t *testing.T) {
+	tg, s := silentTarget(t, tunneltest.NoChannels)
+	c, err := DialBox(testContext(t), tg, 5*time.Second, KeepaliveConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(testContext(t), 200*time.Millisecond)
+	defer cancel()
+	stop := CloseOnDone(ctx, c)
+	defer stop()
+	_, err = c.NewSession()
+	if err == nil || ctx.Err() == nil {
+		t.Fatalf("NewSession on a silent box: err %v, ctx %v", err, ctx.Err())
+	}
+	if s.Opens.Load() != 1 || !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Fatalf("opens %d, ctx %v", s.Opens.Load(), ctx.Err())
+	}
+}
