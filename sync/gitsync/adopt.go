@@ -6,11 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/openclaw/cloudworkers/sync/gitexec"
 )
@@ -193,7 +193,7 @@ func (a *Anchor) prepareUndo(ctx context.Context, g *gitexec.Untrusted, head, ti
 		up := undoPath{rel: rel}
 		fi, err := os.Lstat(filepath.Join(a.Dir, rel))
 		switch {
-		case errors.Is(err, os.ErrNotExist):
+		case errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR): // below a file, which goes first
 		case err != nil:
 			return fail(err)
 		case fi.IsDir():
@@ -235,6 +235,19 @@ func (u *undo) rollback() error {
 	sort.Slice(u.paths, func(i, j int) bool { return deeper(u.paths[i].rel, u.paths[j].rel) })
 	for _, p := range u.paths {
 		full := filepath.Join(u.root, p.rel)
+		// Nothing is removed or renamed through a symlink (or below a file): git writes below
+		// real directories only, so what lies beyond one is not the checkout's.
+		if p.saved == "" && !p.dir {
+			// Whatever the checkout put there goes (a directory it made for new files holds only those).
+			if realParents(u.root, p.rel) {
+				note(os.RemoveAll(full))
+			}
+			continue
+		}
+		if err := u.mkdirs(filepath.Dir(p.rel)); err != nil || !realParents(u.root, p.rel) {
+			note(fmt.Errorf("put back %s: a directory above it is not one (%v)", p.rel, err))
+			continue
+		}
 		if p.dir {
 			if fi, err := os.Lstat(full); err == nil && fi.IsDir() {
 				continue
@@ -243,23 +256,19 @@ func (u *undo) rollback() error {
 			note(u.mkdirs(p.rel))
 			continue
 		}
-		// Whatever the checkout put there goes (a directory it made for new files holds only those).
-		if p.saved == "" {
-			note(os.RemoveAll(full))
-			continue
-		}
 		if fi, err := os.Lstat(full); err == nil {
 			if si, err := os.Lstat(p.saved); err == nil && os.SameFile(fi, si) {
 				continue // not replaced
 			}
 			note(os.RemoveAll(full))
 		}
-		note(u.mkdirs(filepath.Dir(p.rel)))
 		note(os.Rename(p.saved, full))
 	}
 	sort.Slice(u.made, func(i, j int) bool { return deeper(u.made[i], u.made[j]) })
 	for _, d := range u.made {
-		_ = os.Remove(filepath.Join(u.root, d)) // only if empty: something else may be there now
+		if realParents(u.root, d) {
+			_ = os.Remove(filepath.Join(u.root, d)) // only if empty: something else may be there now
+		}
 	}
 	note(os.Rename(filepath.Join(u.aside, "index"), u.index))
 	if len(errs) > 0 {
@@ -268,16 +277,17 @@ func (u *undo) rollback() error {
 	return os.RemoveAll(u.aside)
 }
 
-// mkdirs makes rel and the directories above it that are missing, with the modes they had.
+// mkdirs makes rel and the directories above it that are missing, with the modes they had
+// (never through a symlink: Mkdir fails on one).
 func (u *undo) mkdirs(rel string) error {
 	if rel == "." {
 		return nil
 	}
-	if fi, err := os.Lstat(filepath.Join(u.root, rel)); err == nil && fi.IsDir() {
-		return nil
-	}
 	if err := u.mkdirs(filepath.Dir(rel)); err != nil {
 		return err
+	}
+	if fi, err := os.Lstat(filepath.Join(u.root, rel)); err == nil && fi.IsDir() {
+		return nil
 	}
 	mode, ok := u.dirs[rel]
 	if !ok {
@@ -308,18 +318,8 @@ func copyPath(src, dst string) error {
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("%s is not a file", src)
 	}
-	in, err := os.Open(src)
-	if err != nil {
+	if err := copyFile(src, dst, fi.Mode().Perm()); err != nil {
 		return err
 	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return os.Chmod(dst, fi.Mode().Perm()) // past the umask
 }

@@ -345,10 +345,12 @@ func TestAdoptFailureLeavesAnchorAsBefore(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := synctest.Context(t)
 			w := dispatch(t, setup{anchorEdits: map[string]string{"scratch.txt": "untracked"}, status: "?? scratch.txt\n"})
-			// Sorted, the checkout writes a/new.txt, then fails on lib/new.go before main.go; it
-			// deletes .worktreeinclude first.
+			// The checkout deletes the file .worktreeinclude first, then, sorted, writes
+			// .worktreeinclude/x (a directory now) and a/new.txt, and fails on lib/new.go before
+			// main.go.
 			w.commitRaw(t, map[string]rawFile{"a/new.txt": file("worker"), "lib/new.go": file("package lib\n"),
-				"main.go": file("package main // worker\n"), ".worktreeinclude": deleted, "run.sh": script("#!/bin/sh\n")})
+				"main.go": file("package main // worker\n"), ".worktreeinclude": deleted,
+				".worktreeinclude/x": file("now a directory"), "run.sh": script("#!/bin/sh\n")})
 			bundle := w.bundle(t)
 			tc.prepare(t, w)
 			before := anchorState(t, w.anchor)
