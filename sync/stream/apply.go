@@ -828,7 +828,7 @@ func commit(ctx context.Context, root, staging string, plan *Plan, fsync bool) e
 	sort.Sort(sort.Reverse(sort.StringSlice(dels)))
 	for _, d := range dels {
 		if err := os.RemoveAll(filepath.Join(root, filepath.FromSlash(d))); err != nil {
-			return fmt.Errorf("delete %s: %w", d, err)
+			return fmt.Errorf("delete %q: %w", d, err)
 		}
 	}
 	touched := map[string]bool{}
@@ -836,7 +836,7 @@ func commit(ctx context.Context, root, staging string, plan *Plan, fsync bool) e
 		dst := filepath.Join(root, filepath.FromSlash(e.Path))
 		if e.Type == manifest.TypeDir {
 			if err := os.MkdirAll(dst, 0o700); err != nil {
-				return fmt.Errorf("create %s: %w", e.Path, err)
+				return fmt.Errorf("create %q: %w", e.Path, err)
 			}
 			_ = os.Chmod(dst, 0o700|os.FileMode(e.Mode)) // final mode once its content is in
 			touched[dst] = true
@@ -857,7 +857,7 @@ func commit(ctx context.Context, root, staging string, plan *Plan, fsync bool) e
 		}
 		g.Go(func() error {
 			if err := os.Rename(filepath.Join(staging, filepath.FromSlash(e.Path)), filepath.Join(root, filepath.FromSlash(e.Path))); err != nil {
-				return fmt.Errorf("write %s: %w", e.Path, err)
+				return fmt.Errorf("write %q: %w", e.Path, err)
 			}
 			return nil
 		})

@@ -202,10 +202,10 @@ func writeFrom(ctx context.Context, w io.Writer, plan Plan, source func(manifest
 			h.Typeflag, h.Size, h.ModTime = tar.TypeReg, e.Size, time.Unix(e.MTime/1e9, 0)
 			st.Files++
 		default:
-			return st, fmt.Errorf("write archive: %s: type %q", e.Path, e.Type)
+			return st, fmt.Errorf("write archive: %q: type %q", e.Path, e.Type)
 		}
 		if err := tw.WriteHeader(h); err != nil {
-			return st, fmt.Errorf("write archive: %s: %w", e.Path, err)
+			return st, fmt.Errorf("write archive: %q: %w", e.Path, err)
 		}
 		if e.Type != manifest.TypeFile {
 			if c != nil && e.Type == manifest.TypeSymlink {
@@ -289,15 +289,15 @@ func (t *teeWriter) Write(p []byte) (int, error) {
 func (cp *copier) copyFile(file string, e manifest.Entry, streamed bool) (int64, []byte, uint64, fs.FileInfo, error) {
 	f, err := manifest.OpenFile(file)
 	if err != nil {
-		return 0, nil, 0, nil, fmt.Errorf("send %s: %w", e.Path, err)
+		return 0, nil, 0, nil, fmt.Errorf("send %q: %w", e.Path, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return 0, nil, 0, nil, fmt.Errorf("send %s: %w", e.Path, err)
+		return 0, nil, 0, nil, fmt.Errorf("send %q: %w", e.Path, err)
 	}
 	if !fi.Mode().IsRegular() || (streamed && (fi.Size() != e.Size || fi.ModTime().UnixNano() != e.MTime)) {
-		return 0, nil, 0, nil, fmt.Errorf("send %s: %w", e.Path, ErrChanged)
+		return 0, nil, 0, nil, fmt.Errorf("send %q: %w", e.Path, ErrChanged)
 	}
 	cp.tee.sha.Reset()
 	cp.tee.x.Reset()
@@ -305,18 +305,18 @@ func (cp *copier) copyFile(file string, e manifest.Entry, streamed bool) (int64,
 	cp.lim = io.LimitedReader{R: f, N: e.Size}
 	n, err := io.CopyBuffer(&cp.tee, &cp.lim, cp.buf)
 	if err != nil {
-		return n, nil, 0, nil, fmt.Errorf("send %s: %w", e.Path, err)
+		return n, nil, 0, nil, fmt.Errorf("send %q: %w", e.Path, err)
 	}
 	sum := cp.tee.sha.Sum(cp.sum[:0])
 	if n != e.Size || (!streamed && hex.EncodeToString(sum) != e.SHA256) {
-		return n, nil, 0, nil, fmt.Errorf("send %s: %w", e.Path, ErrChanged)
+		return n, nil, 0, nil, fmt.Errorf("send %q: %w", e.Path, ErrChanged)
 	}
 	// A file that grew while it was read has a larger size now. When streamed, nothing checks the
 	// content against an earlier hash either: a file rewritten while it was read would be sent
 	// torn, with a hash that matches the tear. Its stat tells.
 	after, err := f.Stat()
 	if err != nil || after.Size() != e.Size || (streamed && !sameStat(fi, after)) {
-		return n, nil, 0, nil, fmt.Errorf("send %s: %w", e.Path, ErrChanged)
+		return n, nil, 0, nil, fmt.Errorf("send %q: %w", e.Path, ErrChanged)
 	}
 	var check uint64
 	if streamed {
