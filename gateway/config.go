@@ -92,6 +92,11 @@ type SyncConfig struct {
 	// CheckpointKeep is how many of a remote session's newest checkpoints are kept (0: 20); older
 	// ones are pruned after each checkpoint (git: their refs; plain: their snapshots and blobs).
 	CheckpointKeep int `yaml:"checkpointKeep"`
+	// ReserveFreeBytes and ReserveFreePercent: a pull-back is refused when what a box sends
+	// would leave less free than the larger of the two on the anchor's filesystem or the data
+	// directory's (gateway.db must stay writable); 0: 1 GiB and 5.
+	ReserveFreeBytes   int64   `yaml:"reserveFreeBytes"`
+	ReserveFreePercent float64 `yaml:"reserveFreePercent"`
 }
 
 // TunnelConfig tunes the SSH control connections (zero means the default).
@@ -208,6 +213,12 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Retention.validate(); err != nil {
 		return err
+	}
+	if c.Sync.ReserveFreeBytes < 0 {
+		return providers.Fieldf("sync.reserveFreeBytes", "must not be negative (0: the default, %d), got %d", stream.DefaultReserveBytes, c.Sync.ReserveFreeBytes)
+	}
+	if !(c.Sync.ReserveFreePercent >= 0 && c.Sync.ReserveFreePercent < 100) { // NaN too
+		return providers.Fieldf("sync.reserveFreePercent", "must be from 0 to under 100 (0: the default, %d), got %v", stream.DefaultReservePercent, c.Sync.ReserveFreePercent)
 	}
 	if _, err := stream.ParseCompression(c.Sync.Compression); err != nil {
 		return providers.Fieldf("sync.compression", "must be auto, zstd or none, got %q", c.Sync.Compression)

@@ -22,6 +22,10 @@ func TestConfigSyncCompression(t *testing.T) {
 		{"sync:\n  channels: 99\n", "sync.channels"},
 		{"sync:\n  checkpointKeep: 5\n", ""},
 		{"sync:\n  checkpointKeep: -1\n", "sync.checkpointKeep"},
+		{"sync:\n  reserveFreeBytes: 10737418240\n  reserveFreePercent: 10\n", ""},
+		{"sync:\n  reserveFreeBytes: -1\n", "sync.reserveFreeBytes"},
+		{"sync:\n  reserveFreePercent: 100\n", "sync.reserveFreePercent"},
+		{"sync:\n  reserveFreePercent: .nan\n", "sync.reserveFreePercent"},
 	} {
 		file := filepath.Join(dir, "gateway.yaml")
 		if err := os.WriteFile(file, []byte(tc.yaml), 0o600); err != nil {

@@ -211,6 +211,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		},
 		DataDir: dataDir, Log: log.With("subsystem", "dispatch"),
 		Compression: stream.Compression(cfg.Sync.Compression), Channels: cfg.Sync.Channels, CheckpointKeep: cfg.Sync.CheckpointKeep,
+		ReserveFreeBytes: cfg.Sync.ReserveFreeBytes, ReserveFreePercent: cfg.Sync.ReserveFreePercent,
 		SyncTimeout: cfg.Box.SyncTimeout.D(), ReconcileTimeout: cfg.Box.ReconcileTimeout.D(),
 	})
 	defer dispatcher.Close()
