@@ -24,6 +24,8 @@ var packages = map[string]string{
 	"userdel": "passwd",
 	"nc":      "netcat-openbsd",
 	"socat":   "socat",
+	"git-lfs": "git-lfs",
+	"chattr":  "e2fsprogs",
 }
 
 // sbinDirs are searched after $PATH: sshd and ip live there and non-login shells often lack them.
