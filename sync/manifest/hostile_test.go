@@ -76,8 +76,10 @@ func TestDecodeRefusesEscapedKeysWithBoundedHeap(t *testing.T) {
 		t.Fatalf("err %v, want ErrTooLarge past 200000 entries", err)
 	}
 	t.Logf("refused after reading %d MiB of %d MiB, %d MiB of heap allocated: %v", in.sent>>20, size>>20, heap>>20, err)
-	if heap > 64<<20 {
-		t.Fatalf("decoding the refused manifest allocated %d MiB, want < 64 MiB", heap>>20)
+	// Twice that under the race detector, whose runtime allocates more for the same decoding
+	// (81 MiB where 50 MiB without).
+	if maxHeap := uint64(64 << 20 * (1 + raceEnabled)); heap > maxHeap {
+		t.Fatalf("decoding the refused manifest allocated %d MiB, want < %d MiB", heap>>20, maxHeap>>20)
 	}
 	if in.sent > 64<<20 {
 		t.Fatalf("read %d MiB of the manifest before refusing it, want at most the 64 MiB bound", in.sent>>20)

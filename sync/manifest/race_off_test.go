@@ -1,0 +1,6 @@
+//go:build !race
+
+package manifest
+
+// raceEnabled is 1 under the race detector.
+const raceEnabled = 0
