@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/openclaw/cloudworkers/internal/atomicfile"
 )
 
 // Lock is an exclusive lock on a data dir, held for the life of the gateway.
@@ -83,30 +85,6 @@ func (l *Lock) Release() error {
 	return err
 }
 
-// WriteFileAtomic writes data to path through a temp file, fsync and rename.
-func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
-}
 
 // TokenFile is the name of the API token file inside the data dir.
 const TokenFile = "gateway.token"
@@ -135,7 +113,7 @@ func EnsureToken(dir string) (string, error) {
 		return "", err
 	}
 	tok := hex.EncodeToString(raw[:])
-	if err := WriteFileAtomic(path, []byte(tok+"\n"), 0o600); err != nil {
+	if err := atomicfile.Write(path, []byte(tok+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("write token: %w", err)
 	}
 	return tok, nil

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/openclaw/cloudworkers/internal/atomicfile"
 )
 
 const usage = `usage: lease-dir <command> [flags]
@@ -210,31 +212,9 @@ func (d *leaseDir) save(l *lease) error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(d.path(l.ID), b, 0o600)
+	return atomicfile.Write(d.path(l.ID), b, 0o600)
 }
 
-// writeAtomic writes path temp-then-fsync-then-rename.
-func writeAtomic(path string, data []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(perm)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
-}
 
 func (d *leaseDir) warmup(id string, w warmupArgs) error {
 	unlock, err := d.lock()
@@ -298,7 +278,7 @@ func (d *leaseDir) create(l *lease, w warmupArgs) error {
 		return err
 	}
 	l.KeyPath = filepath.Join(d.dir, l.ID+".key")
-	if err := writeAtomic(l.KeyPath, pem.EncodeToMemory(block), 0o600); err != nil {
+	if err := atomicfile.Write(l.KeyPath, pem.EncodeToMemory(block), 0o600); err != nil {
 		return err
 	}
 	if bin := os.Getenv("LEASE_DIR_LOCALBOX"); bin != "" {
@@ -423,7 +403,7 @@ func (d *leaseDir) stop(id string) error {
 		b, _ := os.ReadFile(counter)
 		done, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 		if done < n {
-			if err := writeAtomic(counter, []byte(strconv.Itoa(done+1)), 0o600); err != nil {
+			if err := atomicfile.Write(counter, []byte(strconv.Itoa(done+1)), 0o600); err != nil {
 				return err
 			}
 			return &exitError{1, "temporary error"}

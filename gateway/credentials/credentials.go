@@ -15,6 +15,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/providers"
+	"github.com/openclaw/cloudworkers/internal/atomicfile"
 )
 
 // KeyFile is the name of the sealing key inside the data dir.
@@ -76,44 +77,12 @@ func loadKey(path string) ([]byte, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(path, key, 0o600); err != nil {
+	if err := atomicfile.Write(path, key, 0o600); err != nil {
 		return nil, fmt.Errorf("write credentials key: %w", err)
 	}
 	return key, nil
 }
 
-// writeFileAtomic writes data through a temp file, fsync, rename and a directory fsync.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
-}
 
 func (s *Store) seal(name, value string) ([]byte, error) {
 	nonce := make([]byte, s.aead.NonceSize(), s.aead.NonceSize()+len(value)+s.aead.Overhead())

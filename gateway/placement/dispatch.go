@@ -24,6 +24,7 @@ import (
 	"github.com/openclaw/cloudworkers/sync/manifest"
 	"github.com/openclaw/cloudworkers/sync/mirror"
 	"github.com/openclaw/cloudworkers/sync/stream"
+	"github.com/openclaw/cloudworkers/internal/atomicfile"
 )
 
 // DispatchConfig configures a Dispatcher.
@@ -755,23 +756,7 @@ func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Enviro
 }
 
 func writeManifest(path string, m *manifest.Manifest) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".manifest-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if err := m.Encode(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return atomicfile.WriteFunc(path, 0o600, m.Encode)
 }
 
 func readManifest(path string) (*manifest.Manifest, error) {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/openclaw/cloudworkers/internal/atomicfile"
 )
 
 // DefaultListen is where a box listens unless told otherwise: loopback, port chosen by the kernel.
@@ -171,7 +173,7 @@ func writeState(boxDir string, st State) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(statePath(boxDir), b, 0o600); err != nil {
+	if err := atomicfile.Write(statePath(boxDir), b, 0o600); err != nil {
 		return fmt.Errorf("write box state: %w", err)
 	}
 	return nil

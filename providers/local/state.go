@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/openclaw/cloudworkers/internal/atomicfile"
 )
 
 // Names inside a box directory.
@@ -96,44 +98,6 @@ func ReadState(boxDir string) (State, error) {
 	return st, nil
 }
 
-// writeFileAtomic writes data to path through a temp file that is synced and renamed into place.
-func writeFileAtomic(path string, data []byte, perm fs.FileMode) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	name := tmp.Name()
-	cleanup := func() { _ = os.Remove(name) }
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		cleanup()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		cleanup()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		cleanup()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		cleanup()
-		return err
-	}
-	if err := os.Rename(name, path); err != nil {
-		cleanup()
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
-}
 
 // loadOrCreateKey returns the ed25519 key stored at path, generating and storing one (0600) if
 // there is none.
@@ -157,7 +121,7 @@ func loadOrCreateKey(path string) (ssh.Signer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(path, pem.EncodeToMemory(block), 0o600); err != nil {
+	if err := atomicfile.Write(path, pem.EncodeToMemory(block), 0o600); err != nil {
 		return nil, fmt.Errorf("write key %s: %w", path, err)
 	}
 	return ssh.NewSignerFromKey(priv)
@@ -171,7 +135,7 @@ func ensureClientKey(boxDir string) (ssh.PublicKey, error) {
 	}
 	pub := ssh.MarshalAuthorizedKey(s.PublicKey())
 	if cur, err := os.ReadFile(clientPubKeyPath(boxDir)); err != nil || string(cur) != string(pub) {
-		if err := writeFileAtomic(clientPubKeyPath(boxDir), pub, 0o644); err != nil {
+		if err := atomicfile.Write(clientPubKeyPath(boxDir), pub, 0o644); err != nil {
 			return nil, err
 		}
 	}

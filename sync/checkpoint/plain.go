@@ -19,6 +19,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/sync/manifest"
 	"github.com/openclaw/cloudworkers/sync/stream"
+	"github.com/openclaw/cloudworkers/internal/atomicfile"
 )
 
 // snapshot is the file <Dir>/<seq>.json of a plain-mode checkpoint.
@@ -83,29 +84,18 @@ func (s *Store) storeBlob(file string, e manifest.Entry) error {
 		return err
 	}
 	defer in.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(dst), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(in, e.Size+1))
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("store %s: %w", e.Path, err)
-	}
-	if n != e.Size || hex.EncodeToString(h.Sum(nil)) != e.SHA256 {
-		return fmt.Errorf("store %s: %w", e.Path, stream.ErrChanged)
-	}
-	if err := os.Chmod(tmp.Name(), 0o400); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), dst)
+	// The blob is read-only once stored; a copy that does not match e is never renamed into place.
+	return atomicfile.WriteFunc(dst, 0o400, func(w io.Writer) error {
+		h := sha256.New()
+		n, err := io.Copy(io.MultiWriter(w, h), io.LimitReader(in, e.Size+1))
+		if err != nil {
+			return fmt.Errorf("store %s: %w", e.Path, err)
+		}
+		if n != e.Size || hex.EncodeToString(h.Sum(nil)) != e.SHA256 {
+			return fmt.Errorf("store %s: %w", e.Path, stream.ErrChanged)
+		}
+		return nil
+	})
 }
 
 // writeOnce writes file temp-then-fsync and links it into place, failing if it exists.
@@ -222,7 +212,7 @@ func (s *Store) prunePlain(ctx context.Context, old, kept []*snapshot) error {
 		for _, b := range blobs {
 			name := b.Name()
 			stored := len(name) == 64 && strings.HasPrefix(name, sub.Name())
-			if (stored && !held[name]) || strings.HasPrefix(name, ".tmp-") {
+			if (stored && !held[name]) || strings.HasPrefix(name, ".") {
 				if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 					return err
 				}

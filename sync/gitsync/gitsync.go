@@ -17,6 +17,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/sync/gitexec"
 	"github.com/openclaw/cloudworkers/sync/manifest"
+	"github.com/openclaw/cloudworkers/internal/atomicfile"
 )
 
 // BranchPrefix names managed branches: openclaw/<name>.
@@ -189,23 +190,11 @@ func (a *Anchor) Manifest(ctx context.Context, opts manifest.Options) (*manifest
 // every tree and blob under it — none of its ancestors, so its size does not depend on the length
 // of the history. BoxRepoCommand makes a shallow repository on the box from it.
 func (a *Anchor) BasePack(ctx context.Context, file string) error {
-	tmp := file + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp)
-	err = a.writeBasePack(ctx, f)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	err := atomicfile.WriteFunc(file, 0o600, func(w io.Writer) error { return a.writeBasePack(ctx, w) })
 	if err != nil {
 		return fmt.Errorf("pack base %s: %w", short(a.Base), err)
 	}
-	return os.Rename(tmp, file)
+	return nil
 }
 
 // writeBasePack streams `git rev-list --objects --no-walk <base>` (the commit, then every object

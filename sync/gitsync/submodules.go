@@ -16,6 +16,7 @@ import (
 	"github.com/openclaw/cloudworkers/sync/gitexec"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 	"github.com/openclaw/cloudworkers/sync/stream"
+	"github.com/openclaw/cloudworkers/internal/atomicfile"
 )
 
 // Submodule is a submodule (gitlink) of a commit of the anchor.
@@ -61,7 +62,7 @@ func (a *Anchor) saveFilled(m map[string]string) error {
 	if err != nil {
 		return err
 	}
-	return manifest.WriteFileAtomic(a.filledFile(), b, true)
+	return atomicfile.Write(a.filledFile(), b, 0o600)
 }
 
 // anchorLocks serialises, per anchor directory, what changes its submodule copies: fills,

@@ -2,15 +2,15 @@ package manifest
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/openclaw/cloudworkers/internal/atomicfile"
 )
 
 // Cache remembers file hashes by size, mtime, ctime and inode, so that Build does not re-hash
@@ -65,7 +65,11 @@ func (c *Cache) save(file string, fsync bool) error {
 	if err != nil {
 		return err
 	}
-	if err := WriteFileAtomic(file, b, fsync); err != nil {
+	write := atomicfile.Write
+	if !fsync {
+		write = atomicfile.WriteUnsynced
+	}
+	if err := write(file, b, 0o600); err != nil {
 		return fmt.Errorf("save hash cache: %w", err)
 	}
 	c.dirty = false
@@ -203,27 +207,3 @@ func (c *Cache) Keep(m *Manifest) {
 	}
 }
 
-// WriteFileAtomic writes b to file through a temporary file beside it (synced when fsync is set)
-// renamed into place: a reader sees the old content or the new, never a part.
-func WriteFileAtomic(file string, b []byte, fsync bool) error {
-	f, err := os.CreateTemp(filepath.Dir(file), ".tmp-"+filepath.Base(file)+"-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(b)
-	if err == nil && fsync {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, file)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return errors.Join(err)
-	}
-	return nil
-}
