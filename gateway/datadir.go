@@ -85,7 +85,6 @@ func (l *Lock) Release() error {
 	return err
 }
 
-
 // TokenFile is the name of the API token file inside the data dir.
 const TokenFile = "gateway.token"
 

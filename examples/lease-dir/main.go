@@ -215,7 +215,6 @@ func (d *leaseDir) save(l *lease) error {
 	return atomicfile.Write(d.path(l.ID), b, 0o600)
 }
 
-
 func (d *leaseDir) warmup(id string, w warmupArgs) error {
 	unlock, err := d.lock()
 	if err != nil {

@@ -14,8 +14,8 @@ import (
 	"regexp"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
-	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/internal/atomicfile"
+	"github.com/openclaw/cloudworkers/providers"
 )
 
 // KeyFile is the name of the sealing key inside the data dir.
@@ -82,7 +82,6 @@ func loadKey(path string) ([]byte, error) {
 	}
 	return key, nil
 }
-
 
 func (s *Store) seal(name, value string) ([]byte, error) {
 	nonce := make([]byte, s.aead.NonceSize(), s.aead.NonceSize()+len(value)+s.aead.Overhead())

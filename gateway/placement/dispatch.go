@@ -19,12 +19,12 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/bootstrap"
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/internal/atomicfile"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/sync/gitsync"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 	"github.com/openclaw/cloudworkers/sync/mirror"
 	"github.com/openclaw/cloudworkers/sync/stream"
-	"github.com/openclaw/cloudworkers/internal/atomicfile"
 )
 
 // DispatchConfig configures a Dispatcher.

@@ -98,7 +98,6 @@ func ReadState(boxDir string) (State, error) {
 	return st, nil
 }
 
-
 // loadOrCreateKey returns the ed25519 key stored at path, generating and storing one (0600) if
 // there is none.
 func loadOrCreateKey(path string) (ssh.Signer, error) {

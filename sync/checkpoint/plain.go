@@ -17,9 +17,9 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/openclaw/cloudworkers/internal/atomicfile"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 	"github.com/openclaw/cloudworkers/sync/stream"
-	"github.com/openclaw/cloudworkers/internal/atomicfile"
 )
 
 // snapshot is the file <Dir>/<seq>.json of a plain-mode checkpoint.

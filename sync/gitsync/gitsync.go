@@ -15,9 +15,9 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/openclaw/cloudworkers/internal/atomicfile"
 	"github.com/openclaw/cloudworkers/sync/gitexec"
 	"github.com/openclaw/cloudworkers/sync/manifest"
-	"github.com/openclaw/cloudworkers/internal/atomicfile"
 )
 
 // BranchPrefix names managed branches: openclaw/<name>.

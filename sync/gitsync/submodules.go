@@ -13,10 +13,10 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/openclaw/cloudworkers/internal/atomicfile"
 	"github.com/openclaw/cloudworkers/sync/gitexec"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 	"github.com/openclaw/cloudworkers/sync/stream"
-	"github.com/openclaw/cloudworkers/internal/atomicfile"
 )
 
 // Submodule is a submodule (gitlink) of a commit of the anchor.

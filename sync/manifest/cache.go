@@ -206,4 +206,3 @@ func (c *Cache) Keep(m *Manifest) {
 		}
 	}
 }
-
