@@ -55,8 +55,12 @@ type ProvisionRequest struct {
 	EnvironmentID string
 	GatewayID     string
 	// LeaseID is derived by the gateway from the operation id so that a lease CLI can use it
-	// as an idempotency key.
+	// as an idempotency key (or, for CLIs that choose their own ids, as the slug it adopts by).
 	LeaseID string
+	// Reported, when set, is called while provisioning with the lease id a lease CLI chose
+	// itself (and the lease labels to keep with it), the moment it is known, so the gateway
+	// records it before Provision returns.
+	Reported func(leaseID string, labels map[string]string) error
 }
 
 // Lease is a machine the gateway may reach over SSH.
@@ -93,6 +97,8 @@ func (l Lease) Validate() error {
 // LeaseStatus is what a provider reports about one lease.
 type LeaseStatus struct {
 	LeaseID string `json:"leaseId"`
+	// Slug is the provider's second name of the lease, when it has one (Crabbox's slug).
+	Slug string `json:"slug,omitempty"`
 	// State is the provider's own word for the lease state.
 	State string `json:"state"`
 	// Gone is true only on proof that the lease no longer exists.

@@ -21,9 +21,11 @@ func gatewayDeps(log *slog.Logger) gateway.Deps {
 			if err != nil {
 				return nil, err
 			}
+			// Lease CLIs run in <data-dir>/providers/<profile>, never in the gateway's own directory.
+			cc := command.Config{WorkRoot: filepath.Join(dataDir, "providers")}
 			return providers.Registry{
-				"command": command.New(),
-				"crabbox": command.NewCrabbox(),
+				"command": command.New(cc),
+				"crabbox": command.NewCrabbox(cc),
 				"static":  static.New(db),
 				"local":   lp,
 			}, nil

@@ -32,7 +32,11 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// crabboxProfile is a Crabbox preset profile whose binary is this test binary acting as lease-dir.
+func leaseDirProvider(t *testing.T) *command.Provider {
+	return command.New(command.Config{WorkRoot: t.TempDir()})
+}
+
+// crabboxProfile is a Crabbox-shaped profile whose binary is this test binary acting as lease-dir.
 func crabboxProfile(t *testing.T, dir string, env map[string]string) providers.Profile {
 	t.Helper()
 	exe, err := os.Executable()
@@ -43,11 +47,21 @@ func crabboxProfile(t *testing.T, dir string, env map[string]string) providers.P
 	for k, v := range env {
 		e[k] = v
 	}
-	b, _ := json.Marshal(map[string]any{"binary": exe, "provider": "dir", "class": "small", "pollInterval": "10ms", "env": e})
-	if err := command.NewCrabbox().ValidateSettings(b); err != nil {
+	// lease-dir speaks what we once assumed Crabbox does (labels on warmup): the generic command
+	// provider drives it; the Crabbox preset is tested against examples/lease-crabbox.
+	b, _ := json.Marshal(map[string]any{
+		"provision": []string{exe, "warmup", "--provider", "dir", "--class", "{class}", "--ttl", "{ttl}", "--idle-timeout", "{idleTimeout}",
+			"--lease-id", "{leaseId}", "--label", "openclaw.gateway={gatewayId}", "--label", "openclaw.environment={envId}"},
+		"inspect": []string{exe, "inspect", "--id", "{leaseId}", "--json"},
+		"renew":   []string{exe, "heartbeat", "--id", "{leaseId}"},
+		"destroy": []string{exe, "stop", "{leaseId}"},
+		"list":    []string{exe, "list", "--json"},
+		"class":   "small", "leaseIdPrefix": "cbx_", "pollInterval": "10ms", "env": e,
+	})
+	if err := leaseDirProvider(t).ValidateSettings(b); err != nil {
 		t.Fatal(err)
 	}
-	p := providers.Profile{ID: "demo", Provider: "crabbox", Settings: b}
+	p := providers.Profile{ID: "demo", Provider: "command", Settings: b}
 	p.SetDefaults()
 	return p
 }
@@ -55,7 +69,7 @@ func crabboxProfile(t *testing.T, dir string, env map[string]string) providers.P
 func TestCrabboxPresetDrivesLeaseDir(t *testing.T) {
 	ctx, dir := testCtx(t), t.TempDir()
 	prof := crabboxProfile(t, dir, nil)
-	p := command.NewCrabbox()
+	p := leaseDirProvider(t)
 	req := providers.ProvisionRequest{EnvironmentID: "env_1", GatewayID: "gw_1"}
 
 	lease, err := p.Provision(ctx, prof, "op-1", req)
@@ -121,7 +135,7 @@ func TestCrabboxPresetDrivesLeaseDir(t *testing.T) {
 
 func TestFaultInjection(t *testing.T) {
 	ctx := testCtx(t)
-	p := command.NewCrabbox()
+	p := leaseDirProvider(t)
 	req := providers.ProvisionRequest{EnvironmentID: "e", GatewayID: "g"}
 	for _, tc := range []struct {
 		env  map[string]string

@@ -272,9 +272,12 @@ type SweptLease struct {
 	Reason        string `json:"reason"`
 }
 
-// Sweep compares provider inventories with our rows. A lease labelled with this gateway's id that
-// has no row, or whose row is dead, is destroyed and audited; leases of others are left alone.
-// Environments whose lease is proven gone become orphaned.
+// Sweep compares provider inventories with our rows and destroys (and audits) leases that are
+// ours but whose environment is dead or unknown. What is ours: a lease labelled with this
+// gateway's id (lease CLIs that take labels), or, for a lease without our labels, one whose id or
+// slug this gateway derived and recorded on an environment row before it called the CLI; a lease
+// of others, or one we did not record, is never destroyed. Environments whose lease is proven gone
+// become orphaned.
 func (m *Manager) Sweep(ctx context.Context) (SweepReport, error) {
 	start := time.Now()
 	rep := SweepReport{Destroyed: []SweptLease{}, Orphaned: []string{}, Errors: []string{}}
@@ -302,7 +305,7 @@ func (m *Manager) Sweep(ctx context.Context) (SweepReport, error) {
 			if id == "" {
 				id = st.Lease.ID
 			}
-			key := prof.Provider + "\x00" + id
+			key := prof.Provider + "\x00" + id + "\x00" + st.Slug
 			if id == "" || seen[key] || st.Gone {
 				continue
 			}
@@ -312,10 +315,15 @@ func (m *Manager) Sweep(ctx context.Context) (SweepReport, error) {
 			if labels == nil {
 				labels = st.Lease.Labels
 			}
-			if labels[providers.LabelGateway] != m.cfg.GatewayID {
+			var reason, owner string
+			switch gw, labelled := labels[providers.LabelGateway]; {
+			case labelled && gw != m.cfg.GatewayID:
 				continue
+			case labelled:
+				reason, owner = m.orphanReason(ctx, prof.Provider, id, labels[providers.LabelEnvironment])
+			default:
+				reason, owner = m.recordedOrphanReason(ctx, prov, prof.Provider, id, st.Slug)
 			}
-			reason, owner := m.orphanReason(ctx, prof.Provider, id, labels[providers.LabelEnvironment])
 			if reason == "" {
 				continue
 			}
@@ -350,6 +358,36 @@ func (m *Manager) Sweep(ctx context.Context) (SweepReport, error) {
 	}
 	rep.Duration = time.Since(start) / time.Millisecond
 	return rep, nil
+}
+
+// recordedOrphanReason says why an unlabelled listed lease (id, slug) should be destroyed, or "" to
+// keep it. It is ours only when an environment row of this provider recorded id or slug as its
+// lease before the CLI was called, and that row's own derivation (operation id → lease id or
+// slug) gives the same name: a static box re-leased under another slug is not ours any more.
+func (m *Manager) recordedOrphanReason(ctx context.Context, prov providers.Provider, provider, id, slug string) (reason, envID string) {
+	rows, err := m.db.R.QueryContext(ctx, `SELECT `+envCols+` FROM environments WHERE provider_id=? AND lease_id IN (?,?) ORDER BY created_at DESC LIMIT 100`, provider, id, slug)
+	if err != nil {
+		return "", ""
+	}
+	defer rows.Close()
+	for rows.Next() {
+		e, err := scanEnv(rows)
+		if err != nil {
+			return "", ""
+		}
+		derived := DefaultLeaseID(e.OperationID)
+		if d, ok := prov.(providers.LeaseIDer); ok {
+			derived = d.LeaseID(e.Profile, e.OperationID)
+		}
+		if derived != id && (slug == "" || derived != slug) {
+			continue
+		}
+		if !e.State.Dead() {
+			return "", e.ID
+		}
+		return "environment " + e.ID + " is " + string(e.State), e.ID
+	}
+	return "", ""
 }
 
 // orphanReason says why a lease labelled as ours should be destroyed, or "" to keep it.

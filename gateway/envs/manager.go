@@ -465,6 +465,17 @@ func (m *Manager) provision(ctx context.Context, id string) {
 	m.log.Info("provisioning", "env", id, "provider", e.ProviderID, "op", e.OperationID, "lease", leaseID)
 	lease, err := prov.Provision(pctx, e.Profile, e.OperationID, providers.ProvisionRequest{
 		EnvironmentID: id, GatewayID: m.cfg.GatewayID, LeaseID: leaseID,
+		// A lease CLI that chooses its own ids reports one mid-provision: it is recorded at once, so
+		// teardown, the sweep and a restart know the lease even if this gateway dies before the call returns.
+		Reported: func(reported string, labels map[string]string) error {
+			lb, _ := json.Marshal(labels)
+			_, err := m.db.W.ExecContext(ctx, `UPDATE environments SET lease_id=?, lease_labels=?, updated_at=? WHERE id=? AND state IN ('provisioning','draining','destroying')`,
+				reported, string(lb), store.Now(), id)
+			if err == nil {
+				m.log.Info("lease reported", "env", id, "lease", reported)
+			}
+			return err
+		},
 	})
 	if ctx.Err() != nil {
 		return // gateway stopping: resumed on restart with the same operation id

@@ -38,7 +38,7 @@ func TestApplyIssueExampleRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	s := profiles.New(db, providers.Registry{"command": command.New(), "fake": fake.New()}, nil)
+	s := profiles.New(db, providers.Registry{"command": command.New(command.Config{}), "fake": fake.New()}, nil)
 	list, err := profiles.ParseYAML(strings.NewReader(issueExample))
 	if err != nil {
 		t.Fatal(err)

@@ -78,7 +78,8 @@ func TestProvisionWaitsForReady(t *testing.T) {
 	}, map[string]string{"HELPER_READY_AFTER": "3", "HELPER_HOSTKEY": hk})
 	prof.Lifetime = providers.Lifetime{TTL: providers.Duration(24 * time.Hour), IdleTimeout: providers.Duration(90 * time.Minute)}
 
-	p := New()
+	cfg := testConfig(t)
+	p := New(cfg)
 	req := providers.ProvisionRequest{EnvironmentID: "env1", GatewayID: "gw1"}
 	lease, err := p.Provision(ctx, prof, "op-1", req)
 	if err != nil {
@@ -88,11 +89,10 @@ func TestProvisionWaitsForReady(t *testing.T) {
 	if got := p.LeaseID(prof, "op-1"); got != wantID {
 		t.Fatalf("LeaseID = %q, want %q", got, wantID)
 	}
-	wd, _ := os.Getwd()
 	if lease.ID != wantID || lease.SSHHost != "127.0.0.1" || lease.SSHPort != 2222 || lease.SSHUser != "box" {
 		t.Fatalf("lease = %+v", lease)
 	}
-	if want := filepath.Join(wd, "keys/id_ed25519"); lease.SSHKeyPath != want {
+	if want := filepath.Join(cfg.WorkRoot, prof.ID, "keys/id_ed25519"); lease.SSHKeyPath != want {
 		t.Fatalf("SSHKeyPath = %q, want %q (relative to the CLI's working dir)", lease.SSHKeyPath, want)
 	}
 	if !slices.Equal(lease.HostKeys, []string{hk}) {
@@ -193,7 +193,7 @@ func TestProvisionErrors(t *testing.T) {
 			for k, v := range tc.extra {
 				s[k] = v
 			}
-			_, err := New().Provision(testCtx(t), profile(t, s, tc.env), "op-"+tc.name, providers.ProvisionRequest{})
+			_, err := New(testConfig(t)).Provision(testCtx(t), profile(t, s, tc.env), "op-"+tc.name, providers.ProvisionRequest{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
 			}
@@ -205,7 +205,7 @@ func TestErrorMessageIsBounded(t *testing.T) {
 	exe := helperExe(t)
 	ok := []string{exe, "print", ""}
 	prof := profile(t, map[string]any{"provision": []string{exe, "fail", "1", strings.Repeat("x", 10000)}, "inspect": ok, "destroy": ok}, nil)
-	_, err := New().Provision(testCtx(t), prof, "op", providers.ProvisionRequest{})
+	_, err := New(testConfig(t)).Provision(testCtx(t), prof, "op", providers.ProvisionRequest{})
 	var ce *CLIError
 	if !errors.As(err, &ce) || ce.ExitCode != 1 || ce.Command != "provision" {
 		t.Fatalf("err = %#v", err)
@@ -222,7 +222,7 @@ func TestTimeoutKillsProcessGroup(t *testing.T) {
 	prof := profile(t, map[string]any{
 		"provision": []string{exe, "hang", pidFile}, "inspect": ok, "destroy": ok, "timeout": "500ms",
 	}, nil)
-	_, err := New().Provision(testCtx(t), prof, "op", providers.ProvisionRequest{})
+	_, err := New(testConfig(t)).Provision(testCtx(t), prof, "op", providers.ProvisionRequest{})
 	if err == nil || !strings.Contains(err.Error(), "lease CLI provision timed out after 500ms") {
 		t.Fatalf("err = %v", err)
 	}
@@ -248,7 +248,7 @@ func TestExitedCommandLeavesNoProcess(t *testing.T) {
 	pidFile := filepath.Join(dir, "child.pid")
 	ok := []string{exe, "print", ""}
 	prof := profile(t, map[string]any{"provision": ok, "inspect": ok, "destroy": []string{exe, "detach", pidFile}}, nil)
-	if err := New().Destroy(testCtx(t), prof, providers.Lease{ID: "l1"}); err != nil {
+	if err := New(testConfig(t)).Destroy(testCtx(t), prof, providers.Lease{ID: "l1"}); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(pidFile)
@@ -307,7 +307,7 @@ func TestInspectGoneNeedsProof(t *testing.T) {
 			for k, v := range tc.extra {
 				s[k] = v
 			}
-			st, err := New().Inspect(testCtx(t), profile(t, s, nil), providers.Lease{ID: "l1"})
+			st, err := New(testConfig(t)).Inspect(testCtx(t), profile(t, s, nil), providers.Lease{ID: "l1"})
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || st.Gone {
 					t.Fatalf("status %+v, err = %v, want error %q", st, err, tc.wantErr)
@@ -332,7 +332,7 @@ func TestDestroyRenewList(t *testing.T) {
 		return profile(t, s, nil)
 	}
 	ctx, lease := testCtx(t), providers.Lease{ID: "l1"}
-	p := New()
+	p := New(testConfig(t))
 
 	if err := p.Destroy(ctx, base(nil), lease); err != nil {
 		t.Fatalf("destroy: %v", err)
@@ -379,7 +379,7 @@ func TestCommandsGetACleanEnvironment(t *testing.T) {
 	ok := []string{exe, "print", ""}
 	prof := profile(t, map[string]any{"provision": ok, "inspect": ok, "destroy": []string{exe, "env", envFile}},
 		map[string]string{"CRABBOX_TOKEN_FILE": "/etc/crabbox/token"})
-	if err := New().Destroy(testCtx(t), prof, providers.Lease{ID: "l1"}); err != nil {
+	if err := New(testConfig(t)).Destroy(testCtx(t), prof, providers.Lease{ID: "l1"}); err != nil {
 		t.Fatal(err)
 	}
 	env := readLines[[]string](t, envFile)[0]
@@ -405,11 +405,11 @@ func TestCrabboxPreset(t *testing.T) {
 	ctx, dir, hk := testCtx(t), t.TempDir(), hostKey(t)
 	settings, _ := json.Marshal(map[string]any{
 		"binary": helperExe(t), "provider": "hetzner", "class": "cx22", "idleTimeout": "45m", "pollInterval": "10ms",
-		"env": map[string]string{"LEASE_CLI_HELPER": "crabbox", "HELPER_DIR": dir, "HELPER_HOSTKEY": hk, "GORACE": "atexit_sleep_ms=0"},
+		"env": map[string]string{"LEASE_CLI_HELPER": "crabbox", "HELPER_DIR": dir, "HELPER_HOSTKEY": hk, "GORACE": "atexit_sleep_ms=0", "HELPER_VERSION": "0.46.0"},
 	})
 	prof := providers.Profile{ID: "cb", Provider: "crabbox", Settings: settings,
 		Lifetime: providers.Lifetime{TTL: providers.Duration(48 * time.Hour)}}
-	p := NewCrabbox()
+	p := NewCrabbox(testConfig(t))
 	if err := p.ValidateSettings(settings); err != nil {
 		t.Fatal(err)
 	}
@@ -433,12 +433,12 @@ func TestCrabboxPreset(t *testing.T) {
 	}
 	got := readLines[[]string](t, filepath.Join(dir, "argv.log"))
 	want := [][]string{
-		{"warmup", "--provider", "hetzner", "--class", "cx22", "--ttl", "48h", "--idle-timeout", "45m", "--lease-id", id,
-			"--label", "openclaw.gateway=gw_1", "--label", "openclaw.environment=env_1"},
-		{"inspect", "--id", id, "--json"},
-		{"heartbeat", "--id", id},
-		{"stop", id},
-		{"list", "--json"},
+		{"--version"},
+		{"warmup", "--provider", "hetzner", "--class", "cx22", "--ttl", "48h", "--idle-timeout", "45m", "--lease-id", id},
+		{"inspect", "--provider", "hetzner", "--id", id, "--json"},
+		{"heartbeat", "--provider", "hetzner", "--id", id},
+		{"stop", "--provider", "hetzner", id},
+		{"list", "--provider", "hetzner", "--json"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("argv = %q\nwant %q", got, want)
@@ -475,11 +475,14 @@ func TestValidateSettingsNamesTheField(t *testing.T) {
 		{name: "crabbox ttl", crabbox: true, settings: `{"ttl":"forever"}`, field: "settings.ttl"},
 		{name: "crabbox flag injection", crabbox: true, settings: `{"class":"--rm"}`, field: "settings.class"},
 		{name: "crabbox unknown field", crabbox: true, settings: `{"provision":["x"]}`, field: "settings.provision"},
+		{name: "crabbox static class", crabbox: true, settings: `{"provider":"ssh","class":"cx22"}`, field: "settings.class"},
+		{name: "crabbox host key", crabbox: true, settings: `{"hostKeys":["ssh-ed25519 nope"]}`, field: "settings.hostKeys[0]"},
+		{name: "crabbox missing", crabbox: true, settings: `{"binary":"/nonexistent/crabbox"}`, field: "settings.binary"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := New()
+			p := New(testConfig(t))
 			if tc.crabbox {
-				p = NewCrabbox()
+				p = NewCrabbox(testConfig(t))
 			}
 			err := p.ValidateSettings(json.RawMessage(tc.settings))
 			var fe *providers.FieldError
@@ -489,12 +492,17 @@ func TestValidateSettingsNamesTheField(t *testing.T) {
 		})
 	}
 	good, _ := json.Marshal(map[string]any{"provision": ok, "inspect": ok, "destroy": ok})
-	if err := New().ValidateSettings(good); err != nil {
+	if err := New(testConfig(t)).ValidateSettings(good); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{``, `{}`, `{"binary":"/opt/crabbox","provider":"hetzner","class":"cx22","ttl":"24h"}`} {
-		if err := NewCrabbox().ValidateSettings(json.RawMessage(s)); err != nil {
-			t.Fatalf("crabbox %q: %v", s, err)
+	for _, s := range []string{`{}`, `{"provider":"hetzner","class":"cx22","ttl":"24h"}`, `{"provider":"ssh","idempotentLeaseId":false}`} {
+		var m map[string]any
+		_ = json.Unmarshal([]byte(s), &m)
+		m["binary"] = helperExe(t)
+		m["env"] = map[string]string{"LEASE_CLI_HELPER": "crabbox", "HELPER_DIR": t.TempDir(), "HELPER_VERSION": "0.41.1", "GORACE": "atexit_sleep_ms=0"}
+		b, _ := json.Marshal(m)
+		if err := NewCrabbox(testConfig(t)).ValidateSettings(b); err != nil {
+			t.Fatalf("crabbox %s: %v", s, err)
 		}
 	}
 }

@@ -130,6 +130,11 @@ func crabboxMain(args []string) int {
 		}
 	}
 	switch args[0] {
+	case "--version":
+		fmt.Println(os.Getenv("HELPER_VERSION"))
+	case "warmup":
+		i := slices.Index(args, "--lease-id")
+		fmt.Printf("leased %s slug=swift-crab provider=hetzner server=1 type=cx22 ip=127.0.0.1 idle_timeout=45m0s expires=-\n", args[i+1])
 	case "inspect":
 		i := slices.Index(args, "--id")
 		b, _ := json.Marshal(ready(args[i+1]))
@@ -157,4 +162,10 @@ func readLines[T any](t *testing.T, path string) []T {
 		out = append(out, v)
 	}
 	return out
+}
+
+// testConfig gives each test its own provider working root.
+func testConfig(t *testing.T) Config {
+	t.Helper()
+	return Config{WorkRoot: filepath.Join(t.TempDir(), "providers")}
 }

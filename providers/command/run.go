@@ -79,14 +79,30 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 // A non-zero exit is reported in the result, not as an error; errors are for commands that could
 // not start, timed out, were cancelled or printed too much.
 func (c *config) run(ctx context.Context, name string, argv []string) (result, error) {
+	return c.runLines(ctx, name, argv, nil)
+}
+
+// runLines is run that also hands every complete stdout line (at most maxLine bytes are looked
+// at) to onLine the moment it is printed, while the command still runs.
+func (c *config) runLines(ctx context.Context, name string, argv []string, onLine func(string)) (result, error) {
+	if c.workDir == "" {
+		return result{}, fmt.Errorf("lease CLI %s: the command provider has no working directory (the gateway's data dir)", name)
+	}
+	if err := os.MkdirAll(c.workDir, 0o700); err != nil {
+		return result{}, fmt.Errorf("lease CLI %s: working directory: %w", name, err)
+	}
 	tctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	cmd := exec.CommandContext(tctx, argv[0], argv[1:]...)
 	cmd.Env = c.environ()
+	cmd.Dir = c.workDir
 	cmd.Stdin = nil
 	stdout := &limitedBuffer{max: maxStdout}
 	stderr := &limitedBuffer{max: maxStderr}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if onLine != nil {
+		cmd.Stdout = &lineWriter{next: stdout, onLine: onLine}
+	}
 	setProcessGroup(cmd)
 	cmd.WaitDelay = killGrace
 	err := cmd.Run()
@@ -114,6 +130,31 @@ func (c *config) run(ctx context.Context, name string, argv []string) (result, e
 		return res, fmt.Errorf("lease CLI %s printed more than %d bytes", name, maxStdout)
 	}
 	return res, nil
+}
+
+// maxLine bounds one stdout line handed to a line callback; longer lines are cut.
+const maxLine = 4 << 10
+
+// lineWriter passes output through and calls onLine for each complete line.
+type lineWriter struct {
+	next   *limitedBuffer
+	onLine func(string)
+	line   []byte
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	n, _ := w.next.Write(p)
+	for _, b := range p {
+		if b == '\n' {
+			w.onLine(string(w.line))
+			w.line = w.line[:0]
+			continue
+		}
+		if len(w.line) < maxLine {
+			w.line = append(w.line, b)
+		}
+	}
+	return n, nil
 }
 
 // environ is the small clean environment of every command: never the gateway's own secrets.

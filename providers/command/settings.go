@@ -51,8 +51,11 @@ const (
 	DefaultLeaseIDPrefix   = "ocl_"
 )
 
-// DefaultGoneStates are the inspect states that prove a lease is gone unless settings say otherwise.
-var DefaultGoneStates = []string{"gone", "released", "deleted", "terminated"}
+// DefaultGoneStates are the inspect states that prove a lease is gone unless settings say otherwise:
+// ours plus every terminal state of Crabbox (statusTerminalState in openclaw/crabbox
+// internal/cli/status.go).
+var DefaultGoneStates = []string{"gone", "deleted", "deleting", "expired", "failed", "missing", "released",
+	"stopped", "stopped_with_code", "terminated"}
 
 // Placeholders known in argv templates.
 const (
@@ -63,9 +66,10 @@ const (
 	phClass       = "class"
 	phTTL         = "ttl"
 	phIdleTimeout = "idleTimeout"
+	phSlug        = "slug"
 )
 
-var allPlaceholders = []string{phOpID, phEnvID, phGatewayID, phLeaseID, phClass, phTTL, phIdleTimeout}
+var allPlaceholders = []string{phOpID, phEnvID, phGatewayID, phLeaseID, phSlug, phClass, phTTL, phIdleTimeout}
 
 // available lists the placeholders each command may use: an inspect or destroy does not know the
 // operation id, and list knows no lease at all.
@@ -95,6 +99,11 @@ type config struct {
 	leaseIDPrefix string
 	class         string
 	env           map[string]string
+
+	// Set by the Crabbox preset (crabbox.go); zero for the generic provider.
+	crabbox *crabboxConfig
+	// workDir is where every command runs: a directory the gateway owns, never its own cwd.
+	workDir string
 }
 
 // decodeStrict decodes settings JSON into v, refusing unknown fields and naming them.
