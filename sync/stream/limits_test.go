@@ -9,7 +9,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -18,35 +17,6 @@ import (
 	"github.com/openclaw/cloudworkers/sync/internal/synctest"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 )
-
-// planStream is the JSON of a plan generated as it is read: head, then entries made by entry(i,
-// buf) for i = 0, 1, …, comma-separated, without end (a hostile box need not end it): a test
-// feeds hundreds of MiB of plan without allocating them.
-type planStream struct {
-	head  string
-	entry func(i int, b []byte) []byte
-	buf   []byte
-	i     int
-	read  int64
-}
-
-func (p *planStream) Read(b []byte) (int, error) {
-	if len(p.buf) == 0 {
-		if p.head != "" {
-			p.buf, p.head = append(p.buf, p.head...), ""
-		} else {
-			if p.i > 0 {
-				p.buf = append(p.buf, ',')
-			}
-			p.buf = p.entry(p.i, p.buf)
-			p.i++
-		}
-	}
-	n := copy(b, p.buf)
-	p.buf = p.buf[:copy(p.buf, p.buf[n:])]
-	p.read += int64(n)
-	return n, nil
-}
 
 // hostileArchive is a tar+zstd archive whose plan entry declares size bytes, its content read
 // from plan, compressed as it is read: no more of it is generated than Apply reads. stop ends
@@ -87,17 +57,6 @@ func hostileArchive(t *testing.T, size int64, plan io.Reader) (_ io.Reader, stop
 // detector, whose runtime allocates more for the same decoding (98 MiB where 55 MiB without).
 const maxHeap = 64 << 20 * (1 + raceEnabled)
 
-// allocated is how many bytes of heap f allocated (runtime.MemStats.TotalAlloc), garbage
-// included: a bound on the heap it ever held.
-func allocated(f func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	f()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
-
 func fileEntryJSON(i int, b []byte) []byte {
 	return fmt.Appendf(b, `{"path":"src/pkg%05d/file%04d.go","type":"file","mode":420,"size":%d,"mtime":1700000000000000000,"sha256":"%s"}`,
 		i/1000, i%1000, 1000+i%5000, strings.Repeat("ab", 32))
@@ -132,22 +91,22 @@ func TestApplyRefusesHugePlansWithBoundedHeap(t *testing.T) {
 			if strings.Contains(tt.head, "deletes") {
 				entry = func(i int, b []byte) []byte { return fmt.Appendf(b, `"d%08d"`, i) }
 			}
-			plan := &planStream{head: tt.head, entry: entry}
+			plan := &synctest.LazyJSON{Prefix: tt.head, Entry: entry, Size: 1 << 40}
 			data, stop := hostileArchive(t, size, plan)
 			var err error
-			heap := allocated(func() { _, err = Apply(ctx, data, root, ApplyOptions{Limits: tt.lim}) })
+			heap := synctest.Allocated(func() { _, err = Apply(ctx, data, root, ApplyOptions{Limits: tt.lim}) })
 			stop()
 			var re *RefusedError
 			if !errors.As(err, &re) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err %v, want a refusal: %s", err, tt.want)
 			}
-			t.Logf("refused after %d MiB of the plan, %d MiB of heap allocated: %v", plan.read>>20, heap>>20, err)
+			t.Logf("refused after %d MiB of the plan, %d MiB of heap allocated: %v", plan.Sent()>>20, heap>>20, err)
 			if heap > maxHeap {
 				t.Fatalf("refusing the plan allocated %d MiB, want < %d MiB", heap>>20, maxHeap>>20)
 			}
 			// What the compressor and the pipe read ahead of Apply is counted too: a MiB.
-			if plan.read > tt.maxRead+(2<<20) {
-				t.Fatalf("read %d MiB of the plan before refusing it, want at most %d MiB", plan.read>>20, tt.maxRead>>20)
+			if plan.Sent() > tt.maxRead+(2<<20) {
+				t.Fatalf("read %d MiB of the plan before refusing it, want at most %d MiB", plan.Sent()>>20, tt.maxRead>>20)
 			}
 			if after := synctest.Snapshot(t, root); !maps.Equal(before, after) {
 				t.Fatalf("target changed: %v", after)
@@ -162,15 +121,15 @@ func TestApplyRefusesMoreEntriesThanRequested(t *testing.T) {
 	ctx := synctest.Context(t)
 	okE, okR := fileEntry("ok.txt", "fine")
 	plan := Plan{Version: PlanVersion, Entries: []manifest.Entry{okE}}
-	hostile := &planStream{head: `{"version":2,"entries":[`, entry: fileEntryJSON}
+	hostile := &synctest.LazyJSON{Prefix: `{"version":2,"entries":[`, Entry: fileEntryJSON, Size: 1 << 40}
 	hostileData, stop := hostileArchive(t, 60<<20, hostile)
 	_, err := Apply(ctx, hostileData, t.TempDir(), ApplyOptions{Expect: &plan})
 	stop()
 	if err == nil || !strings.Contains(err.Error(), "more entries than requested") {
 		t.Fatalf("err %v, want the requested plan's count enforced", err)
 	}
-	if hostile.read > 4<<20 {
-		t.Fatalf("read %d MiB of a plan longer than requested", hostile.read>>20)
+	if hostile.Sent() > 4<<20 {
+		t.Fatalf("read %d MiB of a plan longer than requested", hostile.Sent()>>20)
 	}
 	// The requested plan itself applies.
 	root := t.TempDir()
