@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -140,5 +141,44 @@ results stay on the box until then.`,
 	}
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the pull-back is recorded")
 	cmd.Flags().BoolVar(&force, "force", false, "apply the worker's deletions even beyond the deletion brake (profile sync.maxDeleteShare, default half of the files)")
+	return cmd
+}
+
+func newSessionMoveCmd(g *globals) *cobra.Command {
+	var local, force bool
+	cmd := &cobra.Command{
+		Use:   "move ID --local [--force]",
+		Short: "Move a session whose worker placement failed (or whose worker was lost) back to the gateway",
+		Long: `A session asked for a worker never runs on the gateway by itself: when its dispatch failed, its
+messages are refused until it is dispatched again (session dispatch) or moved here explicitly with
+--local. It then runs on the gateway in its workspace, or, when its last worker's work never came home
+through a pull-back (the worker was lost), in the anchor, which holds that work as of the last
+checkpoint. A session whose pull-back failed still has the worker's results on the box: pull back
+again, or move it with --force, which abandons them. A session active on a worker is brought home with
+session pullback.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !local {
+				return errors.New("say where: --local (the gateway); a session goes to a worker with `openclaw session dispatch ID --profile P`")
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var p placement.Placement
+			if _, err := c.Do(cmd.Context(), http.MethodPost, "/api/v1/sessions/"+url.PathEscape(args[0])+"/move",
+				placement.MoveRequest{To: "local", Force: force}, &p); err != nil {
+				return err
+			}
+			var ses struct {
+				Workspace string `json:"workspace"`
+			}
+			_, _ = c.Do(cmd.Context(), http.MethodGet, "/api/v1/sessions/"+url.PathEscape(args[0]), nil, &ses)
+			fmt.Fprintf(stdout, "session %s is local; its turns run on the gateway in %s\n", args[0], ses.Workspace)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&local, "local", false, "move the session to the gateway")
+	cmd.Flags().BoolVar(&force, "force", false, "after a failed pull-back: abandon the worker's results on the box")
 	return cmd
 }

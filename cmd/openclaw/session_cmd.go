@@ -26,7 +26,7 @@ func newSessionCmd(g *globals) *cobra.Command {
 		Aliases: []string{"sessions"},
 		Short:   "List, inspect, follow and export sessions",
 	}
-	cmd.AddCommand(newSessionCreateCmd(g), newSessionSendCmd(g), newSessionDispatchCmd(g), newSessionPullbackCmd(g), newSessionListCmd(g), newSessionShowCmd(g), newSessionWatchCmd(g),
+	cmd.AddCommand(newSessionCreateCmd(g), newSessionSendCmd(g), newSessionDispatchCmd(g), newSessionPullbackCmd(g), newSessionMoveCmd(g), newSessionListCmd(g), newSessionShowCmd(g), newSessionWatchCmd(g),
 		newSessionExportCmd(g))
 	return cmd
 }

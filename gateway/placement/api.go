@@ -41,7 +41,7 @@ func RegisterAPI(g *echo.Group, s *Service) {
 		if errors.Is(err, ErrWorkerUnavailable) {
 			return echo.NewHTTPError(http.StatusServiceUnavailable, err.Error())
 		}
-		if errors.Is(err, ErrBusy) || errors.Is(err, ErrPlacementMoving) {
+		if errors.Is(err, ErrBusy) || errors.Is(err, ErrPlacementMoving) || errors.Is(err, ErrPlacementFailed) {
 			return echo.NewHTTPError(http.StatusConflict, err.Error())
 		}
 		if err != nil {
@@ -78,6 +78,14 @@ type DispatchRequest struct {
 	MachineClass string `json:"machineClass,omitempty"`
 }
 
+// MoveRequest is the body of POST /sessions/:id/move.
+type MoveRequest struct {
+	// To is where the session goes: "local" (the gateway).
+	To string `json:"to"`
+	// Force moves a session whose pull-back failed, abandoning the worker's results on the box.
+	Force bool `json:"force,omitempty"`
+}
+
 // RegisterDispatchAPI adds the placement routes: dispatch, pull-back and the placement itself.
 func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 	g.POST("/sessions/:id/dispatch", func(c echo.Context) error {
@@ -106,6 +114,20 @@ func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 			return placementErr(err)
 		}
 		return c.JSON(http.StatusAccepted, p)
+	})
+	g.POST("/sessions/:id/move", func(c echo.Context) error {
+		var req MoveRequest
+		if err := (&echo.DefaultBinder{}).BindBody(c, &req); err != nil {
+			return providers.Fieldf("body", "invalid JSON: %v", err)
+		}
+		if req.To != "local" {
+			return providers.Fieldf("to", "must be \"local\" (a session goes to a worker with POST /sessions/{id}/dispatch), got %q", req.To)
+		}
+		p, err := d.MoveLocal(c.Request().Context(), c.Param("id"), req.Force)
+		if err != nil {
+			return placementErr(err)
+		}
+		return c.JSON(http.StatusOK, p)
 	})
 	g.POST("/environments/:id/check-sync", func(c echo.Context) error {
 		msg, err := d.CheckSync(c.Request().Context(), c.Param("id"))

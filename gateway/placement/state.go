@@ -230,7 +230,10 @@ func (ps *Placements) ClaimTurn(ctx context.Context, sessionID string, gen uint6
 			return fmt.Errorf("session %s placement moved to %s (generation %d): %w", sessionID, p.State, p.Generation, ErrStale)
 		case p.TurnRunID != "":
 			return fmt.Errorf("session %s: %w (run %s)", sessionID, ErrBusy, p.TurnRunID)
-		case p.State != Local && p.State != Active && p.State != Reclaimed && p.State != Failed:
+		case p.State == Failed:
+			// Only an explicit move (MoveLocal) or a new dispatch lets its turns run again.
+			return fmt.Errorf("session %s: %w", sessionID, ErrPlacementFailed)
+		case p.State != Local && p.State != Active && p.State != Reclaimed:
 			return fmt.Errorf("session %s is %s (message refused while the placement moves): %w", sessionID, p.State, ErrStale)
 		case wantRemote && p.State != Active && p.State != Local:
 			// Local: a session bound to a worker with the low-level attach primitive (no dispatch).

@@ -225,6 +225,13 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 			return t, nil
 		}
 	}
+	// A session asked for a worker whose placement failed never runs here unless the user moves
+	// it (MoveLocal): the gateway would otherwise run the agent in the user's own checkout.
+	if s.cfg.Placements != nil {
+		if p, err := s.cfg.Placements.Get(ctx, sessionID); err == nil && p.State == Failed {
+			return Turn{}, s.cfg.Placements.failedError(ctx, p, sess.Workspace)
+		}
+	}
 	placement := "local"
 	switch sess.Placement {
 	case "", sessions.PlacementLocal:
@@ -259,6 +266,11 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 		}
 		if err != nil {
 			s.mu.Unlock()
+			if errors.Is(err, ErrPlacementFailed) {
+				if p, gerr := s.cfg.Placements.Get(ctx, sessionID); gerr == nil && p.State == Failed {
+					return Turn{}, s.cfg.Placements.failedError(ctx, p, sess.Workspace)
+				}
+			}
 			if errors.Is(err, ErrStale) {
 				return Turn{}, fmt.Errorf("%w: %v", ErrPlacementMoving, err)
 			}
