@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/backoff"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -70,6 +71,7 @@ func (m *Manager) Destroy(ctx context.Context, id string, force bool) (Environme
 // destroyLoop drives draining → destroying → destroyed, retrying with backoff until the
 // provider proves the lease is gone.
 func (m *Manager) destroyLoop(ctx context.Context, id string) {
+	bo := backoff.Backoff{Min: m.cfg.RetryMin, Max: m.cfg.RetryMax, Clock: m.cfg.Clock}
 	for attempt := 1; ; attempt++ {
 		done, err := m.destroyStep(ctx, id)
 		if done || ctx.Err() != nil {
@@ -86,12 +88,8 @@ func (m *Manager) destroyLoop(ctx context.Context, id string) {
 				msg, attempt, store.Now(), id)
 			m.notify()
 		}
-		t := time.NewTimer(m.backoff(attempt))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if bo.Wait(ctx) != nil {
 			return
-		case <-t.C:
 		}
 	}
 }

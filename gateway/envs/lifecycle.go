@@ -68,7 +68,7 @@ func (m *Manager) ApplyLifecycle(ctx context.Context) []string {
 		return nil
 	}
 	var stopped []string
-	now := m.cfg.Now()
+	now := m.cfg.Clock.Now()
 	for _, e := range list {
 		if !e.State.HasMachine() || e.State == Bootstrapping {
 			continue

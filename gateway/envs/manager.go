@@ -7,12 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -62,7 +62,8 @@ type Config struct {
 	Bootstrapper      Bootstrapper
 	// TunnelStatus reports the tunnel state of an environment; nil means "stopped".
 	TunnelStatus func(envID string) string
-	Now          func() time.Time
+	// Clock tells the time of lifecycle policy and paces destroy retries; the real clock when nil.
+	Clock clock.Clock
 }
 
 func (c *Config) setDefaults() {
@@ -81,9 +82,7 @@ func (c *Config) setDefaults() {
 	if c.SweepInterval == 0 {
 		c.SweepInterval = 5 * time.Minute
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Clock = clock.Or(c.Clock)
 	if c.LifecycleInterval == 0 {
 		c.LifecycleInterval = 30 * time.Second
 	}
@@ -256,7 +255,7 @@ func (m *Manager) List(ctx context.Context, all bool) ([]Environment, error) {
 }
 
 func (m *Manager) present(e Environment) Environment {
-	now := m.cfg.Now()
+	now := m.cfg.Clock.Now()
 	e.AgeMs = now.Sub(e.CreatedAt).Milliseconds()
 	e.IdleMs = now.Sub(e.LastActivityAt).Milliseconds()
 	e.TunnelStatus = "stopped"
@@ -593,7 +592,7 @@ func (m *Manager) BundleHash(id string) (string, bool) {
 
 // Touch records activity on an environment (idle time is measured from it).
 func (m *Manager) Touch(ctx context.Context, id string) {
-	_, _ = m.db.W.ExecContext(ctx, `UPDATE environments SET last_activity_at=? WHERE id=?`, store.FormatTime(m.cfg.Now()), id)
+	_, _ = m.db.W.ExecContext(ctx, `UPDATE environments SET last_activity_at=? WHERE id=?`, store.FormatTime(m.cfg.Clock.Now()), id)
 }
 
 // releaseLease destroys a lease whose environment is failed or unknown, best effort, audited.
@@ -611,17 +610,6 @@ func (m *Manager) releaseLease(ctx context.Context, envID string, prov providers
 	if aerr := m.db.InTx(ctx, func(tx *sql.Tx) error { return store.Audit(ctx, tx, "lease.release", envID, detail) }); aerr != nil {
 		m.log.Error("audit lease release", "err", aerr)
 	}
-}
-
-// backoff returns the jittered, capped delay before retry attempt n (1-based).
-func (m *Manager) backoff(n int) time.Duration {
-	d := m.cfg.RetryMin
-	for i := 1; i < n && d < m.cfg.RetryMax; i++ {
-		d *= 2
-	}
-	d = min(d, m.cfg.RetryMax)
-	// full jitter in [d/2, d]
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
 // WithClass returns the profile with its machine class (settings.class) set; only providers driven by

@@ -12,6 +12,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/providers/fake"
 )
@@ -23,6 +24,8 @@ type harness struct {
 	prov *fake.Provider
 	prof *profiles.Store
 	mgr  *envs.Manager
+	// clock paces destroy retries (1s doubling to 4s): a test that needs one advances it.
+	clock *clock.Manual
 }
 
 func newHarness(t *testing.T, prov *fake.Provider) *harness {
@@ -38,7 +41,7 @@ func newHarness(t *testing.T, prov *fake.Provider) *harness {
 	if _, err := ps.Put(ctx, &providers.Profile{ID: "p1", Provider: "fake", MaxEnvironments: 2}); err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{db: db, prov: prov, prof: ps}
+	h := &harness{db: db, prov: prov, prof: ps, clock: clock.NewManual(time.Now())}
 	h.start(t)
 	return h
 }
@@ -46,7 +49,7 @@ func newHarness(t *testing.T, prov *fake.Provider) *harness {
 func (h *harness) start(t *testing.T) {
 	t.Helper()
 	h.mgr = envs.New(envs.Config{DB: h.db, Profiles: h.prof, Providers: providers.Registry{"fake": h.prov},
-		GatewayID: gwID, RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond, SweepInterval: -1})
+		GatewayID: gwID, RetryMin: time.Second, RetryMax: 4 * time.Second, SweepInterval: -1, Clock: h.clock})
 	if err := h.mgr.Start(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +182,30 @@ func TestDestroyRetriesUntilInspectProvesGone(t *testing.T) {
 	ctx := testCtx(t)
 	e, _, _ := h.mgr.Create(ctx, "p1", "")
 	h.waitState(t, e.ID, envs.Bootstrapping)
-	got, err := h.mgr.Destroy(ctx, e.ID, false)
+	type result struct {
+		e   envs.Environment
+		err error
+	}
+	destroyed := make(chan result, 1)
+	go func() {
+		e, err := h.mgr.Destroy(ctx, e.ID, false)
+		destroyed <- result{e, err}
+	}()
+	// Two attempts fail to prove the lease gone; each retry waits its backoff on the clock.
+	for retry, wait := range []time.Duration{time.Second, 2 * time.Second} {
+		if err := h.clock.WaitTimers(ctx, 1); err != nil {
+			t.Fatalf("retry %d never waited on the clock: %v", retry+1, err)
+		}
+		if d, _ := h.clock.Next(); d < wait/2 || d > wait {
+			t.Fatalf("retry %d waits %v, want within [%v, %v]", retry+1, d, wait/2, wait)
+		}
+		if n := inspects.Load(); n != int32(retry+1) {
+			t.Fatalf("before retry %d: %d inspect calls, want %d", retry+1, n, retry+1)
+		}
+		h.clock.Advance(wait)
+	}
+	r := <-destroyed
+	got, err := r.e, r.err
 	if err != nil || got.State != envs.Destroyed {
 		t.Fatalf("destroy: %v %s", err, got.State)
 	}
@@ -335,12 +361,10 @@ func TestLifecycleStopsIdleButNeverAttached(t *testing.T) {
 	if _, err := ps.Put(ctx, &providers.Profile{ID: "p", Provider: "fake", Lifetime: providers.Lifetime{IdleTimeout: providers.Duration(time.Hour)}}); err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	var clock atomic.Int64
-	clock.Store(now.UnixNano())
+	clk := clock.NewManual(time.Now())
 	mgr := envs.New(envs.Config{DB: db, Profiles: ps, Providers: reg, GatewayID: gwID, SweepInterval: -1, LifecycleInterval: -1,
 		RetryMin: time.Millisecond, RetryMax: time.Millisecond, Bootstrapper: readyBootstrapper{},
-		Now: func() time.Time { return time.Unix(0, clock.Load()) }})
+		Clock: clk})
 	if err := mgr.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +385,7 @@ func TestLifecycleStopsIdleButNeverAttached(t *testing.T) {
 	if got := mgr.ApplyLifecycle(ctx); len(got) != 0 {
 		t.Fatalf("stopped %v before any idle time", got)
 	}
-	clock.Add(int64(2 * time.Hour)) // two hours pass
+	clk.Advance(2 * time.Hour) // two hours pass
 	got := mgr.ApplyLifecycle(ctx)
 	if len(got) != 1 || got[0] != idle.ID {
 		t.Fatalf("lifecycle stopped %v, want only the idle %s", got, idle.ID)
@@ -377,7 +401,7 @@ func TestLifecycleStopsIdleButNeverAttached(t *testing.T) {
 	if got := mgr.ApplyLifecycle(ctx); len(got) != 0 {
 		t.Fatalf("stopped %v right after detach", got)
 	}
-	clock.Add(int64(2 * time.Hour))
+	clk.Advance(2 * time.Hour)
 	if got := mgr.ApplyLifecycle(ctx); len(got) != 1 || got[0] != busy.ID {
 		t.Fatalf("idle after detach not stopped: %v", got)
 	}

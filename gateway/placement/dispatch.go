@@ -20,6 +20,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/internal/atomicfile"
+	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/sync/gitsync"
 	"github.com/openclaw/cloudworkers/sync/manifest"
@@ -59,6 +60,9 @@ type DispatchConfig struct {
 	// pull-back or checkpoint from a box (default 10m). A step past its deadline fails the
 	// placement with a recovery action instead of holding it.
 	SyncTimeout, ReconcileTimeout time.Duration
+	// Clock paces the dispatcher's polls (a worker's admission, a turn's end); the real clock
+	// when nil.
+	Clock clock.Clock
 }
 
 // StepTimeoutError is a placement step that passed its deadline because the box did not answer
@@ -287,7 +291,7 @@ func (d *Dispatcher) PullBack(ctx context.Context, sessionID string, force bool)
 			d.setForce(sessionID, false)
 			return p, err
 		}
-		if err := sleepCtx(wait); err != nil {
+		if err := d.poll(wait); err != nil {
 			d.setForce(sessionID, false)
 			if ctx.Err() == nil {
 				err = fmt.Errorf("session %s: a checkpoint has been bringing the worker's workspace into the anchor for over %s; pull back again once it is done: %w", sessionID, CheckpointWait, ErrBusy)
@@ -609,7 +613,7 @@ func (d *Dispatcher) start(ctx context.Context, p Placement) (Change, error) {
 		if time.Now().After(deadline) {
 			return Change{}, fmt.Errorf("the worker of environment %s is not admitted after %s", p.EnvironmentID, startAdmitWait)
 		}
-		if err := sleepCtx(ctx); err != nil {
+		if err := d.poll(ctx); err != nil {
 			return Change{}, err
 		}
 	}
@@ -627,7 +631,7 @@ func (d *Dispatcher) start(ctx context.Context, p Placement) (Change, error) {
 // placement is not active), then advance the owner epoch so the worker is fenced.
 func (d *Dispatcher) drain(ctx context.Context, p Placement) (Change, error) {
 	for d.cfg.Busy != nil && d.cfg.Busy(p.SessionID) {
-		if err := sleepCtx(ctx); err != nil {
+		if err := d.poll(ctx); err != nil {
 			return Change{}, err
 		}
 	}
@@ -806,15 +810,12 @@ func copyTree(ctx context.Context, src, dst string, excl, incl []string) ([]stri
 	return st.Skipped, errors.Join(aerr, <-errc)
 }
 
-func sleepCtx(ctx context.Context) error {
-	t := time.NewTimer(100 * time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+// pollInterval is how often the dispatcher looks again at a fact it waits for.
+const pollInterval = 100 * time.Millisecond
+
+// poll waits pollInterval on the dispatcher's clock, or until ctx ends.
+func (d *Dispatcher) poll(ctx context.Context) error {
+	return clock.Sleep(ctx, d.cfg.Clock, pollInterval)
 }
 
 // CheckSync proves the sync path of an environment: a small tree is sent to a scratch directory

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/openclaw/cloudworkers/internal/clock"
 )
 
 // KeepaliveConfig is the keepalive of a box connection that is not a tunnel (the sync and
@@ -13,7 +15,7 @@ type KeepaliveConfig struct {
 	Interval time.Duration
 	Timeout  time.Duration
 	// Clock drives the keepalives; the real clock when nil.
-	Clock Clock
+	Clock clock.Clock
 }
 
 func (k KeepaliveConfig) withDefaults() KeepaliveConfig {
@@ -24,7 +26,7 @@ func (k KeepaliveConfig) withDefaults() KeepaliveConfig {
 		k.Timeout = 30 * time.Second
 	}
 	if k.Clock == nil {
-		k.Clock = realClock{}
+		k.Clock = clock.Real
 	}
 	return k
 }

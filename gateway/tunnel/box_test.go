@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/tunnel/tunneltest"
+	"github.com/openclaw/cloudworkers/internal/clock"
 )
 
 // silentTarget starts a hostile server in mode and returns a Target that pins its host key.
@@ -22,12 +23,25 @@ func silentTarget(t *testing.T, mode tunneltest.Mode) (Target, *tunneltest.Silen
 func TestDialBoxClosesWhenKeepalivesGoUnanswered(t *testing.T) {
 	tg, _ := silentTarget(t, tunneltest.Stalled)
 	ctx := testContext(t)
-	c, err := DialBox(ctx, tg, 5*time.Second, KeepaliveConfig{Interval: 20 * time.Millisecond, Timeout: 100 * time.Millisecond})
+	clk := clock.NewManual(time.Now())
+	c, err := DialBox(ctx, tg, 5*time.Second, KeepaliveConfig{Interval: 10 * time.Second, Timeout: 30 * time.Second, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
 	go func() { _ = c.Wait(); close(done) }()
+	// The keepalive's interval, then its unanswered request's timeout, pass on the clock.
+	for _, d := range []time.Duration{10 * time.Second, 30 * time.Second} {
+		if err := clk.WaitTimers(ctx, 1); err != nil {
+			t.Fatalf("keepalive never waited on the clock: %v", err)
+		}
+		select {
+		case <-done:
+			t.Fatal("connection closed before the keepalive timed out")
+		default:
+		}
+		clk.Advance(d)
+	}
 	select {
 	case <-done:
 	case <-ctx.Done():

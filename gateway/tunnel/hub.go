@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/openclaw/cloudworkers/internal/clock"
 )
 
 // ErrHubClosed is returned by Open and Accept once the hub is closed.
@@ -78,7 +80,7 @@ type Config struct {
 	// status change. It must not block or call back into the Hub's Open, CloseEnv or Close.
 	OnStatus func(envID string, status Status)
 	// Clock drives keepalives and backoff; the real clock when nil.
-	Clock Clock
+	Clock clock.Clock
 }
 
 func (c *Config) setDefaults() {
@@ -105,7 +107,7 @@ func (c *Config) setDefaults() {
 		c.TunnelBacklog = min(8, c.AcceptBacklog)
 	}
 	if c.Clock == nil {
-		c.Clock = realClock{}
+		c.Clock = clock.Real
 	}
 }
 

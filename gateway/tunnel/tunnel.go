@@ -14,6 +14,9 @@ import (
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/openclaw/cloudworkers/internal/backoff"
+	"github.com/openclaw/cloudworkers/internal/clock"
 )
 
 // errKeepaliveTimeout ends a connection whose keepalive went unanswered.
@@ -106,7 +109,7 @@ func (tn *tunnel) run() {
 		tn.hub.cfg.OnStatus(tn.target.EnvironmentID, StatusConnecting)
 	}
 	cfg := tn.hub.cfg
-	bo := backoff{min: cfg.BackoffMin, max: cfg.BackoffMax}
+	bo := backoff.Backoff{Min: cfg.BackoffMin, Max: cfg.BackoffMax, Clock: cfg.Clock}
 	reported := false
 	report := func(err error) {
 		if !reported {
@@ -115,7 +118,7 @@ func (tn *tunnel) run() {
 		}
 	}
 	for attempt := 0; tn.ctx.Err() == nil; attempt++ {
-		if attempt > 0 && !tn.wait(bo.next()) {
+		if attempt > 0 && bo.Wait(tn.ctx) != nil {
 			break
 		}
 		client, ln, err := tn.connect(tn.ctx)
@@ -135,7 +138,7 @@ func (tn *tunnel) run() {
 			report(err)
 			continue
 		}
-		bo.reset()
+		bo.Reset()
 		epoch := tn.hub.nextEpoch(tn.target.EnvironmentID, tn.target.EpochBase)
 		tn.transition(StatusConnected, client, epoch)
 		tn.log.Info("tunnel connected", "epoch", epoch)
@@ -148,18 +151,6 @@ func (tn *tunnel) run() {
 		tn.transition(StatusReconnecting, nil, 0)
 	}
 	tn.transition(StatusStopped, nil, 0)
-}
-
-// wait pauses for d on the hub's clock; false when the tunnel was stopped meanwhile.
-func (tn *tunnel) wait(d time.Duration) bool {
-	t := tn.hub.cfg.Clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return true
-	case <-tn.ctx.Done():
-		return false
-	}
 }
 
 // connect dials the box, clears the socket path and forwards it.
@@ -309,9 +300,9 @@ func (tn *tunnel) keepalive(ctx context.Context, client *ssh.Client) error {
 
 // keepalive sends keepalive@openssh.com every interval until ctx ends, and closes client when a
 // reply takes longer than timeout. Any reply, even a failure, proves the link alive.
-func keepalive(ctx context.Context, clock Clock, client *ssh.Client, interval, timeout time.Duration) error {
+func keepalive(ctx context.Context, clk clock.Clock, client *ssh.Client, interval, timeout time.Duration) error {
 	for {
-		tick := clock.NewTimer(interval)
+		tick := clk.NewTimer(interval)
 		select {
 		case <-ctx.Done():
 			tick.Stop()
@@ -323,7 +314,7 @@ func keepalive(ctx context.Context, clock Clock, client *ssh.Client, interval, t
 			_, _, err := client.SendRequest("keepalive@openssh.com", true, nil)
 			reply <- err
 		}()
-		deadline := clock.NewTimer(timeout)
+		deadline := clk.NewTimer(timeout)
 		select {
 		case err := <-reply:
 			deadline.Stop()

@@ -11,6 +11,7 @@ import (
 	"github.com/coder/websocket"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/openclaw/cloudworkers/internal/backoff"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
@@ -306,7 +307,7 @@ func (c *Client) fail(err error) {
 func (c *Client) run() {
 	defer close(c.done)
 	defer c.fail(ErrClientClosed)
-	bo := backoff{min: c.cfg.BackoffMin, max: c.cfg.BackoffMax}
+	bo := backoff.Backoff{Min: c.cfg.BackoffMin, Max: c.cfg.BackoffMax, Clock: c.cfg.Clock}
 	for {
 		admitted, err := c.session(c.ctx)
 		if c.ctx.Err() != nil {
@@ -329,16 +330,12 @@ func (c *Client) run() {
 			return
 		}
 		if admitted {
-			bo.reset()
+			bo.Reset()
 		}
-		d := bo.next()
+		d := bo.Next()
 		c.w.log.Info("gateway connection lost; reconnecting", "err", err, "in", d)
-		t := time.NewTimer(d)
-		select {
-		case <-c.ctx.Done():
-			t.Stop()
+		if bo.Sleep(c.ctx, d) != nil {
 			return
-		case <-t.C:
 		}
 	}
 }

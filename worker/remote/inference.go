@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
@@ -145,7 +146,7 @@ func (c *Client) Infer(ctx context.Context, turnID, modelRef string, cx protocol
 		}
 		if !f.OK {
 			if f.Error.Code == protocol.CodeCapacityExceeded || f.Error.Code == protocol.CodeBusy {
-				if err := sleepCtx(ctx, retryAfter(f.Error)); err != nil {
+				if err := clock.Sleep(ctx, c.cfg.Clock, retryAfter(f.Error)); err != nil {
 					return protocol.Message{}, err
 				}
 				continue
@@ -238,15 +239,4 @@ func (c *Client) TranscriptContext(ctx context.Context) ([]protocol.Message, str
 		return nil, "", fmt.Errorf("transcript context: %w", err)
 	}
 	return r.Messages, r.LeafID, nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

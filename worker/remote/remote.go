@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"strconv"
@@ -18,6 +17,8 @@ import (
 	"github.com/coder/websocket"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/openclaw/cloudworkers/internal/backoff"
+	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
@@ -48,6 +49,8 @@ type Config struct {
 	Log      *slog.Logger
 	// BackoffMin and BackoffMax bound the jittered, doubling reconnect delay. Defaults 250ms and 30s.
 	BackoffMin, BackoffMax time.Duration
+	// Clock paces reconnects and capacity retries; the real clock when nil.
+	Clock clock.Clock
 	// DialTimeout bounds one connection attempt including admission. Default 30s.
 	DialTimeout time.Duration
 	// Handler answers the gateway's requests other than worker.shutdown (worker.turn.start, …) on
@@ -78,6 +81,7 @@ func (c *Config) setDefaults() {
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = 30 * time.Second
 	}
+	c.Clock = clock.Or(c.Clock)
 }
 
 // Validate reports a missing field.
@@ -119,7 +123,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	w := newWorker(cfg)
 	defer w.client.CloseIdleConnections()
-	bo := backoff{min: cfg.BackoffMin, max: cfg.BackoffMax}
+	bo := backoff.Backoff{Min: cfg.BackoffMin, Max: cfg.BackoffMax, Clock: cfg.Clock}
 	for {
 		admitted, err := w.session(ctx)
 		if err == nil {
@@ -134,16 +138,12 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		if admitted {
-			bo.reset()
+			bo.Reset()
 		}
-		d := bo.next()
+		d := bo.Next()
 		w.log.Warn("gateway connection lost; reconnecting", "err", err, "in", d)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := bo.Sleep(ctx, d); err != nil {
+			return err
 		}
 	}
 }
@@ -407,30 +407,6 @@ func readFrame(ctx context.Context, ws *websocket.Conn) (protocol.Frame, error) 
 		return protocol.Frame{}, errors.New("binary message from gateway")
 	}
 	return protocol.Decode(b, protocol.DefaultFrameLimit)
-}
-
-// backoff is a doubling delay capped at max, with equal jitter: each delay is uniform in [d/2, d].
-type backoff struct {
-	min, max time.Duration
-	attempt  int
-	rand     func() float64 // nil means math/rand/v2
-}
-
-func (b *backoff) reset() { b.attempt = 0 }
-
-func (b *backoff) next() time.Duration {
-	d := b.max
-	if b.attempt < 32 {
-		if x := b.min << b.attempt; x > 0 && x < b.max {
-			d = x
-		}
-	}
-	b.attempt++
-	r := rand.Float64
-	if b.rand != nil {
-		r = b.rand
-	}
-	return d/2 + time.Duration(r()*float64(d-d/2))
 }
 
 // Secret holds a credential shared by the clients of one worker; safe for concurrent use.
