@@ -713,24 +713,15 @@ func pushPlan(ctx context.Context, r Remote, root, dir string, plan Plan, mopts 
 
 // ReadPlanRequest strictly decodes the plan a `pack` command receives on stdin.
 func ReadPlanRequest(rd io.Reader, lim Limits) (*Plan, error) {
-	lim.setDefaults()
-	b, err := io.ReadAll(io.LimitReader(rd, lim.MaxPlanBytes+1))
+	p, err := decodePlan(rd, lim, nil)
 	if err != nil {
 		return nil, err
 	}
-	if int64(len(b)) > lim.MaxPlanBytes {
-		return nil, refused("", "plan over %d bytes", lim.MaxPlanBytes)
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	var p Plan
-	if err := dec.Decode(&p); err != nil {
-		return nil, fmt.Errorf("decode plan: %w", err)
-	}
-	if err := ValidatePlan(&p, lim, true); err != nil {
+	lim.setDefaults()
+	if err := ValidatePlan(p, lim, true); err != nil {
 		return nil, err
 	}
-	return &p, nil
+	return p, nil
 }
 
 type capped struct {
