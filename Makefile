@@ -16,9 +16,10 @@ help: ## list targets
 build: ## build bin/openclaw
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/openclaw
 
-examples: ## build the example lease CLIs (examples/lease-dir, examples/lease-netns)
+examples: ## build the example lease CLIs (examples/lease-dir, examples/lease-netns, examples/lease-crabbox)
 	$(GO) build -o examples/lease-dir/lease-dir ./examples/lease-dir
 	$(GO) build -o examples/lease-netns/lease-netns ./examples/lease-netns
+	$(GO) build -o examples/lease-crabbox/lease-crabbox ./examples/lease-crabbox
 
 bundles: ## cross-build worker bundles for linux/amd64 and linux/arm64 into dist/
 	for arch in amd64 arm64; do CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o dist/openclaw-linux-$$arch ./cmd/openclaw || exit 1; done

@@ -25,6 +25,7 @@ var (
 	openclawBin   string
 	leaseDirBin   string
 	leaseNetnsBin string
+	crabboxBin    string
 )
 
 func TestMain(m *testing.M) {
@@ -35,10 +36,11 @@ func TestMain(m *testing.M) {
 	openclawBin = filepath.Join(dir, "openclaw")
 	leaseDirBin = filepath.Join(dir, "lease-dir")
 	leaseNetnsBin = filepath.Join(dir, "lease-netns")
+	crabboxBin = filepath.Join(dir, "crabbox")
 	if err := os.Chmod(dir, 0o755); err != nil {
 		panic(err)
 	}
-	for _, b := range [][2]string{{openclawBin, "."}, {leaseDirBin, "../../examples/lease-dir"}, {leaseNetnsBin, "../../examples/lease-netns"}} {
+	for _, b := range [][2]string{{openclawBin, "."}, {leaseDirBin, "../../examples/lease-dir"}, {leaseNetnsBin, "../../examples/lease-netns"}, {crabboxBin, "../../examples/lease-crabbox"}} {
 		out, err := exec.Command("go", "build", "-o", b[0], b[1]).CombinedOutput()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", b[1], err, out)
