@@ -239,7 +239,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 				sessions.RegisterAPI(g, sess, sessions.WithDispatch(func(ctx context.Context, id, profile, class string) error {
 					_, err := dispatcher.Dispatch(ctx, id, profile, class)
 					return err
-				}))
+				}), sessions.WithTargetCheck(dispatcher.CheckTarget))
 			},
 			func(g *echo.Group) {
 				sessions.RegisterPlacementAPI(g, sess, func(ctx context.Context, id string) error {

@@ -86,6 +86,12 @@ func dispatchSession(ctx context.Context, c *api.Client, id, profile, class stri
 		fmt.Fprintf(stdout, "session %s %s\n", id, p.State)
 		return nil
 	}
+	return awaitDispatch(ctx, c, id, skip)
+}
+
+// awaitDispatch follows a recorded dispatch (printing its steps after the first skip events) until
+// the placement rests, and fails unless it is active.
+func awaitDispatch(ctx context.Context, c *api.Client, id string, skip int) error {
 	v, err := watchPlacement(ctx, c, id, skip)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,8 +9,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/openclaw/cloudworkers/gateway/api"
+	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/internal/testenv"
 )
 
 // brokenProfile is a lease CLI that refuses every lease: a dispatch to it fails in its
@@ -109,5 +113,76 @@ func TestFailedDispatchNeverRunsLocally(t *testing.T) {
 	}
 	if _, stderr, err := g.cli("session", "move", id); err == nil || !strings.Contains(stderr, "--local") {
 		t.Fatalf("session move without --local: %v %s", err, stderr)
+	}
+}
+
+// TestBadSessionInputRefusedBeforeLeasing: a workspace that does not exist or is not a directory, a
+// non-git directory with --git, an unknown profile and a class the profile has not are refused by
+// `session new` (exit non-zero, the message names what was wrong) and by the API (400 naming the
+// field), and leave no session row, no environment and no lease. Dispatching a session whose
+// workspace was deleted is refused before a machine is leased.
+func TestBadSessionInputRefusedBeforeLeasing(t *testing.T) {
+	testenv.RequireCommands(t, "git")
+	root := t.TempDir()
+	leaseDir := filepath.Join(root, "leases")
+	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+"profiles:\n"+leaseDirProfile("ld", leaseDir, nil))
+	t.Cleanup(func() { destroyAll(g) })
+	plain := filepath.Join(root, "plain")
+	userWorkspace(t, plain, false)
+	file := filepath.Join(plain, "README.md")
+	missing := filepath.Join(root, "missing")
+
+	cases := []struct {
+		name string
+		args []string
+		says string
+	}{
+		{"missing workspace", []string{"--workspace", missing}, missing + " does not exist"},
+		{"missing workspace on a worker", []string{"--workspace", missing, "--worker", "ld"}, missing + " does not exist"},
+		{"a file", []string{"--workspace", file, "--worker", "ld"}, file + " is not a directory"},
+		{"not git", []string{"--workspace", plain, "--git", "--worker", "ld"}, "git: workspace " + plain + " is not a git work tree"},
+		{"unknown profile", []string{"--workspace", plain, "--worker", "nope"}, `target.profileId: no profile "nope"`},
+		{"class on a provider without classes", []string{"--workspace", plain, "--worker", "local", "--class", "big"}, "target.machineClass"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, stderr, err := g.cli(append([]string{"session", "new"}, c.args...)...)
+			if err == nil || !strings.Contains(stderr, c.says) {
+				t.Fatalf("session new %v: %v %q, want a failure saying %q", c.args, err, stderr, c.says)
+			}
+		})
+	}
+	_, err := g.do("POST", "/api/v1/sessions", map[string]any{"workspace": missing, "target": map[string]string{"kind": "profile", "profileId": "ld"}}, nil)
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Field != "workspace" {
+		t.Fatalf("API create with a missing workspace: %v, want 400 naming the workspace field", err)
+	}
+	if exists(missing) {
+		t.Fatalf("the missing workspace %s was created", missing)
+	}
+	var list []sessions.Session
+	if _, err := g.do("GET", "/api/v1/sessions", nil, &list); err != nil || len(list) != 0 {
+		t.Fatalf("sessions after refused creates: %v %v", list, err)
+	}
+
+	// a session whose workspace is deleted after it was created is not dispatched
+	gone := filepath.Join(root, "gone")
+	userWorkspace(t, gone, false)
+	id := g.newSession(gone, "")
+	if err := os.RemoveAll(gone); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, err := g.cli("session", "dispatch", id, "--profile", "ld"); err == nil || !strings.Contains(stderr, gone+" does not exist") {
+		t.Fatalf("dispatch of a session whose workspace is gone: %v %q", err, stderr)
+	}
+	if v := g.placement(id); v.Placement.State != placement.Local || len(v.Events) != 0 {
+		t.Fatalf("placement after the refused dispatch:\n%s", v)
+	}
+	var envList []envs.Environment
+	if _, err := g.do("GET", "/api/v1/environments", nil, &envList); err != nil || len(envList) != 0 {
+		t.Fatalf("environments after refused requests: %v %v", envList, err)
+	}
+	if leases := liveLeases(t, leaseDir); len(leases) != 0 {
+		t.Fatalf("leases after refused requests: %v", leases)
 	}
 }

@@ -32,13 +32,19 @@ func newSessionCmd(g *globals) *cobra.Command {
 }
 
 func newSessionCreateCmd(g *globals) *cobra.Command {
-	var p sessions.CreateParams
+	var req sessions.CreateRequest
+	p := &req.CreateParams
 	var worker, class string
 	cmd := &cobra.Command{
-		Use:     "create [--title T] [--model provider/model] [--workspace DIR] [--worker PROFILE]",
+		Use:     "create [--title T] [--model provider/model] [--workspace DIR [--git]] [--worker PROFILE [--class C]]",
 		Aliases: []string{"new"},
 		Short:   "Create a session",
-		Args:    cobra.NoArgs,
+		Long: `Create a session. The gateway checks everything before it writes the session or leases a machine:
+the workspace must exist and be a directory (it is never created), with --git it must be inside a git
+work tree, and with --worker the profile (and --class) must exist. A session created with --worker runs
+its turns on a worker only: if its dispatch fails, its messages are refused until it is dispatched
+again or moved to the gateway with ` + "`openclaw session move ID --local`" + `.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			asJSON, err := g.json()
 			if err != nil {
@@ -53,12 +59,18 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 					return err
 				}
 			}
+			if class != "" && worker == "" {
+				return errors.New("--class needs --worker")
+			}
+			if worker != "" {
+				req.Target = &sessions.Target{Kind: "profile", ProfileID: worker, MachineClass: class}
+			}
 			var ses sessions.Session
-			if _, err := c.Do(cmd.Context(), http.MethodPost, "/api/v1/sessions", p, &ses); err != nil {
+			if _, err := c.Do(cmd.Context(), http.MethodPost, "/api/v1/sessions", req, &ses); err != nil {
 				return err
 			}
 			if worker != "" {
-				if err := dispatchSession(cmd.Context(), c, ses.ID, worker, class, true); err != nil {
+				if err := awaitDispatch(cmd.Context(), c, ses.ID, 0); err != nil {
 					return fmt.Errorf("session %s created, but: %w", ses.ID, err)
 				}
 			}
@@ -73,7 +85,8 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 	f.StringVar(&p.Title, "title", "", "session title")
 	f.StringVar(&p.Agent, "agent", "", "agent id (default "+sessions.DefaultAgent+")")
 	f.StringVar(&p.Model, "model", "", "model reference, provider/model")
-	f.StringVar(&p.Workspace, "workspace", "", "workspace directory")
+	f.StringVar(&p.Workspace, "workspace", "", "workspace directory (must exist)")
+	f.BoolVar(&req.Git, "git", false, "the workspace must be inside a git work tree (git mode); refused otherwise")
 	f.StringVar(&worker, "worker", "", "run the session on a worker of this profile (dispatches it right away)")
 	f.StringVar(&class, "class", "", "with --worker: machine class (overrides the profile's settings.class)")
 	addOutput(cmd, g)

@@ -96,6 +96,9 @@ func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 		if req.ProfileID == "" {
 			return providers.Fieldf("profileId", "is required")
 		}
+		if err := d.checkDispatch(c.Request().Context(), c.Param("id"), req.ProfileID, req.MachineClass); err != nil {
+			return err
+		}
 		p, err := d.Dispatch(c.Request().Context(), c.Param("id"), req.ProfileID, req.MachineClass)
 		if err != nil {
 			return placementErr(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/providers"
 )
 
 // streamWriteTimeout bounds one WebSocket write; a peer that stops reading is disconnected.
@@ -62,8 +63,9 @@ func RegisterAPI(g *echo.Group, s *Store, opts ...APIOption) {
 }
 
 type handlers struct {
-	s        *Store
-	dispatch func(ctx context.Context, sessionID, profileID, machineClass string) error
+	s           *Store
+	dispatch    func(ctx context.Context, sessionID, profileID, machineClass string) error
+	checkTarget func(ctx context.Context, profileID, machineClass string) error
 }
 
 // APIOption configures the session routes.
@@ -75,6 +77,13 @@ func WithDispatch(f func(ctx context.Context, sessionID, profileID, machineClass
 	return func(h *handlers) { h.dispatch = f }
 }
 
+// WithTargetCheck checks a target {kind: "profile"} (the profile exists, the machine class is one it
+// has) before the session row is written: a bad target leaves no session and leases nothing. The
+// error wraps store.ErrNotFound for an unknown profile, or is a *providers.FieldError.
+func WithTargetCheck(f func(ctx context.Context, profileID, machineClass string) error) APIOption {
+	return func(h *handlers) { h.checkTarget = f }
+}
+
 // Target says where a new session runs: {kind: "gateway"} (default) or {kind: "profile", profileId}.
 type Target struct {
 	Kind         string `json:"kind"`
@@ -82,14 +91,22 @@ type Target struct {
 	MachineClass string `json:"machineClass,omitempty"`
 }
 
-type createRequest struct {
+// CreateRequest is the body of POST /sessions.
+type CreateRequest struct {
 	CreateParams
+	// Git asks for git mode: the workspace must be inside a git work tree.
+	Git    bool    `json:"git,omitempty"`
 	Target *Target `json:"target,omitempty"`
 }
 
 // apiError writes the gateway's JSON error body {"error":{"code","message"}}.
 func apiError(c echo.Context, status int, code, format string, args ...any) error {
 	return c.JSON(status, map[string]any{"error": map[string]string{"code": code, "message": fmt.Sprintf(format, args...)}})
+}
+
+// fieldError writes a 400 naming the field: {"error":{"code":"invalid-field","message","field"}}.
+func fieldError(c echo.Context, fe *providers.FieldError) error {
+	return c.JSON(http.StatusBadRequest, map[string]any{"error": map[string]string{"code": "invalid-field", "message": fe.Error(), "field": fe.Field}})
 }
 
 func (h *handlers) fail(c echo.Context, err error) error {
@@ -106,8 +123,11 @@ func (h *handlers) fail(c echo.Context, err error) error {
 	return apiError(c, http.StatusInternalServerError, "internal", "%v", err)
 }
 
+// create validates everything it can before the session row is written: the title, the
+// workspace (it exists and is a directory; a git work tree with git), the target's profile and
+// machine class. A bad request leaves no session and leases nothing.
 func (h *handlers) create(c echo.Context) error {
-	var req createRequest
+	var req CreateRequest
 	body, err := io.ReadAll(c.Request().Body)
 	if err != nil {
 		return apiError(c, http.StatusBadRequest, "bad-request", "read body: %v", err)
@@ -123,18 +143,36 @@ func (h *handlers) create(c echo.Context) error {
 		case t.Kind == "gateway" && t.ProfileID == "":
 		case t.Kind == "profile" && t.ProfileID != "" && h.dispatch != nil:
 			if p.Workspace == "" {
-				return apiError(c, http.StatusBadRequest, "invalid-field", "workspace: is required to run on a worker")
+				return fieldError(c, &providers.FieldError{Field: "workspace", Message: "is required to run on a worker"})
 			}
 		case t.Kind == "profile" && t.ProfileID == "":
-			return apiError(c, http.StatusBadRequest, "invalid-field", "target.profileId: is required for kind profile")
+			return fieldError(c, &providers.FieldError{Field: "target.profileId", Message: "is required for kind profile"})
 		default:
-			return apiError(c, http.StatusBadRequest, "invalid-field", "target.kind: must be gateway or profile, got %q", t.Kind)
+			return fieldError(c, &providers.FieldError{Field: "target.kind", Message: fmt.Sprintf("must be gateway or profile, got %q", t.Kind)})
 		}
 	}
 	if len(p.Title) > MaxTitleLen {
-		return apiError(c, http.StatusBadRequest, "invalid-field", "title longer than %d bytes", MaxTitleLen)
+		return fieldError(c, &providers.FieldError{Field: "title", Message: fmt.Sprintf("longer than %d bytes", MaxTitleLen)})
 	}
-	ses, err := h.s.Create(c.Request().Context(), p)
+	ctx := c.Request().Context()
+	var fe *providers.FieldError
+	if err := CheckWorkspace(ctx, p.Workspace, req.Git); errors.As(err, &fe) {
+		return fieldError(c, fe)
+	} else if err != nil {
+		return h.fail(c, err)
+	}
+	if t := req.Target; t != nil && t.Kind == "profile" && h.checkTarget != nil {
+		err := h.checkTarget(ctx, t.ProfileID, t.MachineClass)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return fieldError(c, &providers.FieldError{Field: "target.profileId", Message: fmt.Sprintf("no profile %q (see `openclaw profile list`)", t.ProfileID)})
+		case errors.As(err, &fe):
+			return fieldError(c, &providers.FieldError{Field: "target." + fe.Field, Message: fe.Message})
+		case err != nil:
+			return h.fail(c, err)
+		}
+	}
+	ses, err := h.s.Create(ctx, p)
 	if err != nil {
 		return h.fail(c, err)
 	}

@@ -5,8 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,7 +18,9 @@ import (
 	"github.com/coder/websocket/wsjson"
 	"github.com/labstack/echo/v4"
 
+	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/protocol"
+	"github.com/openclaw/cloudworkers/providers"
 )
 
 func newAPIServer(t *testing.T, s *Store) string {
@@ -57,7 +63,8 @@ func TestHTTPSessions(t *testing.T) {
 	s := newStore(t)
 	base := newAPIServer(t, s)
 	var ses Session
-	if code := doJSON(t, http.MethodPost, base+"/sessions", `{"title":"t","model":"openai/gpt-5","workspace":"/w"}`, &ses); code != http.StatusCreated {
+	ws := t.TempDir()
+	if code := doJSON(t, http.MethodPost, base+"/sessions", `{"title":"t","model":"openai/gpt-5","workspace":"`+ws+`"}`, &ses); code != http.StatusCreated || ses.Workspace != ws {
 		t.Fatalf("POST /sessions = %d", code)
 	}
 	if code := doJSON(t, http.MethodPost, base+"/sessions", ``, nil); code != http.StatusCreated {
@@ -171,6 +178,74 @@ func TestEventsFeed(t *testing.T) {
 		}
 		if m.Type != "change" || m.Change == nil || m.Kind+" "+m.ID != want {
 			t.Fatalf("change %+v, want %s", m, want)
+		}
+	}
+}
+
+// TestCreateRefusesBadInput: a workspace that is not a clean absolute path, does not exist or is
+// not a directory, a non-git directory with git, an unknown profile or a class the profile has not
+// are refused with 400 naming the field, before a session row is written or a target dispatched.
+func TestCreateRefusesBadInput(t *testing.T) {
+	s := newStore(t)
+	dispatched := 0
+	e := echo.New()
+	RegisterAPI(e.Group("/api/v1"), s,
+		WithDispatch(func(context.Context, string, string, string) error { dispatched++; return nil }),
+		WithTargetCheck(func(_ context.Context, profile, class string) error {
+			switch {
+			case profile != "good":
+				return fmt.Errorf("profile %q: %w", profile, store.ErrNotFound)
+			case class != "":
+				return providers.Fieldf("machineClass", "provider local of profile good has no machine classes")
+			}
+			return nil
+		}))
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plain := filepath.Join(dir, "plain")
+	if err := os.Mkdir(plain, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing")
+	cases := []struct{ name, body, field, says string }{
+		{"missing workspace", `{"workspace":"` + missing + `"}`, "workspace", "does not exist"},
+		{"missing workspace for a worker", `{"workspace":"` + missing + `","target":{"kind":"profile","profileId":"good"}}`, "workspace", "does not exist"},
+		{"a file", `{"workspace":"` + file + `"}`, "workspace", "is not a directory"},
+		{"relative", `{"workspace":"src/project"}`, "workspace", "absolute"},
+		{"unclean", `{"workspace":"` + plain + `/../plain"}`, "workspace", "clean"},
+		{"not git", `{"workspace":"` + plain + `","git":true}`, "git", "not a git work tree"},
+		{"git without workspace", `{"git":true}`, "workspace", "required"},
+		{"unknown profile", `{"workspace":"` + plain + `","target":{"kind":"profile","profileId":"nope"}}`, "target.profileId", "nope"},
+		{"bad class", `{"workspace":"` + plain + `","target":{"kind":"profile","profileId":"good","machineClass":"big"}}`, "target.machineClass", "no machine classes"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var body struct {
+				Error struct{ Code, Message, Field string } `json:"error"`
+			}
+			code := doJSON(t, http.MethodPost, srv.URL+"/api/v1/sessions", c.body, &body)
+			if code != http.StatusBadRequest || body.Error.Field != c.field || !strings.Contains(body.Error.Message, c.says) {
+				t.Fatalf("%s: %d %+v, want 400 on %s saying %q", c.body, code, body.Error, c.field, c.says)
+			}
+		})
+	}
+	if list, err := s.List(testCtx(t)); err != nil || len(list) != 0 || dispatched != 0 {
+		t.Fatalf("after refused requests: %d sessions (%v), %d dispatched", len(list), err, dispatched)
+	}
+	if _, err := exec.LookPath("git"); err == nil {
+		cmd := exec.Command("git", "init", "-q", plain)
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git init: %v %s", err, out)
+		}
+		var ses Session
+		if code := doJSON(t, http.MethodPost, srv.URL+"/api/v1/sessions", `{"workspace":"`+plain+`","git":true,"target":{"kind":"profile","profileId":"good"}}`, &ses); code != http.StatusCreated || dispatched != 1 {
+			t.Fatalf("git work tree on a good profile: %d, %d dispatched", code, dispatched)
 		}
 	}
 }
