@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -13,6 +12,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/providers/command"
 )
@@ -23,13 +23,6 @@ func TestMain(m *testing.M) {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
-}
-
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 func leaseDirProvider(t *testing.T) *command.Provider {
@@ -67,7 +60,7 @@ func crabboxProfile(t *testing.T, dir string, env map[string]string) providers.P
 }
 
 func TestCrabboxPresetDrivesLeaseDir(t *testing.T) {
-	ctx, dir := testCtx(t), t.TempDir()
+	ctx, dir := testenv.Context(t, 30*time.Second), t.TempDir()
 	prof := crabboxProfile(t, dir, nil)
 	p := leaseDirProvider(t)
 	req := providers.ProvisionRequest{EnvironmentID: "env_1", GatewayID: "gw_1"}
@@ -134,7 +127,7 @@ func TestCrabboxPresetDrivesLeaseDir(t *testing.T) {
 }
 
 func TestFaultInjection(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 30*time.Second)
 	p := leaseDirProvider(t)
 	req := providers.ProvisionRequest{EnvironmentID: "e", GatewayID: "g"}
 	for _, tc := range []struct {

@@ -2,7 +2,6 @@ package credentials_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -12,18 +11,12 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/credentials"
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/testenv"
 )
-
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 func openStore(t *testing.T, dir string) (*credentials.Store, *store.DB) {
 	t.Helper()
-	db, err := store.Open(testCtx(t), filepath.Join(dir, "gateway.db"))
+	db, err := store.Open(testenv.Context(t, 30*time.Second), filepath.Join(dir, "gateway.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +29,7 @@ func openStore(t *testing.T, dir string) (*credentials.Store, *store.DB) {
 }
 
 func TestSetGetListDelete(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 30*time.Second)
 	dir := t.TempDir()
 	s, _ := openStore(t, dir)
 
@@ -83,7 +76,7 @@ func TestSetGetListDelete(t *testing.T) {
 
 func mustDB(t *testing.T, dir string) *store.DB {
 	t.Helper()
-	db, err := store.Open(testCtx(t), filepath.Join(dir, "gateway.db"))
+	db, err := store.Open(testenv.Context(t, 30*time.Second), filepath.Join(dir, "gateway.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +85,7 @@ func mustDB(t *testing.T, dir string) *store.DB {
 }
 
 func TestValidation(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 30*time.Second)
 	s, _ := openStore(t, t.TempDir())
 	for _, tc := range []struct{ name, value string }{
 		{"", "v"}, {"has space", "v"}, {"../x", "v"}, {"ok", ""}, {"big", string(make([]byte, credentials.MaxValueBytes+1))},
@@ -104,7 +97,7 @@ func TestValidation(t *testing.T) {
 }
 
 func TestValueNeverOnDiskInClear(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 30*time.Second)
 	dir := t.TempDir()
 	s, db := openStore(t, dir)
 	const secret = "sk-live-5ecret-VALUE-that-must-not-leak"
@@ -149,7 +142,7 @@ func TestValueNeverOnDiskInClear(t *testing.T) {
 }
 
 func TestWrongKeyOrMovedValueFails(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 30*time.Second)
 	dir := t.TempDir()
 	s, db := openStore(t, dir)
 	if err := s.Set(ctx, "a", "secret-a"); err != nil {

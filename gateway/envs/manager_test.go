@@ -13,6 +13,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/internal/clock"
+	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/providers/fake"
 )
@@ -30,7 +31,7 @@ type harness struct {
 
 func newHarness(t *testing.T, prov *fake.Provider) *harness {
 	t.Helper()
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	db, err := store.Open(ctx, t.TempDir()+"/gateway.db")
 	if err != nil {
 		t.Fatal(err)
@@ -50,22 +51,16 @@ func (h *harness) start(t *testing.T) {
 	t.Helper()
 	h.mgr = envs.New(envs.Config{DB: h.db, Profiles: h.prof, Providers: providers.Registry{"fake": h.prov},
 		GatewayID: gwID, RetryMin: time.Second, RetryMax: 4 * time.Second, SweepInterval: -1, Clock: h.clock})
-	if err := h.mgr.Start(testCtx(t)); err != nil {
+	if err := h.mgr.Start(testenv.Context(t, 20*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	mgr := h.mgr
 	t.Cleanup(func() { _ = mgr.Close(context.Background()) })
 }
 
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func (h *harness) waitState(t *testing.T, id string, want envs.State) envs.Environment {
 	t.Helper()
-	e, err := h.mgr.WaitFor(testCtx(t), id, func(e envs.Environment) bool { return e.State == want })
+	e, err := h.mgr.WaitFor(testenv.Context(t, 20*time.Second), id, func(e envs.Environment) bool { return e.State == want })
 	if err != nil {
 		t.Fatalf("waiting for %s to reach %s: %v (state %s, error %q)", id, want, err, e.State, e.Error)
 	}
@@ -74,7 +69,7 @@ func (h *harness) waitState(t *testing.T, id string, want envs.State) envs.Envir
 
 func states(t *testing.T, h *harness, id string) string {
 	t.Helper()
-	evs, err := h.mgr.Events(testCtx(t), id)
+	evs, err := h.mgr.Events(testenv.Context(t, 20*time.Second), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +82,7 @@ func states(t *testing.T, h *harness, id string) string {
 
 func TestCreateRecordsLeaseAndStopsAtBootstrapping(t *testing.T) {
 	h := newHarness(t, fake.New())
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	e, created, err := h.mgr.Create(ctx, "p1", "k1")
 	if err != nil || !created {
 		t.Fatalf("create: %v created=%v", err, created)
@@ -117,7 +112,7 @@ func TestCreateRecordsLeaseAndStopsAtBootstrapping(t *testing.T) {
 
 func TestCapacityLimit(t *testing.T) {
 	h := newHarness(t, fake.New())
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	for i := 0; i < 2; i++ {
 		if _, _, err := h.mgr.Create(ctx, "p1", ""); err != nil {
 			t.Fatal(err)
@@ -137,7 +132,7 @@ func TestProvisionFailureIsBoundedAndReleasesLease(t *testing.T) {
 		return providers.Lease{}, errors.New("capacity exhausted\x1b[31m in region\n" + strings.Repeat("x", 5000))
 	}
 	h := newHarness(t, prov)
-	e, _, err := h.mgr.Create(testCtx(t), "p1", "")
+	e, _, err := h.mgr.Create(testenv.Context(t, 20*time.Second), "p1", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +151,7 @@ func TestLeaseWithoutHostKeyRefused(t *testing.T) {
 		return providers.Lease{ID: req.LeaseID, SSHHost: "198.18.0.2", SSHPort: 22, SSHUser: "u"}, nil
 	}
 	h := newHarness(t, prov)
-	e, _, _ := h.mgr.Create(testCtx(t), "p1", "")
+	e, _, _ := h.mgr.Create(testenv.Context(t, 20*time.Second), "p1", "")
 	e = h.waitState(t, e.ID, envs.Failed)
 	if !strings.Contains(e.Error, "unpinned") {
 		t.Fatalf("error %q", e.Error)
@@ -179,7 +174,7 @@ func TestDestroyRetriesUntilInspectProvesGone(t *testing.T) {
 		}
 		return providers.LeaseStatus{LeaseID: l.ID, State: "released", Gone: true}, nil
 	}
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	e, _, _ := h.mgr.Create(ctx, "p1", "")
 	h.waitState(t, e.ID, envs.Bootstrapping)
 	type result struct {
@@ -234,7 +229,7 @@ func TestForceDestroyOfAttachedAndFailed(t *testing.T) {
 		return providers.Lease{}, errors.New("quota")
 	}
 	h := newHarness(t, prov)
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	e, _, _ := h.mgr.Create(ctx, "p1", "")
 	h.waitState(t, e.ID, envs.Failed)
 	got, err := h.mgr.Destroy(ctx, e.ID, false)
@@ -246,7 +241,7 @@ func TestForceDestroyOfAttachedAndFailed(t *testing.T) {
 func TestSweepDestroysOnlyOurUnownedLeases(t *testing.T) {
 	prov := fake.New()
 	h := newHarness(t, prov)
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	live, _, _ := h.mgr.Create(ctx, "p1", "")
 	live = h.waitState(t, live.ID, envs.Bootstrapping)
 	prov.Put(providers.Lease{ID: "fk_orphan", SSHHost: "h", SSHPort: 22, HostKeys: []string{fake.HostKey},
@@ -315,7 +310,7 @@ func TestReconcileOrphansVanishedLeaseAndResumesProvisioning(t *testing.T) {
 		return l, nil
 	}
 	h := newHarness(t, prov)
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	a, _, _ := h.mgr.Create(ctx, "p1", "")
 	h.waitState(t, a.ID, envs.Provisioning)
 	// stop the manager mid-provision: the row stays in provisioning
@@ -349,7 +344,7 @@ type readyBootstrapper struct{}
 func (readyBootstrapper) Bootstrap(context.Context, envs.Environment) error { return nil }
 
 func TestLifecycleStopsIdleButNeverAttached(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	prov := fake.New()
 	db, err := store.Open(ctx, t.TempDir()+"/gateway.db")
 	if err != nil {

@@ -18,74 +18,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openclaw/cloudworkers/providers/local"
+	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/providers/local/localtest"
 	"golang.org/x/crypto/ssh"
 )
 
 // waitLong bounds every wait of these tests: generous, for a loaded CI machine.
 const waitLong = 15 * time.Second
 
-func testContext(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// eventually polls cond until it holds, failing the test after waitLong.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(waitLong)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
-	}
-}
+func testContext(t *testing.T) context.Context { return testenv.Context(t, 30*time.Second) }
 
 // box is an in-process local box.
-type box struct {
-	local.State
-	Dir string
-}
+type box struct{ localtest.Box }
 
-// startBox runs a local box in this process until the test ends. Its directory is short, to stay
-// within the unix socket path limit.
-func startBox(t *testing.T) box {
-	t.Helper()
-	root, err := os.MkdirTemp("", "tn")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
-	dir := filepath.Join(root, "box")
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan local.State, 1)
-	errc := make(chan error, 1)
-	go func() {
-		errc <- local.Serve(ctx, local.BoxConfig{Dir: dir, Ready: func(st local.State) { ready <- st }})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-errc; err != nil {
-			t.Errorf("box: %v", err)
-		}
-	})
-	select {
-	case st := <-ready:
-		return box{State: st, Dir: dir}
-	case err := <-errc:
-		t.Fatalf("box: %v", err)
-	case <-time.After(waitLong):
-		t.Fatal("box not ready")
-	}
-	panic("unreachable")
-}
+// startBox runs a local box in this process until the test ends.
+func startBox(t *testing.T) box { return box{localtest.Start(t)} }
 
 const testSocket = ".openclaw-worker/gateway.sock"
 

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/openclaw/cloudworkers/internal/testenv"
 )
 
 func TestHubForwardsConnections(t *testing.T) {
@@ -157,7 +159,7 @@ func TestHubRetriesWrongClientKey(t *testing.T) {
 	if s := h.Status("env-a"); s != StatusConnecting {
 		t.Errorf("status = %s, want connecting", s)
 	}
-	eventually(t, "a retry", func() bool { return p.acceptedCount() >= 3 })
+	testenv.Eventually(t, "a retry", func() bool { return p.acceptedCount() >= 3 })
 	h.CloseEnv("env-a")
 	if s := h.Status("env-a"); s != StatusStopped {
 		t.Errorf("status after CloseEnv = %s", s)
@@ -185,12 +187,12 @@ func TestHubReconnectsAfterPartition(t *testing.T) {
 	before := c.Epoch
 
 	p.pause()
-	eventually(t, "status reconnecting", func() bool { return h.Status("env-a") == StatusReconnecting })
+	testenv.Eventually(t, "status reconnecting", func() bool { return h.Status("env-a") == StatusReconnecting })
 	if h.Client("env-a") != nil || h.Epoch("env-a") != 0 {
 		t.Error("a client is offered while reconnecting")
 	}
 	p.unpause()
-	eventually(t, "status connected", func() bool { return h.Status("env-a") == StatusConnected })
+	testenv.Eventually(t, "status connected", func() bool { return h.Status("env-a") == StatusConnected })
 	after := h.Epoch("env-a")
 	if after <= before {
 		t.Fatalf("epoch after reconnect = %d, before %d", after, before)
@@ -292,7 +294,7 @@ func TestHubBacklogFull(t *testing.T) {
 	}
 	sock := b.socket(testSocket)
 	w1 := dialSocket(t, sock)
-	eventually(t, "first connection queued", func() bool { return len(h.queue) == 1 })
+	testenv.Eventually(t, "first connection queued", func() bool { return len(h.queue) == 1 })
 	w2 := dialSocket(t, sock)
 	// The forward does not stall: the second connection is closed, not left hanging.
 	_ = w2.SetReadDeadline(time.Now().Add(waitLong))
@@ -322,7 +324,7 @@ func TestCloseEnvStopsEverything(t *testing.T) {
 	if s := h.Status("env-a"); s != StatusStopped || h.Client("env-a") != nil {
 		t.Fatalf("after CloseEnv: status %s, client %v", s, h.Client("env-a"))
 	}
-	eventually(t, "forward cancelled", func() bool {
+	testenv.Eventually(t, "forward cancelled", func() bool {
 		_, err := os.Lstat(sock)
 		return errors.Is(err, fs.ErrNotExist)
 	})
@@ -354,7 +356,7 @@ func TestHubCloseStopsEverything(t *testing.T) {
 	ca := acceptOne(t, h)
 	roundTrip(t, wa, ca, "a")
 	wb := dialSocket(t, bb.socket(testSocket))
-	eventually(t, "connection queued", func() bool { return len(h.queue) == 1 })
+	testenv.Eventually(t, "connection queued", func() bool { return len(h.queue) == 1 })
 
 	accepting := make(chan error, 1)
 	go func() {

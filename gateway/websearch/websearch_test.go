@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/websearch"
+	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/worker/tools"
 )
@@ -27,13 +28,6 @@ func (f fakeCreds) Get(_ context.Context, name string) (string, error) {
 		return "", fmt.Errorf("credential not found: %q (set it with `openclaw credential set %s`)", name, name)
 	}
 	return v, nil
-}
-
-func testContext(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 // server is a loopback Brave API that records the requests it sees.
@@ -97,7 +91,7 @@ func results(n int) http.HandlerFunc {
 
 func run(t *testing.T, tool *websearch.Tool, args string) tools.Result {
 	t.Helper()
-	res, err := tool.Run(testContext(t), json.RawMessage(args))
+	res, err := tool.Run(testenv.Context(t, 10*time.Second), json.RawMessage(args))
 	if err != nil {
 		t.Fatalf("Run(%s): %v", args, err)
 	}
@@ -234,7 +228,7 @@ func TestSearchErrorsAreReadableResults(t *testing.T) {
 }
 
 func TestBraveErrorsWrapSentinels(t *testing.T) {
-	ctx := testContext(t)
+	ctx := testenv.Context(t, 10*time.Second)
 	srv := newServer(t, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Retry-After", "3")
 		w.WriteHeader(http.StatusTooManyRequests)
@@ -248,7 +242,7 @@ func TestBraveErrorsWrapSentinels(t *testing.T) {
 }
 
 func TestSearchWithoutCredentialOrServer(t *testing.T) {
-	ctx := testContext(t)
+	ctx := testenv.Context(t, 10*time.Second)
 	srv := newServer(t, results(1))
 	tool, err := websearch.New(websearch.Config{Provider: "brave", BaseURL: srv.URL, Credential: "missing"}, fakeCreds{})
 	if err != nil {
@@ -286,7 +280,7 @@ func TestInvalidArguments(t *testing.T) {
 }
 
 func TestRunCancelled(t *testing.T) {
-	ctx, cancel := context.WithCancel(testContext(t))
+	ctx, cancel := context.WithCancel(testenv.Context(t, 10*time.Second))
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 		cancel()
 		<-r.Context().Done()

@@ -13,7 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 )
@@ -40,7 +42,7 @@ func inProcessBox(t *testing.T) (State, string) {
 		return st, dir
 	case err := <-errc:
 		t.Fatalf("Serve: %v", err)
-	case <-testContext(t).Done():
+	case <-testenv.Context(t, 20*time.Second).Done():
 		t.Fatal("box not ready")
 	}
 	panic("unreachable")
@@ -190,7 +192,7 @@ func TestBoxKillsAbandonedCommand(t *testing.T) {
 		t.Fatal("sleep is not running")
 	}
 	s.Close()
-	eventually(t, "abandoned command to be killed", func() bool { return processGone(pid) })
+	testenv.Eventually(t, "abandoned command to be killed", func() bool { return processGone(pid) })
 }
 
 func TestBoxSFTP(t *testing.T) {
@@ -328,7 +330,7 @@ func TestBoxForwardsEndWithConnection(t *testing.T) {
 		t.Error("forward over a regular file accepted")
 	}
 	c.Close()
-	eventually(t, "forward socket removed after disconnect", func() bool {
+	testenv.Eventually(t, "forward socket removed after disconnect", func() bool {
 		_, err := os.Lstat(sock)
 		return errors.Is(err, fs.ErrNotExist)
 	})

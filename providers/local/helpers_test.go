@@ -2,7 +2,6 @@ package local
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"net"
 	"os"
@@ -15,29 +14,6 @@ import (
 )
 
 const canaryEnv = "OPENCLAW_LOCALBOX_TEST_CANARY"
-
-func testContext(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// eventually polls cond every few milliseconds until it holds, failing the test after a deadline.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(10 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
-	}
-}
 
 // processGone reports whether pid has exited. A zombie counts as exited: an orphan is reaped by
 // whatever runs as pid 1, which in a container may take its time.

@@ -11,7 +11,9 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -48,7 +50,7 @@ func killBoxOnCleanup(t *testing.T, p *Provider, leaseID string) {
 func provision(t *testing.T, p *Provider, opID string) providers.Lease {
 	t.Helper()
 	killBoxOnCleanup(t, p, LeaseIDFor(opID))
-	lease, err := p.Provision(testContext(t), testProfile, opID, providers.ProvisionRequest{GatewayID: "gw1", EnvironmentID: "env1"})
+	lease, err := p.Provision(testenv.Context(t, 20*time.Second), testProfile, opID, providers.ProvisionRequest{GatewayID: "gw1", EnvironmentID: "env1"})
 	if err != nil {
 		t.Fatalf("Provision: %v", err)
 	}
@@ -68,7 +70,7 @@ func TestProviderLifecycle(t *testing.T) {
 	t.Setenv(canaryEnv, "leaked")
 	boxes := filepath.Join(t.TempDir(), "boxes")
 	p := newTestProvider(t, boxes)
-	ctx := testContext(t)
+	ctx := testenv.Context(t, 20*time.Second)
 
 	lease := provision(t, p, "op-1")
 	if err := lease.Validate(); err != nil {
@@ -144,7 +146,7 @@ func TestProviderLifecycle(t *testing.T) {
 	if err := p.Destroy(ctx, testProfile, lease); err != nil {
 		t.Fatalf("Destroy: %v", err)
 	}
-	eventually(t, "box process to exit", func() bool { return processGone(pid) })
+	testenv.Eventually(t, "box process to exit", func() bool { return processGone(pid) })
 	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("box dir after Destroy: %v", err)
 	}
@@ -163,7 +165,7 @@ func TestProviderLifecycle(t *testing.T) {
 
 func TestProviderDeadBoxIsGone(t *testing.T) {
 	p := newTestProvider(t, filepath.Join(t.TempDir(), "boxes"))
-	ctx := testContext(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	lease := provision(t, p, "op-dead")
 	dir := p.BoxDir(lease.ID)
 	pid := boxPID(t, p, lease.ID)
@@ -172,7 +174,7 @@ func TestProviderDeadBoxIsGone(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "box to report gone", func() bool {
+	testenv.Eventually(t, "box to report gone", func() bool {
 		ls, err := p.Inspect(ctx, testProfile, lease)
 		return err == nil && ls.Gone
 	})
@@ -209,7 +211,7 @@ func TestProviderBoxExitsWhenDirRemoved(t *testing.T) {
 	if err := os.RemoveAll(p.BoxDir(lease.ID)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "box process to exit after its directory was removed", func() bool { return processGone(pid) })
+	testenv.Eventually(t, "box process to exit after its directory was removed", func() bool { return processGone(pid) })
 }
 
 func TestProviderStartFailure(t *testing.T) {
@@ -217,7 +219,7 @@ func TestProviderStartFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = p.Provision(testContext(t), testProfile, "op-fail", providers.ProvisionRequest{})
+	_, err = p.Provision(testenv.Context(t, 20*time.Second), testProfile, "op-fail", providers.ProvisionRequest{})
 	if err == nil || !strings.Contains(err.Error(), "no box here") {
 		t.Fatalf("Provision with a failing box command: %v; want an error quoting the box log", err)
 	}
@@ -225,7 +227,7 @@ func TestProviderStartFailure(t *testing.T) {
 
 func TestProviderRejectsBadIDsAndSettings(t *testing.T) {
 	p := newTestProvider(t, t.TempDir())
-	ctx := testContext(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	for _, id := range []string{"../escape", "a/b", "", ".hidden"} {
 		if _, err := p.Inspect(ctx, testProfile, providers.Lease{ID: id}); err == nil {
 			t.Errorf("Inspect(%q) accepted", id)

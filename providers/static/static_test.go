@@ -1,7 +1,6 @@
 package static
 
 import (
-	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
@@ -16,19 +15,13 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func openDB(t *testing.T, path string) *store.DB {
 	t.Helper()
-	db, err := store.Open(testCtx(t), path)
+	db, err := store.Open(testenv.Context(t, 30*time.Second), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +50,7 @@ func profile(t *testing.T, id string, n int) providers.Profile {
 }
 
 func TestClaimLifecycle(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 30*time.Second)
 	path := filepath.Join(t.TempDir(), "gw.db")
 	p := New(openDB(t, path))
 	prof := profile(t, "dev", 2)
@@ -117,7 +110,7 @@ func TestClaimLifecycle(t *testing.T) {
 }
 
 func TestConcurrentClaimsAreExclusive(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 30*time.Second)
 	p := New(openDB(t, filepath.Join(t.TempDir(), "gw.db")))
 	prof := profile(t, "dev", 3)
 	const n = 12
@@ -152,7 +145,7 @@ func TestConcurrentClaimsAreExclusive(t *testing.T) {
 }
 
 func TestHostRemovedFromProfile(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 30*time.Second)
 	p := New(openDB(t, filepath.Join(t.TempDir(), "gw.db")))
 	prof := profile(t, "dev", 1)
 	l, err := p.Provision(ctx, prof, "op1", providers.ProvisionRequest{})

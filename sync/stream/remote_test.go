@@ -1,7 +1,6 @@
 package stream
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -15,7 +14,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/bootstrap"
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
-	"github.com/openclaw/cloudworkers/providers/local"
+	"github.com/openclaw/cloudworkers/providers/local/localtest"
 	"github.com/openclaw/cloudworkers/sync/internal/synctest"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 )
@@ -24,35 +23,10 @@ import (
 // with the test binary as the worker executable.
 func startBox(t *testing.T) (string, Remote) {
 	t.Helper()
-	root, err := os.MkdirTemp("", "sb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
-	dir := filepath.Join(root, "box")
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan local.State, 1)
-	errc := make(chan error, 1)
-	go func() {
-		errc <- local.Serve(ctx, local.BoxConfig{Dir: dir, Ready: func(st local.State) { ready <- st }})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-errc; err != nil {
-			t.Errorf("box: %v", err)
-		}
-	})
-	var st local.State
-	select {
-	case st = <-ready:
-	case err := <-errc:
-		t.Fatalf("box: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("box not ready")
-	}
+	b := localtest.Start(t)
 	c, err := tunnel.Dial(synctest.Context(t), tunnel.Target{
-		EnvironmentID: "env-sync", Host: st.Host, Port: st.Port, User: st.User,
-		KeyPath: st.ClientKeyPath, HostKeys: []string{st.HostKey}, SocketPath: "x.sock",
+		EnvironmentID: "env-sync", Host: b.Host, Port: b.Port, User: b.User,
+		KeyPath: b.ClientKeyPath, HostKeys: []string{b.HostKey}, SocketPath: "x.sock",
 	}, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +36,7 @@ func startBox(t *testing.T) (string, Remote) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return dir, Remote{Client: c, Command: bootstrap.Quote(exe) + " worker"}
+	return b.Dir, Remote{Client: c, Command: bootstrap.Quote(exe) + " worker"}
 }
 
 func TestPushOverSSHColdThenWarm(t *testing.T) {

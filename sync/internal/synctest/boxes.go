@@ -1,7 +1,6 @@
 package synctest
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -16,7 +15,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
 	"github.com/openclaw/cloudworkers/internal/testenv"
-	"github.com/openclaw/cloudworkers/providers/local"
+	"github.com/openclaw/cloudworkers/providers/local/localtest"
 )
 
 // Box is a machine reachable over SSH for sync tests: an in-process local box or a network
@@ -92,29 +91,8 @@ func CleanupBinaries() {
 // LocalBox serves an in-process local box (providers/local) until the end of the test.
 func LocalBox(t testing.TB) Box {
 	t.Helper()
-	root := PublicDir(t, "sb")
-	dir := filepath.Join(root, "box")
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan local.State, 1)
-	errc := make(chan error, 1)
-	go func() {
-		errc <- local.Serve(ctx, local.BoxConfig{Dir: dir, Ready: func(st local.State) { ready <- st }})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-errc; err != nil {
-			t.Errorf("box: %v", err)
-		}
-	})
-	select {
-	case st := <-ready:
-		return Box{Host: st.Host, Port: st.Port, User: st.User, KeyPath: st.ClientKeyPath, HostKey: st.HostKey, Home: dir}
-	case err := <-errc:
-		t.Fatalf("box: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("box not ready")
-	}
-	return Box{}
+	b := localtest.Start(t)
+	return Box{Host: b.Host, Port: b.Port, User: b.User, KeyPath: b.ClientKeyPath, HostKey: b.HostKey, Home: b.Dir}
 }
 
 // NetnsBox leases a box from examples/lease-netns (a network namespace in 198.18.0.0/15 with

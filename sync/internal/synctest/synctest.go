@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/sync/gitexec"
 )
 
@@ -75,12 +76,7 @@ func HaveGit(t testing.TB) {
 }
 
 // Context is a bounded context for one test.
-func Context(t testing.TB) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func Context(t testing.TB) context.Context { return testenv.Context(t, 60*time.Second) }
 
 // Git runs git in dir and returns trimmed stdout, failing the test on error.
 func Git(t testing.TB, dir string, args ...string) string {
