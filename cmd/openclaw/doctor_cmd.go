@@ -13,6 +13,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/gateway/inference"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/providers/command"
 )
@@ -53,15 +54,18 @@ func fixFor(detail string) string {
 }
 
 func newDoctorCmd(g *globals) *cobra.Command {
-	var profile string
+	var profile, model string
 	var keep bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "doctor [--profile P]",
-		Short: "Check the whole chain: gateway → provider → SSH → bundle → hygiene → tunnel → worker → inference",
-		Long: `doctor leases a machine through the profile (default: the built-in local profile), follows it to
-ready, and reports every link of the chain with its result and, for a failure, what to do about it.
-The environment is destroyed afterwards unless --keep is given. It exits non-zero if a step failed.`,
+		Short: "Check the whole chain: gateway → inference → provider → SSH → bundle → hygiene → tunnel → worker → sync",
+		Long: `doctor makes one real, minimal call through the gateway's inference proxy to the default model (or
+--model): a 16-token answer to a one-line prompt, with the provider's credential; a scripted model is
+reported as scripted (its answers come from a script, no provider is called). Then it leases a machine
+through the profile (default: the built-in local profile), follows it to ready, and reports every link
+of the chain with its result and, for a failure, what to do about it. The environment is destroyed
+afterwards unless --keep is given. It exits non-zero if a step failed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			asJSON, err := g.json()
@@ -70,7 +74,7 @@ The environment is destroyed afterwards unless --keep is given. It exits non-zer
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			steps := runDoctor(ctx, g, profile, keep)
+			steps := runDoctor(ctx, g, profile, model, keep)
 			failed := 0
 			if asJSON {
 				if err := printJSON(stdout, steps); err != nil {
@@ -101,13 +105,14 @@ The environment is destroyed afterwards unless --keep is given. It exits non-zer
 	}
 	f := cmd.Flags()
 	f.StringVar(&profile, "profile", "local", "profile to lease a machine through")
+	f.StringVar(&model, "model", "", "model to call, provider/model (default: the catalog's default model)")
 	f.BoolVar(&keep, "keep", false, "keep the environment instead of destroying it")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up after this long")
 	addOutput(cmd, g)
 	return cmd
 }
 
-func runDoctor(ctx context.Context, g *globals, profile string, keep bool) (steps []doctorStep) {
+func runDoctor(ctx context.Context, g *globals, profile, model string, keep bool) (steps []doctorStep) {
 	add := func(name string, ok bool, detail string) {
 		s := doctorStep{Name: name, OK: ok, Detail: detail}
 		if !ok {
@@ -129,6 +134,7 @@ func runDoctor(ctx context.Context, g *globals, profile string, keep bool) (step
 		return steps
 	}
 	add("gateway", true, fmt.Sprintf("%s (%s) at %s, token accepted", info.ID, info.Version, c.BaseURL))
+	steps = append(steps, inferenceStep(ctx, c, model))
 
 	var p providers.Profile
 	if _, err := c.Do(ctx, http.MethodGet, "/api/v1/profiles/"+url.PathEscape(profile), nil, &p); err != nil {
@@ -236,15 +242,56 @@ func runDoctor(ctx context.Context, g *globals, profile string, keep bool) (step
 	} else {
 		add("sync", sc.OK, sc.Detail)
 	}
-	var models struct {
-		Default string `json:"default"`
-	}
-	if _, err := c.Do(ctx, http.MethodGet, "/api/v1/models", nil, &models); err != nil {
-		add("inference", false, err.Error())
-	} else {
-		add("inference", models.Default != "", "default model "+models.Default+" resolved by the gateway's catalog (the box holds no credential)")
-	}
 	return steps
+}
+
+// inferenceStep makes one minimal real call to the model (the default when "") through the
+// gateway's inference proxy and says what answered: the provider, or a script.
+func inferenceStep(ctx context.Context, c *api.Client, model string) doctorStep {
+	s := doctorStep{Name: "inference"}
+	var p inference.Probe
+	if _, err := c.Do(ctx, http.MethodPost, "/api/v1/models/probe", inference.ProbeRequest{Model: model}, &p); err != nil {
+		s.Detail = err.Error()
+		if model != "" {
+			s.Detail = "model " + model + ": " + s.Detail
+		}
+		s.Fix = "name a model of the gateway's catalog (`openclaw models list`)"
+		return s
+	}
+	where := fmt.Sprintf("model %s (%s", p.Model, p.API)
+	if p.BaseURL != "" {
+		where += " at " + p.BaseURL
+	}
+	where += ")"
+	switch {
+	case p.OK && p.Scripted:
+		s.OK = true
+		s.Detail = fmt.Sprintf("scripted: %s answers from a script, no model provider is called (answer %q); configure a real model under models: to check one", where, p.Reply)
+	case p.OK:
+		s.OK = true
+		s.Detail = fmt.Sprintf("%s answered a real call in %dms: %q (%s, %d input / %d output tokens); the box holds no credential",
+			where, p.Millis, p.Reply, p.StopReason, p.InputTokens, p.OutputTokens)
+	default:
+		s.Detail = fmt.Sprintf("%s: the call failed: %s", where, p.Error)
+		l := strings.ToLower(p.Error)
+		switch {
+		case p.Status == http.StatusUnauthorized || p.Status == http.StatusForbidden:
+			cred := "the provider's credential"
+			if p.Credential != "" {
+				cred = "credential " + p.Credential
+			}
+			s.Fix = "the provider refused " + cred + ": set it with `openclaw credential set " + dash(p.Credential) + "` (and name it in the provider's credential field)"
+		case p.Status == http.StatusNotFound:
+			s.Fix = "the provider does not know this model: check the model id and baseUrl in the gateway's models config"
+		case strings.Contains(l, "connection refused") || strings.Contains(l, "no such host") || strings.Contains(l, "timeout"):
+			s.Fix = "nothing answers at the provider's baseUrl: check models.providers." + strings.SplitN(p.Model, "/", 2)[0] + ".baseUrl and that the server runs"
+		case strings.Contains(l, "credential"):
+			s.Fix = "the gateway has no value for the provider's credential: `openclaw credential set " + dash(p.Credential) + "`"
+		default:
+			s.Fix = "the provider's own message is quoted above; check its status and the gateway's models config"
+		}
+	}
+	return s
 }
 
 // waitSettled waits until an environment is ready or dead.

@@ -20,6 +20,11 @@ type CredentialSetRequest struct {
 	Value string `json:"value"`
 }
 
+// ProbeRequest is the (optional) body of POST /models/probe: the model to call, "" for the default.
+type ProbeRequest struct {
+	Model string `json:"model,omitempty"`
+}
+
 // CredentialInfo is what the API says about a credential: its name and whether the catalog uses it.
 type CredentialInfo struct {
 	Name string `json:"name"`
@@ -33,11 +38,32 @@ type ModelsResponse struct {
 	Models  []Model `json:"models"`
 }
 
-// RegisterAPI adds GET /models and the write-only credential routes to g (the authenticated
+// RegisterAPI adds GET /models, POST /models/probe (one minimal real call, see Catalog.Probe) and
+// the write-only credential routes to g (the authenticated
 // /api/v1 group). Credential values are accepted, never returned; errors name the field only.
 func RegisterAPI(g *echo.Group, cat *Catalog, creds *credentials.Store) {
 	g.GET("/models", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, ModelsResponse{Default: cat.Default(), Models: cat.Models()})
+	})
+	g.POST("/models/probe", func(c echo.Context) error {
+		var req ProbeRequest
+		if c.Request().ContentLength != 0 {
+			b, err := io.ReadAll(c.Request().Body)
+			if err != nil {
+				return err
+			}
+			if err := decodeStrict(b, &req); err != nil {
+				return providers.Fieldf("body", "must be {\"model\": \"provider/model\"} or empty")
+			}
+		}
+		p, err := cat.Probe(c.Request().Context(), req.Model)
+		if errors.Is(err, ErrModelNotApproved) {
+			return providers.Fieldf("model", "%v", err)
+		}
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, p)
 	})
 	g.GET("/credentials", func(c echo.Context) error {
 		names, err := creds.List(c.Request().Context())
