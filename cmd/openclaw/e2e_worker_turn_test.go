@@ -107,6 +107,10 @@ func TestWorkerTurnMatchesLocalTurn(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
 
 	newSession := func(workspace string) string {
+		// a session's workspace must exist (the box's here: its HOME is on this machine)
+		if err := os.MkdirAll(workspace, 0o755); err != nil {
+			t.Fatal(err)
+		}
 		var ses sessions.Session
 		if _, err := g.do("POST", "/api/v1/sessions", map[string]string{"title": "turn", "workspace": workspace}, &ses); err != nil {
 			t.Fatal(err)
