@@ -539,12 +539,13 @@ func (m *Manager) bootstrap(ctx context.Context, id string) {
 	m.mu.Lock()
 	delete(m.booting, id)
 	m.mu.Unlock()
+	stopped := bctx.Err() != nil // cancelled by RequestDestroy (or ctx), not by its own failure
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
 			return
 		}
-		if bctx.Err() != nil { // a destroy was requested: it takes over from here
+		if stopped { // a destroy was requested: it takes over from here
 			m.log.Info("bootstrap stopped for destroy", "env", id)
 			return
 		}

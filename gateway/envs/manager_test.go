@@ -401,3 +401,74 @@ func TestLifecycleStopsIdleButNeverAttached(t *testing.T) {
 		t.Fatalf("idle after detach not stopped: %v", got)
 	}
 }
+
+// funcBootstrapper bootstraps with fn.
+type funcBootstrapper func(context.Context, envs.Environment) error
+
+func (f funcBootstrapper) Bootstrap(ctx context.Context, e envs.Environment) error { return f(ctx, e) }
+
+func bootHarness(t *testing.T, boot envs.Bootstrapper) (*envs.Manager, *fake.Provider) {
+	t.Helper()
+	ctx := testenv.Context(t, 20*time.Second)
+	prov := fake.New()
+	db, err := store.Open(ctx, t.TempDir()+"/gateway.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	reg := providers.Registry{"fake": prov}
+	ps := profiles.New(db, reg, nil)
+	if _, err := ps.Put(ctx, &providers.Profile{ID: "p", Provider: "fake"}); err != nil {
+		t.Fatal(err)
+	}
+	mgr := envs.New(envs.Config{DB: db, Profiles: ps, Providers: reg, GatewayID: gwID, SweepInterval: -1, LifecycleInterval: -1,
+		Bootstrapper: boot, Clock: clock.NewManual(time.Now())})
+	if err := mgr.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mgr.Close(context.Background()) })
+	return mgr, prov
+}
+
+// TestBootstrapFailureFailsTheEnvironment: a bootstrap that fails on its own moves the
+// environment to failed with its error (it is not mistaken for one stopped by a destroy).
+func TestBootstrapFailureFailsTheEnvironment(t *testing.T) {
+	ctx := testenv.Context(t, 20*time.Second)
+	mgr, _ := bootHarness(t, funcBootstrapper(func(context.Context, envs.Environment) error { return errors.New("hygiene: docker socket") }))
+	e, _, err := mgr.Create(ctx, "p", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err = mgr.WaitFor(ctx, e.ID, func(e envs.Environment) bool { return e.State.Dead() })
+	if err != nil || e.State != envs.Failed || !strings.Contains(e.Error, "hygiene: docker socket") {
+		t.Fatalf("state %s error %q (%v), want failed naming the bootstrap error", e.State, e.Error, err)
+	}
+}
+
+// TestDestroyStopsAHangingBootstrap: a bootstrap stuck on a box that never answers does not hold
+// a destroy: the destroy cancels it, and the provider's destroy proves the lease gone.
+func TestDestroyStopsAHangingBootstrap(t *testing.T) {
+	ctx := testenv.Context(t, 20*time.Second)
+	started := make(chan struct{})
+	mgr, prov := bootHarness(t, funcBootstrapper(func(ctx context.Context, _ envs.Environment) error {
+		close(started)
+		<-ctx.Done() // a box that never answers, bounded only by its context
+		return ctx.Err()
+	}))
+	e, _, err := mgr.Create(ctx, "p", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-ctx.Done():
+		t.Fatal("bootstrap never started")
+	}
+	d, err := mgr.Destroy(ctx, e.ID, false)
+	if err != nil || d.State != envs.Destroyed {
+		t.Fatalf("destroy during a hanging bootstrap: %v, state %s", err, d.State)
+	}
+	if len(prov.Leases()) != 0 {
+		t.Fatalf("leases left: %v", prov.Leases())
+	}
+}
