@@ -37,26 +37,18 @@ func (s *Service) Busy(sessionID string) bool {
 // ErrBusy is returned when a session already has a turn in flight.
 var ErrBusy = errors.New("session has a turn in progress")
 
-// Turn statuses.
-const (
-	TurnRunning  = "running"
-	TurnDone     = "done"
-	TurnFailed   = "failed"
-	TurnCanceled = "canceled"
-)
-
 // Turn is one run of a session.
 type Turn struct {
-	SessionID      string `json:"sessionId"`
-	RunEpoch       uint64 `json:"runEpoch"`
-	RunID          string `json:"runId"`
-	IdempotencyKey string `json:"idempotencyKey,omitempty"`
-	Placement      string `json:"placement"`
-	Model          string `json:"model"`
-	Status         string `json:"status"`
-	Error          string `json:"error,omitempty"`
-	CreatedAt      string `json:"createdAt"`
-	FinishedAt     string `json:"finishedAt,omitempty"`
+	SessionID      string     `json:"sessionId"`
+	RunEpoch       uint64     `json:"runEpoch"`
+	RunID          string     `json:"runId"`
+	IdempotencyKey string     `json:"idempotencyKey,omitempty"`
+	Placement      string     `json:"placement"`
+	Model          string     `json:"model"`
+	Status         TurnStatus `json:"status"`
+	Error          string     `json:"error,omitempty"`
+	CreatedAt      string     `json:"createdAt"`
+	FinishedAt     string     `json:"finishedAt,omitempty"`
 	// Cursor is the session's live-event cursor when the turn was admitted: a stream opened
 	// from it sees every event of the turn.
 	Cursor   uint64 `json:"cursor"`
@@ -132,9 +124,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	_, err := cfg.DB.W.ExecContext(ctx, `UPDATE turns SET status=?, error=?, finished_at=? WHERE status=?`,
-		TurnFailed, "the gateway stopped during this turn; send the message again to retry", store.Now(), TurnRunning)
-	if err != nil {
+	if err := failRunningTurns(ctx, cfg.DB); err != nil {
 		return nil, fmt.Errorf("recover turns: %w", err)
 	}
 	// Turn claims (turns, checkpoints) die with the gateway that held them; left set, they would
@@ -168,9 +158,6 @@ func (s *Service) Send(ctx context.Context, sessionID, text, idempotencyKey stri
 	}
 	return s.send(ctx, sessionID, text, idempotencyKey, randID("run_"))
 }
-
-// TurnQueued is the status of a turn waiting for its session's placement to become active.
-const TurnQueued = "queued"
 
 // queueAfterRedispatch brings a reclaimed session back onto a fresh worker (restored from its
 // last checkpoint) and runs the message there once the placement is active.
@@ -309,9 +296,11 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 		if idempotencyKey != "" {
 			key = idempotencyKey
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO turns(session_id, run_epoch, run_id, idempotency_key, placement, model, status, created_at) VALUES(?,?,?,?,?,?,?,?)`,
-			sessionID, t.RunEpoch, t.RunID, key, t.Placement, t.Model, t.Status, t.CreatedAt)
-		return err
+		if _, err := tx.ExecContext(ctx, `INSERT INTO turns(session_id, run_epoch, run_id, idempotency_key, placement, model, status, created_at) VALUES(?,?,?,?,?,?,?,?)`,
+			sessionID, t.RunEpoch, t.RunID, key, t.Placement, t.Model, string(t.Status), t.CreatedAt); err != nil {
+			return err
+		}
+		return turnEvent(ctx, tx, t.RunID, t.CreatedAt, "", t.Status, "admitted ("+placement+")")
 	})
 	if err != nil {
 		release()
@@ -356,11 +345,7 @@ func (s *Service) run(ctx context.Context, t Turn, workspace, text string) {
 	case err != nil:
 		status, msg = TurnFailed, err.Error()
 	}
-	if _, uerr := s.cfg.DB.W.ExecContext(context.WithoutCancel(ctx), `UPDATE turns SET status=?, error=?, finished_at=? WHERE run_id=?`,
-		status, msg, store.Now(), t.RunID); uerr != nil {
-		s.log.Error("record turn outcome", "run", t.RunID, "err", uerr)
-	}
-	s.log.Info("turn finished", "session", t.SessionID, "run", t.RunID, "status", status, "err", msg)
+	s.finish(t, status, msg)
 }
 
 // Cancel cancels the session's running turn, if any.

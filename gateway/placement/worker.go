@@ -2,13 +2,13 @@ package placement
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/sessions"
-	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
@@ -74,7 +74,7 @@ func (s *Service) startOnWorker(ctx, tctx context.Context, sess sessions.Session
 }
 
 // follow waits for the run's lifecycle_end or lifecycle_error, resubscribing after a lag.
-func (s *Service) follow(ctx context.Context, sub *sessions.Subscription[*sessions.LiveRecord], t Turn, envID string) (status, msg string) {
+func (s *Service) follow(ctx context.Context, sub *sessions.Subscription[*sessions.LiveRecord], t Turn, envID string) (status TurnStatus, msg string) {
 	cursor := t.Cursor
 	defer func() { sub.Close() }()
 	tick := time.NewTicker(workerGoneGrace / 8)
@@ -122,12 +122,13 @@ func (s *Service) follow(ctx context.Context, sub *sessions.Subscription[*sessio
 	}
 }
 
-// finish records a turn's outcome.
-func (s *Service) finish(t Turn, status, msg string) {
+// finish records a turn's outcome: its move from running to status, with its event row.
+func (s *Service) finish(t Turn, status TurnStatus, msg string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := s.cfg.DB.W.ExecContext(ctx, `UPDATE turns SET status=?, error=?, finished_at=? WHERE run_id=?`,
-		status, msg, store.Now(), t.RunID); err != nil {
+	if err := s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
+		return transitionTurn(ctx, tx, t.RunID, TurnRunning, status, msg)
+	}); err != nil {
 		s.log.Error("record turn outcome", "run", t.RunID, "err", err)
 	}
 	s.log.Info("turn finished", "session", t.SessionID, "run", t.RunID, "placement", t.Placement, "status", status, "err", msg)
