@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
@@ -60,19 +61,14 @@ func (c Credential) Allows(method string) bool {
 // environment at once.
 type Credentials struct {
 	db *store.DB
-	// Now is the clock; nil means time.Now. Tests replace it.
-	Now func() time.Time
+	// Clock tells the time of minting, expiry and refresh; the real clock when nil.
+	Clock clock.Clock
 }
 
 // NewCredentials returns the credential store backed by db.
 func NewCredentials(db *store.DB) *Credentials { return &Credentials{db: db} }
 
-func (cs *Credentials) now() time.Time {
-	if cs.Now != nil {
-		return cs.Now()
-	}
-	return time.Now()
-}
+func (cs *Credentials) now() time.Time { return clock.Or(cs.Clock).Now() }
 
 // hashSecret is the stored form of a secret.
 func hashSecret(secret string) string {

@@ -19,6 +19,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/worker/tools"
 )
@@ -78,14 +79,19 @@ type Config struct {
 	// nil trusts the hub's own record of the worker.turn.start it sent. An inference or tool call
 	// must name the run of such a turn (see Server.Request), else it is refused with unknown-run.
 	TurnRunning func(ctx context.Context, sessionID, runID string) (bool, error)
+	// Clock tells the time of accounting rows, refusal windows and backpressure, and paces the
+	// refusal audit; the real clock when nil. A Credentials built here (nil Credentials) shares it.
+	Clock clock.Clock
 }
 
 func (c *Config) setDefaults() {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
+	c.Clock = clock.Or(c.Clock)
 	if c.Credentials == nil && c.DB != nil {
 		c.Credentials = NewCredentials(c.DB)
+		c.Credentials.Clock = c.Clock
 	}
 	if c.HeartbeatTimeout <= 0 {
 		c.HeartbeatTimeout = 30 * time.Second
@@ -176,6 +182,7 @@ func New(cfg Config) (*Server, error) {
 		changed:  make(chan struct{}),
 		pressure: map[string]*pressure{}, turns: map[string]startedTurn{},
 		envInflight: map[string]*inflight{}, refreshBuckets: map[string]*bucket{}, preAdmission: map[string]int{},
+		refused:      refusals{clock: cfg.Clock},
 		refusalsStop: make(chan struct{}), refusalsDone: make(chan struct{}),
 	}
 	s.http = &http.Server{
@@ -669,8 +676,7 @@ func (s *Server) notifyLocked() {
 	s.changed = make(chan struct{})
 }
 
-// serveAdmitted serves requests until the connection ends. Durable-session requests are queued per
-// stream (see dispatch); everything else is answered inline.
+// serveAdmitted reads frames until the connection ends; requests are served as routes says.
 func (s *Server) serveAdmitted(ctx context.Context, wc *workerConn) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer func() {
@@ -696,27 +702,10 @@ func (s *Server) serveAdmitted(ctx context.Context, wc *workerConn) error {
 		}
 		switch f.Type {
 		case protocol.TypeReq:
-			if wc.cred.Allows(f.Method) && isInferenceMethod(f.Method) {
-				if res, now := s.serveInference(ctx, wc, f); now {
-					if err := wc.write(ctx, res); err != nil {
-						return err
-					}
-				}
-				continue
-			}
-			if wc.cred.Allows(f.Method) && isStreamMethod(f.Method) {
-				res, queued := s.dispatch(ctx, wc, f)
-				if queued {
-					continue
-				}
+			if res, now := s.serveRequest(ctx, wc, f); now {
 				if err := wc.write(ctx, res); err != nil {
 					return err
 				}
-				continue
-			}
-			res := s.handle(ctx, wc, f)
-			if err := wc.write(ctx, res); err != nil {
-				return err
 			}
 		case protocol.TypeRes:
 			wc.mu.Lock()
@@ -737,38 +726,35 @@ func (s *Server) serveAdmitted(ctx context.Context, wc *workerConn) error {
 	}
 }
 
-// handle answers one request of an admitted worker.
-func (s *Server) handle(ctx context.Context, wc *workerConn, f protocol.Frame) protocol.Frame {
-	if !wc.cred.Allows(f.Method) {
-		return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeMethodNotAllowed, "method %.128q is not allowed", f.Method))
+// serveHeartbeat answers worker.heartbeat: any frame read resets the connection's heartbeat timeout.
+func (s *Server) serveHeartbeat(_ context.Context, _ *workerConn, f protocol.Frame) protocol.Frame {
+	res, _ := protocol.Response(f.ID, struct{}{})
+	return res
+}
+
+// serveCredentialRefresh answers worker.credential.refresh with a new credential of the same
+// binding, at most one per Limits.RefreshInterval per environment (burst Limits.RefreshBurst).
+func (s *Server) serveCredentialRefresh(ctx context.Context, wc *workerConn, f protocol.Frame) protocol.Frame {
+	if ok, wait := s.refreshAllowed(wc.envID); !ok {
+		return protocol.ErrorResponse(f.ID, &protocol.Error{Code: protocol.CodeCapacityExceeded, Retryable: true,
+			Message: fmt.Sprintf("credential refreshes are limited to one per %s (burst %d)",
+				s.cfg.Limits.RefreshInterval, s.cfg.Limits.RefreshBurst),
+			RetryAfterMs: max(wait.Milliseconds(), 1)})
 	}
-	switch f.Method {
-	case protocol.MethodHeartbeat:
-		res, _ := protocol.Response(f.ID, struct{}{})
-		return res
-	case protocol.MethodCredentialRefresh:
-		if ok, wait := s.refreshAllowed(wc.envID); !ok {
-			return protocol.ErrorResponse(f.ID, &protocol.Error{Code: protocol.CodeCapacityExceeded, Retryable: true,
-				Message: fmt.Sprintf("credential refreshes are limited to one per %s (burst %d)",
-					s.cfg.Limits.RefreshInterval, s.cfg.Limits.RefreshBurst),
-				RetryAfterMs: max(wait.Milliseconds(), 1)})
+	secret, c, err := s.cfg.Credentials.refreshHash(ctx, wc.cred.ID)
+	if err != nil {
+		code := protocol.CodeInternal
+		switch {
+		case errors.Is(err, ErrCredentialExpired):
+			code = protocol.CodeCredentialExpired
+		case errors.Is(err, ErrUnknownCredential):
+			code = protocol.CodeUnauthorized
 		}
-		secret, c, err := s.cfg.Credentials.refreshHash(ctx, wc.cred.ID)
-		if err != nil {
-			code := protocol.CodeInternal
-			switch {
-			case errors.Is(err, ErrCredentialExpired):
-				code = protocol.CodeCredentialExpired
-			case errors.Is(err, ErrUnknownCredential):
-				code = protocol.CodeUnauthorized
-			}
-			s.log.Warn("worker credential refresh", "env", wc.envID, "err", err)
-			return protocol.ErrorResponse(f.ID, &protocol.Error{Code: code, Message: "credential refresh failed", Retryable: code == protocol.CodeInternal})
-		}
-		wc.cred = c // later refreshes on this connection chain from the new credential
-		res, _ := protocol.Response(f.ID, protocol.CredentialRefreshResult{
-			Credential: secret, ExpiresInMs: c.ExpiresAt.Sub(s.cfg.Credentials.now()).Milliseconds()})
-		return res
+		s.log.Warn("worker credential refresh", "env", wc.envID, "err", err)
+		return protocol.ErrorResponse(f.ID, &protocol.Error{Code: code, Message: "credential refresh failed", Retryable: code == protocol.CodeInternal})
 	}
-	return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeMethodNotAllowed, "method %.128q is not served", f.Method))
+	wc.cred = c // later refreshes on this connection chain from the new credential
+	res, _ := protocol.Response(f.ID, protocol.CredentialRefreshResult{
+		Credential: secret, ExpiresInMs: c.ExpiresAt.Sub(s.cfg.Credentials.now()).Milliseconds()})
+	return res
 }

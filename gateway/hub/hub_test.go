@@ -21,6 +21,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/hub"
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/worker/remote"
 )
@@ -68,7 +69,7 @@ func newHarness(t *testing.T, mod func(*hub.Config)) *harness {
 		h.sock = filepath.Join(d, "w.sock")
 	}
 	h.creds = hub.NewCredentials(db)
-	h.creds.Now = func() time.Time { return time.Now().Add(time.Duration(h.offset.Load())) }
+	h.creds.Clock = offsetClock{h}
 	cfg := hub.Config{
 		DB:          db,
 		Credentials: h.creds,
@@ -708,4 +709,12 @@ func TestSilentWorkerIsDropped(t *testing.T) {
 	if _, _, err := c.Read(testContext(t)); err == nil {
 		t.Fatal("connection still open after heartbeat timeout")
 	}
+}
+
+// offsetClock is the real clock moved on by the harness's offset (the credential clock).
+type offsetClock struct{ h *harness }
+
+func (c offsetClock) Now() time.Time { return time.Now().Add(time.Duration(c.h.offset.Load())) }
+func (c offsetClock) NewTimer(d time.Duration) clock.Timer {
+	return clock.Real.NewTimer(d)
 }

@@ -48,96 +48,86 @@ type callState struct {
 	calls map[string]*proxyCall // CallKey → call
 }
 
-// isInferenceMethod reports whether method is served by the inference proxy (or the context read).
-func isInferenceMethod(method string) bool {
-	switch method {
-	case protocol.MethodInferenceStart, protocol.MethodInferenceCredit, protocol.MethodInferenceCancel, protocol.MethodTranscriptContext,
-		protocol.MethodToolCall:
-		return true
+// serveInferenceCredit grants a call in flight more credit (a call it does not know is ignored).
+func (s *Server) serveInferenceCredit(_ context.Context, wc *workerConn, f protocol.Frame) protocol.Frame {
+	var p protocol.InferenceCreditParams
+	if err := protocol.DecodeParams(f.Params, &p); err != nil {
+		return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeInvalidFrame, "params: %v", err))
 	}
-	return false
+	key := protocol.InferenceStartParams{SessionID: p.SessionID, RunEpoch: p.RunEpoch, TurnID: p.TurnID}.CallKey()
+	wc.cmu.Lock()
+	if c := wc.calls[key]; c != nil {
+		c.window.Grant(p.Limit)
+	}
+	wc.cmu.Unlock()
+	res, _ := protocol.Response(f.ID, struct{}{})
+	return res
 }
 
-// serveInference answers credit and cancel inline and starts a goroutine (owned by the connection)
-// for a context read or a call. It returns a frame to write now, or ok false when the goroutine answers.
-func (s *Server) serveInference(ctx context.Context, wc *workerConn, f protocol.Frame) (protocol.Frame, bool) {
+// serveInferenceCancel cancels a call in flight and says whether there was one.
+func (s *Server) serveInferenceCancel(_ context.Context, wc *workerConn, f protocol.Frame) protocol.Frame {
+	var p protocol.InferenceCancelParams
+	if err := protocol.DecodeParams(f.Params, &p); err != nil {
+		return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeInvalidFrame, "params: %v", err))
+	}
+	key := protocol.InferenceStartParams{SessionID: p.SessionID, RunEpoch: p.RunEpoch, TurnID: p.TurnID}.CallKey()
+	wc.cmu.Lock()
+	c := wc.calls[key]
+	wc.cmu.Unlock()
+	if c != nil {
+		c.cancel()
+	}
+	res, _ := protocol.Response(f.ID, map[string]bool{"canceled": c != nil})
+	return res
+}
+
+// serveTranscriptContext reads a session's model context for the worker's next call, from a
+// goroutine owned by the connection.
+func (s *Server) serveTranscriptContext(ctx context.Context, wc *workerConn, f protocol.Frame) (protocol.Frame, bool) {
 	fail := func(code protocol.Code, format string, args ...any) (protocol.Frame, bool) {
 		return protocol.ErrorResponse(f.ID, protocol.Errorf(code, format, args...)), true
 	}
-	switch f.Method {
-	case protocol.MethodInferenceCredit:
-		var p protocol.InferenceCreditParams
-		if err := protocol.DecodeParams(f.Params, &p); err != nil {
-			return fail(protocol.CodeInvalidFrame, "params: %v", err)
-		}
-		key := protocol.InferenceStartParams{SessionID: p.SessionID, RunEpoch: p.RunEpoch, TurnID: p.TurnID}.CallKey()
-		wc.cmu.Lock()
-		if c := wc.calls[key]; c != nil {
-			c.window.Grant(p.Limit)
-		}
-		wc.cmu.Unlock()
-		res, _ := protocol.Response(f.ID, struct{}{})
-		return res, true
-	case protocol.MethodInferenceCancel:
-		var p protocol.InferenceCancelParams
-		if err := protocol.DecodeParams(f.Params, &p); err != nil {
-			return fail(protocol.CodeInvalidFrame, "params: %v", err)
-		}
-		key := protocol.InferenceStartParams{SessionID: p.SessionID, RunEpoch: p.RunEpoch, TurnID: p.TurnID}.CallKey()
-		wc.cmu.Lock()
-		c := wc.calls[key]
-		wc.cmu.Unlock()
-		if c != nil {
-			c.cancel()
-		}
-		res, _ := protocol.Response(f.ID, map[string]bool{"canceled": c != nil})
-		return res, true
-	case protocol.MethodToolCall:
-		return s.serveToolCall(ctx, wc, f)
-	case protocol.MethodTranscriptContext:
-		cb, ok := s.cfg.Sessions.(ContextBackend)
-		if !ok {
-			return fail(protocol.CodeMethodNotAllowed, "method %.128q is not served", f.Method)
-		}
-		var p protocol.TranscriptContextParams
-		if err := protocol.DecodeParams(f.Params, &p); err != nil {
-			return fail(protocol.CodeInvalidFrame, "params: %v", err)
-		}
-		if wc.sessionID != "" && p.SessionID != wc.sessionID {
-			return fail(protocol.CodeSessionNotAttached, "this worker is admitted for session %s only", wc.sessionID)
-		}
-		release, e := s.reserve(wc, len(f.Params))
-		if e != nil {
-			return protocol.ErrorResponse(f.ID, e), true
-		}
-		f.Params = nil
-		wc.swg.Add(1)
-		go func() {
-			defer wc.swg.Done()
-			defer release()
-			res := func() protocol.Frame {
-				if e := s.checkBinding(ctx, wc, p.SessionID, p.OwnerEpoch); e != nil {
-					return protocol.ErrorResponse(f.ID, e)
-				}
-				out, err := cb.WorkerContext(ctx, p)
-				if err != nil {
-					return s.errorFrame(wc, f, err)
-				}
-				r, err := protocol.Response(f.ID, out)
-				if err != nil {
-					return s.errorFrame(wc, f, err)
-				}
-				return r
-			}()
-			if err := wc.write(ctx, res); err != nil {
-				_ = wc.ws.CloseNow()
-			}
-		}()
-		return protocol.Frame{}, false
-	}
-	// worker.inference.start
-	if s.cfg.Models == nil || s.cfg.Sessions == nil {
+	cb, ok := s.cfg.Sessions.(ContextBackend)
+	if !ok {
 		return fail(protocol.CodeMethodNotAllowed, "method %.128q is not served", f.Method)
+	}
+	var p protocol.TranscriptContextParams
+	if err := protocol.DecodeParams(f.Params, &p); err != nil {
+		return fail(protocol.CodeInvalidFrame, "params: %v", err)
+	}
+	if wc.sessionID != "" && p.SessionID != wc.sessionID {
+		return fail(protocol.CodeSessionNotAttached, "this worker is admitted for session %s only", wc.sessionID)
+	}
+	release, e := s.reserve(wc, len(f.Params))
+	if e != nil {
+		return protocol.ErrorResponse(f.ID, e), true
+	}
+	f.Params = nil
+	wc.spawn(release, func() {
+		res := func() protocol.Frame {
+			if e := s.checkBinding(ctx, wc, p.SessionID, p.OwnerEpoch); e != nil {
+				return protocol.ErrorResponse(f.ID, e)
+			}
+			out, err := cb.WorkerContext(ctx, p)
+			if err != nil {
+				return s.errorFrame(wc, f, err)
+			}
+			r, err := protocol.Response(f.ID, out)
+			if err != nil {
+				return s.errorFrame(wc, f, err)
+			}
+			return r
+		}()
+		wc.answer(ctx, res)
+	})
+	return protocol.Frame{}, false
+}
+
+// serveInferenceStart checks a model call's shape and budget on the read loop, then runs it (see
+// runCall) from a goroutine owned by the connection.
+func (s *Server) serveInferenceStart(ctx context.Context, wc *workerConn, f protocol.Frame) (protocol.Frame, bool) {
+	if s.cfg.Models == nil || s.cfg.Sessions == nil {
+		return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeMethodNotAllowed, "method %.128q is not served", f.Method)), true
 	}
 	refuse := func(code protocol.Code, format string, args ...any) (protocol.Frame, bool) {
 		e := protocol.Errorf(code, format, args...)
@@ -170,7 +160,7 @@ func (s *Server) serveInference(ctx context.Context, wc *workerConn, f protocol.
 		return refuse(protocol.CodeInvalidContext, "options.reasoning %.32q is not a reasoning level", p.Options.Reasoning)
 	}
 	if wc.sessionID != "" && p.SessionID != wc.sessionID {
-		return fail(protocol.CodeSessionNotAttached, "this worker is admitted for session %s only", wc.sessionID)
+		return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeSessionNotAttached, "this worker is admitted for session %s only", wc.sessionID)), true
 	}
 	if _, err := s.cfg.Models.Resolve(p.ModelRef); err != nil {
 		return refuse(protocol.CodeModelNotApproved, "%v", err)
@@ -178,12 +168,7 @@ func (s *Server) serveInference(ctx context.Context, wc *workerConn, f protocol.
 	bytesIn := len(f.Params)
 	f.Params = nil // the decoded context is what the call keeps
 	started = true
-	wc.swg.Add(1)
-	go func() {
-		defer wc.swg.Done()
-		defer release()
-		s.runCall(ctx, wc, f, p, bytesIn)
-	}()
+	wc.spawn(release, func() { s.runCall(ctx, wc, f, p, bytesIn) })
 	return protocol.Frame{}, false
 }
 
@@ -247,19 +232,12 @@ func (s *Server) bindingError(ctx context.Context, envID, sessionID string, owne
 // runCall serves one worker.inference.start after its shape was checked: fencing, replay, then the
 // provider call, its events under the worker's credit, the terminal result and the accounting row.
 func (s *Server) runCall(ctx context.Context, wc *workerConn, f protocol.Frame, p protocol.InferenceStartParams, bytesIn int) {
-	answer := func(fr protocol.Frame) bool {
-		if err := wc.write(ctx, fr); err != nil {
-			_ = wc.ws.CloseNow()
-			return false
-		}
-		return true
-	}
 	if e := s.checkBinding(ctx, wc, p.SessionID, p.OwnerEpoch); e != nil {
-		answer(protocol.ErrorResponse(f.ID, e))
+		wc.answer(ctx, protocol.ErrorResponse(f.ID, e))
 		return
 	}
 	if e := s.checkRun(ctx, wc, p.SessionID, p.RunID, p.RunEpoch); e != nil {
-		answer(protocol.ErrorResponse(f.ID, e))
+		wc.answer(ctx, protocol.ErrorResponse(f.ID, e))
 		return
 	}
 	key := p.CallKey()
@@ -273,7 +251,7 @@ func (s *Server) runCall(ctx context.Context, wc *workerConn, f protocol.Frame, 
 	wc.cmu.Lock()
 	if wc.calls[key] != nil {
 		wc.cmu.Unlock()
-		answer(protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeBusy, "call %s is in progress", p.TurnID)))
+		wc.answer(ctx, protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeBusy, "call %s is in progress", p.TurnID)))
 		return
 	}
 	wc.calls[key] = call
@@ -285,19 +263,19 @@ func (s *Server) runCall(ctx context.Context, wc *workerConn, f protocol.Frame, 
 		call.window.Close()
 	}()
 
-	started := time.Now()
+	started := s.cfg.Clock.Now()
 	cached, err := s.claimCall(ctx, wc.envID, p, bytesIn, started)
 	if err != nil {
-		answer(s.errorFrame(wc, f, err))
+		wc.answer(ctx, s.errorFrame(wc, f, err))
 		return
 	}
 	if cached != nil {
 		r, _ := protocol.Response(f.ID, protocol.InferenceStartResult{Status: protocol.InferenceReplayed, Terminal: cached})
-		answer(r)
+		wc.answer(ctx, r)
 		return
 	}
 	r, _ := protocol.Response(f.ID, protocol.InferenceStartResult{Status: protocol.InferenceAccepted})
-	if !answer(r) {
+	if !wc.answer(ctx, r) {
 		s.finishCall(wc.envID, p, started, 0, s.terminalFor(p, protocol.Message{}, errConnGone))
 		return
 	}
@@ -329,9 +307,7 @@ func (s *Server) runCall(ctx context.Context, wc *workerConn, f protocol.Frame, 
 	}
 	s.finishCall(wc.envID, p, started, bytesOut, t)
 	if ferr == nil && ctx.Err() == nil {
-		if err := wc.write(ctx, fr); err != nil {
-			_ = wc.ws.CloseNow()
-		}
+		wc.answer(ctx, fr)
 	}
 }
 
@@ -420,18 +396,19 @@ func (s *Server) finishCall(envID string, p protocol.InferenceStartParams, start
 		}
 	}
 	b, _ := json.Marshal(t)
+	now := s.cfg.Clock.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := s.cfg.DB.W.ExecContext(ctx, `UPDATE inference_calls SET outcome=?, input_tokens=?, output_tokens=?, cache_read_tokens=?,
 		cache_write_tokens=?, total_tokens=?, cost=?, bytes_out=?, duration_ms=?, terminal=?, finished_at=?
 		WHERE session_id=? AND run_epoch=? AND turn_id=?`,
 		outcome, u.Input, u.Output, u.CacheRead, u.CacheWrite, u.TotalTokens, u.Cost.Total, bytesOut,
-		time.Since(started).Milliseconds(), string(b), store.Now(), p.SessionID, p.RunEpoch, p.TurnID)
+		now.Sub(started).Milliseconds(), string(b), store.FormatTime(now), p.SessionID, p.RunEpoch, p.TurnID)
 	if err != nil {
 		s.log.Error("record inference outcome", "env", envID, "session", p.SessionID, "turn", p.TurnID, "err", err)
 	}
 	s.log.Info("inference call", "env", envID, "session", p.SessionID, "run", p.RunID, "turn", p.TurnID, "model", p.ModelRef,
-		"outcome", outcome, "tokens", u.TotalTokens, "bytesOut", bytesOut, "duration", time.Since(started))
+		"outcome", outcome, "tokens", u.TotalTokens, "bytesOut", bytesOut, "duration", now.Sub(started))
 }
 
 // PruneCalls deletes the accounting rows of calls that ended before cutoff and returns how many.

@@ -116,7 +116,7 @@ func (s *Server) reserve(wc *workerConn, n int) (release func(), _ *protocol.Err
 		s.bmu.Unlock()
 		p := s.pressureOf(wc.envID)
 		p.rejected.Add(1)
-		p.lastReject.Store(time.Now().UnixNano())
+		p.lastReject.Store(s.cfg.Clock.Now().UnixNano())
 		return nil, &protocol.Error{Code: protocol.CodeCapacityExceeded, Message: why, Retryable: true,
 			RetryAfterMs: s.cfg.RetryAfter.Milliseconds()}
 	}

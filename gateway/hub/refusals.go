@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
@@ -20,6 +21,7 @@ const maxRefusalKeys = 1024
 // refusals counts refused connections and calls per (audit kind, environment) and writes one audit
 // row per key per window, so a flood of refusals costs one row, not one fsync each.
 type refusals struct {
+	clock  clock.Clock // dates each window; set by New
 	mu     sync.Mutex
 	counts map[refusalKey]*refusalCount
 }
@@ -48,7 +50,7 @@ func (r *refusals) add(kind, env string, e *protocol.Error) {
 			c = r.counts[k]
 		}
 		if c == nil {
-			c = &refusalCount{since: time.Now(), codes: map[protocol.Code]int{}, sample: map[protocol.Code]string{}}
+			c = &refusalCount{since: r.clock.Now(), codes: map[protocol.Code]int{}, sample: map[protocol.Code]string{}}
 			r.counts[k] = c
 		}
 	}
@@ -109,15 +111,15 @@ func (s *Server) flushRefusals(ctx context.Context) {
 // once more.
 func (s *Server) refusalLoop() {
 	defer close(s.refusalsDone)
-	t := time.NewTicker(s.cfg.Limits.RejectAuditWindow)
-	defer t.Stop()
 	for {
+		t := s.cfg.Clock.NewTimer(s.cfg.Limits.RejectAuditWindow)
 		select {
-		case <-t.C:
+		case <-t.C():
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			s.flushRefusals(ctx)
 			cancel()
 		case <-s.refusalsStop:
+			t.Stop()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			s.flushRefusals(ctx)
 			cancel()

@@ -69,7 +69,7 @@ func (s *Server) Backpressure(envID string) Backpressure {
 	var b Backpressure
 	if p != nil {
 		b.Rejected = p.rejected.Load()
-		b.Active = time.Since(time.Unix(0, p.lastReject.Load())) < backpressureHold
+		b.Active = s.cfg.Clock.Now().Sub(time.Unix(0, p.lastReject.Load())) < backpressureHold
 	}
 	if wc != nil {
 		wc.smu.Lock()
@@ -97,68 +97,66 @@ type queued struct {
 	size   int
 }
 
-// isStreamMethod reports whether method is served through a stream queue.
-func isStreamMethod(method string) bool {
-	switch method {
-	case protocol.MethodTranscriptCommit, protocol.MethodLiveEvent, protocol.MethodResume:
-		return true
+// decodeCommit decodes and checks a worker.transcript.commit; its stream is the scope's transcript.
+func decodeCommit(f protocol.Frame) (key, sessionID string, params any, e *protocol.Error) {
+	var p protocol.TranscriptCommitParams
+	if err := protocol.DecodeParams(f.Params, &p); err != nil {
+		return "", "", nil, protocol.Errorf(protocol.CodeInvalidBatch, "params: %v", err)
 	}
-	return false
+	if err := p.Scope.Validate(protocol.StreamTranscript); err != nil {
+		return "", "", nil, protocol.Errorf(protocol.CodeInvalidBatch, "%v", err)
+	}
+	if len(p.Messages) == 0 || len(p.Messages) > protocol.MaxCommitMessages {
+		return "", "", nil, protocol.Errorf(protocol.CodeInvalidBatch, "a commit carries 1..%d messages, got %d", protocol.MaxCommitMessages, len(p.Messages))
+	}
+	return p.StreamKey(), p.SessionID, &p, nil
 }
 
-// dispatch decodes a durable-session request and queues it on its stream. It answers (returns a
-// frame) only when the request is refused before queueing; ok reports that it was queued.
-func (s *Server) dispatch(ctx context.Context, wc *workerConn, f protocol.Frame) (res protocol.Frame, ok bool) {
-	fail := func(code protocol.Code, format string, args ...any) (protocol.Frame, bool) {
-		return protocol.ErrorResponse(f.ID, protocol.Errorf(code, format, args...)), false
+// decodeLiveEvent decodes and checks a worker.live-event; its stream is the scope's live stream.
+func decodeLiveEvent(f protocol.Frame) (key, sessionID string, params any, e *protocol.Error) {
+	var p protocol.LiveEventParams
+	if err := protocol.DecodeParams(f.Params, &p); err != nil {
+		return "", "", nil, protocol.Errorf(protocol.CodeInvalidFrame, "params: %v", err)
 	}
+	if err := p.Scope.Validate(protocol.StreamLive); err != nil {
+		return "", "", nil, protocol.Errorf(protocol.CodeInvalidFrame, "%v", err)
+	}
+	return p.StreamKey(), p.SessionID, &p, nil
+}
+
+// decodeResume decodes and checks a worker.resume; each session has one resume stream.
+func decodeResume(f protocol.Frame) (key, sessionID string, params any, e *protocol.Error) {
+	var p protocol.ResumeParams
+	if err := protocol.DecodeParams(f.Params, &p); err != nil {
+		return "", "", nil, protocol.Errorf(protocol.CodeInvalidFrame, "params: %v", err)
+	}
+	if p.SessionID == "" || p.OwnerEpoch == 0 {
+		return "", "", nil, protocol.Errorf(protocol.CodeInvalidFrame, "sessionId and ownerEpoch are required")
+	}
+	return p.SessionID + "\x00resume", p.SessionID, &p, nil
+}
+
+// enqueue decodes a durable-session request with decode and queues it on its stream. It answers
+// (returns a frame, now true) only when the request is refused before queueing.
+func (s *Server) enqueue(ctx context.Context, wc *workerConn, f protocol.Frame,
+	decode func(protocol.Frame) (key, sessionID string, params any, e *protocol.Error)) (res protocol.Frame, now bool) {
 	if s.cfg.Sessions == nil {
-		return fail(protocol.CodeMethodNotAllowed, "method %.128q is not served", f.Method)
+		return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeMethodNotAllowed, "method %.128q is not served", f.Method)), true
 	}
-	var key, sessionID string
-	var params any
-	switch f.Method {
-	case protocol.MethodTranscriptCommit:
-		var p protocol.TranscriptCommitParams
-		if err := protocol.DecodeParams(f.Params, &p); err != nil {
-			return fail(protocol.CodeInvalidBatch, "params: %v", err)
-		}
-		if err := p.Scope.Validate(protocol.StreamTranscript); err != nil {
-			return fail(protocol.CodeInvalidBatch, "%v", err)
-		}
-		if len(p.Messages) == 0 || len(p.Messages) > protocol.MaxCommitMessages {
-			return fail(protocol.CodeInvalidBatch, "a commit carries 1..%d messages, got %d", protocol.MaxCommitMessages, len(p.Messages))
-		}
-		key, sessionID, params = p.StreamKey(), p.SessionID, &p
-	case protocol.MethodLiveEvent:
-		var p protocol.LiveEventParams
-		if err := protocol.DecodeParams(f.Params, &p); err != nil {
-			return fail(protocol.CodeInvalidFrame, "params: %v", err)
-		}
-		if err := p.Scope.Validate(protocol.StreamLive); err != nil {
-			return fail(protocol.CodeInvalidFrame, "%v", err)
-		}
-		key, sessionID, params = p.StreamKey(), p.SessionID, &p
-	case protocol.MethodResume:
-		var p protocol.ResumeParams
-		if err := protocol.DecodeParams(f.Params, &p); err != nil {
-			return fail(protocol.CodeInvalidFrame, "params: %v", err)
-		}
-		if p.SessionID == "" || p.OwnerEpoch == 0 {
-			return fail(protocol.CodeInvalidFrame, "sessionId and ownerEpoch are required")
-		}
-		key, sessionID, params = p.SessionID+"\x00resume", p.SessionID, &p
+	key, sessionID, params, e := decode(f)
+	if e != nil {
+		return protocol.ErrorResponse(f.ID, e), true
 	}
 	if wc.sessionID != "" && sessionID != wc.sessionID {
-		return fail(protocol.CodeSessionNotAttached, "this worker is admitted for session %s only", wc.sessionID)
+		return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeSessionNotAttached, "this worker is admitted for session %s only", wc.sessionID)), true
 	}
 	size := len(f.Params)
 	capacity := func(why string) (protocol.Frame, bool) {
 		p := s.pressureOf(wc.envID)
 		p.rejected.Add(1)
-		p.lastReject.Store(time.Now().UnixNano())
+		p.lastReject.Store(s.cfg.Clock.Now().UnixNano())
 		return protocol.ErrorResponse(f.ID, &protocol.Error{Code: protocol.CodeCapacityExceeded, Message: why,
-			Retryable: true, RetryAfterMs: s.cfg.RetryAfter.Milliseconds()}), false
+			Retryable: true, RetryAfterMs: s.cfg.RetryAfter.Milliseconds()}), true
 	}
 	if wc.queuedBytes.Add(int64(size)) > int64(s.cfg.ConnQueueBytes) {
 		wc.queuedBytes.Add(-int64(size))
@@ -171,7 +169,7 @@ func (s *Server) dispatch(ctx context.Context, wc *workerConn, f protocol.Frame)
 	}
 	select {
 	case st.q <- queued{f: f, params: params, size: size}:
-		return protocol.Frame{}, true
+		return protocol.Frame{}, false
 	default:
 		wc.queuedBytes.Add(-int64(size))
 		return capacity(fmt.Sprintf("stream queue full (%d requests)", cap(st.q)))
@@ -202,8 +200,7 @@ func (wc *workerConn) stream(ctx context.Context, s *Server, key string) (*strea
 			case it := <-st.q:
 				res := s.serveStream(ctx, wc, it)
 				wc.queuedBytes.Add(-int64(it.size))
-				if err := wc.write(ctx, res); err != nil {
-					_ = wc.ws.CloseNow()
+				if !wc.answer(ctx, res) {
 					return
 				}
 			}

@@ -36,10 +36,7 @@ func (s *Server) serveToolCall(ctx context.Context, wc *workerConn, f protocol.F
 		return protocol.ErrorResponse(f.ID, e), true
 	}
 	f.Params = nil
-	wc.swg.Add(1)
-	go func() {
-		defer wc.swg.Done()
-		defer release()
+	wc.spawn(release, func() {
 		res := func() protocol.Frame {
 			if e := s.checkBinding(ctx, wc, p.SessionID, p.OwnerEpoch); e != nil {
 				return protocol.ErrorResponse(f.ID, e)
@@ -57,10 +54,8 @@ func (s *Server) serveToolCall(ctx context.Context, wc *workerConn, f protocol.F
 			r, _ := protocol.Response(f.ID, protocol.ToolCallResult{Content: out.Content, Details: out.Details, IsError: out.IsError})
 			return r
 		}()
-		if err := wc.write(ctx, res); err != nil {
-			_ = wc.ws.CloseNow()
-		}
-	}()
+		wc.answer(ctx, res)
+	})
 	return protocol.Frame{}, false
 }
 
