@@ -2,6 +2,7 @@ package envs
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 
@@ -11,18 +12,37 @@ import (
 // Attach marks an environment as serving a session (ready|idle → attached). Attached
 // environments are never stopped for idleness or TTL.
 func (m *Manager) Attach(ctx context.Context, id, sessionID string) error {
-	e, err := m.Get(ctx, id)
-	if err != nil {
+	var committed func()
+	if err := m.db.InTx(ctx, func(tx *sql.Tx) (err error) {
+		committed, err = m.AttachTx(ctx, tx, id, sessionID)
 		return err
+	}); err != nil {
+		return err
+	}
+	committed()
+	return nil
+}
+
+// AttachTx is Attach inside tx: the placement state machine attaches the environment in the
+// transaction of the transition that makes the session active on it, so the two never disagree.
+// Call committed once tx has committed: it records the activity and wakes the watchers.
+func (m *Manager) AttachTx(ctx context.Context, tx *sql.Tx, id, sessionID string) (committed func(), err error) {
+	e, err := getEnv(ctx, tx, id)
+	if err != nil {
+		return nil, err
 	}
 	if e.State == Attached {
-		return nil
+		return func() {}, nil
 	}
-	if err := m.move(ctx, id, e.State, Attached, "session "+sessionID+" attached"); err != nil {
-		return err
+	reason := "session " + sessionID + " attached"
+	if err := transition(ctx, tx, id, e.State, Attached, reason); err != nil {
+		return nil, err
 	}
-	m.Touch(ctx, id)
-	return nil
+	return func() {
+		m.log.Info("environment state", "env", id, "from", e.State, "to", Attached, "reason", reason)
+		m.notify()
+		m.Touch(context.WithoutCancel(ctx), id)
+	}, nil
 }
 
 // Detach marks an attached environment idle again; idle time counts from now.

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -376,32 +377,47 @@ func (d *Dispatcher) advance(ctx context.Context, sessionID string) error {
 			return ctx.Err() // stopping: the recorded step resumes on restart
 		}
 		if err != nil {
-			next = Change{To: Failed, Reason: err.Error(), Error: err.Error()}
-			var timeout *StepTimeoutError
-			switch {
-			case errors.As(err, &timeout) && p.State == Reconciling:
-				next.Error = err.Error() + " — recovery: the worker's results are still on the box (environment " + p.EnvironmentID +
-					"); run `openclaw session pullback " + sessionID + "` again once it answers, or `openclaw env destroy " + p.EnvironmentID +
-					" --force` to discard them"
-			case errors.As(err, &timeout):
-				next.Error = err.Error() + " — recovery: run `openclaw session dispatch " + sessionID + "` to try again (another machine is leased if this one stays silent), or `openclaw env destroy " + p.EnvironmentID + " --force`"
-			case p.State == Reconciling:
-				var tooMany *mirror.TooManyDeletesError
-				if errors.As(err, &tooMany) {
-					next.Error = err.Error() + " — recovery: if the worker meant to delete them, run `openclaw session pullback " + sessionID +
-						" --force`; the worker's results stay on the box (environment " + p.EnvironmentID + ") until then"
-				} else {
-					next.Error = err.Error() + " — recovery: the worker's results are still on the box (environment " + p.EnvironmentID +
-						"); resolve the conflict in " + p.AnchorDir + " and run `openclaw session pullback " + sessionID +
-						"` again, or destroy the environment to discard them"
-				}
-			}
+			next = failure(p, err)
 		}
-		if _, err := d.cfg.Placements.Transition(ctx, sessionID, p.Generation, next); err != nil {
+		_, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation, next)
+		var also *AlsoError
+		if errors.As(err, &also) && next.To != Failed && ctx.Err() == nil {
+			// what moves with the placement failed (the session's binding, the environment's
+			// attachment): nothing of it was written, and the step fails
+			next = failure(p, also.Err)
+			_, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation, next)
+		}
+		if err != nil {
 			return err
 		}
 		d.log.Info("placement", "session", sessionID, "from", p.State, "to", next.To, "reason", next.Reason)
 	}
+}
+
+// failure is the move to failed of a placement whose step at p failed with err, with the recovery
+// action its step calls for.
+func failure(p Placement, err error) Change {
+	next := Change{To: Failed, Reason: err.Error(), Error: err.Error()}
+	var timeout *StepTimeoutError
+	switch {
+	case errors.As(err, &timeout) && p.State == Reconciling:
+		next.Error = err.Error() + " — recovery: the worker's results are still on the box (environment " + p.EnvironmentID +
+			"); run `openclaw session pullback " + p.SessionID + "` again once it answers, or `openclaw env destroy " + p.EnvironmentID +
+			" --force` to discard them"
+	case errors.As(err, &timeout):
+		next.Error = err.Error() + " — recovery: run `openclaw session dispatch " + p.SessionID + "` to try again (another machine is leased if this one stays silent), or `openclaw env destroy " + p.EnvironmentID + " --force`"
+	case p.State == Reconciling:
+		var tooMany *mirror.TooManyDeletesError
+		if errors.As(err, &tooMany) {
+			next.Error = err.Error() + " — recovery: if the worker meant to delete them, run `openclaw session pullback " + p.SessionID +
+				" --force`; the worker's results stay on the box (environment " + p.EnvironmentID + ") until then"
+		} else {
+			next.Error = err.Error() + " — recovery: the worker's results are still on the box (environment " + p.EnvironmentID +
+				"); resolve the conflict in " + p.AnchorDir + " and run `openclaw session pullback " + p.SessionID +
+				"` again, or destroy the environment to discard them"
+		}
+	}
+	return next
 }
 
 // provision reuses an idle environment of the profile (warm lease) or leases a new one.
@@ -617,14 +633,39 @@ func (d *Dispatcher) start(ctx context.Context, p Placement) (Change, error) {
 			return Change{}, err
 		}
 	}
-	epoch, err := d.cfg.Sessions.Attach(ctx, p.SessionID, p.EnvironmentID)
-	if err != nil {
-		return Change{}, err
+	// The session is bound, the environment attached and the placement active in one transaction.
+	return Change{To: Active, Also: func(ctx context.Context, tx *sql.Tx, c *Change) (func(), error) {
+		epoch, err := d.cfg.Sessions.BindTx(ctx, tx, p.SessionID, p.EnvironmentID)
+		if err != nil {
+			return nil, err
+		}
+		attached, err := d.cfg.Envs.AttachTx(ctx, tx, p.EnvironmentID, p.SessionID)
+		if err != nil {
+			return nil, err
+		}
+		c.OwnerEpoch = epoch
+		c.Reason = fmt.Sprintf("worker of %s owns the session (owner epoch %d)", p.EnvironmentID, epoch)
+		return func() {
+			d.cfg.Sessions.Notify(sessions.ChangeSessionUpdated, p.SessionID)
+			attached()
+		}, nil
+	}}, nil
+}
+
+// unbind returns the session of a transition to the gateway inside its transaction, fencing the
+// worker. When why is not "" (a pull-back's drain), the new owner epoch goes into the change and
+// into its reason (why formats it).
+func (d *Dispatcher) unbind(sessionID, why string) func(ctx context.Context, tx *sql.Tx, c *Change) (func(), error) {
+	return func(ctx context.Context, tx *sql.Tx, c *Change) (func(), error) {
+		epoch, err := d.cfg.Sessions.BindTx(ctx, tx, sessionID, "")
+		if err != nil {
+			return nil, err
+		}
+		if why != "" {
+			c.OwnerEpoch, c.Reason = epoch, fmt.Sprintf(why, epoch)
+		}
+		return func() { d.cfg.Sessions.Notify(sessions.ChangeSessionUpdated, sessionID) }, nil
 	}
-	if err := d.cfg.Envs.Attach(ctx, p.EnvironmentID, p.SessionID); err != nil {
-		return Change{}, err
-	}
-	return Change{To: Active, Reason: fmt.Sprintf("worker of %s owns the session (owner epoch %d)", p.EnvironmentID, epoch), OwnerEpoch: epoch}, nil
 }
 
 // drain passes barrier steps 2–6: wait for the active run to end (new turns are refused while the
@@ -635,12 +676,8 @@ func (d *Dispatcher) drain(ctx context.Context, p Placement) (Change, error) {
 			return Change{}, err
 		}
 	}
-	epoch, err := d.cfg.Sessions.Detach(ctx, p.SessionID)
-	if err != nil {
-		return Change{}, err
-	}
 	step := 6
-	return Change{To: Reconciling, Reason: fmt.Sprintf("drained; worker fenced (owner epoch %d)", epoch), OwnerEpoch: epoch, BarrierStep: &step}, nil
+	return Change{To: Reconciling, BarrierStep: &step, Also: d.unbind(p.SessionID, "drained; worker fenced (owner epoch %d)")}, nil
 }
 
 // reconcile is barrier step 7: bring the worker's results into the anchor, conflict-aware.

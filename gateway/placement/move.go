@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/openclaw/cloudworkers/gateway/envs"
-	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -149,19 +148,19 @@ func (d *Dispatcher) MoveLocal(ctx context.Context, sessionID string, force bool
 	if ws != sess.Workspace {
 		reason += "; runs in the anchor " + ws + ", which holds the worker's work as of its last checkpoint"
 	}
-	// The worker (if any still holds the session) is fenced before the move is recorded, and the
-	// workspace changed, so no turn can run on the gateway in the wrong place or beside a worker.
-	if sess.Placement == sessions.PlacementWorker {
-		if _, err := d.cfg.Sessions.Detach(ctx, sessionID); err != nil {
-			return p, err
-		}
-	}
+	// The workspace is changed before the move is recorded, and the worker (if any still holds the
+	// session) fenced in the move's transaction, so no turn can run on the gateway in the wrong
+	// place or beside a worker.
 	if ws != sess.Workspace {
 		if err := d.cfg.Sessions.SetWorkspace(ctx, sessionID, ws); err != nil {
 			return p, err
 		}
 	}
-	moved, err := d.cfg.Placements.Transition(ctx, sessionID, p.Generation, Change{To: Local, Reason: reason})
+	move := Change{To: Local, Reason: reason}
+	if sess.EnvironmentID != "" {
+		move.Also = d.unbind(sessionID, "")
+	}
+	moved, err := d.cfg.Placements.Transition(ctx, sessionID, p.Generation, move)
 	if err != nil {
 		if ws != sess.Workspace {
 			if rerr := d.cfg.Sessions.SetWorkspace(context.WithoutCancel(ctx), sessionID, sess.Workspace); rerr != nil {

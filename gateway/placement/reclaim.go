@@ -186,11 +186,10 @@ func (d *Dispatcher) reclaim(ctx context.Context, p Placement, e envs.Environmen
 		lost = "workspace changes after " + cp + " were lost"
 	}
 	reason := "worker lost: " + why + "; " + lost + "; the next message restores the workspace on a fresh worker"
-	if _, err := d.cfg.Placements.Transition(ctx, p.SessionID, p.Generation, Change{To: Reclaimed, Reason: reason, Error: reason}); err != nil {
+	// the worker is fenced in the transaction that records the reclaim
+	if _, err := d.cfg.Placements.Transition(ctx, p.SessionID, p.Generation, Change{To: Reclaimed, Reason: reason, Error: reason,
+		Also: d.unbind(p.SessionID, "")}); err != nil {
 		return err
-	}
-	if _, err := d.cfg.Sessions.Detach(ctx, p.SessionID); err != nil {
-		d.log.Warn("fence reclaimed worker", "session", p.SessionID, "err", err)
 	}
 	data, _ := json.Marshal(map[string]string{"event": "reclaimed", "environmentId": p.EnvironmentID, "reason": reason})
 	if _, err := d.cfg.Sessions.AppendCustom(ctx, p.SessionID, sessions.Custom{CustomType: "openclaw.placement", Data: data}); err != nil {

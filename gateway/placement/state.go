@@ -116,6 +116,25 @@ func (ps *Placements) ServedBy(ctx context.Context, envID string) ([]Placement, 
 	return out, rows.Err()
 }
 
+// List returns every placement row (sessions never dispatched have none), most recently updated
+// first, at most limit rows.
+func (ps *Placements) List(ctx context.Context, limit int) ([]Placement, error) {
+	rows, err := ps.db.R.QueryContext(ctx, `SELECT `+placementCols+` FROM placements ORDER BY updated_at DESC LIMIT ?`, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []Placement{}
+	for rows.Next() {
+		p, err := scanPlacement(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
 // Get returns a session's placement; a session never dispatched is local at generation 0.
 func (ps *Placements) Get(ctx context.Context, sessionID string) (Placement, error) {
 	p, err := scanPlacement(ps.db.R.QueryRowContext(ctx, `SELECT `+placementCols+` FROM placements WHERE session_id=?`, sessionID))
@@ -143,14 +162,29 @@ type Change struct {
 	Error          string
 	// UnlessClaim refuses the move (ErrBusy) while the session's turn is held by this claim.
 	UnlessClaim string
+	// Also runs inside the transition's transaction once the move passed its checks, before the
+	// placement row is written: the session's binding and the environment's attachment change
+	// with the placement or not at all. It may fill in the change (the owner epoch a binding
+	// advanced to); committed, when not nil, runs after the commit. Its error (an *AlsoError)
+	// refuses the move.
+	Also func(ctx context.Context, tx *sql.Tx, c *Change) (committed func(), err error)
 }
+
+// AlsoError is the error of a transition's Also: the move was refused because the work that
+// moves with it failed.
+type AlsoError struct{ Err error }
+
+func (e *AlsoError) Error() string { return e.Err.Error() }
+func (e *AlsoError) Unwrap() error { return e.Err }
 
 // Transition moves the placement from the state the caller read at generation gen to c.To, in one
 // transaction with its event row, failing with ErrStale if anything moved meanwhile and with an
 // error if the table forbids the move. It returns the new placement (generation gen+1).
 func (ps *Placements) Transition(ctx context.Context, sessionID string, gen uint64, c Change) (Placement, error) {
 	var out Placement
+	var committed func()
 	err := ps.db.InTx(ctx, func(tx *sql.Tx) error {
+		committed = nil
 		p, err := scanPlacement(tx.QueryRowContext(ctx, `SELECT `+placementCols+` FROM placements WHERE session_id=?`, sessionID))
 		if errors.Is(err, sql.ErrNoRows) {
 			p, err = Placement{SessionID: sessionID, State: Local, OwnerEpoch: 1}, nil
@@ -170,6 +204,11 @@ func (ps *Placements) Transition(ctx context.Context, sessionID string, gen uint
 		}
 		if !CanTransition(p.State, c.To) {
 			return fmt.Errorf("session %s: illegal placement transition %s → %s", sessionID, p.State, c.To)
+		}
+		if c.Also != nil {
+			if committed, err = c.Also(ctx, tx, &c); err != nil {
+				return &AlsoError{Err: err}
+			}
 		}
 		from := p.State
 		p.State, p.Generation, p.Error, p.UpdatedAt = c.To, p.Generation+1, c.Error, store.Now()
@@ -207,6 +246,9 @@ func (ps *Placements) Transition(ctx context.Context, sessionID string, gen uint
 		out = p
 		return err
 	})
+	if err == nil && committed != nil {
+		committed()
+	}
 	return out, err
 }
 
@@ -235,8 +277,7 @@ func (ps *Placements) ClaimTurn(ctx context.Context, sessionID string, gen uint6
 			return fmt.Errorf("session %s: %w", sessionID, ErrPlacementFailed)
 		case p.State != Local && p.State != Active && p.State != Reclaimed:
 			return fmt.Errorf("session %s is %s (message refused while the placement moves): %w", sessionID, p.State, ErrStale)
-		case wantRemote && p.State != Active && p.State != Local:
-			// Local: a session bound to a worker with the low-level attach primitive (no dispatch).
+		case wantRemote && p.State != Active:
 			return fmt.Errorf("session %s is %s, not active on a worker: %w", sessionID, p.State, ErrStale)
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE placements SET turn_run_id=? WHERE session_id=? AND generation=?`, runID, sessionID, gen)

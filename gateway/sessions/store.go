@@ -68,17 +68,25 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// PlacementState is where a session's agent loop runs. The dispatch work owns the transitions; this
-// package only stores the value.
+// PlacementState is where a session's agent loop runs, as the session shows it. It is derived from
+// the session's binding (BindTx), never stored: the placement state machine owns the placement.
 type PlacementState string
 
 // Placement states.
 const (
 	// PlacementLocal is a session whose loop runs in the gateway.
 	PlacementLocal PlacementState = "local"
-	// PlacementWorker is a session attached to an environment's worker (see Attach).
+	// PlacementWorker is a session bound to an environment's worker (see BindTx).
 	PlacementWorker PlacementState = "worker"
 )
+
+// placementOf is the placement a session with this binding shows.
+func placementOf(envID string) PlacementState {
+	if envID != "" {
+		return PlacementWorker
+	}
+	return PlacementLocal
+}
 
 // Session is one conversation: its metadata, transcript leaf and placement fields.
 type Session struct {
@@ -184,9 +192,9 @@ func (s *Store) Create(ctx context.Context, p CreateParams) (Session, error) {
 		Placement: PlacementLocal, OwnerEpoch: 1, CreatedAt: now, UpdatedAt: now,
 	}
 	err := s.db.InTx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO sessions(id, title, agent, model, workspace, placement_state,
-			owner_epoch, created_at, updated_at) VALUES(?,?,?,?,?,?,?,?,?)`,
-			ses.ID, ses.Title, ses.Agent, ses.Model, ses.Workspace, string(ses.Placement), ses.OwnerEpoch,
+		_, err := tx.ExecContext(ctx, `INSERT INTO sessions(id, title, agent, model, workspace,
+			owner_epoch, created_at, updated_at) VALUES(?,?,?,?,?,?,?,?)`,
+			ses.ID, ses.Title, ses.Agent, ses.Model, ses.Workspace, ses.OwnerEpoch,
 			store.FormatTime(now), store.FormatTime(now))
 		if err != nil {
 			return err
@@ -200,17 +208,17 @@ func (s *Store) Create(ctx context.Context, p CreateParams) (Session, error) {
 	return ses, nil
 }
 
-const sessionCols = `id, title, agent, model, workspace, leaf_id, placement_state, environment_id, owner_epoch,
+const sessionCols = `id, title, agent, model, workspace, leaf_id, environment_id, owner_epoch,
 	lifecycle_revision, created_at, updated_at`
 
 type scanner interface{ Scan(...any) error }
 
 func scanSession(r scanner) (Session, error) {
 	var ses Session
-	var placement, created, updated string
-	err := r.Scan(&ses.ID, &ses.Title, &ses.Agent, &ses.Model, &ses.Workspace, &ses.LeafID, &placement,
+	var created, updated string
+	err := r.Scan(&ses.ID, &ses.Title, &ses.Agent, &ses.Model, &ses.Workspace, &ses.LeafID,
 		&ses.EnvironmentID, &ses.OwnerEpoch, &ses.LifecycleRevision, &created, &updated)
-	ses.Placement = PlacementState(placement)
+	ses.Placement = placementOf(ses.EnvironmentID)
 	ses.CreatedAt, ses.UpdatedAt = store.ParseTime(created), store.ParseTime(updated)
 	return ses, err
 }

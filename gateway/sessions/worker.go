@@ -10,37 +10,51 @@ import (
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
-// Attach binds a session to an environment's worker and advances its owner epoch in the same
-// transaction, fencing any previous owner. It returns the new owner epoch. It is the low-level
-// placement primitive; the placement state machine builds on it.
+// BindTx binds a session to an environment's worker (envID "" returns it to the gateway) and
+// advances its owner epoch, fencing any previous owner, inside tx: the placement state machine
+// calls it in the transaction of the transition that moves the session, so the binding and the
+// placement never disagree. It returns the new owner epoch; once tx has committed, the caller
+// announces the change with Notify(ChangeSessionUpdated, id).
+func (s *Store) BindTx(ctx context.Context, tx *sql.Tx, id, envID string) (uint64, error) {
+	kind := "session.attach"
+	if envID == "" {
+		kind = "session.detach"
+	}
+	var epoch uint64
+	err := tx.QueryRowContext(ctx, `UPDATE sessions SET environment_id = ?, owner_epoch = owner_epoch + 1, updated_at = ?
+		WHERE id = ? RETURNING owner_epoch`, envID, store.FormatTime(s.now()), id).Scan(&epoch)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = notFound(id)
+	}
+	if err == nil {
+		err = store.Audit(ctx, tx, kind, envID, fmt.Sprintf("session %s owner epoch %d", id, epoch))
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s %s: %w", kind, id, err)
+	}
+	return epoch, nil
+}
+
+// Attach is BindTx in a transaction of its own, for tests of the worker endpoint that need a
+// session bound without a placement; sessions are put on workers by dispatch.
 func (s *Store) Attach(ctx context.Context, id, envID string) (uint64, error) {
 	if envID == "" {
 		return 0, fmt.Errorf("attach session %s: environment id is required", id)
 	}
-	return s.bind(ctx, id, envID, PlacementWorker, "session.attach")
+	return s.bind(ctx, id, envID)
 }
 
-// Detach returns a session to local placement and advances its owner epoch, fencing the worker.
-func (s *Store) Detach(ctx context.Context, id string) (uint64, error) {
-	return s.bind(ctx, id, "", PlacementLocal, "session.detach")
-}
+// Detach is Attach's inverse: BindTx(id, "") in a transaction of its own.
+func (s *Store) Detach(ctx context.Context, id string) (uint64, error) { return s.bind(ctx, id, "") }
 
-func (s *Store) bind(ctx context.Context, id, envID string, placement PlacementState, kind string) (uint64, error) {
+func (s *Store) bind(ctx context.Context, id, envID string) (uint64, error) {
 	var epoch uint64
-	err := s.db.InTx(ctx, func(tx *sql.Tx) error {
-		err := tx.QueryRowContext(ctx, `UPDATE sessions SET environment_id = ?, placement_state = ?,
-			owner_epoch = owner_epoch + 1, updated_at = ? WHERE id = ? RETURNING owner_epoch`,
-			envID, string(placement), store.FormatTime(s.now()), id).Scan(&epoch)
-		if errors.Is(err, sql.ErrNoRows) {
-			return notFound(id)
-		}
-		if err != nil {
-			return err
-		}
-		return store.Audit(ctx, tx, kind, envID, fmt.Sprintf("session %s owner epoch %d", id, epoch))
+	err := s.db.InTx(ctx, func(tx *sql.Tx) (err error) {
+		epoch, err = s.BindTx(ctx, tx, id, envID)
+		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("%s %s: %w", kind, id, err)
+		return 0, err
 	}
 	s.Notify(ChangeSessionUpdated, id)
 	return epoch, nil
