@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/coder/websocket"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/openclaw/cloudworkers/internal/backoff"
+	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
@@ -23,9 +23,6 @@ const (
 
 // ErrClientClosed is returned by a Client's methods after Close.
 var ErrClientClosed = errors.New("worker client closed")
-
-// errConnLost fails a request whose connection ended before it was answered.
-var errConnLost = errors.New("gateway connection lost")
 
 // ClientConfig configures a Client: the connection (Config, whose SessionID and OwnerEpoch are the
 // session the client writes to) and the run it writes for.
@@ -91,7 +88,7 @@ type Client struct {
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced on every state change
-	conn    *clientConn   // the connection senders use; nil while disconnected or not resumed
+	conn    *conn         // the connection senders use; nil while disconnected or not resumed
 	err     error         // terminal: fenced, refused, shut down or closed
 	resumed bool          // seqs and leaf initialised from the gateway's cursors
 	stats   ClientStats
@@ -183,10 +180,10 @@ func (c *Client) wait(ctx context.Context, cond func() (ok bool, until time.Time
 		ch := c.changed
 		c.mu.Unlock()
 		var timer <-chan time.Time
-		var t *time.Timer
+		var t clock.Timer
 		if !until.IsZero() {
-			t = time.NewTimer(time.Until(until))
-			timer = t.C
+			t = c.cfg.Clock.NewTimer(until.Sub(c.w.now()))
+			timer = t.C()
 		}
 		var err error
 		select {
@@ -273,13 +270,13 @@ func (c *Client) Commit(ctx context.Context, msgs []protocol.Message) (protocol.
 // Call sends one request on the current connection and waits for its answer, without retry. A
 // refused request returns its *protocol.Error. It is for methods the Client does not manage.
 func (c *Client) Call(ctx context.Context, method string, params any) (json.RawMessage, error) {
-	var cc *clientConn
+	var cc *conn
 	if err := c.wait(ctx, func() (bool, time.Time) { return c.conn != nil, time.Time{} }); err != nil {
 		return nil, err
 	}
 	cc = c.conn
 	c.mu.Unlock()
-	f, err := cc.call(ctx, c.w.id(), method, params)
+	f, err := cc.call(ctx, method, params)
 	if err != nil {
 		return nil, err
 	}
@@ -307,37 +304,20 @@ func (c *Client) fail(err error) {
 func (c *Client) run() {
 	defer close(c.done)
 	defer c.fail(ErrClientClosed)
-	bo := backoff.Backoff{Min: c.cfg.BackoffMin, Max: c.cfg.BackoffMax, Clock: c.cfg.Clock}
-	for {
-		admitted, err := c.session(c.ctx)
-		if c.ctx.Err() != nil {
-			return
-		}
-		var ae *AdmissionError
-		var pe *protocol.Error
-		switch {
-		case errors.Is(err, errShutdown):
-			c.fail(err)
-			return
-		case errors.As(err, &ae) && ae.Permanent():
-			c.fail(err)
-			return
-		case errors.As(err, &pe) && fatal(pe.Code):
-			c.fail(err)
-			return
-		}
-		if c.Err() != nil {
-			return
-		}
-		if admitted {
-			bo.Reset()
-		}
-		d := bo.Next()
-		c.w.log.Info("gateway connection lost; reconnecting", "err", err, "in", d)
-		if bo.Sleep(c.ctx, d) != nil {
-			return
-		}
-	}
+	opts := connOptions{onEvent: c.inferenceEvent, work: c.serve}
+	_ = c.w.reconnect(c.ctx, slog.LevelInfo, func(ctx context.Context) (bool, error) { return c.w.connect(ctx, opts) },
+		func(err error) bool {
+			if c.ctx.Err() != nil {
+				return true
+			}
+			var ae *AdmissionError
+			var pe *protocol.Error
+			if errors.Is(err, errShutdown) || errors.As(err, &ae) && ae.Permanent() || errors.As(err, &pe) && fatal(pe.Code) {
+				c.fail(err)
+				return true
+			}
+			return c.Err() != nil
+		})
 }
 
 // fatal reports whether an answer with code ends the client: the session is no longer its to write.
@@ -361,56 +341,29 @@ func retryAfter(e *protocol.Error) time.Duration {
 	return 100 * time.Millisecond
 }
 
-// session runs one admitted connection: resume, then the senders, until the connection ends.
-func (c *Client) session(ctx context.Context) (admitted bool, err error) {
-	ws, cr, err := c.w.admit(ctx)
-	if err != nil {
-		return false, err
+// serve is the Client's work on one admitted connection: resume, then the senders, until the
+// connection ends.
+func (c *Client) serve(ctx context.Context, cc *conn) error {
+	defer func() {
+		c.mu.Lock()
+		if c.conn == cc {
+			c.conn = nil
+			c.notifyLocked()
+		}
+		c.mu.Unlock()
+	}()
+	if err := c.resume(ctx, cc); err != nil {
+		return err
 	}
-	defer ws.CloseNow()
-	cc := &clientConn{ws: ws, handler: map[string]func(protocol.Frame){}, lost: make(chan struct{}), onEvent: c.inferenceEvent}
-	interval := heartbeatInterval(cr)
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return cc.readLoop(gctx, 3*interval+time.Second) })
-	g.Go(func() error {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-gctx.Done():
-				return gctx.Err()
-			case <-t.C:
-			}
-			if err := cc.send(gctx, c.w.id(), protocol.MethodHeartbeat, nil, nil); err != nil {
-				return err
-			}
-		}
-	})
-	g.Go(func() error {
-		if err := c.resume(gctx, cc); err != nil {
-			return err
-		}
-		sg, sctx := errgroup.WithContext(gctx)
-		sg.Go(func() error { return c.liveSender(sctx, cc) })
-		sg.Go(func() error { return c.commitSender(sctx, cc) })
-		return sg.Wait()
-	})
-	err = g.Wait()
-	c.mu.Lock()
-	if c.conn == cc {
-		c.conn = nil
-		c.notifyLocked()
-	}
-	c.mu.Unlock()
-	if errors.Is(err, errShutdown) {
-		_ = ws.Close(websocket.StatusNormalClosure, "shutdown")
-	}
-	return true, err
+	g.Go(func() error { return c.liveSender(gctx, cc) })
+	g.Go(func() error { return c.commitSender(gctx, cc) })
+	return g.Wait()
 }
 
 // resume asks the gateway for its cursors and lines the outbox up with them.
-func (c *Client) resume(ctx context.Context, cc *clientConn) error {
-	f, err := cc.call(ctx, c.w.id(), protocol.MethodResume, protocol.ResumeParams{SessionID: c.cfg.SessionID, OwnerEpoch: c.cfg.OwnerEpoch})
+func (c *Client) resume(ctx context.Context, cc *conn) error {
+	f, err := cc.call(ctx, protocol.MethodResume, protocol.ResumeParams{SessionID: c.cfg.SessionID, OwnerEpoch: c.cfg.OwnerEpoch})
 	if err != nil {
 		return err
 	}
@@ -448,7 +401,7 @@ func (c *Client) resume(ctx context.Context, cc *clientConn) error {
 	return nil
 }
 
-func (c *Client) liveSender(ctx context.Context, cc *clientConn) error {
+func (c *Client) liveSender(ctx context.Context, cc *conn) error {
 	for {
 		var seq, gen, acked uint64
 		var ev json.RawMessage
@@ -458,7 +411,7 @@ func (c *Client) liveSender(ctx context.Context, cc *clientConn) error {
 				gone = true
 				return true, time.Time{}
 			}
-			if now := time.Now(); now.Before(c.livePause) {
+			if now := c.w.now(); now.Before(c.livePause) {
 				return false, c.livePause
 			}
 			inflight := c.sendFrom - 1 - c.liveAcked
@@ -476,7 +429,7 @@ func (c *Client) liveSender(ctx context.Context, cc *clientConn) error {
 		c.stats.LiveSent++
 		c.mu.Unlock()
 		p := protocol.LiveEventParams{Scope: c.scope(protocol.StreamLive, seq), LastAckedSeq: acked, Event: ev}
-		if err := cc.send(ctx, c.w.id(), protocol.MethodLiveEvent, p, func(f protocol.Frame) { c.liveAnswer(gen, f) }); err != nil {
+		if err := cc.send(ctx, protocol.MethodLiveEvent, p, func(f protocol.Frame) { c.liveAnswer(gen, f) }); err != nil {
 			return err
 		}
 	}
@@ -513,7 +466,7 @@ func (c *Client) liveAnswer(gen uint64, f protocol.Frame) {
 		if gen == c.gen {
 			c.sendFrom = c.liveAcked + 1
 			c.gen++
-			c.livePause = time.Now().Add(retryAfter(e))
+			c.livePause = c.w.now().Add(retryAfter(e))
 			c.stats.CapacityRetries++
 		}
 	default:
@@ -538,7 +491,7 @@ func (c *Client) ackLocked(acked uint64) {
 	c.notifyLocked()
 }
 
-func (c *Client) commitSender(ctx context.Context, cc *clientConn) error {
+func (c *Client) commitSender(ctx context.Context, cc *conn) error {
 	var pause time.Time
 	for {
 		gone := false
@@ -547,7 +500,7 @@ func (c *Client) commitSender(ctx context.Context, cc *clientConn) error {
 				gone = true
 				return true, time.Time{}
 			}
-			if time.Now().Before(pause) {
+			if c.w.now().Before(pause) {
 				return false, pause
 			}
 			return len(c.commits) > 0, time.Time{}
@@ -561,7 +514,7 @@ func (c *Client) commitSender(ctx context.Context, cc *clientConn) error {
 		pc, leaf := c.commits[0], c.leaf
 		c.mu.Unlock()
 		p := protocol.TranscriptCommitParams{Scope: c.scope(protocol.StreamTranscript, pc.seq), BaseLeafID: leaf, Messages: pc.msgs}
-		f, err := cc.call(ctx, c.w.id(), protocol.MethodTranscriptCommit, p)
+		f, err := cc.call(ctx, protocol.MethodTranscriptCommit, p)
 		if err != nil {
 			c.mu.Lock()
 			c.stats.CommitRetries++ // resent on the next connection
@@ -578,7 +531,7 @@ func (c *Client) commitSender(ctx context.Context, cc *clientConn) error {
 			}
 		case retryable(f.Error):
 			c.stats.CommitRetries++
-			pause = time.Now().Add(retryAfter(f.Error))
+			pause = c.w.now().Add(retryAfter(f.Error))
 			c.mu.Unlock()
 			continue
 		default:
@@ -591,88 +544,5 @@ func (c *Client) commitSender(ctx context.Context, cc *clientConn) error {
 		close(pc.done)
 		c.notifyLocked()
 		c.mu.Unlock()
-	}
-}
-
-// clientConn is one admitted connection of a Client.
-type clientConn struct {
-	ws *websocket.Conn
-
-	mu      sync.Mutex
-	handler map[string]func(protocol.Frame) // request id → what to do with its answer
-	lost    chan struct{}                   // closed when the read loop ends
-	// onEvent receives the gateway's event frames other than worker.shutdown, on the read loop.
-	onEvent func(protocol.Frame)
-}
-
-// send writes a request; on its answer, onAnswer (if not nil) runs on the read loop.
-func (cc *clientConn) send(ctx context.Context, id, method string, params any, onAnswer func(protocol.Frame)) error {
-	req, err := protocol.Request(id, method, params)
-	if err != nil {
-		return err
-	}
-	if onAnswer != nil {
-		cc.mu.Lock()
-		cc.handler[id] = onAnswer
-		cc.mu.Unlock()
-	}
-	if err := writeFrame(ctx, cc.ws, req); err != nil {
-		return fmt.Errorf("send %s: %w", method, err)
-	}
-	return nil
-}
-
-// call sends a request and waits for its answer or the connection's end.
-func (cc *clientConn) call(ctx context.Context, id, method string, params any) (protocol.Frame, error) {
-	ch := make(chan protocol.Frame, 1)
-	if err := cc.send(ctx, id, method, params, func(f protocol.Frame) { ch <- f }); err != nil {
-		return protocol.Frame{}, err
-	}
-	select {
-	case f := <-ch:
-		return f, nil
-	case <-cc.lost:
-		return protocol.Frame{}, errConnLost
-	case <-ctx.Done():
-		return protocol.Frame{}, ctx.Err()
-	}
-}
-
-func (cc *clientConn) readLoop(ctx context.Context, silence time.Duration) error {
-	defer close(cc.lost)
-	for {
-		rctx, cancel := context.WithTimeout(ctx, silence)
-		f, err := readFrame(rctx, cc.ws)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("read from gateway: %w", err)
-		}
-		switch f.Type {
-		case protocol.TypeEvent:
-			if f.Event == protocol.MethodShutdown {
-				return errShutdown
-			}
-			if cc.onEvent != nil {
-				cc.onEvent(f)
-			}
-		case protocol.TypeReq:
-			if f.Method == protocol.MethodShutdown {
-				res, _ := protocol.Response(f.ID, struct{}{})
-				_ = writeFrame(ctx, cc.ws, res)
-				return errShutdown
-			}
-			e := protocol.Errorf(protocol.CodeMethodNotAllowed, "worker does not serve %.128q", f.Method)
-			if err := writeFrame(ctx, cc.ws, protocol.ErrorResponse(f.ID, e)); err != nil {
-				return err
-			}
-		case protocol.TypeRes:
-			cc.mu.Lock()
-			h := cc.handler[f.ID]
-			delete(cc.handler, f.ID)
-			cc.mu.Unlock()
-			if h != nil {
-				h(f)
-			}
-		}
 	}
 }

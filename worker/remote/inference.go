@@ -131,7 +131,7 @@ func (c *Client) Infer(ctx context.Context, turnID, modelRef string, cx protocol
 		window := ic.window
 		ic.mu.Unlock()
 		params.Credit = ic.size
-		f, err := cc.call(ctx, c.w.id(), protocol.MethodInferenceStart, params)
+		f, err := cc.call(ctx, protocol.MethodInferenceStart, params)
 		if err != nil && ctx.Err() == nil {
 			// The connection failed under the request: ask again on the next one (the gateway
 			// replays the terminal of a call it already made).
@@ -182,7 +182,7 @@ func (c *Client) Infer(ctx context.Context, turnID, modelRef string, cx protocol
 					}
 				}
 				if limit, ok := window.Release(costs[i]); ok {
-					_ = cc.send(ctx, c.w.id(), protocol.MethodInferenceCredit, protocol.InferenceCreditParams{
+					_ = cc.send(ctx, protocol.MethodInferenceCredit, protocol.InferenceCreditParams{
 						SessionID: c.cfg.SessionID, TurnID: turnID, RunEpoch: c.cfg.RunEpoch, Limit: limit}, nil)
 				}
 			}
@@ -203,10 +203,10 @@ func (c *Client) Infer(ctx context.Context, turnID, modelRef string, cx protocol
 }
 
 // cancelCall tells the gateway to abandon a call, best effort.
-func (c *Client) cancelCall(cc *clientConn, turnID string) {
+func (c *Client) cancelCall(cc *conn, turnID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = cc.send(ctx, c.w.id(), protocol.MethodInferenceCancel, protocol.InferenceCancelParams{
+	_ = cc.send(ctx, protocol.MethodInferenceCancel, protocol.InferenceCancelParams{
 		SessionID: c.cfg.SessionID, TurnID: turnID, RunEpoch: c.cfg.RunEpoch}, nil)
 }
 

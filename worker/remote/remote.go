@@ -6,16 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/coder/websocket"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/openclaw/cloudworkers/internal/backoff"
 	"github.com/openclaw/cloudworkers/internal/clock"
@@ -49,7 +45,7 @@ type Config struct {
 	Log      *slog.Logger
 	// BackoffMin and BackoffMax bound the jittered, doubling reconnect delay. Defaults 250ms and 30s.
 	BackoffMin, BackoffMax time.Duration
-	// Clock paces reconnects and capacity retries; the real clock when nil.
+	// Clock paces heartbeats, reconnects and retries; the real clock when nil.
 	Clock clock.Clock
 	// DialTimeout bounds one connection attempt including admission. Default 30s.
 	DialTimeout time.Duration
@@ -123,29 +119,17 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	w := newWorker(cfg)
 	defer w.client.CloseIdleConnections()
-	bo := backoff.Backoff{Min: cfg.BackoffMin, Max: cfg.BackoffMax, Clock: cfg.Clock}
-	for {
-		admitted, err := w.session(ctx)
-		if err == nil {
-			w.log.Info("worker shut down by gateway")
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		var ae *AdmissionError
-		if errors.As(err, &ae) && ae.Permanent() {
-			return err
-		}
-		if admitted {
-			bo.Reset()
-		}
-		d := bo.Next()
-		w.log.Warn("gateway connection lost; reconnecting", "err", err, "in", d)
-		if err := bo.Sleep(ctx, d); err != nil {
-			return err
-		}
+	opts := connOptions{serve: cfg.Handler, primary: true}
+	err := w.reconnect(ctx, slog.LevelWarn, func(ctx context.Context) (bool, error) { return w.connect(ctx, opts) },
+		func(err error) bool {
+			var ae *AdmissionError
+			return errors.Is(err, errShutdown) || ctx.Err() == nil && errors.As(err, &ae) && ae.Permanent()
+		})
+	if errors.Is(err, errShutdown) {
+		w.log.Info("worker shut down by gateway")
+		return nil
 	}
+	return err
 }
 
 func newWorker(cfg Config) *worker {
@@ -163,13 +147,15 @@ func newWorker(cfg Config) *worker {
 	return w
 }
 
+// worker is what the connections made from one Config share: the dialer, the newest credential
+// and the request ids.
 type worker struct {
 	cfg    Config
 	log    *slog.Logger
 	client *http.Client
 
-	mu         sync.Mutex
 	credential *Secret // replaced by a successful refresh
+	mu         sync.Mutex
 	nextID     uint64
 }
 
@@ -180,233 +166,31 @@ func (w *worker) id() string {
 	return strconv.FormatUint(w.nextID, 10)
 }
 
-// session runs one connection: dial, admission, then heartbeats until the connection ends.
-// It returns nil on a requested shutdown; admitted tells whether admission succeeded.
-func (w *worker) session(ctx context.Context) (admitted bool, err error) {
-	ws, cr, err := w.admit(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer ws.CloseNow()
-	interval := heartbeatInterval(cr)
-	w.log.Info("admitted by gateway", "heartbeatInterval", interval, "features", cr.Features)
+func (w *worker) now() time.Time { return w.cfg.Clock.Now() }
 
-	s := &conn{w: w, ws: ws, interval: interval, pending: map[string]string{}}
-	for _, f := range cr.Features {
-		if f == protocol.FeatureCredentialRefresh && cr.CredentialExpiresInMs > 0 {
-			s.refreshAt = time.Now().Add(time.Duration(cr.CredentialExpiresInMs) * time.Millisecond / 2)
-		}
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return s.readLoop(gctx) })
-	g.Go(func() error { return s.heartbeatLoop(gctx) })
-	err = g.Wait()
-	if errors.Is(err, errShutdown) {
-		_ = ws.Close(websocket.StatusNormalClosure, "shutdown")
-		return true, nil
-	}
-	return true, err
-}
-
-func heartbeatInterval(cr protocol.ConnectResult) time.Duration {
-	interval := time.Duration(cr.HeartbeatIntervalMs) * time.Millisecond
-	if interval <= 0 {
-		interval = 10 * time.Second
-	}
-	return interval
-}
-
-// admit dials the gateway and runs admission; the caller owns the returned connection.
-func (w *worker) admit(ctx context.Context) (_ *websocket.Conn, _ protocol.ConnectResult, err error) {
-	var cr protocol.ConnectResult
-	dctx, cancel := context.WithTimeout(ctx, w.cfg.DialTimeout)
-	defer cancel()
-	ws, _, err := websocket.Dial(dctx, gatewayURL, &websocket.DialOptions{HTTPClient: w.client})
-	if err != nil {
-		return nil, cr, fmt.Errorf("dial gateway at %s: %w", w.cfg.SocketPath, err)
-	}
-	defer func() {
-		if err != nil {
-			ws.CloseNow()
-		}
-	}()
-	ws.SetReadLimit(protocol.DefaultFrameLimit)
-
-	cred := w.credential.Get()
-	connectID := w.id()
-	req, err := protocol.Request(connectID, protocol.MethodConnect, protocol.ConnectParams{
-		Role: protocol.RoleWorker,
-		Admission: protocol.Admission{
-			EnvironmentID: w.cfg.EnvironmentID, Credential: cred, OwnerEpoch: w.cfg.OwnerEpoch, SessionID: w.cfg.SessionID,
-			Handshake: protocol.Handshake{BundleHash: w.cfg.BundleHash, Version: w.cfg.ProtocolVersion,
-				BuildVersion: w.cfg.Version, ProtocolFeatures: w.cfg.Features},
-		},
-	})
-	if err != nil {
-		return nil, cr, err
-	}
-	if err := writeFrame(dctx, ws, req); err != nil {
-		return nil, cr, fmt.Errorf("send connect: %w", err)
-	}
-	res, err := readFrame(dctx, ws)
-	if err != nil {
-		return nil, cr, fmt.Errorf("read connect response: %w", err)
-	}
-	if res.Type != protocol.TypeRes || res.ID != connectID {
-		return nil, cr, fmt.Errorf("connect: unexpected %s frame", res.Type)
-	}
-	if !res.OK {
-		return nil, cr, &AdmissionError{Err: res.Error}
-	}
-	if err := protocol.DecodeParams(res.Payload, &cr); err != nil {
-		return nil, cr, fmt.Errorf("connect response: %w", err)
-	}
-	return ws, cr, nil
-}
-
-// conn is the admitted part of one session.
-type conn struct {
-	w        *worker
-	ws       *websocket.Conn
-	interval time.Duration
-
-	mu        sync.Mutex
-	pending   map[string]string // request id → method, bounded by the read timeout
-	refreshAt time.Time         // zero: no refresh scheduled
-}
-
-func (c *conn) readLoop(ctx context.Context) error {
-	// The gateway answers every heartbeat, so silence for three intervals means the link is dead.
-	silence := 3*c.interval + time.Second
+// reconnect runs connection after connection until one ends with an error final accepts, which it
+// returns, or ctx ends. Between connections it waits a capped, jittered backoff on the config's
+// clock that starts over after every admitted connection, and logs the lost one at level.
+func (w *worker) reconnect(ctx context.Context, level slog.Level, connect func(context.Context) (admitted bool, err error),
+	final func(error) bool) error {
+	bo := backoff.Backoff{Min: w.cfg.BackoffMin, Max: w.cfg.BackoffMax, Clock: w.cfg.Clock}
 	for {
-		rctx, cancel := context.WithTimeout(ctx, silence)
-		f, err := readFrame(rctx, c.ws)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("read from gateway: %w", err)
-		}
-		switch f.Type {
-		case protocol.TypeEvent:
-			if f.Event == protocol.MethodShutdown {
-				return errShutdown
-			}
-			c.w.log.Debug("ignoring gateway event", "event", f.Event)
-		case protocol.TypeReq:
-			if f.Method == protocol.MethodShutdown {
-				res, _ := protocol.Response(f.ID, struct{}{})
-				_ = writeFrame(ctx, c.ws, res)
-				return errShutdown
-			}
-			res := protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeMethodNotAllowed, "worker does not serve %.128q", f.Method))
-			if h := c.w.cfg.Handler; h != nil && protocol.GatewayMethods[f.Method] {
-				out, e := h(ctx, f.Method, f.Params)
-				if e != nil {
-					res = protocol.ErrorResponse(f.ID, e)
-				} else if r, err := protocol.Response(f.ID, out); err == nil {
-					res = r
-				}
-			}
-			if err := writeFrame(ctx, c.ws, res); err != nil {
-				return err
-			}
-		case protocol.TypeRes:
-			c.handleResponse(f)
-		}
-	}
-}
-
-func (c *conn) handleResponse(f protocol.Frame) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	method, ok := c.pending[f.ID]
-	delete(c.pending, f.ID)
-	if !ok {
-		return
-	}
-	if !f.OK {
-		c.w.log.Warn("gateway refused request", "method", method, "err", f.Error)
-		if method == protocol.MethodCredentialRefresh && f.Error.Code == protocol.CodeMethodNotAllowed {
-			c.refreshAt = time.Time{}
-		}
-		return
-	}
-	if method != protocol.MethodCredentialRefresh {
-		return
-	}
-	var r protocol.CredentialRefreshResult
-	if err := protocol.DecodeParams(f.Payload, &r); err != nil || r.Credential == "" {
-		c.w.log.Warn("bad credential refresh response", "err", err)
-		return
-	}
-	c.w.credential.Set(r.Credential)
-	c.refreshAt = time.Time{}
-	if r.ExpiresInMs > 0 {
-		c.refreshAt = time.Now().Add(time.Duration(r.ExpiresInMs) * time.Millisecond / 2)
-	}
-	c.w.log.Info("worker credential refreshed")
-}
-
-func (c *conn) heartbeatLoop(ctx context.Context) error {
-	t := time.NewTicker(c.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-		if err := c.send(ctx, protocol.MethodHeartbeat); err != nil {
+		admitted, err := connect(ctx)
+		if final(err) {
 			return err
 		}
-		c.mu.Lock()
-		due := !c.refreshAt.IsZero() && !time.Now().Before(c.refreshAt)
-		if due {
-			// Wait for the answer (or the next interval) before asking again.
-			c.refreshAt = time.Now().Add(c.interval)
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
-		c.mu.Unlock()
-		if due {
-			if err := c.send(ctx, protocol.MethodCredentialRefresh); err != nil {
-				return err
-			}
+		if admitted {
+			bo.Reset()
+		}
+		d := bo.Next()
+		w.log.Log(ctx, level, "gateway connection lost; reconnecting", "err", err, "in", d)
+		if err := bo.Sleep(ctx, d); err != nil {
+			return err
 		}
 	}
-}
-
-func (c *conn) send(ctx context.Context, method string) error {
-	id := c.w.id()
-	req, err := protocol.Request(id, method, nil)
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	c.pending[id] = method
-	c.mu.Unlock()
-	if err := writeFrame(ctx, c.ws, req); err != nil {
-		return fmt.Errorf("send %s: %w", method, err)
-	}
-	return nil
-}
-
-func writeFrame(ctx context.Context, ws *websocket.Conn, f protocol.Frame) error {
-	b, err := json.Marshal(f)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	return ws.Write(ctx, websocket.MessageText, b)
-}
-
-func readFrame(ctx context.Context, ws *websocket.Conn) (protocol.Frame, error) {
-	typ, b, err := ws.Read(ctx)
-	if err != nil {
-		return protocol.Frame{}, err
-	}
-	if typ != websocket.MessageText {
-		return protocol.Frame{}, errors.New("binary message from gateway")
-	}
-	return protocol.Decode(b, protocol.DefaultFrameLimit)
 }
 
 // Secret holds a credential shared by the clients of one worker; safe for concurrent use.

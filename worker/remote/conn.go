@@ -1,0 +1,312 @@
+package remote
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/openclaw/cloudworkers/internal/clock"
+	"github.com/openclaw/cloudworkers/protocol"
+)
+
+// errConnLost fails a request whose connection ended before it was answered.
+var errConnLost = errors.New("gateway connection lost")
+
+// connOptions are what the owner of a connection (Run's worker, or a Client) adds to it.
+type connOptions struct {
+	// serve answers the gateway's requests in protocol.GatewayMethods other than worker.shutdown; nil
+	// answers them with method-not-allowed. It runs on the read loop, so it must not block.
+	serve func(ctx context.Context, method string, params json.RawMessage) (any, *protocol.Error)
+	// onEvent receives the gateway's event frames other than worker.shutdown, on the read loop; nil
+	// ignores them.
+	onEvent func(protocol.Frame)
+	// primary marks the worker's own connection (Run's): it logs its admission and asks for a fresh
+	// credential at half the current one's lifetime, when the gateway offers
+	// worker.credential.refresh.
+	primary bool
+	// work, when not nil, runs beside the read loop and the heartbeat; the connection ends with it.
+	work func(ctx context.Context, c *conn) error
+}
+
+// conn is one admitted connection to the gateway. Its read loop routes every frame the gateway
+// sends; its heartbeat keeps the link alive and, when asked, refreshes the credential.
+type conn struct {
+	w        *worker
+	ws       *websocket.Conn
+	opts     connOptions
+	interval time.Duration
+	lost     chan struct{} // closed when the read loop ends
+
+	mu        sync.Mutex
+	answers   map[string]func(protocol.Frame) // request id → what to do with its answer, on the read loop
+	refreshAt time.Time                       // zero: no refresh scheduled
+}
+
+// connect runs one connection: dial and admission, then the read loop, the heartbeat and
+// opts.work in one errgroup until one of them ends. admitted tells whether admission succeeded;
+// the error is errShutdown when the gateway asked the worker to exit.
+func (w *worker) connect(ctx context.Context, opts connOptions) (admitted bool, err error) {
+	ws, cr, err := w.admit(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer ws.CloseNow()
+	c := &conn{w: w, ws: ws, opts: opts, interval: heartbeatInterval(cr), lost: make(chan struct{}),
+		answers: map[string]func(protocol.Frame){}}
+	if opts.primary {
+		w.log.Info("admitted by gateway", "heartbeatInterval", c.interval, "features", cr.Features)
+		for _, f := range cr.Features {
+			if f == protocol.FeatureCredentialRefresh && cr.CredentialExpiresInMs > 0 {
+				c.refreshAt = w.now().Add(time.Duration(cr.CredentialExpiresInMs) * time.Millisecond / 2)
+			}
+		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return c.readLoop(gctx) })
+	g.Go(func() error { return c.heartbeatLoop(gctx) })
+	if opts.work != nil {
+		g.Go(func() error { return opts.work(gctx, c) })
+	}
+	err = g.Wait()
+	if errors.Is(err, errShutdown) {
+		_ = ws.Close(websocket.StatusNormalClosure, "shutdown")
+	}
+	return true, err
+}
+
+func heartbeatInterval(cr protocol.ConnectResult) time.Duration {
+	interval := time.Duration(cr.HeartbeatIntervalMs) * time.Millisecond
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	return interval
+}
+
+// admit dials the gateway and runs admission; the caller owns the returned connection.
+func (w *worker) admit(ctx context.Context) (_ *websocket.Conn, _ protocol.ConnectResult, err error) {
+	var cr protocol.ConnectResult
+	dctx, cancel := context.WithTimeout(ctx, w.cfg.DialTimeout)
+	defer cancel()
+	ws, _, err := websocket.Dial(dctx, gatewayURL, &websocket.DialOptions{HTTPClient: w.client})
+	if err != nil {
+		return nil, cr, fmt.Errorf("dial gateway at %s: %w", w.cfg.SocketPath, err)
+	}
+	defer func() {
+		if err != nil {
+			ws.CloseNow()
+		}
+	}()
+	ws.SetReadLimit(protocol.DefaultFrameLimit)
+
+	cred := w.credential.Get()
+	connectID := w.id()
+	req, err := protocol.Request(connectID, protocol.MethodConnect, protocol.ConnectParams{
+		Role: protocol.RoleWorker,
+		Admission: protocol.Admission{
+			EnvironmentID: w.cfg.EnvironmentID, Credential: cred, OwnerEpoch: w.cfg.OwnerEpoch, SessionID: w.cfg.SessionID,
+			Handshake: protocol.Handshake{BundleHash: w.cfg.BundleHash, Version: w.cfg.ProtocolVersion,
+				BuildVersion: w.cfg.Version, ProtocolFeatures: w.cfg.Features},
+		},
+	})
+	if err != nil {
+		return nil, cr, err
+	}
+	if err := writeFrame(dctx, ws, req); err != nil {
+		return nil, cr, fmt.Errorf("send connect: %w", err)
+	}
+	res, err := readFrame(dctx, ws)
+	if err != nil {
+		return nil, cr, fmt.Errorf("read connect response: %w", err)
+	}
+	if res.Type != protocol.TypeRes || res.ID != connectID {
+		return nil, cr, fmt.Errorf("connect: unexpected %s frame", res.Type)
+	}
+	if !res.OK {
+		return nil, cr, &AdmissionError{Err: res.Error}
+	}
+	if err := protocol.DecodeParams(res.Payload, &cr); err != nil {
+		return nil, cr, fmt.Errorf("connect response: %w", err)
+	}
+	return ws, cr, nil
+}
+
+// readLoop reads the gateway's frames until the connection fails, goes silent or the gateway asks
+// the worker to shut down (errShutdown).
+func (c *conn) readLoop(ctx context.Context) error {
+	defer close(c.lost)
+	// The gateway answers every heartbeat, so silence for three intervals means the link is dead.
+	silence := 3*c.interval + time.Second
+	for {
+		rctx, cancel := context.WithTimeout(ctx, silence)
+		f, err := readFrame(rctx, c.ws)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("read from gateway: %w", err)
+		}
+		switch f.Type {
+		case protocol.TypeEvent:
+			if f.Event == protocol.MethodShutdown {
+				return errShutdown
+			}
+			if c.opts.onEvent != nil {
+				c.opts.onEvent(f)
+			} else {
+				c.w.log.Debug("ignoring gateway event", "event", f.Event)
+			}
+		case protocol.TypeReq:
+			if f.Method == protocol.MethodShutdown {
+				res, _ := protocol.Response(f.ID, struct{}{})
+				_ = writeFrame(ctx, c.ws, res)
+				return errShutdown
+			}
+			if err := writeFrame(ctx, c.ws, c.answer(ctx, f)); err != nil {
+				return err
+			}
+		case protocol.TypeRes:
+			c.mu.Lock()
+			h := c.answers[f.ID]
+			delete(c.answers, f.ID)
+			c.mu.Unlock()
+			if h != nil {
+				h(f)
+			}
+		}
+	}
+}
+
+// answer serves one request of the gateway.
+func (c *conn) answer(ctx context.Context, f protocol.Frame) protocol.Frame {
+	serve := c.opts.serve
+	if serve == nil || !protocol.GatewayMethods[f.Method] {
+		return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeMethodNotAllowed, "worker does not serve %.128q", f.Method))
+	}
+	out, e := serve(ctx, f.Method, f.Params)
+	if e != nil {
+		return protocol.ErrorResponse(f.ID, e)
+	}
+	res, err := protocol.Response(f.ID, out)
+	if err != nil {
+		return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeMethodNotAllowed, "worker does not serve %.128q", f.Method))
+	}
+	return res
+}
+
+// heartbeatLoop sends a heartbeat every interval (the gateway's clock of liveness) and, when one is
+// due, a credential refresh.
+func (c *conn) heartbeatLoop(ctx context.Context) error {
+	for {
+		if err := clock.Sleep(ctx, c.w.cfg.Clock, c.interval); err != nil {
+			return err
+		}
+		if err := c.send(ctx, protocol.MethodHeartbeat, nil, c.logRefusal(protocol.MethodHeartbeat)); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		due := !c.refreshAt.IsZero() && !c.w.now().Before(c.refreshAt)
+		if due {
+			// Wait for the answer (or the next interval) before asking again.
+			c.refreshAt = c.w.now().Add(c.interval)
+		}
+		c.mu.Unlock()
+		if due {
+			if err := c.send(ctx, protocol.MethodCredentialRefresh, nil, c.refreshed); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// logRefusal returns an answer handler that logs a refused request.
+func (c *conn) logRefusal(method string) func(protocol.Frame) {
+	return func(f protocol.Frame) {
+		if !f.OK {
+			c.w.log.Warn("gateway refused request", "method", method, "err", f.Error)
+		}
+	}
+}
+
+// refreshed applies the answer to worker.credential.refresh: the new credential replaces the old
+// one for every later admission, and the next refresh is due at half its lifetime.
+func (c *conn) refreshed(f protocol.Frame) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !f.OK {
+		c.logRefusal(protocol.MethodCredentialRefresh)(f)
+		if f.Error.Code == protocol.CodeMethodNotAllowed {
+			c.refreshAt = time.Time{}
+		}
+		return
+	}
+	var r protocol.CredentialRefreshResult
+	if err := protocol.DecodeParams(f.Payload, &r); err != nil || r.Credential == "" {
+		c.w.log.Warn("bad credential refresh response", "err", err)
+		return
+	}
+	c.w.credential.Set(r.Credential)
+	c.refreshAt = time.Time{}
+	if r.ExpiresInMs > 0 {
+		c.refreshAt = c.w.now().Add(time.Duration(r.ExpiresInMs) * time.Millisecond / 2)
+	}
+	c.w.log.Info("worker credential refreshed")
+}
+
+// send writes a request; on its answer, onAnswer (if not nil) runs on the read loop.
+func (c *conn) send(ctx context.Context, method string, params any, onAnswer func(protocol.Frame)) error {
+	id := c.w.id()
+	req, err := protocol.Request(id, method, params)
+	if err != nil {
+		return err
+	}
+	if onAnswer != nil {
+		c.mu.Lock()
+		c.answers[id] = onAnswer
+		c.mu.Unlock()
+	}
+	if err := writeFrame(ctx, c.ws, req); err != nil {
+		return fmt.Errorf("send %s: %w", method, err)
+	}
+	return nil
+}
+
+// call sends a request and waits for its answer or the connection's end.
+func (c *conn) call(ctx context.Context, method string, params any) (protocol.Frame, error) {
+	ch := make(chan protocol.Frame, 1)
+	if err := c.send(ctx, method, params, func(f protocol.Frame) { ch <- f }); err != nil {
+		return protocol.Frame{}, err
+	}
+	select {
+	case f := <-ch:
+		return f, nil
+	case <-c.lost:
+		return protocol.Frame{}, errConnLost
+	case <-ctx.Done():
+		return protocol.Frame{}, ctx.Err()
+	}
+}
+
+func writeFrame(ctx context.Context, ws *websocket.Conn, f protocol.Frame) error {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return ws.Write(ctx, websocket.MessageText, b)
+}
+
+func readFrame(ctx context.Context, ws *websocket.Conn) (protocol.Frame, error) {
+	typ, b, err := ws.Read(ctx)
+	if err != nil {
+		return protocol.Frame{}, err
+	}
+	if typ != websocket.MessageText {
+		return protocol.Frame{}, errors.New("binary message from gateway")
+	}
+	return protocol.Decode(b, protocol.DefaultFrameLimit)
+}
