@@ -136,12 +136,16 @@ type WorkerLimits struct {
 	RefreshBurst       int                `yaml:"credentialRefreshBurst"`    // default 2
 	PreAdmission       int                `yaml:"preAdmissionConnections"`   // default 8: unadmitted connections per tunnel
 	AdmissionTimeout   providers.Duration `yaml:"admissionTimeout"`          // default 10s: accept to admission, else closed
+	// RefusalAuditWindow is how often refused connections and calls are written to the audit,
+	// one row per kind and environment counting them (default 1m).
+	RefusalAuditWindow providers.Duration `yaml:"refusalAuditWindow"`
 }
 
 // HubLimits converts l for the hub (zero fields take the hub's defaults).
 func (l WorkerLimits) HubLimits() hub.Limits {
 	return hub.Limits{ConnCalls: l.CallsPerConnection, ConnBytes: l.BytesPerConnection, EnvCalls: l.CallsPerEnv,
-		EnvBytes: l.BytesPerEnv, RefreshInterval: l.RefreshInterval.D(), RefreshBurst: l.RefreshBurst, PreAdmission: l.PreAdmission}
+		EnvBytes: l.BytesPerEnv, RefreshInterval: l.RefreshInterval.D(), RefreshBurst: l.RefreshBurst, PreAdmission: l.PreAdmission,
+		RejectAuditWindow: l.RefusalAuditWindow.D()}
 }
 
 // DefaultListen is where the gateway listens unless told otherwise.
@@ -231,7 +235,8 @@ func (l WorkerLimits) validate() error {
 	for name, v := range map[string]int64{"worker.limits.callsPerConnection": int64(hl.ConnCalls), "worker.limits.bytesPerConnection": hl.ConnBytes,
 		"worker.limits.callsPerEnvironment": int64(hl.EnvCalls), "worker.limits.bytesPerEnvironment": hl.EnvBytes,
 		"worker.limits.credentialRefreshInterval": int64(hl.RefreshInterval), "worker.limits.credentialRefreshBurst": int64(hl.RefreshBurst),
-		"worker.limits.preAdmissionConnections": int64(hl.PreAdmission), "worker.limits.admissionTimeout": int64(l.AdmissionTimeout)} {
+		"worker.limits.preAdmissionConnections": int64(hl.PreAdmission), "worker.limits.admissionTimeout": int64(l.AdmissionTimeout),
+		"worker.limits.refusalAuditWindow": int64(l.RefusalAuditWindow)} {
 		if v < 0 {
 			return providers.Fieldf(name, "must not be negative (0: the default)")
 		}

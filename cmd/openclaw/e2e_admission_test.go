@@ -104,20 +104,32 @@ func rejections(t *testing.T, g *gw, e envs.Environment) {
 		t.Errorf("oversized first frame: %s", got)
 	}
 
-	var audit []struct{ Kind, Detail string }
-	if _, err := g.do("GET", "/api/v1/audit", nil, &audit); err != nil {
-		t.Fatal(err)
-	}
-	codes := map[string]bool{}
-	for _, a := range audit {
-		if a.Kind == "worker.reject" {
-			code, _, _ := strings.Cut(a.Detail, ":")
-			codes[code] = true
+	// Refusals are audited in aggregate: one row per kind and environment per window
+	// (worker.limits.refusalAuditWindow, short in this test), counting each code.
+	want := []string{"unauthorized", "wrong-environment", "bundle-mismatch", "expected-connect", "frame-too-large"}
+	var codes map[string]bool
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) { // polling the API
+		var audit []struct{ Kind, Detail string }
+		if _, err := g.do("GET", "/api/v1/audit", nil, &audit); err != nil {
+			t.Fatal(err)
+		}
+		codes = map[string]bool{}
+		for _, a := range audit {
+			if a.Kind == "worker.reject" {
+				for _, w := range want {
+					if strings.Contains(a.Detail, w+": ×") {
+						codes[w] = true
+					}
+				}
+			}
+		}
+		if len(codes) == len(want) || time.Now().After(deadline) {
+			break
 		}
 	}
-	for _, want := range []string{"unauthorized", "wrong-environment", "bundle-mismatch", "expected-connect", "frame-too-large"} {
-		if !codes[want] {
-			t.Errorf("no worker.reject audit row with code %s (have %v)", want, codes)
+	for _, w := range want {
+		if !codes[w] {
+			t.Errorf("no worker.reject audit row counting code %s (have %v)", w, codes)
 		}
 	}
 	// the real worker is unaffected
@@ -128,7 +140,7 @@ func rejections(t *testing.T, g *gw, e envs.Environment) {
 }
 
 func TestHostileWorkersRejectedLocalBox(t *testing.T) {
-	g := startGateway(t, filepath.Join(t.TempDir(), "data"), fastWorkerConfig)
+	g := startGateway(t, filepath.Join(t.TempDir(), "data"), admissionConfig)
 	e := g.createEnv("local")
 	e = g.waitReady(e.ID)
 	t.Cleanup(func() { _, _ = g.do("DELETE", "/api/v1/environments/"+e.ID+"?wait=30s", nil, nil) })
@@ -137,10 +149,13 @@ func TestHostileWorkersRejectedLocalBox(t *testing.T) {
 
 func TestHostileWorkersRejectedNetns(t *testing.T) {
 	profiles, state := netnsProfile(t)
-	g := startGateway(t, filepath.Join(t.TempDir(), "data"), fastWorkerConfig+profiles)
+	g := startGateway(t, filepath.Join(t.TempDir(), "data"), admissionConfig+profiles)
 	e := g.createEnv("netns")
 	t.Cleanup(func() { _ = exec.Command(leaseNetnsBin, "--state-dir", state, "stop", e.LeaseID).Run() })
 	e = g.waitReady(e.ID)
 	t.Cleanup(func() { _, _ = g.do("DELETE", "/api/v1/environments/"+e.ID+"?wait=30s", nil, nil) })
 	rejections(t, g, e)
 }
+
+// admissionConfig is fastWorkerConfig with aggregated refusal audit rows flushed quickly.
+var admissionConfig = strings.Replace(fastWorkerConfig, "admitTimeout: 30s}", "admitTimeout: 30s, limits: {refusalAuditWindow: 200ms}}", 1)
