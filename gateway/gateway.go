@@ -241,12 +241,6 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 					return err
 				}), sessions.WithTargetCheck(dispatcher.CheckTarget))
 			},
-			func(g *echo.Group) {
-				sessions.RegisterPlacementAPI(g, sess, func(ctx context.Context, id string) error {
-					_, err := mgr.Get(ctx, id)
-					return err
-				})
-			},
 			func(g *echo.Group) { inference.RegisterAPI(g, catalog, creds) },
 			func(g *echo.Group) { placement.RegisterAPI(g, turns) },
 			func(g *echo.Group) { placement.RegisterDispatchAPI(g, dispatcher) },

@@ -19,6 +19,7 @@ import (
 	"github.com/coder/websocket/wsjson"
 
 	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/worker/remote"
@@ -30,7 +31,7 @@ const durableConfig = `tunnel: {keepaliveInterval: 200ms, keepaliveTimeout: 1s, 
 worker: {heartbeatTimeout: 1500ms, relaunchGrace: 1h, admitTimeout: 30s}
 `
 
-// durable is a ready environment whose real worker was killed, with a session attached to it.
+// durable is a ready environment whose real worker was killed, with a session dispatched to it.
 type durable struct {
 	t       *testing.T
 	g       *gw
@@ -42,12 +43,15 @@ type durable struct {
 
 func newDurable(t *testing.T, g *gw, e envs.Environment) *durable {
 	t.Helper()
+	d := &durable{t: t, g: g, env: e}
+	// the session goes onto the environment through dispatch while its real worker is admitted
+	d.session = g.newSession(t.TempDir(), "")
+	d.epoch = d.dispatch()
 	pid := workerPID(t, e)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	waitGone(t, pid)
-	d := &durable{t: t, g: g, env: e}
 	raw, err := os.ReadFile(filepath.Join(e.WorkerHome, ".openclaw-worker/state", e.ID, "launch.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -55,30 +59,38 @@ func newDurable(t *testing.T, g *gw, e envs.Environment) *durable {
 	if err := json.Unmarshal(raw, &d.desc); err != nil {
 		t.Fatal(err)
 	}
-	d.session, d.epoch = d.newSession(true)
 	return d
 }
 
-// newSession creates a session and, if attach, attaches it to the environment.
-func (d *durable) newSession(attach bool) (string, uint64) {
+// newSession creates a session that is not on the environment.
+func (d *durable) newSession() string {
 	d.t.Helper()
 	var ses sessions.Session
 	if _, err := d.g.do("POST", "/api/v1/sessions", map[string]string{"title": "durable"}, &ses); err != nil {
 		d.t.Fatal(err)
 	}
-	if !attach {
-		return ses.ID, ses.OwnerEpoch
-	}
-	return ses.ID, d.attach(ses.ID)
+	return ses.ID
 }
 
-func (d *durable) attach(id string) uint64 {
+// dispatch puts the session on the environment (a warm lease of its profile) and returns the
+// owner epoch the worker holds it with.
+func (d *durable) dispatch() uint64 {
 	d.t.Helper()
-	var res sessions.AttachResponse
-	if _, err := d.g.do("POST", "/api/v1/sessions/"+id+"/attach", map[string]string{"environmentId": d.env.ID}, &res); err != nil {
-		d.t.Fatal(err)
+	d.g.dispatchTo(d.session, d.env.ProfileID)
+	p := d.g.mustRest(d.session, placement.Active).Placement
+	if p.EnvironmentID != d.env.ID {
+		d.t.Fatalf("session %s dispatched to %s, want the environment %s", d.session, p.EnvironmentID, d.env.ID)
 	}
-	return res.OwnerEpoch
+	return p.OwnerEpoch
+}
+
+// replaceOwner pulls the session back and dispatches it to the environment again: a newer owner
+// epoch holds it. It returns that epoch.
+func (d *durable) replaceOwner() uint64 {
+	d.t.Helper()
+	d.g.pullback(d.session)
+	d.g.mustRest(d.session, placement.Local)
+	return d.dispatch()
 }
 
 func (d *durable) config(epoch uint64) remote.Config {
@@ -559,7 +571,7 @@ func TestDurableFencingAndHostileFramesLocalBox(t *testing.T) {
 	want := []string{"first owner"}
 
 	// Hostile frames from an admitted worker.
-	other, _ := d.newSession(false)
+	other := d.newSession()
 	w := d.rawWorker()
 	msg := json.RawMessage(okMessage)
 	w.expect("another session's id", protocol.CodeSessionNotAttached, protocol.MethodTranscriptCommit, commitParams(other, 1, 1, msg))
@@ -583,11 +595,11 @@ func TestDurableFencingAndHostileFramesLocalBox(t *testing.T) {
 	w.expect("live stream kind on a commit", protocol.CodeInvalidBatch, protocol.MethodTranscriptCommit, protocol.TranscriptCommitParams{
 		Scope: protocol.Scope{SessionID: d.session, OwnerEpoch: d.epoch, StreamKind: protocol.StreamLive, RunEpoch: 1, Seq: 13}, Messages: []json.RawMessage{msg}})
 
-	// A newer owner is attached: the old epoch is refused on every frame, deterministically.
+	// A newer owner holds the session: the old epoch is refused on every frame, deterministically.
 	stale := d.epoch
-	newer := d.attach(d.session)
+	newer := d.replaceOwner()
 	if newer <= stale {
-		t.Fatalf("attach did not advance the owner epoch: %d → %d", stale, newer)
+		t.Fatalf("a new dispatch did not advance the owner epoch: %d → %d", stale, newer)
 	}
 	for i := range 20 {
 		w.expect(fmt.Sprintf("stale commit %d", i), protocol.CodeEpochMismatch, protocol.MethodTranscriptCommit,

@@ -129,12 +129,10 @@ func TestWorkerTurnMatchesLocalTurn(t *testing.T) {
 	local := newSession(localWS)
 	lt := waitTurn(t, g, send(local).RunID)
 
-	boxWS := filepath.Join(e.WorkerHome, "ws-turn") // absolute on the box (its HOME is on this machine)
-	remote := newSession(boxWS)
-	var att sessions.AttachResponse
-	if _, err := g.do("POST", "/api/v1/sessions/"+remote+"/attach", map[string]string{"environmentId": e.ID}, &att); err != nil {
-		t.Fatal(err)
-	}
+	remote := newSession(filepath.Join(root, "w2"))
+	g.dispatchTo(remote, "local") // onto the ready environment e (a warm lease)
+	// the box's workspace is absolute on the box (its HOME is on this machine)
+	boxWS := g.mustRest(remote, placement.Active).Placement.BoxWorkspace
 	wt := send(remote)
 	if wt.Placement != "worker" {
 		t.Fatalf("turn placement %q, want worker", wt.Placement)

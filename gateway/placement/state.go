@@ -56,6 +56,10 @@ func CanTransition(from, to State) bool { return slices.Contains(transitions[fro
 // a local turn must not be admitted.
 func (s State) Remote() bool { return s != Local && s != Reclaimed && s != Failed }
 
+// WorkerOwned reports whether the session's worker owns its turns in this state: from the start
+// step that binds it (→ active) until the drain that fences it (draining → reconciling).
+func (s State) WorkerOwned() bool { return s == Active || s == Draining }
+
 // ErrStale is returned when the placement changed since the caller read it (generation mismatch).
 var ErrStale = errors.New("placement changed meanwhile")
 

@@ -212,23 +212,25 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 			return t, nil
 		}
 	}
-	// A session asked for a worker whose placement failed never runs here unless the user moves
-	// it (MoveLocal): the gateway would otherwise run the agent in the user's own checkout.
-	if s.cfg.Placements != nil {
-		if p, err := s.cfg.Placements.Get(ctx, sessionID); err == nil && p.State == Failed {
-			return Turn{}, s.cfg.Placements.failedError(ctx, p, sess.Workspace)
-		}
-	}
+	// Where the turn runs is read from the placement row, its one copy.
 	placement := "local"
-	switch sess.Placement {
-	case "", sessions.PlacementLocal:
-	case sessions.PlacementWorker:
-		if s.cfg.Workers == nil || !s.waitAdmitted(ctx, sess.EnvironmentID) {
-			return Turn{}, fmt.Errorf("session %s on environment %s: %w", sessionID, sess.EnvironmentID, ErrWorkerUnavailable)
+	if s.cfg.Placements != nil {
+		p, err := s.cfg.Placements.Get(ctx, sessionID)
+		if err != nil {
+			return Turn{}, err
 		}
-		placement = "worker"
-	default:
-		return Turn{}, fmt.Errorf("session %s is %s: turns cannot run now", sessionID, sess.Placement)
+		switch {
+		case p.State == Failed:
+			// A session asked for a worker whose placement failed never runs here unless the user
+			// moves it (MoveLocal): the gateway would otherwise run the agent in the user's own
+			// checkout.
+			return Turn{}, s.cfg.Placements.failedError(ctx, p, sess.Workspace)
+		case p.State.WorkerOwned():
+			if s.cfg.Workers == nil || !s.waitAdmitted(ctx, p.EnvironmentID) {
+				return Turn{}, fmt.Errorf("session %s on environment %s: %w", sessionID, p.EnvironmentID, ErrWorkerUnavailable)
+			}
+			placement = "worker"
+		}
 	}
 	model := sess.Model
 	if model == "" {
