@@ -74,19 +74,6 @@ type TranscriptCommitResult struct {
 	Replayed  bool     `json:"replayed,omitempty"`
 }
 
-// LiveEventParams are the params of worker.live-event. Event is the typed live-event union (see
-// gateway/sessions.LiveEvent); LastAckedSeq is the worker's view of the cumulative ACK.
-type LiveEventParams struct {
-	Scope
-	LastAckedSeq uint64          `json:"lastAckedSeq"`
-	Event        json.RawMessage `json:"event"`
-}
-
-// LiveEventResult answers worker.live-event with the stream's cumulative ACK.
-type LiveEventResult struct {
-	AckedSeq uint64 `json:"ackedSeq"`
-}
-
 // ResumeParams are the params of worker.resume.
 type ResumeParams struct {
 	SessionID  string `json:"sessionId"`

@@ -269,7 +269,7 @@ func load(ctx context.Context, t *testing.T, c *remote.Client, stop <-chan struc
 	go func() {
 		defer wg.Done()
 		for i := 0; i < minEvents || !stopped(); i++ {
-			seq, err := c.Live(ctx, sessions.LiveEvent{Type: sessions.LiveTextDelta, Delta: fmt.Sprintf("d%d", i)})
+			seq, err := c.Live(ctx, protocol.LiveEvent{Type: protocol.LiveTextDelta, Delta: fmt.Sprintf("d%d", i)})
 			if err != nil {
 				t.Errorf("live %d: %v", i, err)
 				return
@@ -560,7 +560,7 @@ func TestDurableFencingAndHostileFramesLocalBox(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 5 {
-		if _, err := a.Live(ctx, sessions.LiveEvent{Type: sessions.LiveTextDelta, Delta: fmt.Sprint(i)}); err != nil {
+		if _, err := a.Live(ctx, protocol.LiveEvent{Type: protocol.LiveTextDelta, Delta: fmt.Sprint(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -577,7 +577,7 @@ func TestDurableFencingAndHostileFramesLocalBox(t *testing.T) {
 	w.expect("another session's id", protocol.CodeSessionNotAttached, protocol.MethodTranscriptCommit, commitParams(other, 1, 1, msg))
 	w.expect("another session's live stream", protocol.CodeSessionNotAttached, protocol.MethodLiveEvent, protocol.LiveEventParams{
 		Scope: protocol.Scope{SessionID: other, OwnerEpoch: 1, StreamKind: protocol.StreamLive, RunEpoch: 1, Seq: 1},
-		Event: json.RawMessage(`{"type":"text_delta","delta":"x"}`)})
+		Event: protocol.LiveEvent{Type: protocol.LiveTextDelta, Delta: "x"}})
 	w.expect("method outside the allowlist", protocol.CodeMethodNotAllowed, "worker.sessions.spawn", map[string]string{})
 	w.expect("gateway method", protocol.CodeMethodNotAllowed, protocol.MethodShutdown, nil)
 	big := make([]json.RawMessage, 65)
@@ -606,7 +606,7 @@ func TestDurableFencingAndHostileFramesLocalBox(t *testing.T) {
 			commitParams(d.session, stale, uint64(100+i), msg))
 		w.expect(fmt.Sprintf("stale live event %d", i), protocol.CodeEpochMismatch, protocol.MethodLiveEvent, protocol.LiveEventParams{
 			Scope: protocol.Scope{SessionID: d.session, OwnerEpoch: stale, StreamKind: protocol.StreamLive, RunEpoch: 1, Seq: uint64(6 + i)},
-			Event: json.RawMessage(`{"type":"text_delta","delta":"stale"}`)})
+			Event: protocol.LiveEvent{Type: protocol.LiveTextDelta, Delta: "stale"}})
 	}
 	w.expect("stale resume", protocol.CodeEpochMismatch, protocol.MethodResume, protocol.ResumeParams{SessionID: d.session, OwnerEpoch: stale})
 	checkTranscript(t, d.transcriptTexts(d.session), want)

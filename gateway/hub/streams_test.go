@@ -2,7 +2,6 @@ package hub_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -88,7 +87,7 @@ func TestClientSurvivesTunnelDrops(t *testing.T) {
 	}()
 	var last uint64
 	for i := range events {
-		seq, err := c.Live(ctx, sessions.LiveEvent{Type: sessions.LiveTextDelta, Delta: fmt.Sprintf("d%d", i)})
+		seq, err := c.Live(ctx, protocol.LiveEvent{Type: protocol.LiveTextDelta, Delta: fmt.Sprintf("d%d", i)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,7 +173,7 @@ func TestStreamQueueBackpressureWithoutHeadOfLineBlocking(t *testing.T) {
 	live := func(id, session string, seq uint64) protocol.Frame {
 		f, err := protocol.Request(id, protocol.MethodLiveEvent, protocol.LiveEventParams{
 			Scope: protocol.Scope{SessionID: session, OwnerEpoch: 1, StreamKind: protocol.StreamLive, RunEpoch: 1, Seq: seq},
-			Event: json.RawMessage(`{"type":"text_delta","delta":"x"}`)})
+			Event: protocol.LiveEvent{Type: protocol.LiveTextDelta, Delta: "x"}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -105,13 +105,13 @@ func TestStreamReplaysThenFollows(t *testing.T) {
 	s := newStore(t)
 	base := newAPIServer(t, s)
 	ses, _ := s.Create(ctx, CreateParams{})
-	pub := func(seq uint64, ev LiveEvent) {
+	pub := func(seq uint64, ev protocol.LiveEvent) {
 		t.Helper()
 		if _, err := s.PublishLive(ctx, LiveParams{SessionID: ses.ID, OwnerEpoch: 1, RunEpoch: 1, RunID: "r", Seq: seq, Event: ev}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	pub(1, LiveEvent{Type: LiveLifecycleStart})
+	pub(1, protocol.LiveEvent{Type: protocol.LiveLifecycleStart})
 	pub(2, delta("hel"))
 	pub(3, delta("lo"))
 	conn := dialWS(t, ctx, base+"/sessions/"+ses.ID+"/stream?cursor=1")
@@ -124,12 +124,12 @@ func TestStreamReplaysThenFollows(t *testing.T) {
 		return m
 	}
 	for _, want := range []uint64{2, 3} {
-		if m := read(); m.Type != "live" || m.LiveRecord == nil || m.Cursor != want || m.Event.Type != LiveTextDelta {
+		if m := read(); m.Type != "live" || m.LiveRecord == nil || m.Cursor != want || m.Event.Type != protocol.LiveTextDelta {
 			t.Fatalf("replayed %+v, want cursor %d", m, want)
 		}
 	}
 	// The subscription exists once the handshake completed, so this event is followed live.
-	pub(4, LiveEvent{Type: LiveToolStart, ToolCallID: "c1", ToolName: "bash", Args: json.RawMessage(`{"cmd":"ls"}`)})
+	pub(4, protocol.LiveEvent{Type: protocol.LiveToolStart, ToolCallID: "c1", ToolName: "bash", Args: json.RawMessage(`{"cmd":"ls"}`)})
 	if m := read(); m.Cursor != 4 || m.Event.ToolName != "bash" || !bytes.Equal(m.Event.Args, []byte(`{"cmd":"ls"}`)) {
 		t.Fatalf("followed %+v", m)
 	}

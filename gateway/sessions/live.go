@@ -12,83 +12,24 @@ import (
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
-// LiveEventType discriminates the LiveEvent union.
-type LiveEventType string
-
-// Live event types.
-const (
-	LiveTextDelta      LiveEventType = "text_delta"      // Delta
-	LiveThinkingDelta  LiveEventType = "thinking_delta"  // Delta
-	LiveToolStart      LiveEventType = "tool_start"      // ToolCallID, ToolName, Args?
-	LiveToolUpdate     LiveEventType = "tool_update"     // ToolCallID, ToolName?, PartialResult
-	LiveToolResult     LiveEventType = "tool_result"     // ToolCallID, ToolName?, Result?, IsError?
-	LiveLifecycleStart LiveEventType = "lifecycle_start" // nothing else
-	LiveLifecycleEnd   LiveEventType = "lifecycle_end"   // nothing else
-	LiveLifecycleError LiveEventType = "lifecycle_error" // Error
+// LiveEvent and its type names are protocol's live-event union under the names this package's
+// callers used before it moved there; new code uses protocol's names.
+type (
+	LiveEvent     = protocol.LiveEvent
+	LiveEventType = protocol.LiveEventType
 )
 
-// Lifecycle reports whether t is a run lifecycle event.
-func (t LiveEventType) Lifecycle() bool {
-	return t == LiveLifecycleStart || t == LiveLifecycleEnd || t == LiveLifecycleError
-}
-
-// LiveEvent is the typed union of process-local live events of a run. Only the fields of its Type may be set.
-type LiveEvent struct {
-	Type          LiveEventType   `json:"type"`
-	Delta         string          `json:"delta,omitempty"`
-	ToolCallID    string          `json:"toolCallId,omitempty"`
-	ToolName      string          `json:"toolName,omitempty"`
-	Args          json.RawMessage `json:"args,omitempty"`
-	PartialResult json.RawMessage `json:"partialResult,omitempty"`
-	Result        json.RawMessage `json:"result,omitempty"`
-	IsError       bool            `json:"isError,omitempty"`
-	Error         string          `json:"error,omitempty"`
-}
-
-// Validate checks that the event has the fields its type requires and no others.
-func (e LiveEvent) Validate() error {
-	set := map[string]bool{
-		"delta": e.Delta != "", "toolCallId": e.ToolCallID != "", "toolName": e.ToolName != "",
-		"args": len(e.Args) > 0, "partialResult": len(e.PartialResult) > 0, "result": len(e.Result) > 0,
-		"isError": e.IsError, "error": e.Error != "",
-	}
-	var required, optional []string
-	switch e.Type {
-	case LiveTextDelta, LiveThinkingDelta:
-		required = []string{"delta"}
-	case LiveToolStart:
-		required, optional = []string{"toolCallId", "toolName"}, []string{"args"}
-	case LiveToolUpdate:
-		required, optional = []string{"toolCallId", "partialResult"}, []string{"toolName"}
-	case LiveToolResult:
-		required, optional = []string{"toolCallId"}, []string{"toolName", "result", "isError"}
-	case LiveLifecycleStart, LiveLifecycleEnd:
-	case LiveLifecycleError:
-		required = []string{"error"}
-	default:
-		return fmt.Errorf("unknown live event type %.32q", string(e.Type))
-	}
-	for _, k := range required {
-		if !set[k] {
-			return fmt.Errorf("%s event: missing %s", e.Type, k)
-		}
-		delete(set, k)
-	}
-	for _, k := range optional {
-		delete(set, k)
-	}
-	for k, v := range set {
-		if v {
-			return fmt.Errorf("%s event: field %s belongs to another event type", e.Type, k)
-		}
-	}
-	for name, raw := range map[string]json.RawMessage{"args": e.Args, "partialResult": e.PartialResult, "result": e.Result} {
-		if len(raw) > 0 && !json.Valid(raw) {
-			return fmt.Errorf("%s event: %s is not JSON", e.Type, name)
-		}
-	}
-	return nil
-}
+// Live event types (protocol's).
+const (
+	LiveTextDelta      = protocol.LiveTextDelta
+	LiveThinkingDelta  = protocol.LiveThinkingDelta
+	LiveToolStart      = protocol.LiveToolStart
+	LiveToolUpdate     = protocol.LiveToolUpdate
+	LiveToolResult     = protocol.LiveToolResult
+	LiveLifecycleStart = protocol.LiveLifecycleStart
+	LiveLifecycleEnd   = protocol.LiveLifecycleEnd
+	LiveLifecycleError = protocol.LiveLifecycleError
+)
 
 // LiveParams are one live event from a run. (SessionID, OwnerEpoch) come from the caller's binding.
 type LiveParams struct {
@@ -100,16 +41,16 @@ type LiveParams struct {
 	Seq uint64
 	// LastAckedSeq is the worker's view of the cumulative ACK; informational.
 	LastAckedSeq uint64
-	Event        LiveEvent
+	Event        protocol.LiveEvent
 }
 
 // LiveRequest is the wire params of worker.live-event.
 type LiveRequest struct {
-	RunEpoch     uint64    `json:"runEpoch"`
-	LastAckedSeq uint64    `json:"lastAckedSeq"`
-	Seq          uint64    `json:"seq"`
-	RunID        string    `json:"runId"`
-	Event        LiveEvent `json:"event"`
+	RunEpoch     uint64             `json:"runEpoch"`
+	LastAckedSeq uint64             `json:"lastAckedSeq"`
+	Seq          uint64             `json:"seq"`
+	RunID        string             `json:"runId"`
+	Event        protocol.LiveEvent `json:"event"`
 }
 
 // LiveResult is the wire payload answering worker.live-event.
@@ -134,13 +75,13 @@ func DecodeLive(sessionID string, ownerEpoch uint64, raw json.RawMessage) (LiveP
 // LiveRecord is a live event as subscribers see it. Cursor numbers the session's stream across runs
 // and gateway restarts; a subscriber resumes after the last Cursor it received.
 type LiveRecord struct {
-	Cursor    uint64    `json:"cursor"`
-	SessionID string    `json:"sessionId"`
-	RunEpoch  uint64    `json:"runEpoch"`
-	RunID     string    `json:"runId,omitempty"`
-	Seq       uint64    `json:"seq"`
-	At        time.Time `json:"at"`
-	Event     LiveEvent `json:"event"`
+	Cursor    uint64             `json:"cursor"`
+	SessionID string             `json:"sessionId"`
+	RunEpoch  uint64             `json:"runEpoch"`
+	RunID     string             `json:"runId,omitempty"`
+	Seq       uint64             `json:"seq"`
+	At        time.Time          `json:"at"`
+	Event     protocol.LiveEvent `json:"event"`
 }
 
 func (r *LiveRecord) cursor() uint64 { return r.Cursor }

@@ -11,7 +11,9 @@ import (
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
-func delta(s string) LiveEvent { return LiveEvent{Type: LiveTextDelta, Delta: s} }
+func delta(s string) protocol.LiveEvent {
+	return protocol.LiveEvent{Type: protocol.LiveTextDelta, Delta: s}
+}
 
 // recv returns the items already delivered to sub, without waiting (publication is synchronous).
 func recv[T any](t *testing.T, sub *Subscription[T]) []T {
@@ -75,7 +77,7 @@ func TestLiveDedupeResyncAndFencing(t *testing.T) {
 	}
 	// Invalid events are rejected before anything else.
 	if _, err := s.PublishLive(ctx, LiveParams{SessionID: ses.ID, OwnerEpoch: 2, RunEpoch: 1, Seq: 2,
-		Event: LiveEvent{Type: LiveToolStart, ToolName: "bash"}}); CodeOf(err) != protocol.CodeInvalidFrame {
+		Event: protocol.LiveEvent{Type: protocol.LiveToolStart, ToolName: "bash"}}); CodeOf(err) != protocol.CodeInvalidFrame {
 		t.Fatalf("tool_start without toolCallId: %v", err)
 	}
 
@@ -183,8 +185,8 @@ func TestLiveEventsReplayAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	events := []LiveEvent{{Type: LiveLifecycleStart}, delta("a"), {Type: LiveToolStart, ToolCallID: "c1", ToolName: "bash",
-		Args: []byte(`{"cmd":"ls"}`)}, {Type: LiveToolResult, ToolCallID: "c1", Result: []byte(`"ok"`), IsError: true}}
+	events := []protocol.LiveEvent{{Type: protocol.LiveLifecycleStart}, delta("a"), {Type: protocol.LiveToolStart, ToolCallID: "c1", ToolName: "bash",
+		Args: []byte(`{"cmd":"ls"}`)}, {Type: protocol.LiveToolResult, ToolCallID: "c1", Result: []byte(`"ok"`), IsError: true}}
 	for i, ev := range events {
 		if _, err := s.PublishLive(ctx, LiveParams{SessionID: ses.ID, OwnerEpoch: 1, RunEpoch: 1, RunID: "r1", Seq: uint64(i + 1), Event: ev}); err != nil {
 			t.Fatal(err)
@@ -358,33 +360,5 @@ func TestSlowSubscriberIsDropped(t *testing.T) {
 	reader.Close()
 	if !errors.Is(reader.Err(), ErrClosed) {
 		t.Fatalf("closed subscriber ended with %v", reader.Err())
-	}
-}
-
-func TestLiveEventValidate(t *testing.T) {
-	tests := []struct {
-		name string
-		ev   LiveEvent
-		ok   bool
-	}{
-		{"text", LiveEvent{Type: LiveTextDelta, Delta: "hi"}, true},
-		{"thinking", LiveEvent{Type: LiveThinkingDelta, Delta: "hm"}, true},
-		{"tool start", LiveEvent{Type: LiveToolStart, ToolCallID: "c1", ToolName: "bash", Args: []byte(`{"cmd":"ls"}`)}, true},
-		{"tool update", LiveEvent{Type: LiveToolUpdate, ToolCallID: "c1", PartialResult: []byte(`"out"`)}, true},
-		{"tool result", LiveEvent{Type: LiveToolResult, ToolCallID: "c1", Result: []byte(`{}`), IsError: true}, true},
-		{"lifecycle end", LiveEvent{Type: LiveLifecycleEnd}, true},
-		{"lifecycle error", LiveEvent{Type: LiveLifecycleError, Error: "boom"}, true},
-		{"unknown type", LiveEvent{Type: "approval"}, false},
-		{"text with tool field", LiveEvent{Type: LiveTextDelta, Delta: "x", ToolName: "bash"}, false},
-		{"lifecycle start with delta", LiveEvent{Type: LiveLifecycleStart, Delta: "x"}, false},
-		{"error without message", LiveEvent{Type: LiveLifecycleError}, false},
-		{"args not JSON", LiveEvent{Type: LiveToolStart, ToolCallID: "c", ToolName: "n", Args: []byte(`{`)}, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if err := tt.ev.Validate(); (err == nil) != tt.ok {
-				t.Fatalf("Validate = %v, want ok=%v", err, tt.ok)
-			}
-		})
 	}
 }

@@ -94,7 +94,7 @@ type Client struct {
 	stats   ClientStats
 
 	// live stream: outbox[i] has seq liveAcked+1+i
-	outbox    []json.RawMessage
+	outbox    []protocol.LiveEvent
 	liveAcked uint64
 	sendFrom  uint64 // next seq to send on the current connection
 	gen       uint64 // bumped on every rewind; answers to frames of older generations are ignored
@@ -203,16 +203,11 @@ func (c *Client) wait(ctx context.Context, cond func() (ok bool, until time.Time
 	}
 }
 
-// Live queues one live event (a sessions.LiveEvent value or its JSON) and returns its seq. It waits
-// while the outbox is full. The event is acknowledged later; see WaitLiveAcked.
-func (c *Client) Live(ctx context.Context, event any) (uint64, error) {
-	raw, ok := event.(json.RawMessage)
-	if !ok {
-		b, err := json.Marshal(event)
-		if err != nil {
-			return 0, fmt.Errorf("encode live event: %w", err)
-		}
-		raw = b
+// Live queues one live event and returns its seq. It waits while the outbox is full. The event is
+// acknowledged later; see WaitLiveAcked.
+func (c *Client) Live(ctx context.Context, ev protocol.LiveEvent) (uint64, error) {
+	if _, err := json.Marshal(ev); err != nil {
+		return 0, fmt.Errorf("encode live event: %w", err)
 	}
 	if err := c.wait(ctx, func() (bool, time.Time) {
 		return c.resumed && len(c.outbox) < c.cfg.OutboxLimit, time.Time{}
@@ -220,7 +215,7 @@ func (c *Client) Live(ctx context.Context, event any) (uint64, error) {
 		return 0, err
 	}
 	defer c.mu.Unlock()
-	c.outbox = append(c.outbox, raw)
+	c.outbox = append(c.outbox, ev)
 	seq := c.liveAcked + uint64(len(c.outbox))
 	c.notifyLocked()
 	return seq, nil
@@ -404,7 +399,7 @@ func (c *Client) resume(ctx context.Context, cc *conn) error {
 func (c *Client) liveSender(ctx context.Context, cc *conn) error {
 	for {
 		var seq, gen, acked uint64
-		var ev json.RawMessage
+		var ev protocol.LiveEvent
 		gone := false
 		if err := c.wait(ctx, func() (bool, time.Time) {
 			if c.conn != cc {

@@ -18,17 +18,9 @@ type Model interface {
 	Stream(ctx context.Context, modelRef string, c protocol.Context, emit func(protocol.StreamEvent) error) (protocol.Message, error)
 }
 
-// Event is a live event of a run (the session backend's typed union, by type name).
-type Event struct {
-	Type       string          `json:"type"` // text_delta, thinking_delta, tool_start, tool_result, lifecycle_start, lifecycle_end, lifecycle_error
-	Delta      string          `json:"delta,omitempty"`
-	ToolCallID string          `json:"toolCallId,omitempty"`
-	ToolName   string          `json:"toolName,omitempty"`
-	Args       json.RawMessage `json:"args,omitempty"`
-	Result     json.RawMessage `json:"result,omitempty"`
-	IsError    bool            `json:"isError,omitempty"`
-	Error      string          `json:"error,omitempty"`
-}
+// Event is a live event of a run: protocol's live-event union, under the name callers of Backend
+// used before it moved there.
+type Event = protocol.LiveEvent
 
 // Backend is where a run reads its context and writes its transcript and live events. On the
 // gateway it is the session store; on a worker it is the worker protocol.
@@ -38,7 +30,7 @@ type Backend interface {
 	// Commit appends messages under baseLeaf and returns the new leaf. seq numbers the commits of a run from 1.
 	Commit(ctx context.Context, sessionID string, runEpoch, seq uint64, baseLeaf string, msgs []protocol.Message) (string, error)
 	// Live publishes one live event. seq numbers the events of a run from 1.
-	Live(ctx context.Context, sessionID string, runEpoch uint64, runID string, seq uint64, ev Event) error
+	Live(ctx context.Context, sessionID string, runEpoch uint64, runID string, seq uint64, ev protocol.LiveEvent) error
 }
 
 // Config configures a Runner.
@@ -100,13 +92,13 @@ func (r *Runner) Run(ctx context.Context, t Turn) (err error) {
 	if r.cfg.Tools != nil {
 		u.toolSchemas = r.cfg.Tools.Schemas()
 	}
-	if err := u.live(ctx, Event{Type: "lifecycle_start"}); err != nil {
+	if err := u.live(ctx, protocol.LiveEvent{Type: protocol.LiveLifecycleStart}); err != nil {
 		return err
 	}
 	defer func() {
-		ev := Event{Type: "lifecycle_end"}
+		ev := protocol.LiveEvent{Type: protocol.LiveLifecycleEnd}
 		if err != nil {
-			ev = Event{Type: "lifecycle_error", Error: err.Error()}
+			ev = protocol.LiveEvent{Type: protocol.LiveLifecycleError, Error: err.Error()}
 		}
 		// The run's own context may be cancelled; still tell subscribers how it ended.
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -160,7 +152,7 @@ func (r *Runner) Run(ctx context.Context, t Turn) (err error) {
 
 func (r *Runner) now() int64 { return r.cfg.Now().UnixMilli() }
 
-func (u *run) live(ctx context.Context, ev Event) error {
+func (u *run) live(ctx context.Context, ev protocol.LiveEvent) error {
 	u.evSeq++
 	if err := u.r.cfg.Backend.Live(ctx, u.t.SessionID, u.t.RunEpoch, u.t.RunID, u.evSeq, ev); err != nil {
 		return fmt.Errorf("live event: %w", err)
@@ -185,9 +177,9 @@ func (u *run) call(ctx context.Context) (protocol.Message, error) {
 	msg, err := u.r.cfg.Model.Stream(ctx, u.t.ModelRef, c, func(ev protocol.StreamEvent) error {
 		switch ev.Type {
 		case protocol.EventTextDelta:
-			return u.live(ctx, Event{Type: "text_delta", Delta: ev.Delta})
+			return u.live(ctx, protocol.LiveEvent{Type: protocol.LiveTextDelta, Delta: ev.Delta})
 		case protocol.EventThinkingDelta:
-			return u.live(ctx, Event{Type: "thinking_delta", Delta: ev.Delta})
+			return u.live(ctx, protocol.LiveEvent{Type: protocol.LiveThinkingDelta, Delta: ev.Delta})
 		}
 		return nil
 	})
@@ -209,7 +201,7 @@ func (u *run) tool(ctx context.Context, call protocol.Content) (protocol.Message
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
 	}
-	if err := u.live(ctx, Event{Type: "tool_start", ToolCallID: call.ID, ToolName: call.Name, Args: args}); err != nil {
+	if err := u.live(ctx, protocol.LiveEvent{Type: protocol.LiveToolStart, ToolCallID: call.ID, ToolName: call.Name, Args: args}); err != nil {
 		return protocol.Message{}, err
 	}
 	var res tools.Result
@@ -222,7 +214,7 @@ func (u *run) tool(ctx context.Context, call protocol.Content) (protocol.Message
 		return protocol.Message{}, ctx.Err()
 	}
 	summary, _ := json.Marshal(res.Text())
-	if err := u.live(ctx, Event{Type: "tool_result", ToolCallID: call.ID, ToolName: call.Name, Result: summary, IsError: res.IsError}); err != nil {
+	if err := u.live(ctx, protocol.LiveEvent{Type: protocol.LiveToolResult, ToolCallID: call.ID, ToolName: call.Name, Result: summary, IsError: res.IsError}); err != nil {
 		return protocol.Message{}, err
 	}
 	return protocol.Message{Role: protocol.RoleToolResult, ToolCallID: call.ID, ToolName: call.Name,

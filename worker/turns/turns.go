@@ -198,7 +198,7 @@ func (b *Backend) Commit(ctx context.Context, _ string, _, _ uint64, _ string, m
 }
 
 // Live queues a live event; it is acknowledged asynchronously.
-func (b *Backend) Live(ctx context.Context, _ string, _ uint64, _ string, _ uint64, ev runner.Event) error {
+func (b *Backend) Live(ctx context.Context, _ string, _ uint64, _ string, _ uint64, ev protocol.LiveEvent) error {
 	seq, err := b.Client.Live(ctx, ev)
 	if err != nil {
 		return err
