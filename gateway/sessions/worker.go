@@ -86,15 +86,11 @@ func (s *Store) WorkerCommit(ctx context.Context, p protocol.TranscriptCommitPar
 	return protocol.TranscriptCommitResult{EntryIDs: res.EntryIDs, NewLeafID: res.NewLeafID, Replayed: res.Replayed}, nil
 }
 
-// WorkerLive serves worker.live-event: it strictly decodes the event union and publishes it (see
-// PublishLive).
+// WorkerLive serves worker.live-event: it publishes the event, which PublishLive validates
+// (invalid-frame).
 func (s *Store) WorkerLive(ctx context.Context, p protocol.LiveEventParams) (protocol.LiveEventResult, error) {
-	var ev LiveEvent
-	if err := protocol.DecodeParams(p.Event, &ev); err != nil {
-		return protocol.LiveEventResult{}, &Error{Code: protocol.CodeInvalidFrame, Message: "event: " + err.Error(), Err: err}
-	}
 	acked, err := s.PublishLive(ctx, LiveParams{SessionID: p.SessionID, OwnerEpoch: p.OwnerEpoch, RunEpoch: p.RunEpoch,
-		RunID: p.RunID, Seq: p.Seq, LastAckedSeq: p.LastAckedSeq, Event: ev})
+		RunID: p.RunID, Seq: p.Seq, LastAckedSeq: p.LastAckedSeq, Event: p.Event})
 	if err != nil {
 		return protocol.LiveEventResult{}, err
 	}
