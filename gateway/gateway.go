@@ -29,6 +29,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
+	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/gateway/websearch"
 	"github.com/openclaw/cloudworkers/internal/version"
 	"github.com/openclaw/cloudworkers/providers"
@@ -147,16 +148,16 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		}
 		extraTools = append(extraTools, ws)
 	}
-	var turns *placement.Service // built below; workers ask it only once turns run
+	var turnSvc *turns.Service // built below; workers ask it only once turns run
 	workers, err := hub.New(hub.Config{
 		DB: db, Credentials: workerCreds, Log: log.With("subsystem", "hub"), HeartbeatTimeout: cfg.Worker.HeartbeatTimeout.D(),
 		Limits: cfg.Worker.Limits.HubLimits(), AdmissionTimeout: cfg.Worker.Limits.AdmissionTimeout.D(),
 		TurnRunning: func(ctx context.Context, sessionID, runID string) (bool, error) {
-			t, err := turns.Get(ctx, runID)
+			t, err := turnSvc.Get(ctx, runID)
 			if errors.Is(err, store.ErrNotFound) {
 				return false, nil
 			}
-			return err == nil && t.SessionID == sessionID && t.Status == placement.TurnRunning, err
+			return err == nil && t.SessionID == sessionID && t.Status == turns.TurnRunning, err
 		},
 		ExpectedBundle: func(envID string) (string, bool) { return mgr.BundleHash(envID) },
 		OnAdmit:        func(envID string) { mgr.Touch(context.Background(), envID) },
@@ -191,7 +192,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 
 	placements := placement.NewPlacements(db)
 	var dispatcher *placement.Dispatcher // built below; turns call it only after Run has started
-	turns, err = placement.New(ctx, placement.Config{DB: db, Sessions: sess, Catalog: catalog, DataDir: dataDir,
+	turnSvc, err = turns.New(ctx, turns.Config{DB: db, Sessions: sess, Catalog: catalog, DataDir: dataDir,
 		Log: log.With("subsystem", "placement"), Workers: workers, Placements: placements, ExtraTools: extraTools,
 		AfterWorkerTurn: func(id string) { dispatcher.AfterTurn(id) },
 		Redispatch:      func(ctx context.Context, id string) error { return dispatcher.Redispatch(ctx, id) },
@@ -199,11 +200,11 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if err != nil {
 		return err
 	}
-	defer turns.Close()
+	defer turnSvc.Close()
 	dispatcher = placement.NewDispatcher(placement.DispatchConfig{
 		Placements: placements, Sessions: sess, Envs: mgr, Boot: boot, Admitted: workers.Admitted,
 		Busy: func(id string) bool {
-			if turns.Busy(id) {
+			if turnSvc.Busy(id) {
 				return true
 			}
 			p, err := placements.Get(context.Background(), id)
@@ -242,7 +243,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 				}), sessions.WithTargetCheck(dispatcher.CheckTarget))
 			},
 			func(g *echo.Group) { inference.RegisterAPI(g, catalog, creds) },
-			func(g *echo.Group) { placement.RegisterAPI(g, turns) },
+			func(g *echo.Group) { turns.RegisterAPI(g, turnSvc) },
 			func(g *echo.Group) { placement.RegisterDispatchAPI(g, dispatcher) },
 		},
 		WorkerInfo: func(envID string) api.WorkerInfo {

@@ -28,6 +28,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/providers/local"
 )
 
@@ -435,9 +436,9 @@ func (d *demoRun) env(ctx context.Context) (envs.Environment, error) {
 
 // runTurn sends the message and streams the turn as `session send --follow` does.
 func (d *demoRun) runTurn(ctx context.Context) (string, error) {
-	var t placement.Turn
+	var t turns.Turn
 	if _, err := d.c.Do(ctx, http.MethodPost, "/api/v1/sessions/"+url.PathEscape(d.sessionID)+"/messages",
-		placement.SendRequest{Text: demoMessage}, &t); err != nil {
+		turns.SendRequest{Text: demoMessage}, &t); err != nil {
 		return "", fmt.Errorf("send: %w", err)
 	}
 	if t.Placement != "worker" {
@@ -481,19 +482,19 @@ func (d *demoRun) runTurn(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("turn %s ended, but %d of its %d tool calls failed", t.RunID, toolErrors, tools)
 	}
 	// The turn row records the outcome right after the live event: wait for it.
-	var done placement.Turn
+	var done turns.Turn
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		if _, err := d.c.Do(ctx, http.MethodGet, "/api/v1/turns/"+url.PathEscape(t.RunID), nil, &done); err != nil {
 			return "", err
 		}
-		if done.Status != placement.TurnRunning || time.Now().After(deadline) {
+		if done.Status != turns.TurnRunning || time.Now().After(deadline) {
 			break
 		}
 		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
 			return "", err
 		}
 	}
-	if done.Status != placement.TurnDone {
+	if done.Status != turns.TurnDone {
 		return "", fmt.Errorf("turn %s is %s: %s", t.RunID, done.Status, done.Error)
 	}
 	var wi api.WorkerInfo

@@ -14,6 +14,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/protocol"
 )
@@ -176,29 +177,29 @@ func (g *gw) pullback(id string) {
 	}
 }
 
-func (g *gw) send(id, text string) (placement.Turn, int, error) {
-	var turn placement.Turn
+func (g *gw) send(id, text string) (turns.Turn, int, error) {
+	var turn turns.Turn
 	code, err := g.do("POST", "/api/v1/sessions/"+id+"/messages", map[string]string{"text": text}, &turn)
 	return turn, code, err
 }
 
 // runTurn sends a message and waits for its turn to end done on the wanted placement.
-func (g *gw) runTurn(id, text, wantPlacement string) placement.Turn {
+func (g *gw) runTurn(id, text, wantPlacement string) turns.Turn {
 	g.t.Helper()
 	turn, code, err := g.send(id, text)
 	if err != nil {
 		g.t.Fatalf("send to %s: %d %v", id, code, err)
 	}
 	turn = waitTurn(g.t, g, turn.RunID)
-	if turn.Status != placement.TurnDone || turn.Placement != wantPlacement {
+	if turn.Status != turns.TurnDone || turn.Placement != wantPlacement {
 		g.t.Fatalf("turn %s: %s on %s (%s), want done on %s", turn.RunID, turn.Status, turn.Placement, turn.Error, wantPlacement)
 	}
 	return turn
 }
 
-func (g *gw) turns(id string) []placement.Turn {
+func (g *gw) turns(id string) []turns.Turn {
 	g.t.Helper()
-	var list []placement.Turn
+	var list []turns.Turn
 	if _, err := g.do("GET", "/api/v1/sessions/"+id+"/turns", nil, &list); err != nil {
 		g.t.Fatal(err)
 	}
@@ -265,7 +266,7 @@ func checkOneOwner(t *testing.T, g *gw, id string, turnMsgs []int, finals []stri
 		t.Fatalf("%d turns recorded, want %d: %+v", len(ts), len(turnMsgs), ts)
 	}
 	for _, tr := range ts {
-		if tr.Status != placement.TurnDone {
+		if tr.Status != turns.TurnDone {
 			t.Fatalf("turn %s %s: %s", tr.RunID, tr.Status, tr.Error)
 		}
 	}
@@ -677,7 +678,7 @@ func TestMessageWhilePlacementMoves(t *testing.T) {
 	id := g.newSession(ws, "slow/m")
 	g.dispatchTo(id, "local")
 	seen := map[placement.State]bool{}
-	var workerTurn placement.Turn
+	var workerTurn turns.Turn
 	deadline := time.Now().Add(40 * time.Second)
 	for workerTurn.RunID == "" {
 		st := g.placement(id).Placement.State
@@ -724,7 +725,7 @@ func TestMessageWhilePlacementMoves(t *testing.T) {
 		t.Fatal("no message was sent while draining")
 	}
 	g.mustRest(id, placement.Local)
-	if wt := waitTurn(t, g, workerTurn.RunID); wt.Status != placement.TurnDone {
+	if wt := waitTurn(t, g, workerTurn.RunID); wt.Status != turns.TurnDone {
 		t.Fatalf("worker turn %s: %s", wt.Status, wt.Error)
 	}
 	if got := readFile(t, filepath.Join(g.placement(id).Placement.AnchorDir, "slept.txt")); got != "slept\n" {
@@ -766,7 +767,7 @@ func TestIdleTimeoutSparesBusySessions(t *testing.T) {
 	if e.State != envs.Attached || g.countNotes(busyEnv, "lifecycle:") != 0 {
 		t.Fatalf("environment of the session in a turn: %s, lifecycle notes %d", e.State, g.countNotes(busyEnv, "lifecycle:"))
 	}
-	if tr := waitTurn(t, g, turn.RunID); tr.Status != placement.TurnDone {
+	if tr := waitTurn(t, g, turn.RunID); tr.Status != turns.TurnDone {
 		t.Fatalf("turn %s: %s (the busy environment was stopped under it?)", tr.Status, tr.Error)
 	}
 	g.pullback(id)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/providers/local"
 )
 
@@ -81,14 +82,14 @@ func TestReclaimRestoresFromCheckpoint(t *testing.T) {
 	}) {
 		t.Errorf("no event says the FIFO was not synced: %+v", evs)
 	}
-	send := func(text string) placement.Turn {
-		var turn placement.Turn
+	send := func(text string) turns.Turn {
+		var turn turns.Turn
 		if _, err := g.do("POST", "/api/v1/sessions/"+s.ID+"/messages", map[string]string{"text": text}, &turn); err != nil {
 			t.Fatal(err)
 		}
 		return waitTurn(t, g, turn.RunID)
 	}
-	if got := send("write it down"); got.Status != placement.TurnDone {
+	if got := send("write it down"); got.Status != turns.TurnDone {
 		t.Fatalf("first turn %+v", got)
 	}
 	waitPlacement("checkpointed", func(_ placement.Placement, evs []placement.Event) bool {
@@ -116,11 +117,11 @@ func TestReclaimRestoresFromCheckpoint(t *testing.T) {
 		t.Fatalf("reclaim reason %q does not say what was lost", reclaimed.Error)
 	}
 	// the next message is queued, runs on a fresh box restored from the checkpoint
-	var turn placement.Turn
+	var turn turns.Turn
 	if _, err := g.do("POST", "/api/v1/sessions/"+s.ID+"/messages", map[string]string{"text": "read it back"}, &turn); err != nil {
 		t.Fatal(err)
 	}
-	if turn.Status != placement.TurnQueued {
+	if turn.Status != turns.TurnQueued {
 		t.Fatalf("message on a reclaimed session: %+v", turn)
 	}
 	second := waitPlacement("active again", func(p placement.Placement, _ []placement.Event) bool { return p.State == placement.Active })
@@ -128,10 +129,10 @@ func TestReclaimRestoresFromCheckpoint(t *testing.T) {
 		t.Fatalf("not a fresh box: %s then %s", first.EnvironmentID, second.EnvironmentID)
 	}
 	deadline := time.Now().Add(60 * time.Second)
-	var got placement.Turn
+	var got turns.Turn
 	for {
 		_, _ = g.do("GET", "/api/v1/turns/"+turn.RunID, nil, &got)
-		if got.Status == placement.TurnDone || got.Status == placement.TurnFailed {
+		if got.Status == turns.TurnDone || got.Status == turns.TurnFailed {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -139,7 +140,7 @@ func TestReclaimRestoresFromCheckpoint(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if got.Status != placement.TurnDone || got.Placement != "worker" {
+	if got.Status != turns.TurnDone || got.Placement != "worker" {
 		t.Fatalf("second turn %+v", got)
 	}
 	// the turn on the new box is checkpointed too; with checkpointKeep 1 only that checkpoint and

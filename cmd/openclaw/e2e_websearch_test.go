@@ -15,6 +15,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/gateway/turns"
 )
 
 // TestWebSearchRunsOnTheGateway: web_search is offered to turns in both placements; on a worker
@@ -64,11 +65,11 @@ models:
 				t.Fatalf("dispatch: %v %s", err, out)
 			}
 		}
-		var turn placement.Turn
+		var turn turns.Turn
 		if _, err := g.do("POST", "/api/v1/sessions/"+s.ID+"/messages", map[string]string{"text": "search"}, &turn); err != nil {
 			t.Fatal(err)
 		}
-		if got := waitTurn(t, g, turn.RunID); got.Status != placement.TurnDone || got.Placement != map[bool]string{false: "local", true: "worker"}[worker] {
+		if got := waitTurn(t, g, turn.RunID); got.Status != turns.TurnDone || got.Placement != map[bool]string{false: "local", true: "worker"}[worker] {
 			t.Fatalf("turn %+v", got)
 		}
 		var tr sessions.Transcript

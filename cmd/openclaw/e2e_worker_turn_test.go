@@ -13,6 +13,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
@@ -60,15 +61,15 @@ func shapeOf(t *testing.T, g *gw, id string) []string {
 	return out
 }
 
-func waitTurn(t *testing.T, g *gw, runID string) placement.Turn {
+func waitTurn(t *testing.T, g *gw, runID string) turns.Turn {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		var turn placement.Turn
+		var turn turns.Turn
 		if _, err := g.do("GET", "/api/v1/turns/"+runID, nil, &turn); err != nil {
 			t.Fatal(err)
 		}
-		if turn.Status != placement.TurnRunning {
+		if turn.Status != turns.TurnRunning {
 			return turn
 		}
 		if time.Now().After(deadline) {
@@ -117,8 +118,8 @@ func TestWorkerTurnMatchesLocalTurn(t *testing.T) {
 		}
 		return ses.ID
 	}
-	send := func(id string) placement.Turn {
-		var turn placement.Turn
+	send := func(id string) turns.Turn {
+		var turn turns.Turn
 		if code, err := g.do("POST", "/api/v1/sessions/"+id+"/messages", map[string]string{"text": "tidy the notes"}, &turn); err != nil {
 			t.Fatalf("send: %d %v", code, err)
 		}
@@ -138,7 +139,7 @@ func TestWorkerTurnMatchesLocalTurn(t *testing.T) {
 		t.Fatalf("turn placement %q, want worker", wt.Placement)
 	}
 	wt = waitTurn(t, g, wt.RunID)
-	if lt.Status != placement.TurnDone || wt.Status != placement.TurnDone {
+	if lt.Status != turns.TurnDone || wt.Status != turns.TurnDone {
 		t.Fatalf("local turn %s (%s), worker turn %s (%s)", lt.Status, lt.Error, wt.Status, wt.Error)
 	}
 

@@ -9,8 +9,8 @@ import (
 	"github.com/coder/websocket"
 	"github.com/spf13/cobra"
 
-	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/gateway/turns"
 )
 
 func newSessionSendCmd(g *globals) *cobra.Command {
@@ -33,9 +33,9 @@ turn's outcome: 0 when the turn ended, 1 when it failed.`,
 				return err
 			}
 			ctx := cmd.Context()
-			var t placement.Turn
+			var t turns.Turn
 			if _, err := c.Do(ctx, http.MethodPost, "/api/v1/sessions/"+url.PathEscape(args[0])+"/messages",
-				placement.SendRequest{Text: args[1], IdempotencyKey: key}, &t); err != nil {
+				turns.SendRequest{Text: args[1], IdempotencyKey: key}, &t); err != nil {
 				return err
 			}
 			if !follow {

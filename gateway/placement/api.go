@@ -11,65 +11,11 @@ import (
 	"github.com/openclaw/cloudworkers/sync/manifest"
 )
 
-// SendRequest is the body of POST /sessions/:id/messages.
-type SendRequest struct {
-	Text           string `json:"text"`
-	IdempotencyKey string `json:"idempotencyKey,omitempty"`
-}
-
 // PullBackRequest is the (optional) body of POST /sessions/:id/pullback.
 type PullBackRequest struct {
 	// Force lets the reconciliation delete more than the deletion brake allows (the operator has
 	// seen the worker's deletions and confirms them).
 	Force bool `json:"force,omitempty"`
-}
-
-// RegisterAPI adds the turn routes to the authenticated API group.
-func RegisterAPI(g *echo.Group, s *Service) {
-	g.POST("/sessions/:id/messages", func(c echo.Context) error {
-		var req SendRequest
-		if err := (&echo.DefaultBinder{}).BindBody(c, &req); err != nil {
-			return providers.Fieldf("body", "invalid JSON: %v", err)
-		}
-		if req.Text == "" {
-			return providers.Fieldf("text", "is required")
-		}
-		if len(req.Text) > 1<<20 {
-			return providers.Fieldf("text", "is larger than 1 MiB")
-		}
-		t, err := s.Send(c.Request().Context(), c.Param("id"), req.Text, req.IdempotencyKey)
-		if errors.Is(err, ErrWorkerUnavailable) {
-			return echo.NewHTTPError(http.StatusServiceUnavailable, err.Error())
-		}
-		if errors.Is(err, ErrBusy) || errors.Is(err, ErrPlacementMoving) || errors.Is(err, ErrPlacementFailed) {
-			return echo.NewHTTPError(http.StatusConflict, err.Error())
-		}
-		if err != nil {
-			return err
-		}
-		status := http.StatusAccepted
-		if t.Replayed {
-			status = http.StatusOK
-		}
-		return c.JSON(status, t)
-	})
-	g.GET("/sessions/:id/turns", func(c echo.Context) error {
-		list, err := s.List(c.Request().Context(), c.Param("id"))
-		if err != nil {
-			return err
-		}
-		return c.JSON(http.StatusOK, list)
-	})
-	g.GET("/turns/:run", func(c echo.Context) error {
-		t, err := s.Get(c.Request().Context(), c.Param("run"))
-		if err != nil {
-			return err
-		}
-		return c.JSON(http.StatusOK, t)
-	})
-	g.POST("/sessions/:id/cancel", func(c echo.Context) error {
-		return c.JSON(http.StatusOK, map[string]bool{"canceled": s.Cancel(c.Param("id"))})
-	})
 }
 
 // DispatchRequest is the body of POST /sessions/:id/dispatch.

@@ -86,8 +86,9 @@ func homeWorkspace(p Placement, evs []Event, workspace string) string {
 	return workspace
 }
 
-// failedError describes the failed placement p of a session whose workspace is ws.
-func (ps *Placements) failedError(ctx context.Context, p Placement, ws string) error {
+// FailedError describes the failed placement p of a session whose workspace is ws (a
+// *PlacementFailedError naming the recovery actions).
+func (ps *Placements) FailedError(ctx context.Context, p Placement, ws string) error {
 	evs, err := ps.Events(ctx, p.SessionID)
 	if err != nil {
 		return err

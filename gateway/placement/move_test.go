@@ -58,7 +58,7 @@ func TestFailedPlacementRefusesTurns(t *testing.T) {
 			if got, _ := ps.Get(ctx, "ses_1"); got.TurnRunID != "" {
 				t.Fatalf("the refused turn holds the claim: %q", got.TurnRunID)
 			}
-			msg := ps.failedError(ctx, p, c.ws).Error()
+			msg := ps.FailedError(ctx, p, c.ws).Error()
 			for _, w := range c.wants {
 				if !strings.Contains(msg, w) {
 					t.Errorf("refusal %q does not say %q", msg, w)

@@ -60,6 +60,9 @@ func (s State) Remote() bool { return s != Local && s != Reclaimed && s != Faile
 // step that binds it (→ active) until the drain that fences it (draining → reconciling).
 func (s State) WorkerOwned() bool { return s == Active || s == Draining }
 
+// ErrBusy is returned when a session already has a turn (or a checkpoint) in flight.
+var ErrBusy = errors.New("session has a turn in progress")
+
 // ErrStale is returned when the placement changed since the caller read it (generation mismatch).
 var ErrStale = errors.New("placement changed meanwhile")
 
@@ -287,6 +290,13 @@ func (ps *Placements) ClaimTurn(ctx context.Context, sessionID string, gen uint6
 		_, err = tx.ExecContext(ctx, `UPDATE placements SET turn_run_id=? WHERE session_id=? AND generation=?`, runID, sessionID, gen)
 		return err
 	})
+}
+
+// ReleaseAllTurns clears every turn claim: claims (turns, checkpoints) die with the gateway that
+// held them; left set, they would refuse every message and hold a pull-back in draining forever.
+func (ps *Placements) ReleaseAllTurns(ctx context.Context) error {
+	_, err := ps.db.W.ExecContext(ctx, `UPDATE placements SET turn_run_id='' WHERE turn_run_id<>''`)
+	return err
 }
 
 // ReleaseTurn clears the session's turn if it is runID.

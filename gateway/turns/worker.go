@@ -1,4 +1,4 @@
-package placement
+package turns
 
 import (
 	"context"

@@ -1,6 +1,6 @@
-// Package placement decides where a session's turns run and runs them: on the gateway (local
-// placement) or on the worker of the environment the session is attached to.
-package placement
+// Package turns admits and runs a session's turns: on the gateway (the local backend) or on the
+// worker of the environment its placement names.
+package turns
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/inference"
+	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/protocol"
@@ -33,9 +34,6 @@ func (s *Service) Busy(sessionID string) bool {
 	_, ok := s.running[sessionID]
 	return ok
 }
-
-// ErrBusy is returned when a session already has a turn in flight.
-var ErrBusy = errors.New("session has a turn in progress")
 
 // Turn is one run of a session.
 type Turn struct {
@@ -74,7 +72,7 @@ type Config struct {
 	ExtraTools []tools.Tool
 	// Placements is the placement state machine; turn admission claims it (compare-and-swap on
 	// its generation), so a message admitted against a stale snapshot can never race a move.
-	Placements *Placements
+	Placements *placement.Placements
 }
 
 // Workers is the worker endpoint as turn placement uses it; *hub.Server implements it.
@@ -129,8 +127,10 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	// Turn claims (turns, checkpoints) die with the gateway that held them; left set, they would
 	// refuse every message and hold a pull-back in draining forever.
-	if _, err := cfg.DB.W.ExecContext(ctx, `UPDATE placements SET turn_run_id='' WHERE turn_run_id<>''`); err != nil {
-		return nil, fmt.Errorf("recover turn claims: %w", err)
+	if cfg.Placements != nil {
+		if err := cfg.Placements.ReleaseAllTurns(ctx); err != nil {
+			return nil, fmt.Errorf("recover turn claims: %w", err)
+		}
 	}
 	c, cancel := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, log: cfg.Log, ctx: c, cancel: cancel, running: map[string]context.CancelFunc{}}, nil
@@ -149,10 +149,10 @@ func randID(prefix string) string {
 }
 
 // Send admits a turn for the session and starts it. A repeated idempotency key returns the turn it
-// started. A session that is already running a turn is refused with ErrBusy.
+// started. A session that is already running a turn is refused with placement.ErrBusy.
 func (s *Service) Send(ctx context.Context, sessionID, text, idempotencyKey string) (Turn, error) {
 	if s.cfg.Placements != nil && s.cfg.Redispatch != nil {
-		if p, err := s.cfg.Placements.Get(ctx, sessionID); err == nil && p.State == Reclaimed {
+		if p, err := s.cfg.Placements.Get(ctx, sessionID); err == nil && p.State == placement.Reclaimed {
 			return s.queueAfterRedispatch(ctx, sessionID, text, idempotencyKey)
 		}
 	}
@@ -177,10 +177,10 @@ func (s *Service) queueAfterRedispatch(ctx context.Context, sessionID, text, key
 		defer cancel()
 		for {
 			p, err := s.cfg.Placements.Get(wctx, sessionID)
-			if err == nil && p.State == Active {
+			if err == nil && p.State == placement.Active {
 				break
 			}
-			if err == nil && (p.State == Failed || p.State == Local) {
+			if err == nil && (p.State == placement.Failed || p.State == placement.Local) {
 				s.log.Warn("queued message dropped: placement did not become active", "session", sessionID, "state", p.State, "err", p.Error)
 				return
 			}
@@ -213,23 +213,23 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 		}
 	}
 	// Where the turn runs is read from the placement row, its one copy.
-	placement := "local"
+	where := "local"
 	if s.cfg.Placements != nil {
 		p, err := s.cfg.Placements.Get(ctx, sessionID)
 		if err != nil {
 			return Turn{}, err
 		}
 		switch {
-		case p.State == Failed:
+		case p.State == placement.Failed:
 			// A session asked for a worker whose placement failed never runs here unless the user
 			// moves it (MoveLocal): the gateway would otherwise run the agent in the user's own
 			// checkout.
-			return Turn{}, s.cfg.Placements.failedError(ctx, p, sess.Workspace)
+			return Turn{}, s.cfg.Placements.FailedError(ctx, p, sess.Workspace)
 		case p.State.WorkerOwned():
 			if s.cfg.Workers == nil || !s.waitAdmitted(ctx, p.EnvironmentID) {
 				return Turn{}, fmt.Errorf("session %s on environment %s: %w", sessionID, p.EnvironmentID, ErrWorkerUnavailable)
 			}
-			placement = "worker"
+			where = "worker"
 		}
 	}
 	model := sess.Model
@@ -243,24 +243,24 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 	s.mu.Lock()
 	if _, busy := s.running[sessionID]; busy {
 		s.mu.Unlock()
-		return Turn{}, fmt.Errorf("session %s: %w", sessionID, ErrBusy)
+		return Turn{}, fmt.Errorf("session %s: %w", sessionID, placement.ErrBusy)
 	}
 	if s.cfg.Placements != nil {
 		p, err := s.cfg.Placements.Get(ctx, sessionID)
 		if err == nil {
-			if placement == "worker" && p.BoxWorkspace != "" {
+			if where == "worker" && p.BoxWorkspace != "" {
 				sess.Workspace = p.BoxWorkspace
 			}
-			err = s.cfg.Placements.ClaimTurn(ctx, sessionID, p.Generation, placement == "worker", runID)
+			err = s.cfg.Placements.ClaimTurn(ctx, sessionID, p.Generation, where == "worker", runID)
 		}
 		if err != nil {
 			s.mu.Unlock()
-			if errors.Is(err, ErrPlacementFailed) {
-				if p, gerr := s.cfg.Placements.Get(ctx, sessionID); gerr == nil && p.State == Failed {
-					return Turn{}, s.cfg.Placements.failedError(ctx, p, sess.Workspace)
+			if errors.Is(err, placement.ErrPlacementFailed) {
+				if p, gerr := s.cfg.Placements.Get(ctx, sessionID); gerr == nil && p.State == placement.Failed {
+					return Turn{}, s.cfg.Placements.FailedError(ctx, p, sess.Workspace)
 				}
 			}
-			if errors.Is(err, ErrStale) {
+			if errors.Is(err, placement.ErrStale) {
 				return Turn{}, fmt.Errorf("%w: %v", ErrPlacementMoving, err)
 			}
 			return Turn{}, err
@@ -288,7 +288,7 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 		release()
 		return Turn{}, err
 	}
-	t := Turn{SessionID: sessionID, RunID: runID, IdempotencyKey: idempotencyKey, Placement: placement,
+	t := Turn{SessionID: sessionID, RunID: runID, IdempotencyKey: idempotencyKey, Placement: where,
 		Model: model, Status: TurnRunning, CreatedAt: store.Now(), Cursor: cursor}
 	err = s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
 		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(run_epoch),0)+1 FROM turns WHERE session_id=?`, sessionID).Scan(&t.RunEpoch); err != nil {
@@ -302,13 +302,13 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 			sessionID, t.RunEpoch, t.RunID, key, t.Placement, t.Model, string(t.Status), t.CreatedAt); err != nil {
 			return err
 		}
-		return turnEvent(ctx, tx, t.RunID, t.CreatedAt, "", t.Status, "admitted ("+placement+")")
+		return turnEvent(ctx, tx, t.RunID, t.CreatedAt, "", t.Status, "admitted ("+where+")")
 	})
 	if err != nil {
 		release()
 		return Turn{}, fmt.Errorf("admit turn: %w", err)
 	}
-	if placement == "worker" {
+	if where == "worker" {
 		if err := s.startOnWorker(ctx, tctx, sess, t, text, release); err != nil {
 			return Turn{}, err
 		}
