@@ -1,0 +1,348 @@
+// The workspace work of the dispatcher: the anchor, the sync out to a box, the inbound
+// reconciliation (git bundles, mirrored files) and the base manifests it records.
+
+package placement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/openclaw/cloudworkers/gateway/bootstrap"
+	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/internal/atomicfile"
+	"github.com/openclaw/cloudworkers/sync/gitsync"
+	"github.com/openclaw/cloudworkers/sync/manifest"
+	"github.com/openclaw/cloudworkers/sync/mirror"
+	"github.com/openclaw/cloudworkers/sync/stream"
+)
+
+// boxManifestOptions select a session's workspace on its box: the sync mode, the profile's rules
+// and the box's hash cache file (beside the workspace, never synced back).
+func boxManifestOptions(e envs.Environment, mode manifest.Mode, sessionID string) stream.ManifestOptions {
+	return stream.ManifestOptions{Mode: mode, Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include,
+		CacheFile: boxWorkspace(e, sessionID) + ".sync-cache.json"}
+}
+
+// boxWorkspace is where a session's workspace lives on its environment's box.
+func boxWorkspace(e envs.Environment, sessionID string) string {
+	return filepath.Join(e.WorkerHome, ".openclaw-worker", "work", sessionID)
+}
+
+// isGit reports whether dir is inside a git work tree.
+func isGit(ctx context.Context, dir string) bool {
+	cmd := exec.CommandContext(ctx, "git", "-C", dir, "rev-parse", "--is-inside-work-tree")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(), "GIT_CONFIG_NOSYSTEM=1"}
+	out, err := cmd.Output()
+	return err == nil && strings.TrimSpace(string(out)) == "true"
+}
+
+// remote opens the sync connection to an environment's box.
+func (d *Dispatcher) remote(ctx context.Context, e envs.Environment) (stream.Remote, *ssh.Client, error) {
+	c, err := d.cfg.Boot.Dial(ctx, e)
+	if err != nil {
+		return stream.Remote{}, nil, fmt.Errorf("sync connection: %w", err)
+	}
+	bin := filepath.Join(e.WorkerHome, bootstrap.BundlesDir, e.BundleHash, "openclaw")
+	return stream.Remote{Client: c, Command: bootstrap.Quote(bin) + " worker"}, c, nil
+}
+
+// syncOut builds the anchor (a managed worktree for git, a gateway-owned copy otherwise), records
+// its base manifest and sends it to the box.
+func (d *Dispatcher) syncOut(ctx context.Context, p Placement) (Change, error) {
+	ctx, cancel, wrap := withStepDeadline(ctx, &StepTimeoutError{Step: "sync", Setting: "box.syncTimeout", Timeout: d.cfg.SyncTimeout})
+	defer cancel()
+	ch, err := d.syncOutStep(ctx, p)
+	return ch, wrap(err)
+}
+
+func (d *Dispatcher) syncOutStep(ctx context.Context, p Placement) (Change, error) {
+	sess, err := d.cfg.Sessions.Get(ctx, p.SessionID)
+	if err != nil {
+		return Change{}, err
+	}
+	e, err := d.cfg.Envs.Get(ctx, p.EnvironmentID)
+	if err != nil {
+		return Change{}, err
+	}
+	excl, incl := e.Profile.Sync.Exclude, e.Profile.Sync.Include
+	dir := filepath.Join(d.cfg.DataDir, "anchors", p.SessionID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return Change{}, err
+	}
+	mode := manifest.ModePlain
+	anchorDir := filepath.Join(dir, "workspace")
+	var anchor *gitsync.Anchor
+	var skipped []string // what the anchor's copy left out
+	if p.AnchorDir != "" {
+		anchorDir = p.AnchorDir
+	}
+	if isGit(ctx, sess.Workspace) {
+		mode = manifest.ModeGit
+		anchor, err = gitAnchor(ctx, sess.Workspace, d.cfg.DataDir, p.SessionID, "")
+		if err != nil {
+			return Change{}, fmt.Errorf("managed worktree: %w", err)
+		}
+		anchorDir = anchor.Dir
+	} else if p.AnchorDir == "" {
+		if skipped, err = copyTree(ctx, sess.Workspace, anchorDir, excl, incl); err != nil {
+			return Change{}, fmt.Errorf("copy workspace to the anchor: %w", err)
+		}
+	}
+	r, c, err := d.remote(ctx, e)
+	if err != nil {
+		return Change{}, err
+	}
+	defer c.Close()
+	// long transfers show their progress (files, bytes, rate) as placement notes, every 2 s
+	r.ProgressInterval = 2 * time.Second
+	r.Progress = func(pr stream.Progress) {
+		if !pr.Done && pr.Elapsed >= 2*time.Second {
+			d.cfg.Placements.Note(ctx, p.SessionID, "sync progress: "+pr.String())
+		}
+	}
+	r.Compression, r.Channels = d.cfg.Compression, d.cfg.Channels
+	boxWS := boxWorkspace(e, p.SessionID)
+	// The anchor's hash cache stays on the gateway; the box keeps its own next to the workspace,
+	// so that the pull-back's manifest of the box does not re-hash what it was sent.
+	cacheFile := filepath.Join(dir, "hash-cache.json")
+	cache := manifest.LoadCache(cacheFile)
+	res, err := stream.PushTree(ctx, r, anchorDir, boxWS, stream.TreeOptions{Cache: cache, Manifest: boxManifestOptions(e, mode, p.SessionID)})
+	if err != nil {
+		return Change{}, fmt.Errorf("sync out: %w", err)
+	}
+	if err := cache.Save(cacheFile); err != nil {
+		d.log.Warn("save the anchor's hash cache", "session", p.SessionID, "err", err)
+	}
+	skipped = append(skipped, res.Skipped...)
+	if anchor != nil {
+		// Submodules the anchor holds go to their places, as they are at the recorded commits.
+		subs, subSkipped, err := gitsync.PushSubmodules(ctx, r, anchor, boxWS, dir, excl, incl)
+		if err != nil {
+			return Change{}, fmt.Errorf("sync out: %w", err)
+		}
+		skipped = append(skipped, subSkipped...)
+		for _, sub := range subs {
+			skipped = slices.DeleteFunc(skipped, func(p string) bool { return p == sub.Path })
+			d.cfg.Placements.Note(ctx, p.SessionID, fmt.Sprintf("submodule %s sent at %s (read-only on the box: the worker cannot commit in it, and what it changes there does not come back)",
+				sub.Path, sub.Commit[:min(12, len(sub.Commit))]))
+		}
+	}
+	if n := notSynced(skipped); n != "" {
+		d.cfg.Placements.Note(ctx, p.SessionID, n)
+	}
+	base := res.Base
+	if anchor != nil {
+		base.BaseCommit = anchor.Base
+	}
+	plan, st := res.Plan, res.Stats
+	baseFile := filepath.Join(dir, fmt.Sprintf("base-%d.json", p.Generation))
+	if err := writeManifest(baseFile, base); err != nil {
+		return Change{}, err
+	}
+	if anchor != nil {
+		pdir := filepath.Join(dir, "base-pack")
+		_ = os.RemoveAll(pdir)
+		if err := os.MkdirAll(pdir, 0o700); err != nil {
+			return Change{}, err
+		}
+		if err := anchor.BasePack(ctx, filepath.Join(pdir, "base.pack")); err != nil {
+			return Change{}, fmt.Errorf("base pack: %w", err)
+		}
+		pm, _, err := manifest.Build(ctx, pdir, manifest.Options{})
+		if err != nil {
+			return Change{}, err
+		}
+		inbox := filepath.Join(e.WorkerHome, ".openclaw-worker", "inbox", p.SessionID)
+		if _, err := r.Unpack(ctx, inbox, pdir, stream.PlanFor(nil, pm)); err != nil {
+			return Change{}, fmt.Errorf("send base pack: %w", err)
+		}
+		if _, err := bootstrap.RunOK(ctx, c, "set up the box repository", gitsync.BoxRepoCommand(boxWS, filepath.Join(inbox, "base.pack"), anchor.Name, anchor.Base)); err != nil {
+			return Change{}, err
+		}
+	}
+	d.cfg.Envs.Touch(ctx, e.ID)
+	m := string(mode)
+	bundle := e.BundleHash
+	return Change{To: Starting, Reason: fmt.Sprintf("synced %d entries (%d bytes) in %s mode", len(plan.Entries), st.Bytes, mode),
+		AnchorDir: &anchorDir, BoxWorkspace: &boxWS, SyncMode: &m, BaseManifestID: &baseFile, BundleHash: &bundle}, nil
+}
+
+// gitAnchor creates the session's managed worktree, or opens it when an earlier (interrupted or
+// resumed) step already created it; base is then the recorded base commit ("" = its branch head).
+func gitAnchor(ctx context.Context, repo, dataDir, sessionID, base string) (*gitsync.Anchor, error) {
+	name := anchorName(sessionID)
+	fp, err := gitsync.Fingerprint(ctx, repo)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(dataDir, "worktrees", fp, name)
+	if _, err := os.Stat(filepath.Join(dir, ".git")); err != nil {
+		return gitsync.CreateAnchor(ctx, repo, dataDir, name, "")
+	}
+	a := &gitsync.Anchor{Repo: repo, Dir: dir, Name: name, Branch: gitsync.BranchPrefix + name, Base: base}
+	if a.Base == "" {
+		out, err := exec.CommandContext(ctx, "git", "-C", dir, "rev-parse", "--verify", "refs/heads/"+a.Branch).Output()
+		if err != nil {
+			return nil, fmt.Errorf("open managed worktree %s: %w", dir, err)
+		}
+		a.Base = strings.TrimSpace(string(out))
+	}
+	return a, nil
+}
+
+// anchorName is the managed branch name (openclaw/<name>) of a session.
+func anchorName(sessionID string) string { return strings.TrimPrefix(sessionID, "ses_") }
+
+// inbound brings the box's workspace into the anchor (git: adopt the worker's commits, then
+// mirror untracked work; plain: mirror against the base) and returns the anchor's new manifest.
+//
+// force lets the mirror delete past the deletion brake (a pull-back the operator confirmed; never
+// a checkpoint).
+func (d *Dispatcher) inbound(ctx context.Context, p Placement, e envs.Environment, force bool) (string, *manifest.Manifest, error) {
+	ctx, cancel, wrap := withStepDeadline(ctx, &StepTimeoutError{Step: "reconcile", Setting: "box.reconcileTimeout", Timeout: d.cfg.ReconcileTimeout})
+	defer cancel()
+	summary, m, err := d.inboundStep(ctx, p, e, force)
+	return summary, m, wrap(err)
+}
+
+func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Environment, force bool) (string, *manifest.Manifest, error) {
+	var err error
+	base, err := readManifest(p.BaseManifestID)
+	if err != nil {
+		return "", nil, fmt.Errorf("base manifest: %w", err)
+	}
+	r, c, err := d.remote(ctx, e)
+	if err != nil {
+		return "", nil, err
+	}
+	defer c.Close()
+	mode := manifest.Mode(p.SyncMode)
+	summary := ""
+	if mode == manifest.ModeGit {
+		sess, err := d.cfg.Sessions.Get(ctx, p.SessionID)
+		if err != nil {
+			return "", nil, err
+		}
+		a, err := gitAnchor(ctx, sess.Workspace, d.cfg.DataDir, p.SessionID, base.BaseCommit)
+		if err != nil {
+			return "", nil, err
+		}
+		bundle := filepath.Join(filepath.Dir(p.BaseManifestID), fmt.Sprintf("result-%d.bundle", p.Generation))
+		f, err := os.Create(bundle)
+		if err != nil {
+			return "", nil, err
+		}
+		err = r.Exec(ctx, gitsync.BoxBundleCommand(p.BoxWorkspace, base.BaseCommit), f, gitsync.MaxBundleBytes)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return "", nil, fmt.Errorf("fetch the worker's commits: %w", err)
+		}
+		if fi, _ := os.Stat(bundle); fi != nil && fi.Size() > 0 {
+			tip, err := a.Adopt(ctx, anchorName(p.SessionID), bundle)
+			if err != nil {
+				return "", nil, err
+			}
+			summary = "managed branch " + a.Branch + " fast-forwarded to " + tip[:min(12, len(tip))]
+		} else {
+			summary = "no new commits"
+		}
+		// untracked and uncommitted work comes back against the fast-forwarded anchor
+		base, err = a.Manifest(ctx, manifest.Options{Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include})
+		if err != nil {
+			return "", nil, err
+		}
+	}
+	// What the box sends back is bounded by the profile's inbound quotas, and may not fill the
+	// anchor's filesystem or the data directory's (gateway.db) past the reserve.
+	lim, mlim := stream.InboundLimits(e.Profile.Sync.MaxInboundBytes, e.Profile.Sync.MaxInboundEntries, e.Profile.Sync.MaxInboundFileBytes)
+	r.ManifestLimits = mlim
+	boxM, err := r.Manifest(ctx, p.BoxWorkspace, boxManifestOptions(e, mode, p.SessionID))
+	if err != nil {
+		return "", nil, fmt.Errorf("box manifest: %w", err)
+	}
+	res, err := mirror.Pull(ctx, mirror.Config{Anchor: p.AnchorDir, Base: base, Box: boxM, Mode: mode,
+		Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include, Force: force, MaxDeleteShare: e.Profile.Sync.MaxDeleteShare,
+		Limits: lim, Space: &stream.SpaceCheck{Keep: []string{d.cfg.DataDir}, ReserveBytes: d.cfg.ReserveFreeBytes, ReservePercent: d.cfg.ReserveFreePercent},
+		Fetch: func(ctx context.Context, plan stream.Plan, root string, opts stream.ApplyOptions) (stream.Stats, error) {
+			return r.Pack(ctx, p.BoxWorkspace, plan, root, opts)
+		}})
+	if err != nil {
+		return "", nil, fmt.Errorf("reconcile workspace: %w", err)
+	}
+	if summary != "" {
+		summary += "; "
+	}
+	summary += fmt.Sprintf("%d files updated, %d deleted", len(res.Plan.Entries), len(res.Plan.Deletes))
+	now, _, err := manifest.Build(ctx, p.AnchorDir, manifest.Options{Mode: mode, Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include})
+	if err != nil {
+		return "", nil, err
+	}
+	if mode == manifest.ModeGit {
+		if head, herr := exec.CommandContext(ctx, "git", "-C", p.AnchorDir, "rev-parse", "HEAD").Output(); herr == nil {
+			now.BaseCommit = strings.TrimSpace(string(head))
+		}
+	}
+	return summary, now, nil
+}
+
+func writeManifest(path string, m *manifest.Manifest) error {
+	return atomicfile.WriteFunc(path, 0o600, m.Encode)
+}
+
+func readManifest(path string) (*manifest.Manifest, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return manifest.Decode(f, manifest.TrustedLimits) // the gateway's own record of a workspace
+}
+
+// notSynced says which paths of the workspace the box did not get because no sync can carry
+// them, or "" when there are none.
+func notSynced(skipped []string) string {
+	if len(skipped) == 0 {
+		return ""
+	}
+	slices.Sort(skipped)
+	skipped = slices.Compact(skipped)
+	shown := skipped[:min(len(skipped), 5)]
+	more := ""
+	if len(skipped) > len(shown) {
+		more = fmt.Sprintf(" and %d more", len(skipped)-len(shown))
+	}
+	return fmt.Sprintf("not synced to the box: %d path(s) no sync can carry (submodules, devices, FIFOs, sockets, names that are not UTF-8): %s%s",
+		len(skipped), strings.Join(shown, ", "), more)
+}
+
+// copyTree copies the workspace src into the new anchor dst and returns what it left out
+// (manifest.Stats.Skipped).
+func copyTree(ctx context.Context, src, dst string, excl, incl []string) ([]string, error) {
+	m, st, err := manifest.Build(ctx, src, manifest.Options{Mode: manifest.ModePlain, Exclude: excl, Include: incl})
+	if err != nil {
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := stream.Write(ctx, pw, src, stream.PlanFor(nil, m))
+		pw.CloseWithError(err)
+		errc <- err
+	}()
+	plan := stream.PlanFor(nil, m)
+	_, aerr := stream.Apply(ctx, pr, dst, stream.ApplyOptions{Limits: stream.TrustedLimits, Expect: &plan, AllowEscapingSymlinks: true})
+	pr.Close()
+	return st.Skipped, errors.Join(aerr, <-errc)
+}
