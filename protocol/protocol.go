@@ -53,9 +53,10 @@ const (
 	MethodResume = "worker.resume"
 )
 
-// WorkerMethods is the allowlist of methods a worker may call after admission. A credential's method
-// set is always a subset of it; anything else is answered with CodeMethodNotAllowed.
-var WorkerMethods = map[string]bool{
+// workerMethods is the allowlist of methods a worker may call after admission. A credential's method
+// set is always a subset of it; anything else is answered with CodeMethodNotAllowed. It is read
+// through IsWorkerMethod and WorkerMethods, so nothing can add to it at run time.
+var workerMethods = map[string]bool{
 	MethodHeartbeat:         true,
 	MethodCredentialRefresh: true,
 	MethodTranscriptCommit:  true,
@@ -66,6 +67,19 @@ var WorkerMethods = map[string]bool{
 	MethodInferenceCancel:   true,
 	MethodTranscriptContext: true,
 	MethodToolCall:          true,
+}
+
+// IsWorkerMethod reports whether a worker may call method after admission (the allowlist).
+func IsWorkerMethod(method string) bool { return workerMethods[method] }
+
+// WorkerMethods returns the allowlist of worker methods, sorted.
+func WorkerMethods() []string {
+	out := make([]string, 0, len(workerMethods))
+	for m := range workerMethods {
+		out = append(out, m)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // GatewayMethods are the methods and events the gateway sends to a worker.

@@ -49,7 +49,7 @@ func (c Credential) ShortID() string { return c.ID[:min(12, len(c.ID))] }
 
 // Allows reports whether the credential grants method; only WorkerMethods can ever be granted.
 func (c Credential) Allows(method string) bool {
-	return protocol.WorkerMethods[method] && slices.Contains(c.Methods, method)
+	return protocol.IsWorkerMethod(method) && slices.Contains(c.Methods, method)
 }
 
 // Credentials mints and verifies worker credentials stored (as hashes) in the gateway database.
@@ -86,13 +86,10 @@ func (cs *Credentials) Mint(ctx context.Context, envID, bundleHash string, ttl t
 		return "", fmt.Errorf("mint worker credential for %s: ttl must be positive", envID)
 	}
 	if methods == nil {
-		for m := range protocol.WorkerMethods {
-			methods = append(methods, m)
-		}
-		slices.Sort(methods)
+		methods = protocol.WorkerMethods()
 	}
 	for _, m := range methods {
-		if !protocol.WorkerMethods[m] {
+		if !protocol.IsWorkerMethod(m) {
 			return "", fmt.Errorf("mint worker credential for %s: %q is not a worker method", envID, m)
 		}
 	}

@@ -20,7 +20,7 @@ type route struct {
 	spawn  func(s *Server, ctx context.Context, wc *workerConn, f protocol.Frame) (res protocol.Frame, now bool)
 }
 
-// routes maps every method a worker may call (protocol.WorkerMethods, and nothing else) to how it
+// routes maps every method a worker may call (protocol.WorkerMethods(), and nothing else) to how it
 // is served. A credential grants a subset of them.
 var routes = map[string]route{
 	protocol.MethodHeartbeat:         {inline: (*Server).serveHeartbeat},

@@ -50,6 +50,32 @@ type DispatchConfig struct {
 	// Clock paces the dispatcher's polls (a worker's admission, a turn's end); the real clock
 	// when nil.
 	Clock clock.Clock
+	// CheckpointWait bounds how long a pull-back waits for a running checkpoint before it answers
+	// that the session is busy (0: DefaultCheckpointWait).
+	CheckpointWait time.Duration
+	// StartAdmitWait bounds how long the start step waits for the environment's worker to be
+	// admitted (0: DefaultStartAdmitWait).
+	StartAdmitWait time.Duration
+}
+
+// Defaults of DispatchConfig.
+const (
+	DefaultCheckpointWait = 2 * time.Minute
+	DefaultStartAdmitWait = time.Minute
+)
+
+func (c *DispatchConfig) checkpointWait() time.Duration {
+	return orDefault(c.CheckpointWait, DefaultCheckpointWait)
+}
+func (c *DispatchConfig) startAdmitWait() time.Duration {
+	return orDefault(c.StartAdmitWait, DefaultStartAdmitWait)
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
 }
 
 // StepTimeoutError is a placement step that passed its deadline because the box did not answer
@@ -247,7 +273,7 @@ func (d *Dispatcher) PullBack(ctx context.Context, sessionID string, force bool)
 	}
 	step := 1 // barrier step 1: stop new turn admission (the placement leaves active)
 	d.setForce(sessionID, force)
-	wait, cancel := context.WithTimeout(ctx, CheckpointWait)
+	wait, cancel := context.WithTimeout(ctx, d.cfg.checkpointWait())
 	defer cancel()
 	for {
 		// Not while a checkpoint holds the session: it brings the box's work into the anchor and
@@ -269,7 +295,7 @@ func (d *Dispatcher) PullBack(ctx context.Context, sessionID string, force bool)
 		if err := d.poll(wait); err != nil {
 			d.setForce(sessionID, false)
 			if ctx.Err() == nil {
-				err = fmt.Errorf("session %s: a checkpoint has been bringing the worker's workspace into the anchor for over %s; pull back again once it is done: %w", sessionID, CheckpointWait, ErrBusy)
+				err = fmt.Errorf("session %s: a checkpoint has been bringing the worker's workspace into the anchor for over %s; pull back again once it is done: %w", sessionID, d.cfg.checkpointWait(), ErrBusy)
 			}
 			return p, err
 		}
@@ -277,10 +303,6 @@ func (d *Dispatcher) PullBack(ctx context.Context, sessionID string, force bool)
 	d.kick(sessionID)
 	return p, nil
 }
-
-// CheckpointWait bounds how long a pull-back waits for a running checkpoint before it answers
-// that the session is busy.
-var CheckpointWait = 2 * time.Minute
 
 // failedReconciling reports whether a session's placement failed in its reconciliation step (its
 // last transition was reconciling → failed): only then is the worker drained and fenced, with the

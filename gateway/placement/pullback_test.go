@@ -137,14 +137,13 @@ func TestPullBackWaitsForACheckpoint(t *testing.T) {
 }
 
 // TestPullBackGivesUpOnALongCheckpoint: a checkpoint that holds the session longer than
-// CheckpointWait gets the pull-back a busy answer that says why, and the session stays active.
+// DispatchConfig.CheckpointWait gets the pull-back a busy answer that says why, and the session
+// stays active.
 func TestPullBackGivesUpOnALongCheckpoint(t *testing.T) {
 	ctx := context.Background()
-	saved := CheckpointWait
-	CheckpointWait = 300 * time.Millisecond
-	t.Cleanup(func() { CheckpointWait = saved })
 	s := "ses_1"
 	ps, d, _ := activeWithACheckpoint(t, s)
+	d.cfg.CheckpointWait = 300 * time.Millisecond
 	_, err := d.PullBack(ctx, s, true)
 	if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), "checkpoint") {
 		t.Fatalf("err = %v, want busy with a checkpoint", err)

@@ -117,15 +117,12 @@ func (d *Dispatcher) waitReady(ctx context.Context, p Placement) (Change, error)
 	return Change{To: Syncing, Reason: "environment " + e.ID + " ready"}, nil
 }
 
-// startAdmitWait bounds how long the start step waits for the environment's worker to be admitted.
-var startAdmitWait = time.Minute
-
 // start attaches the session to the environment's worker and fences any earlier owner.
 func (d *Dispatcher) start(ctx context.Context, p Placement) (Change, error) {
 	// a restarted gateway resumes here before the box's worker is re-admitted: wait for it
-	for deadline := time.Now().Add(startAdmitWait); !d.cfg.Admitted(p.EnvironmentID); {
+	for deadline := time.Now().Add(d.cfg.startAdmitWait()); !d.cfg.Admitted(p.EnvironmentID); {
 		if time.Now().After(deadline) {
-			return Change{}, fmt.Errorf("the worker of environment %s is not admitted after %s", p.EnvironmentID, startAdmitWait)
+			return Change{}, fmt.Errorf("the worker of environment %s is not admitted after %s", p.EnvironmentID, d.cfg.startAdmitWait())
 		}
 		if err := d.poll(ctx); err != nil {
 			return Change{}, err

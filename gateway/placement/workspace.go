@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/bootstrap"
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/internal/atomicfile"
+	"github.com/openclaw/cloudworkers/sync/gitexec"
 	"github.com/openclaw/cloudworkers/sync/gitsync"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 	"github.com/openclaw/cloudworkers/sync/mirror"
@@ -38,12 +38,24 @@ func boxWorkspace(e envs.Environment, sessionID string) string {
 	return filepath.Join(e.WorkerHome, ".openclaw-worker", "work", sessionID)
 }
 
-// isGit reports whether dir is inside a git work tree.
+// isGit reports whether dir is inside a git work tree. Neither the system's nor the user's git
+// configuration is read (HOME is a scratch directory): whether a workspace is a repository does not
+// depend on them.
 func isGit(ctx context.Context, dir string) bool {
-	cmd := exec.CommandContext(ctx, "git", "-C", dir, "rev-parse", "--is-inside-work-tree")
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(), "GIT_CONFIG_NOSYSTEM=1"}
-	out, err := cmd.Output()
+	out, err := gitexec.RunEnv(ctx, dir, []string{"HOME=" + os.TempDir(), "XDG_CONFIG_HOME=", "GIT_CONFIG_NOSYSTEM=1"}, nil,
+		"rev-parse", "--is-inside-work-tree")
 	return err == nil && strings.TrimSpace(string(out)) == "true"
+}
+
+// anchorGit runs git in a managed worktree, which holds what workers made (their commits, the
+// files mirrored back): through gitexec.Untrusted, so nothing there runs a filter, hook or
+// transport.
+func anchorGit(ctx context.Context, dir string, args ...string) (string, error) {
+	g, err := gitexec.NewUntrusted(ctx, dir)
+	if err != nil {
+		return "", err
+	}
+	return g.Line(ctx, args...)
 }
 
 // remote opens the sync connection to an environment's box.
@@ -191,11 +203,11 @@ func gitAnchor(ctx context.Context, repo, dataDir, sessionID, base string) (*git
 	}
 	a := &gitsync.Anchor{Repo: repo, Dir: dir, Name: name, Branch: gitsync.BranchPrefix + name, Base: base}
 	if a.Base == "" {
-		out, err := exec.CommandContext(ctx, "git", "-C", dir, "rev-parse", "--verify", "refs/heads/"+a.Branch).Output()
+		head, err := anchorGit(ctx, dir, "rev-parse", "--verify", "refs/heads/"+a.Branch)
 		if err != nil {
 			return nil, fmt.Errorf("open managed worktree %s: %w", dir, err)
 		}
-		a.Base = strings.TrimSpace(string(out))
+		a.Base = head
 	}
 	return a, nil
 }
@@ -290,8 +302,8 @@ func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Enviro
 		return "", nil, err
 	}
 	if mode == manifest.ModeGit {
-		if head, herr := exec.CommandContext(ctx, "git", "-C", p.AnchorDir, "rev-parse", "HEAD").Output(); herr == nil {
-			now.BaseCommit = strings.TrimSpace(string(head))
+		if head, herr := anchorGit(ctx, p.AnchorDir, "rev-parse", "HEAD"); herr == nil {
+			now.BaseCommit = head
 		}
 	}
 	return summary, now, nil

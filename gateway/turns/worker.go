@@ -17,7 +17,7 @@ const turnStartTimeout = 30 * time.Second
 
 // workerGoneGrace fails a worker turn whose worker stays disconnected this long: a tunnel drop the
 // worker recovers from does not fail the turn, a dead box does.
-var workerGoneGrace = 2 * time.Minute
+const workerGoneGrace = 2 * time.Minute
 
 // startOnWorker hands an admitted turn to the session's worker (worker.turn.start) and follows its
 // lifecycle events to record the outcome. release ends the turn's admission.
