@@ -17,7 +17,7 @@ func gatewayDeps(log *slog.Logger) gateway.Deps {
 	return gateway.Deps{
 		Log: log,
 		Providers: func(db *store.DB, dataDir string, log *slog.Logger) (providers.Registry, error) {
-			lp, err := local.New(local.Config{BoxesDir: filepath.Join(dataDir, "boxes"), Logger: log.With("provider", "local")})
+			lp, err := local.New(local.Config{BoxesDir: local.BoxesDir(dataDir), Logger: log.With("provider", "local")})
 			if err != nil {
 				return nil, err
 			}

@@ -120,7 +120,13 @@ func LeaseIDFor(opID string) string {
 }
 
 // BoxDir is the directory (and HOME) of the box with the given lease id.
-func (p *Provider) BoxDir(leaseID string) string { return filepath.Join(p.cfg.BoxesDir, leaseID) }
+func (p *Provider) BoxDir(leaseID string) string { return BoxDir(p.cfg.BoxesDir, leaseID) }
+
+// BoxDir is the directory (and HOME) of the box with the given lease id under boxesDir.
+func BoxDir(boxesDir, leaseID string) string { return filepath.Join(boxesDir, leaseID) }
+
+// BoxesDir is where a gateway with data dir dataDir keeps its local boxes.
+func BoxesDir(dataDir string) string { return filepath.Join(dataDir, "boxes") }
 
 // ValidateSettings accepts only empty settings: the local provider has none.
 func (p *Provider) ValidateSettings(settings json.RawMessage) error {

@@ -196,6 +196,19 @@ func (l *boxLock) release() {
 	_ = l.f.Close()
 }
 
+// LiveBoxes maps each box directory under boxesDir whose box process is alive (holds the box
+// lock) to that process's pid (0 when not yet written).
+func LiveBoxes(boxesDir string) map[string]int {
+	out := map[string]int{}
+	dirs, _ := filepath.Glob(filepath.Join(boxesDir, "*"))
+	for _, dir := range dirs {
+		if pid, alive, err := probeBox(dir); err == nil && alive {
+			out[dir] = pid
+		}
+	}
+	return out
+}
+
 // probeBox reports whether a box process holds the lock of boxDir, and the pid it wrote there
 // (0 when not yet written).
 func probeBox(boxDir string) (pid int, alive bool, err error) {
