@@ -1,0 +1,196 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/providers"
+)
+
+// v1 is the API path of the given segments, each escaped: v1("environments", id) is
+// /api/v1/environments/<id>.
+func v1(segments ...string) string {
+	p := "/api/v1"
+	for _, s := range segments {
+		p += "/" + url.PathEscape(s)
+	}
+	return p
+}
+
+// get is Do for a GET without a body.
+func (c *Client) get(ctx context.Context, path string, out any) error {
+	_, err := c.Do(ctx, http.MethodGet, path, nil, out)
+	return err
+}
+
+// GatewayInfo is the body of GET /gateway.
+type GatewayInfo struct {
+	ID       string          `json:"id"`
+	Version  string          `json:"version"`
+	Features map[string]bool `json:"features"`
+}
+
+// Gateway returns the gateway's identity, version and features.
+func (c *Client) Gateway(ctx context.Context) (GatewayInfo, error) {
+	var info GatewayInfo
+	err := c.get(ctx, v1("gateway"), &info)
+	return info, err
+}
+
+// Profiles lists the profiles.
+func (c *Client) Profiles(ctx context.Context) ([]providers.Profile, error) {
+	var list []providers.Profile
+	err := c.get(ctx, v1("profiles"), &list)
+	return list, err
+}
+
+// Profile returns one profile.
+func (c *Client) Profile(ctx context.Context, id string) (providers.Profile, error) {
+	var p providers.Profile
+	err := c.get(ctx, v1("profiles", id), &p)
+	return p, err
+}
+
+// CreateProfile creates a profile; one of the same id is a conflict.
+func (c *Client) CreateProfile(ctx context.Context, p providers.Profile) (providers.Profile, error) {
+	var out providers.Profile
+	_, err := c.Do(ctx, http.MethodPost, v1("profiles"), p, &out)
+	return out, err
+}
+
+// PutProfile creates or replaces a profile and reports whether it was created.
+func (c *Client) PutProfile(ctx context.Context, p providers.Profile) (out providers.Profile, created bool, err error) {
+	status, err := c.Do(ctx, http.MethodPut, v1("profiles", p.ID), p, &out)
+	return out, status == http.StatusCreated, err
+}
+
+// DeleteProfile deletes a profile that has no live environments.
+func (c *Client) DeleteProfile(ctx context.Context, id string) error {
+	_, err := c.Do(ctx, http.MethodDelete, v1("profiles", id), nil, nil)
+	return err
+}
+
+// CreateEnvironment leases a machine through a profile. A repeated idempotency key (if not
+// empty) returns the same environment.
+func (c *Client) CreateEnvironment(ctx context.Context, profileID, idempotencyKey string) (envs.Environment, error) {
+	var e envs.Environment
+	_, err := c.Do(ctx, http.MethodPost, v1("environments"), createEnvRequest{ProfileID: profileID, IdempotencyKey: idempotencyKey}, &e)
+	return e, err
+}
+
+// Environments lists the environments; all includes destroyed ones.
+func (c *Client) Environments(ctx context.Context, all bool) ([]envs.Environment, error) {
+	var list []envs.Environment
+	err := c.get(ctx, v1("environments")+"?all="+strconv.FormatBool(all), &list)
+	return list, err
+}
+
+// EnvironmentView is the body of GET /environments/:id: the environment with the running totals
+// of the model calls proxied for it.
+type EnvironmentView struct {
+	envs.Environment
+	Inference *InferenceTotals `json:"inference,omitempty"`
+}
+
+// Environment returns one environment with its running inference totals.
+func (c *Client) Environment(ctx context.Context, id string) (EnvironmentView, error) {
+	var e EnvironmentView
+	err := c.get(ctx, v1("environments", id), &e)
+	return e, err
+}
+
+// EnvironmentEvents returns the state changes of an environment, oldest first.
+func (c *Client) EnvironmentEvents(ctx context.Context, id string) ([]envs.Event, error) {
+	var evs []envs.Event
+	err := c.get(ctx, v1("environments", id, "events"), &evs)
+	return evs, err
+}
+
+// EnvironmentWorker returns the worker side of an environment.
+func (c *Client) EnvironmentWorker(ctx context.Context, id string) (WorkerInfo, error) {
+	var wi WorkerInfo
+	err := c.get(ctx, v1("environments", id, "worker"), &wi)
+	return wi, err
+}
+
+// DestroyOptions are the options of DestroyEnvironment.
+type DestroyOptions struct {
+	// Force destroys from any state, even an attached environment.
+	Force bool
+	// Wait (at most 10m) lets the gateway wait that long for proof of teardown before it answers.
+	Wait time.Duration
+}
+
+// DestroyEnvironment starts the teardown of an environment and returns it: destroyed when the
+// provider proved the lease gone within o.Wait, else still destroying (the gateway keeps retrying).
+func (c *Client) DestroyEnvironment(ctx context.Context, id string, o DestroyOptions) (envs.Environment, error) {
+	q := url.Values{}
+	if o.Force {
+		q.Set("force", "true")
+	}
+	if o.Wait > 0 {
+		q.Set("wait", o.Wait.String())
+	}
+	path := v1("environments", id)
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var e envs.Environment
+	_, err := c.Do(ctx, http.MethodDelete, path, nil, &e)
+	return e, err
+}
+
+// Sweep runs the orphan sweep now.
+func (c *Client) Sweep(ctx context.Context) (envs.SweepReport, error) {
+	var rep envs.SweepReport
+	_, err := c.Do(ctx, http.MethodPost, v1("environments", "sweep"), nil, &rep)
+	return rep, err
+}
+
+// Audit returns the audit log, of one environment when envID is not empty.
+func (c *Client) Audit(ctx context.Context, envID string) ([]store.AuditEntry, error) {
+	path := v1("audit")
+	if envID != "" {
+		path += "?" + url.Values{"environmentId": {envID}}.Encode()
+	}
+	var rows []store.AuditEntry
+	err := c.get(ctx, path, &rows)
+	return rows, err
+}
+
+// WaitEnvironment polls an environment until done holds for it or ctx ends. Each state change
+// after the first skip is passed to each (when set) as it is seen.
+func (c *Client) WaitEnvironment(ctx context.Context, id string, skip int, each func(envs.Event), done func(envs.Environment) bool) (envs.Environment, error) {
+	seen := skip
+	var e envs.Environment
+	for {
+		if each != nil {
+			evs, err := c.EnvironmentEvents(ctx, id)
+			if err != nil {
+				return e, err
+			}
+			for _, ev := range evs[min(seen, len(evs)):] {
+				each(ev)
+			}
+			seen = len(evs)
+		}
+		v, err := c.Environment(ctx, id)
+		if err != nil {
+			return e, err
+		}
+		if e = v.Environment; done(e) {
+			return e, nil
+		}
+		select {
+		case <-ctx.Done():
+			return e, fmt.Errorf("environment %s still %s: %w", id, e.State, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
