@@ -13,6 +13,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway"
 	"github.com/openclaw/cloudworkers/gateway/api"
+	"github.com/openclaw/cloudworkers/internal/console"
 )
 
 // client builds an API client from the global flags.
@@ -35,9 +36,13 @@ func (g *globals) client() (*api.Client, error) {
 	return api.NewClient(url, tok), nil
 }
 
-// addOutput adds -o/--output to a command.
+// addOutput adds -o/--output to a command; a bad value is refused before the command runs.
 func addOutput(cmd *cobra.Command, g *globals) {
 	cmd.Flags().StringVarP(&g.output, "output", "o", "table", "output format: table or json")
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		_, err := g.json()
+		return err
+	}
 }
 
 func (g *globals) json() (bool, error) {
@@ -50,10 +55,47 @@ func (g *globals) json() (bool, error) {
 	return false, fmt.Errorf("--output must be table or json, got %q", g.output)
 }
 
+// asJSON reports whether -o json was given (addOutput has checked the value).
+func (g *globals) asJSON() bool { return g.output == "json" }
+
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// printList prints items as JSON with -o json, else as a table: the header, then one row of
+// columns per item.
+func printList[T any](g *globals, items []T, header []string, row func(T) []string) error {
+	if g.asJSON() {
+		return printJSON(stdout, items)
+	}
+	w := table(stdout)
+	fmt.Fprintln(w, strings.Join(header, "\t"))
+	for _, it := range items {
+		fmt.Fprintln(w, strings.Join(row(it), "\t"))
+	}
+	return w.Flush()
+}
+
+// printShow prints v as JSON with -o json, else as the key/value table that fields writes with
+// row (a blank value shows as "-").
+func printShow(g *globals, v any, fields func(row func(k, v string))) error {
+	if g.asJSON() {
+		return printJSON(stdout, v)
+	}
+	w := table(stdout)
+	fields(func(k, v string) { fmt.Fprintf(w, "%s\t%s\n", k, dash(v)) })
+	return w.Flush()
+}
+
+// printResult prints v as JSON with -o json, else the line.
+func printResult(g *globals, v any, line string) error {
+	if g.asJSON() {
+		return printJSON(stdout, v)
+	}
+	_, err := fmt.Fprintln(stdout, line)
+	return err
 }
 
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
@@ -71,12 +113,10 @@ func humanMs(ms int64) string {
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
 
-func dash(s string) string {
-	if strings.TrimSpace(s) == "" {
-		return "-"
-	}
-	return s
-}
+var (
+	dash     = console.Dash
+	truncate = console.Truncate
+)
 
 var stdout io.Writer = os.Stdout
 var stderr io.Writer = os.Stderr

@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"strings"
 
@@ -72,7 +70,7 @@ func newCredentialSetCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if _, err := c.Do(cmd.Context(), http.MethodPut, "/api/v1/credentials/"+url.PathEscape(name), inference.CredentialSetRequest{Value: value}, nil); err != nil {
+			if err := c.SetCredential(cmd.Context(), name, value); err != nil {
 				return err
 			}
 			fmt.Fprintf(stdout, "credential %s set\n", name)
@@ -89,27 +87,17 @@ func newCredentialListCmd(g *globals) *cobra.Command {
 		Short: "List credential names (never values)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			asJSON, err := g.json()
-			if err != nil {
-				return err
-			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			var list []inference.CredentialInfo
-			if _, err := c.Do(cmd.Context(), http.MethodGet, "/api/v1/credentials", nil, &list); err != nil {
+			list, err := c.Credentials(cmd.Context())
+			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(stdout, list)
-			}
-			w := table(stdout)
-			fmt.Fprintln(w, "NAME\tUSED BY")
-			for _, cr := range list {
-				fmt.Fprintf(w, "%s\t%s\n", cr.Name, dash(strings.Join(cr.UsedBy, ", ")))
-			}
-			return w.Flush()
+			return printList(g, list, []string{"NAME", "USED BY"}, func(cr inference.CredentialInfo) []string {
+				return []string{cr.Name, dash(strings.Join(cr.UsedBy, ", "))}
+			})
 		},
 	}
 	addOutput(cmd, g)
@@ -127,7 +115,7 @@ func newCredentialRmCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if _, err := c.Do(cmd.Context(), http.MethodDelete, "/api/v1/credentials/"+url.PathEscape(args[0]), nil, nil); err != nil {
+			if err := c.DeleteCredential(cmd.Context(), args[0]); err != nil {
 				return err
 			}
 			fmt.Fprintf(stdout, "credential %s deleted\n", args[0])

@@ -4,49 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/url"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/placement"
+	"github.com/openclaw/cloudworkers/internal/console"
 )
 
-type placementView struct {
-	Placement placement.Placement `json:"placement"`
-	Events    []placement.Event   `json:"events"`
+// watchPlacement prints each placement step after the first skip as it happens, until the
+// placement rests.
+func watchPlacement(ctx context.Context, c *api.Client, id string, skip int) (api.PlacementView, error) {
+	return c.WaitPlacement(ctx, id, skip, console.PlacementSteps(stderr))
 }
 
-// watchPlacement prints each placement step as it happens until the placement rests.
-func watchPlacement(ctx context.Context, c *api.Client, id string, skip int) (placementView, error) {
-	seen := skip
-	for {
-		var v placementView
-		if _, err := c.Do(ctx, http.MethodGet, "/api/v1/sessions/"+url.PathEscape(id)+"/placement", nil, &v); err != nil {
-			return v, err
-		}
-		for _, ev := range v.Events[min(seen, len(v.Events)):] {
-			at, _ := time.Parse("2006-01-02T15:04:05.000Z07:00", ev.At)
-			fmt.Fprintf(stderr, "%s  %-12s %s\n", at.Local().Format("15:04:05.000"), ev.To, ev.Reason)
-		}
-		seen = len(v.Events)
-		switch v.Placement.State {
-		case placement.Local, placement.Active, placement.Failed, placement.Reclaimed:
-			return v, nil
-		}
-		select {
-		case <-ctx.Done():
-			return v, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
+// placementEvents counts the steps a placement has already taken (0 when it cannot be read).
 func placementEvents(ctx context.Context, c *api.Client, id string) int {
-	var v placementView
-	_, _ = c.Do(ctx, http.MethodGet, "/api/v1/sessions/"+url.PathEscape(id)+"/placement", nil, &v)
+	v, _ := c.Placement(ctx, id)
 	return len(v.Events)
 }
 
@@ -78,8 +52,8 @@ Later turns run on the worker. The user's own checkout is never written.`,
 
 func dispatchSession(ctx context.Context, c *api.Client, id, profile, class string, wait bool) error {
 	skip := placementEvents(ctx, c, id)
-	var p placement.Placement
-	if _, err := c.Do(ctx, http.MethodPost, "/api/v1/sessions/"+url.PathEscape(id)+"/dispatch", placement.DispatchRequest{ProfileID: profile, MachineClass: class}, &p); err != nil {
+	p, err := c.Dispatch(ctx, id, placement.DispatchRequest{ProfileID: profile, MachineClass: class})
+	if err != nil {
 		return err
 	}
 	if !wait {
@@ -126,8 +100,8 @@ results stay on the box until then.`,
 			}
 			ctx := cmd.Context()
 			skip := placementEvents(ctx, c, args[0])
-			var p placement.Placement
-			if _, err := c.Do(ctx, http.MethodPost, "/api/v1/sessions/"+url.PathEscape(args[0])+"/pullback", placement.PullBackRequest{Force: force}, &p); err != nil {
+			p, err := c.PullBack(ctx, args[0], placement.PullBackRequest{Force: force})
+			if err != nil {
 				return err
 			}
 			if noWait {
@@ -171,15 +145,10 @@ session pullback.`,
 			if err != nil {
 				return err
 			}
-			var p placement.Placement
-			if _, err := c.Do(cmd.Context(), http.MethodPost, "/api/v1/sessions/"+url.PathEscape(args[0])+"/move",
-				placement.MoveRequest{To: "local", Force: force}, &p); err != nil {
+			if _, err := c.MoveLocal(cmd.Context(), args[0], force); err != nil {
 				return err
 			}
-			var ses struct {
-				Workspace string `json:"workspace"`
-			}
-			_, _ = c.Do(cmd.Context(), http.MethodGet, "/api/v1/sessions/"+url.PathEscape(args[0]), nil, &ses)
+			ses, _ := c.Session(cmd.Context(), args[0])
 			fmt.Fprintf(stdout, "session %s is local; its turns run on the gateway in %s\n", args[0], ses.Workspace)
 			return nil
 		},

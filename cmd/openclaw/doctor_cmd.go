@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/envs"
-	"github.com/openclaw/cloudworkers/gateway/inference"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/providers/command"
 )
@@ -68,10 +66,7 @@ of the chain with its result and, for a failure, what to do about it. The enviro
 afterwards unless --keep is given. It exits non-zero if a step failed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			asJSON, err := g.json()
-			if err != nil {
-				return err
-			}
+			asJSON := g.asJSON()
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			steps := runDoctor(ctx, g, profile, model, keep)
@@ -125,19 +120,16 @@ func runDoctor(ctx context.Context, g *globals, profile, model string, keep bool
 		add("gateway", false, err.Error())
 		return steps
 	}
-	var info struct {
-		ID      string `json:"id"`
-		Version string `json:"version"`
-	}
-	if _, err := c.Do(ctx, http.MethodGet, "/api/v1/gateway", nil, &info); err != nil {
+	info, err := c.Gateway(ctx)
+	if err != nil {
 		add("gateway", false, err.Error())
 		return steps
 	}
 	add("gateway", true, fmt.Sprintf("%s (%s) at %s, token accepted", info.ID, info.Version, c.BaseURL))
 	steps = append(steps, inferenceStep(ctx, c, model))
 
-	var p providers.Profile
-	if _, err := c.Do(ctx, http.MethodGet, "/api/v1/profiles/"+url.PathEscape(profile), nil, &p); err != nil {
+	p, err := c.Profile(ctx, profile)
+	if err != nil {
 		add("profile", false, err.Error())
 		return steps
 	}
@@ -153,8 +145,8 @@ func runDoctor(ctx context.Context, g *globals, profile, model string, keep bool
 		}
 	}
 
-	var e envs.Environment
-	if _, err := c.Do(ctx, http.MethodPost, "/api/v1/environments", map[string]string{"profileId": profile}, &e); err != nil {
+	e, err := c.CreateEnvironment(ctx, profile, "")
+	if err != nil {
 		add("provider", false, err.Error())
 		return steps
 	}
@@ -162,8 +154,7 @@ func runDoctor(ctx context.Context, g *globals, profile, model string, keep bool
 		defer func() {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 			defer cancel()
-			var d envs.Environment
-			_, err := c.Do(dctx, http.MethodDelete, "/api/v1/environments/"+e.ID+"?wait=90s", nil, &d)
+			d, err := c.DestroyEnvironment(dctx, e.ID, api.DestroyOptions{Wait: 90 * time.Second})
 			switch {
 			case err != nil:
 				add("cleanup", false, err.Error())
@@ -174,7 +165,7 @@ func runDoctor(ctx context.Context, g *globals, profile, model string, keep bool
 			}
 		}()
 	}
-	e, err = waitSettled(ctx, c, e.ID)
+	e, err = c.WaitEnvironment(ctx, e.ID, 0, nil, func(e envs.Environment) bool { return e.State == envs.Ready || e.State.Dead() })
 	evs := doctorEvents(ctx, c, e.ID)
 	note := func(prefix string) (string, bool) {
 		for i := len(evs) - 1; i >= 0; i-- {
@@ -229,15 +220,10 @@ func runDoctor(ctx context.Context, g *globals, profile, model string, keep bool
 		add(link.name, false, "not reached: "+failure)
 		return steps
 	}
-	var wi api.WorkerInfo
-	if _, err := c.Do(ctx, http.MethodGet, "/api/v1/environments/"+e.ID+"/worker", nil, &wi); err == nil {
+	if wi, err := c.EnvironmentWorker(ctx, e.ID); err == nil {
 		add("tunnel", wi.TunnelStatus == "connected" && wi.Admitted, fmt.Sprintf("now %s, worker admitted=%v, epoch %d", wi.TunnelStatus, wi.Admitted, wi.TunnelEpoch))
 	}
-	var sc struct {
-		OK     bool   `json:"ok"`
-		Detail string `json:"detail"`
-	}
-	if _, err := c.Do(ctx, http.MethodPost, "/api/v1/environments/"+e.ID+"/check-sync", nil, &sc); err != nil {
+	if sc, err := c.CheckSync(ctx, e.ID); err != nil {
 		add("sync", false, err.Error())
 	} else {
 		add("sync", sc.OK, sc.Detail)
@@ -249,8 +235,8 @@ func runDoctor(ctx context.Context, g *globals, profile, model string, keep bool
 // gateway's inference proxy and says what answered: the provider, or a script.
 func inferenceStep(ctx context.Context, c *api.Client, model string) doctorStep {
 	s := doctorStep{Name: "inference"}
-	var p inference.Probe
-	if _, err := c.Do(ctx, http.MethodPost, "/api/v1/models/probe", inference.ProbeRequest{Model: model}, &p); err != nil {
+	p, err := c.ProbeModel(ctx, model)
+	if err != nil {
 		s.Detail = err.Error()
 		if model != "" {
 			s.Detail = "model " + model + ": " + s.Detail
@@ -294,27 +280,8 @@ func inferenceStep(ctx context.Context, c *api.Client, model string) doctorStep 
 	return s
 }
 
-// waitSettled waits until an environment is ready or dead.
-func waitSettled(ctx context.Context, c *api.Client, id string) (envs.Environment, error) {
-	for {
-		var e envs.Environment
-		if _, err := c.Do(ctx, http.MethodGet, "/api/v1/environments/"+id, nil, &e); err != nil {
-			return e, err
-		}
-		if e.State == envs.Ready || e.State.Dead() {
-			return e, nil
-		}
-		select {
-		case <-ctx.Done():
-			return e, fmt.Errorf("environment %s still %s: %w", id, e.State, ctx.Err())
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
 func doctorEvents(ctx context.Context, c *api.Client, id string) []envs.Event {
-	var evs []envs.Event
-	_, _ = c.Do(context.WithoutCancel(ctx), http.MethodGet, "/api/v1/environments/"+id+"/events", nil, &evs)
+	evs, _ := c.EnvironmentEvents(context.WithoutCancel(ctx), id)
 	return evs
 }
 

@@ -204,8 +204,8 @@ func crabboxStaticProfile(r *crabboxRig, id string, env map[string]string, hostK
 
 func (g *gw) destroyEnv(id string) envs.Environment {
 	g.t.Helper()
-	var d envs.Environment
-	if _, err := g.do("DELETE", "/api/v1/environments/"+id+"?wait=25s", nil, &d); err != nil || d.State != envs.Destroyed {
+	d, err := g.destroy(id, false, 25*time.Second)
+	if err != nil || d.State != envs.Destroyed {
 		g.t.Fatalf("destroy %s: %v, state %s, error %q", id, err, d.State, d.Error)
 	}
 	return d

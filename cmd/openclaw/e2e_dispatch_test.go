@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
@@ -104,18 +105,16 @@ func userWorkspace(t *testing.T, dir string, git bool) {
 	}
 }
 
-type placementView struct {
-	Placement placement.Placement `json:"placement"`
-	Events    []placement.Event   `json:"events"`
-}
+// placementView is a session's placement and its steps, printable.
+type placementView api.PlacementView
 
 func (g *gw) placement(id string) placementView {
 	g.t.Helper()
-	var v placementView
-	if _, err := g.do("GET", "/api/v1/sessions/"+id+"/placement", nil, &v); err != nil {
+	v, err := g.client.Placement(g.ctx(), id)
+	if err != nil {
 		g.t.Fatal(err)
 	}
-	return v
+	return placementView(v)
 }
 
 func (v placementView) String() string {
@@ -156,8 +155,8 @@ func (g *gw) mustRest(id string, want placement.State) placementView {
 
 func (g *gw) newSession(workspace, model string) string {
 	g.t.Helper()
-	var ses sessions.Session
-	if _, err := g.do("POST", "/api/v1/sessions", map[string]string{"title": "dispatch", "workspace": workspace, "model": model}, &ses); err != nil {
+	ses, err := g.client.CreateSession(g.ctx(), sessions.CreateRequest{CreateParams: sessions.CreateParams{Title: "dispatch", Workspace: workspace, Model: model}})
+	if err != nil {
 		g.t.Fatal(err)
 	}
 	return ses.ID
@@ -165,18 +164,19 @@ func (g *gw) newSession(workspace, model string) string {
 
 func (g *gw) dispatchTo(id, profile string) {
 	g.t.Helper()
-	if code, err := g.do("POST", "/api/v1/sessions/"+id+"/dispatch", placement.DispatchRequest{ProfileID: profile}, nil); err != nil {
-		g.t.Fatalf("dispatch %s: %d %v", id, code, err)
+	if _, err := g.client.Dispatch(g.ctx(), id, placement.DispatchRequest{ProfileID: profile}); err != nil {
+		g.t.Fatalf("dispatch %s: %v", id, err)
 	}
 }
 
 func (g *gw) pullback(id string) {
 	g.t.Helper()
-	if code, err := g.do("POST", "/api/v1/sessions/"+id+"/pullback", nil, nil); err != nil {
-		g.t.Fatalf("pull back %s: %d %v", id, code, err)
+	if _, err := g.client.PullBack(g.ctx(), id, placement.PullBackRequest{}); err != nil {
+		g.t.Fatalf("pull back %s: %v", id, err)
 	}
 }
 
+// send posts a message raw: the tests check the HTTP status of a refusal.
 func (g *gw) send(id, text string) (turns.Turn, int, error) {
 	var turn turns.Turn
 	code, err := g.do("POST", "/api/v1/sessions/"+id+"/messages", map[string]string{"text": text}, &turn)
@@ -199,8 +199,8 @@ func (g *gw) runTurn(id, text, wantPlacement string) turns.Turn {
 
 func (g *gw) turns(id string) []turns.Turn {
 	g.t.Helper()
-	var list []turns.Turn
-	if _, err := g.do("GET", "/api/v1/sessions/"+id+"/turns", nil, &list); err != nil {
+	list, err := g.client.Turns(g.ctx(), id)
+	if err != nil {
 		g.t.Fatal(err)
 	}
 	return list
@@ -209,8 +209,8 @@ func (g *gw) turns(id string) []turns.Turn {
 // roles returns the roles of the session's transcript messages, in order, and the assistant texts.
 func (g *gw) roles(id string) (roles []string, texts []string) {
 	g.t.Helper()
-	var tr sessions.Transcript
-	if _, err := g.do("GET", "/api/v1/sessions/"+id+"/transcript", nil, &tr); err != nil {
+	tr, err := g.client.Transcript(g.ctx(), id)
+	if err != nil {
 		g.t.Fatal(err)
 	}
 	for _, e := range tr.Entries {
@@ -381,10 +381,7 @@ func dispatchCase(t *testing.T, g *gw, root, profile string, git, fresh bool) {
 		!slices.Contains(plan.Deletes, "untracked.txt") || !slices.Contains(plan.Deletes, "where.txt") {
 		t.Fatalf("sync plan against the box: %+v", plan)
 	}
-	var env struct {
-		AttachedSessionIDs []string `json:"attachedSessionIds"`
-	}
-	if _, err := g.do("GET", "/api/v1/environments/"+v.Placement.EnvironmentID, nil, &env); err != nil || !slices.Equal(env.AttachedSessionIDs, []string{id}) {
+	if env, err := g.client.Environment(g.ctx(), v.Placement.EnvironmentID); err != nil || !slices.Equal(env.AttachedSessionIDs, []string{id}) {
 		t.Fatalf("environment serving %s lists sessions %v (err %v)", id, env.AttachedSessionIDs, err)
 	}
 	if out, err := exec.Command(openclawBin, "sync", "plan", v.Placement.EnvironmentID, "--workspace", ws, "--exclude", "*.log",
@@ -399,8 +396,8 @@ func dispatchCase(t *testing.T, g *gw, root, profile string, git, fresh bool) {
 	g.pullback(id)
 	v = g.mustRest(id, placement.Local)
 	anchor := v.Placement.AnchorDir
-	var ses sessions.Session
-	if _, err := g.do("GET", "/api/v1/sessions/"+id, nil, &ses); err != nil {
+	ses, err := g.client.Session(g.ctx(), id)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if ses.Workspace != anchor || anchor == ws || ses.Placement != sessions.PlacementLocal {
@@ -539,13 +536,13 @@ func destroyAll(g *gw) {
 	if g.cmd.ProcessState != nil {
 		return
 	}
-	var list []envs.Environment
-	if _, err := g.do("GET", "/api/v1/environments", nil, &list); err != nil {
+	list, err := g.client.Environments(g.ctx(), false)
+	if err != nil {
 		return
 	}
 	for _, e := range list {
 		if !e.State.Dead() {
-			_, _ = g.do("DELETE", "/api/v1/environments/"+e.ID+"?wait=30s&force=true", nil, nil)
+			_, _ = g.destroy(e.ID, true, 30*time.Second)
 		}
 	}
 }
@@ -760,11 +757,11 @@ func TestIdleTimeoutSparesBusySessions(t *testing.T) {
 		t.Fatalf("idle environment %s (%s), lifecycle notes %d", idle.State, idle.Error, g.countNotes(idle.ID, "lifecycle: idle"))
 	}
 	// the idle environment lived more than a second and was stopped; the busy one is untouched
-	var e envs.Environment
-	if _, err := g.do("GET", "/api/v1/environments/"+busyEnv, nil, &e); err != nil {
+	v, err := g.client.Environment(g.ctx(), busyEnv)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if e.State != envs.Attached || g.countNotes(busyEnv, "lifecycle:") != 0 {
+	if e := v.Environment; e.State != envs.Attached || g.countNotes(busyEnv, "lifecycle:") != 0 {
 		t.Fatalf("environment of the session in a turn: %s, lifecycle notes %d", e.State, g.countNotes(busyEnv, "lifecycle:"))
 	}
 	if tr := waitTurn(t, g, turn.RunID); tr.Status != turns.TurnDone {
@@ -772,7 +769,7 @@ func TestIdleTimeoutSparesBusySessions(t *testing.T) {
 	}
 	g.pullback(id)
 	g.mustRest(id, placement.Local)
-	e = g.waitEnv(busyEnv, func(e envs.Environment) bool { return e.State.Dead() })
+	e := g.waitEnv(busyEnv, func(e envs.Environment) bool { return e.State.Dead() })
 	if e.State != envs.Destroyed || g.countNotes(busyEnv, "lifecycle: idle") != 1 {
 		t.Fatalf("pulled-back environment %s, lifecycle notes %d", e.State, g.countNotes(busyEnv, "lifecycle: idle"))
 	}

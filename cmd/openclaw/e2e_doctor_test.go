@@ -50,7 +50,7 @@ func TestDoctorInferenceMakesARealCall(t *testing.T) {
 	g := startGateway(t, filepath.Join(root, "data"), cfg)
 	t.Cleanup(func() { destroyAll(g) })
 	for name, value := range map[string]string{"goodkey": "sk-good", "badkey": "sk-bad"} {
-		if _, err := g.do("PUT", "/api/v1/credentials/"+name, map[string]string{"value": value}, nil); err != nil {
+		if err := g.client.SetCredential(g.ctx(), name, value); err != nil {
 			t.Fatal(err)
 		}
 	}

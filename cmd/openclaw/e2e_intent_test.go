@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/openclaw/cloudworkers/gateway/api"
-	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/internal/testenv"
@@ -65,8 +64,8 @@ func TestFailedDispatchNeverRunsLocally(t *testing.T) {
 	if _, stderr, err := g.cli("session", "new", "--workspace", ws, "--worker", "broken"); err == nil {
 		t.Fatalf("session new --worker broken succeeded: %s", stderr)
 	}
-	var list []sessions.Session
-	if _, err := g.do("GET", "/api/v1/sessions", nil, &list); err != nil || len(list) != 1 {
+	list, err := g.client.Sessions(g.ctx())
+	if err != nil || len(list) != 1 {
 		t.Fatalf("sessions %v %v, want the one created", list, err)
 	}
 	id := list[0].ID
@@ -152,7 +151,7 @@ func TestBadSessionInputRefusedBeforeLeasing(t *testing.T) {
 			}
 		})
 	}
-	_, err := g.do("POST", "/api/v1/sessions", map[string]any{"workspace": missing, "target": map[string]string{"kind": "profile", "profileId": "ld"}}, nil)
+	_, err := g.client.CreateSession(g.ctx(), sessions.CreateRequest{CreateParams: sessions.CreateParams{Workspace: missing}, Target: &sessions.Target{Kind: "profile", ProfileID: "ld"}})
 	var ae *api.Error
 	if !errors.As(err, &ae) || ae.Status != 400 || ae.Field != "workspace" {
 		t.Fatalf("API create with a missing workspace: %v, want 400 naming the workspace field", err)
@@ -160,8 +159,7 @@ func TestBadSessionInputRefusedBeforeLeasing(t *testing.T) {
 	if exists(missing) {
 		t.Fatalf("the missing workspace %s was created", missing)
 	}
-	var list []sessions.Session
-	if _, err := g.do("GET", "/api/v1/sessions", nil, &list); err != nil || len(list) != 0 {
+	if list, err := g.client.Sessions(g.ctx()); err != nil || len(list) != 0 {
 		t.Fatalf("sessions after refused creates: %v %v", list, err)
 	}
 
@@ -178,8 +176,7 @@ func TestBadSessionInputRefusedBeforeLeasing(t *testing.T) {
 	if v := g.placement(id); v.Placement.State != placement.Local || len(v.Events) != 0 {
 		t.Fatalf("placement after the refused dispatch:\n%s", v)
 	}
-	var envList []envs.Environment
-	if _, err := g.do("GET", "/api/v1/environments", nil, &envList); err != nil || len(envList) != 0 {
+	if envList, err := g.client.Environments(g.ctx(), false); err != nil || len(envList) != 0 {
 		t.Fatalf("environments after refused requests: %v %v", envList, err)
 	}
 	if leases := liveLeases(t, leaseDir); len(leases) != 0 {

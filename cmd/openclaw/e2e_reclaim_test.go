@@ -45,16 +45,13 @@ func TestReclaimRestoresFromCheckpoint(t *testing.T) {
 	if err := syscall.Mkfifo(filepath.Join(ws, "pipe"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var s sessions.Session
-	if _, err := g.do("POST", "/api/v1/sessions", map[string]string{"workspace": ws}, &s); err != nil {
+	s, err := g.client.CreateSession(g.ctx(), sessions.CreateRequest{CreateParams: sessions.CreateParams{Workspace: ws}})
+	if err != nil {
 		t.Fatal(err)
 	}
 	placementOf := func() (placement.Placement, []placement.Event) {
-		var v struct {
-			Placement placement.Placement
-			Events    []placement.Event
-		}
-		if _, err := g.do("GET", "/api/v1/sessions/"+s.ID+"/placement", nil, &v); err != nil {
+		v, err := g.client.Placement(g.ctx(), s.ID)
+		if err != nil {
 			t.Fatal(err)
 		}
 		return v.Placement, v.Events
@@ -73,7 +70,7 @@ func TestReclaimRestoresFromCheckpoint(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	if _, err := g.do("POST", "/api/v1/sessions/"+s.ID+"/dispatch", map[string]string{"profileId": "local"}, nil); err != nil {
+	if _, err := g.client.Dispatch(g.ctx(), s.ID, placement.DispatchRequest{ProfileID: "local"}); err != nil {
 		t.Fatal(err)
 	}
 	first := waitPlacement("active", func(p placement.Placement, _ []placement.Event) bool { return p.State == placement.Active })
@@ -83,8 +80,8 @@ func TestReclaimRestoresFromCheckpoint(t *testing.T) {
 		t.Errorf("no event says the FIFO was not synced: %+v", evs)
 	}
 	send := func(text string) turns.Turn {
-		var turn turns.Turn
-		if _, err := g.do("POST", "/api/v1/sessions/"+s.ID+"/messages", map[string]string{"text": text}, &turn); err != nil {
+		turn, err := g.client.SendMessage(g.ctx(), s.ID, turns.SendRequest{Text: text})
+		if err != nil {
 			t.Fatal(err)
 		}
 		return waitTurn(t, g, turn.RunID)
@@ -117,8 +114,8 @@ func TestReclaimRestoresFromCheckpoint(t *testing.T) {
 		t.Fatalf("reclaim reason %q does not say what was lost", reclaimed.Error)
 	}
 	// the next message is queued, runs on a fresh box restored from the checkpoint
-	var turn turns.Turn
-	if _, err := g.do("POST", "/api/v1/sessions/"+s.ID+"/messages", map[string]string{"text": "read it back"}, &turn); err != nil {
+	turn, err := g.client.SendMessage(g.ctx(), s.ID, turns.SendRequest{Text: "read it back"})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if turn.Status != turns.TurnQueued {
@@ -131,7 +128,7 @@ func TestReclaimRestoresFromCheckpoint(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	var got turns.Turn
 	for {
-		_, _ = g.do("GET", "/api/v1/turns/"+turn.RunID, nil, &got)
+		got, _ = g.client.Turn(g.ctx(), turn.RunID)
 		if got.Status == turns.TurnDone || got.Status == turns.TurnFailed {
 			break
 		}
@@ -155,8 +152,8 @@ func TestReclaimRestoresFromCheckpoint(t *testing.T) {
 	if bases, _ := filepath.Glob(filepath.Join(filepath.Dir(now.BaseManifestID), "base-*.json")); len(bases) != 1 || bases[0] != now.BaseManifestID {
 		t.Errorf("base manifests kept: %v, want %s alone", bases, now.BaseManifestID)
 	}
-	var tr sessions.Transcript
-	if _, err := g.do("GET", "/api/v1/sessions/"+s.ID+"/transcript", nil, &tr); err != nil {
+	tr, err := g.client.Transcript(g.ctx(), s.ID)
+	if err != nil {
 		t.Fatal(err)
 	}
 	raw, _ := json.Marshal(tr)
@@ -168,7 +165,7 @@ func TestReclaimRestoresFromCheckpoint(t *testing.T) {
 	if strings.Contains(string(raw), `"isError":true`) {
 		t.Errorf("a tool failed on the restored box: %s", raw)
 	}
-	_, _ = g.do("DELETE", "/api/v1/environments/"+second.EnvironmentID+"?force=true&wait=30s", nil, nil)
+	_, _ = g.destroy(second.EnvironmentID, true, 30*time.Second)
 	g.stop()
 }
 
@@ -193,18 +190,18 @@ func TestCreateSessionWithWorkerTarget(t *testing.T) {
 			t.Errorf("%s: %v, want an error naming %s", body, err, field)
 		}
 	}
-	var s sessions.Session
-	if _, err := g.do("POST", "/api/v1/sessions", map[string]any{"workspace": ws, "target": map[string]string{"kind": "profile", "profileId": "local"}}, &s); err != nil {
+	s, err := g.client.CreateSession(g.ctx(), sessions.CreateRequest{CreateParams: sessions.CreateParams{Workspace: ws}, Target: &sessions.Target{Kind: "profile", ProfileID: "local"}})
+	if err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		var v struct{ Placement placement.Placement }
-		if _, err := g.do("GET", "/api/v1/sessions/"+s.ID+"/placement", nil, &v); err != nil {
+		v, err := g.client.Placement(g.ctx(), s.ID)
+		if err != nil {
 			t.Fatal(err)
 		}
 		if v.Placement.State == placement.Active {
-			_, _ = g.do("DELETE", "/api/v1/environments/"+v.Placement.EnvironmentID+"?force=true&wait=30s", nil, nil)
+			_, _ = g.destroy(v.Placement.EnvironmentID, true, 30*time.Second)
 			break
 		}
 		if v.Placement.State == placement.Failed || time.Now().After(deadline) {
@@ -227,20 +224,20 @@ func TestMachineClassTarget(t *testing.T) {
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.do("POST", "/api/v1/sessions", map[string]any{"workspace": ws,
-		"target": map[string]string{"kind": "profile", "profileId": "local", "machineClass": "big"}}, nil); err == nil || !strings.Contains(err.Error(), "machineClass") {
+	if _, err := g.client.CreateSession(g.ctx(), sessions.CreateRequest{CreateParams: sessions.CreateParams{Workspace: ws},
+		Target: &sessions.Target{Kind: "profile", ProfileID: "local", MachineClass: "big"}}); err == nil || !strings.Contains(err.Error(), "machineClass") {
 		t.Fatalf("class on the local provider: %v", err)
 	}
-	var s sessions.Session
-	if _, err := g.do("POST", "/api/v1/sessions", map[string]any{"workspace": ws,
-		"target": map[string]string{"kind": "profile", "profileId": "ld", "machineClass": "cx42"}}, &s); err != nil {
+	s, err := g.client.CreateSession(g.ctx(), sessions.CreateRequest{CreateParams: sessions.CreateParams{Workspace: ws},
+		Target: &sessions.Target{Kind: "profile", ProfileID: "ld", MachineClass: "cx42"}})
+	if err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	var p placement.Placement
 	for {
-		var v struct{ Placement placement.Placement }
-		if _, err := g.do("GET", "/api/v1/sessions/"+s.ID+"/placement", nil, &v); err != nil {
+		v, err := g.client.Placement(g.ctx(), s.ID)
+		if err != nil {
 			t.Fatal(err)
 		}
 		p = v.Placement
@@ -260,6 +257,6 @@ func TestMachineClassTarget(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), `"class": "cx42"`) {
 		t.Fatalf("the lease CLI did not get the class: %v %s", err, b)
 	}
-	_, _ = g.do("DELETE", "/api/v1/environments/"+e.ID+"?force=true&wait=30s", nil, nil)
+	_, _ = g.destroy(e.ID, true, 30*time.Second)
 	g.stop()
 }

@@ -71,10 +71,9 @@ func TestDestroyNotHeldBySilentBox(t *testing.T) {
 	}
 	silent := tunneltest.Start(t, net.JoinHostPort(st.Host, strconv.Itoa(st.Port)), hostKey, tunneltest.NoChannels)
 
-	var d envs.Environment
-	code, err := g.do("DELETE", "/api/v1/environments/"+e.ID+"?wait=25s", nil, &d)
+	d, err := g.destroy(e.ID, false, 25*time.Second)
 	if err != nil || d.State != envs.Destroyed {
-		t.Fatalf("destroy of an environment whose box never answers: %d %v, state %q", code, err, d.State)
+		t.Fatalf("destroy of an environment whose box never answers: %v, state %q", err, d.State)
 	}
 	if silent.Opens.Load() == 0 {
 		t.Fatalf("the box-side cleanup never reached the silent box: the test proves nothing")
@@ -87,8 +86,8 @@ func TestDestroyNotHeldBySilentBox(t *testing.T) {
 		t.Fatalf("no event says the box-side cleanup gave up:\n%s", strings.Join(lines, "\n"))
 	}
 	// the static provider's proof: the host's claim is released, so a new environment can take it
-	var list []envs.Environment
-	if _, err := g.do("GET", "/api/v1/environments", nil, &list); err != nil {
+	list, err := g.client.Environments(g.ctx(), false)
+	if err != nil {
 		t.Fatal(err)
 	}
 	for _, x := range list {
@@ -145,9 +144,8 @@ func TestNetnsHangingBoxCommands(t *testing.T) {
 	if code, err := g.do("DELETE", "/api/v1/environments/"+env.ID, nil, nil); err == nil {
 		t.Fatalf("destroy of an attached environment without force: %d, want refused", code)
 	}
-	var d envs.Environment
-	if code, err := g.do("DELETE", "/api/v1/environments/"+env.ID+"?wait=25s&force=true", nil, &d); err != nil || d.State != envs.Destroyed {
-		t.Fatalf("forced destroy of a hanging box: %d %v, state %q", code, err, d.State)
+	if d, err := g.destroy(env.ID, true, 25*time.Second); err != nil || d.State != envs.Destroyed {
+		t.Fatalf("forced destroy of a hanging box: %v, state %q", err, d.State)
 	}
 	if g.countNotes(env.ID, "box-side cleanup skipped (force)") != 1 {
 		t.Fatalf("a forced destroy did not skip the box-side cleanup")

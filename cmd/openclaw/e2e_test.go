@@ -163,19 +163,26 @@ func (g *gw) stop() {
 	}
 }
 
+// do sends one raw request, for the tests of the HTTP surface itself (status codes, bodies).
 func (g *gw) do(method, path string, in, out any) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return g.client.Do(ctx, method, path, in, out)
+	return g.client.Do(g.ctx(), method, path, in, out)
 }
+
+// ctx bounds one API call of the test.
+func (g *gw) ctx() context.Context { return testenv.Context(g.t, 30*time.Second) }
 
 func (g *gw) createEnv(profile string) envs.Environment {
 	g.t.Helper()
-	var e envs.Environment
-	if _, err := g.do("POST", "/api/v1/environments", map[string]string{"profileId": profile}, &e); err != nil {
+	e, err := g.client.CreateEnvironment(g.ctx(), profile, "")
+	if err != nil {
 		g.t.Fatal(err)
 	}
 	return e
+}
+
+// destroy destroys an environment (forced if force), waiting up to wait for proof of teardown.
+func (g *gw) destroy(id string, force bool, wait time.Duration) (envs.Environment, error) {
+	return g.client.DestroyEnvironment(g.ctx(), id, api.DestroyOptions{Force: force, Wait: wait})
 }
 
 func (g *gw) waitEnv(id string, cond func(envs.Environment) bool) envs.Environment {
@@ -183,10 +190,11 @@ func (g *gw) waitEnv(id string, cond func(envs.Environment) bool) envs.Environme
 	deadline := time.Now().Add(30 * time.Second)
 	var e envs.Environment
 	for time.Now().Before(deadline) {
-		if _, err := g.do("GET", "/api/v1/environments/"+id, nil, &e); err != nil {
+		v, err := g.client.Environment(g.ctx(), id)
+		if err != nil {
 			g.t.Fatal(err)
 		}
-		if cond(e) {
+		if e = v.Environment; cond(e) {
 			return e
 		}
 		time.Sleep(25 * time.Millisecond)
@@ -266,8 +274,7 @@ func TestGatewayKilledMidProvisionAdoptsLease(t *testing.T) {
 		t.Fatalf("live leases %v, want exactly %s", live, got.LeaseID)
 	}
 	// destroy returns on proof of teardown
-	var d envs.Environment
-	if _, err := g.do("DELETE", "/api/v1/environments/"+e.ID+"?wait=20s", nil, &d); err != nil || d.State != envs.Destroyed {
+	if d, err := g.destroy(e.ID, false, 20*time.Second); err != nil || d.State != envs.Destroyed {
 		t.Fatalf("destroy: %v %s", err, d.State)
 	}
 	if live := liveLeases(t, leaseDir); len(live) != 0 {
@@ -371,8 +378,8 @@ func TestSweepDestroysUnknownLabelledLease(t *testing.T) {
 	root := t.TempDir()
 	leaseDir := filepath.Join(root, "leases")
 	g := startGateway(t, filepath.Join(root, "data"), "profiles:\n"+leaseDirProfile("ld", leaseDir, nil))
-	var info struct{ ID string }
-	if _, err := g.do("GET", "/api/v1/gateway", nil, &info); err != nil {
+	info, err := g.client.Gateway(g.ctx())
+	if err != nil {
 		t.Fatal(err)
 	}
 	e := g.createEnv("ld")
@@ -414,7 +421,7 @@ func TestSweepDestroysUnknownLabelledLease(t *testing.T) {
 	if !ids[e.LeaseID] || !ids["ocl_other"] || ids["ocl_orphan"] || len(ids) != 2 {
 		t.Fatalf("live leases after sweep: %v", ids)
 	}
-	if _, err := g.do("DELETE", "/api/v1/environments/"+e.ID+"?wait=30s", nil, nil); err != nil {
+	if _, err := g.destroy(e.ID, false, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	g.stop()
@@ -464,8 +471,7 @@ func TestNetnsLeaseThroughCommandProvider(t *testing.T) {
 	if len(e.Lease.HostKeys) != 1 || !strings.HasPrefix(e.Lease.HostKeys[0], "ssh-ed25519 ") {
 		t.Fatalf("pinned host keys %v", e.Lease.HostKeys)
 	}
-	var d envs.Environment
-	if _, err := g.do("DELETE", "/api/v1/environments/"+e.ID+"?wait=60s", nil, &d); err != nil || d.State != envs.Destroyed {
+	if d, err := g.destroy(e.ID, false, 60*time.Second); err != nil || d.State != envs.Destroyed {
 		t.Fatalf("destroy: %v %s %s", err, d.State, d.Error)
 	}
 	out, _ := exec.Command("ip", "netns", "list").Output()

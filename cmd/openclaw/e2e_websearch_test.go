@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/openclaw/cloudworkers/gateway/envs"
-	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/turns"
 )
@@ -56,8 +55,8 @@ models:
 		if err := os.MkdirAll(ws, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		var s sessions.Session
-		if _, err := g.do("POST", "/api/v1/sessions", map[string]string{"workspace": ws}, &s); err != nil {
+		s, err := g.client.CreateSession(g.ctx(), sessions.CreateRequest{CreateParams: sessions.CreateParams{Workspace: ws}})
+		if err != nil {
 			t.Fatal(err)
 		}
 		if worker {
@@ -65,15 +64,15 @@ models:
 				t.Fatalf("dispatch: %v %s", err, out)
 			}
 		}
-		var turn turns.Turn
-		if _, err := g.do("POST", "/api/v1/sessions/"+s.ID+"/messages", map[string]string{"text": "search"}, &turn); err != nil {
+		turn, err := g.client.SendMessage(g.ctx(), s.ID, turns.SendRequest{Text: "search"})
+		if err != nil {
 			t.Fatal(err)
 		}
 		if got := waitTurn(t, g, turn.RunID); got.Status != turns.TurnDone || got.Placement != map[bool]string{false: "local", true: "worker"}[worker] {
 			t.Fatalf("turn %+v", got)
 		}
-		var tr sessions.Transcript
-		if _, err := g.do("GET", "/api/v1/sessions/"+s.ID+"/transcript", nil, &tr); err != nil {
+		tr, err := g.client.Transcript(g.ctx(), s.ID)
+		if err != nil {
 			t.Fatal(err)
 		}
 		raw, _ := json.Marshal(tr)
@@ -81,8 +80,8 @@ models:
 			t.Fatalf("worker=%v: transcript lacks the search result or holds the secret: %s", worker, raw)
 		}
 		if worker {
-			var p struct{ Placement placement.Placement }
-			if _, err := g.do("GET", "/api/v1/sessions/"+s.ID+"/placement", nil, &p); err != nil {
+			p, err := g.client.Placement(g.ctx(), s.ID)
+			if err != nil {
 				t.Fatal(err)
 			}
 			e, _ := g.envByID(p.Placement.EnvironmentID)
@@ -98,7 +97,6 @@ models:
 }
 
 func (g *gw) envByID(id string) (envs.Environment, error) {
-	var e envs.Environment
-	_, err := g.do("GET", "/api/v1/environments/"+id, nil, &e)
-	return e, err
+	v, err := g.client.Environment(g.ctx(), id)
+	return v.Environment, err
 }

@@ -24,8 +24,8 @@ worker: {heartbeatTimeout: 1500ms, relaunchGrace: 1s, admitTimeout: 30s}
 
 func (g *gw) events(id string) []envs.Event {
 	g.t.Helper()
-	var evs []envs.Event
-	if _, err := g.do("GET", "/api/v1/environments/"+id+"/events", nil, &evs); err != nil {
+	evs, err := g.client.EnvironmentEvents(g.ctx(), id)
+	if err != nil {
 		g.t.Fatal(err)
 	}
 	return evs
@@ -141,8 +141,7 @@ func TestLocalBoxWorkerLifecycle(t *testing.T) {
 		t.Fatalf("after restart: state %s, worker pid %d (want %d), launches %d", got.State, workerPID(t, e), pid2, g.countNotes(e.ID, "worker: launched"))
 	}
 
-	var d envs.Environment
-	if _, err := g.do("DELETE", "/api/v1/environments/"+e.ID+"?wait=30s", nil, &d); err != nil || d.State != envs.Destroyed {
+	if d, err := g.destroy(e.ID, false, 30*time.Second); err != nil || d.State != envs.Destroyed {
 		t.Fatalf("destroy: %v %s", err, d.State)
 	}
 	waitGone(t, pid2)
@@ -194,7 +193,7 @@ func TestWarmBoxAndHostKeyPinning(t *testing.T) {
 	if g.countNotes(e1.ID, "uploaded,") != 1 {
 		t.Fatalf("cold box: no upload note")
 	}
-	if _, err := g.do("DELETE", "/api/v1/environments/"+e1.ID+"?wait=30s", nil, nil); err != nil {
+	if _, err := g.destroy(e1.ID, false, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	e2 := g.createEnv("warm")
@@ -209,8 +208,8 @@ func TestWarmBoxAndHostKeyPinning(t *testing.T) {
 		!strings.Contains(bad.Error, "SHA256:") {
 		t.Fatalf("mismatch: state %s error %q", bad.State, bad.Error)
 	}
-	var audit []struct{ Kind, EnvironmentID, Detail string }
-	if _, err := g.do("GET", "/api/v1/audit?environmentId="+bad.ID, nil, &audit); err != nil {
+	audit, err := g.client.Audit(g.ctx(), bad.ID)
+	if err != nil {
 		t.Fatal(err)
 	}
 	found := false
@@ -283,8 +282,7 @@ func TestNetnsPartitionAndRestart(t *testing.T) {
 	// the same worker process comes back through the new forward
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		var info struct{ Admitted bool }
-		_, _ = g.do("GET", "/api/v1/environments/"+e.ID+"/worker", nil, &info)
+		info, _ := g.client.EnvironmentWorker(g.ctx(), e.ID)
 		if info.Admitted {
 			break
 		}
@@ -303,8 +301,7 @@ func TestNetnsPartitionAndRestart(t *testing.T) {
 	if workerPID(t, e) != pid || g.countNotes(e.ID, "worker: launched") != 1 {
 		t.Fatalf("worker restarted across gateway restart")
 	}
-	var d envs.Environment
-	if _, err := g.do("DELETE", "/api/v1/environments/"+e.ID+"?wait=60s", nil, &d); err != nil || d.State != envs.Destroyed {
+	if d, err := g.destroy(e.ID, false, 60*time.Second); err != nil || d.State != envs.Destroyed {
 		t.Fatalf("destroy: %v %s", err, d.State)
 	}
 	waitGone(t, pid)
@@ -357,7 +354,7 @@ func TestNetnsWarmBoxPinningAndWorkerDeath(t *testing.T) {
 	if pid2 == pid || !alive(pid2) {
 		t.Fatalf("worker not relaunched (%d → %d)", pid, pid2)
 	}
-	if _, err := g.do("DELETE", "/api/v1/environments/"+e1.ID+"?wait=30s", nil, nil); err != nil {
+	if _, err := g.destroy(e1.ID, false, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	waitGone(t, pid2)
@@ -379,7 +376,7 @@ func TestNetnsWarmBoxPinningAndWorkerDeath(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(v.Home, ".openclaw-worker")); !os.IsNotExist(err) {
 		t.Fatalf("something was uploaded to the box with the wrong host key: %v", err)
 	}
-	if _, err := g.do("DELETE", "/api/v1/environments/"+e2.ID+"?wait=30s", nil, nil); err != nil {
+	if _, err := g.destroy(e2.ID, false, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	g.stop()

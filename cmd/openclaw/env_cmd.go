@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -28,33 +26,13 @@ func newEnvCmd(g *globals) *cobra.Command {
 // watchStates prints each state an environment reaches until done(e) holds or ctx ends.
 // The first skip events (already shown) are not printed.
 func watchStates(ctx context.Context, c *api.Client, id string, skip int, done func(envs.Environment) bool) (envs.Environment, error) {
-	seen := skip
-	var e envs.Environment
-	for {
-		var evs []envs.Event
-		if _, err := c.Do(ctx, http.MethodGet, "/api/v1/environments/"+id+"/events", nil, &evs); err != nil {
-			return e, err
+	return c.WaitEnvironment(ctx, id, skip, func(ev envs.Event) {
+		line := fmt.Sprintf("%s  %-13s", ev.At.Local().Format("15:04:05.000"), ev.To)
+		if ev.Reason != "" {
+			line += "  " + ev.Reason
 		}
-		for _, ev := range evs[min(seen, len(evs)):] {
-			line := fmt.Sprintf("%s  %-13s", ev.At.Local().Format("15:04:05.000"), ev.To)
-			if ev.Reason != "" {
-				line += "  " + ev.Reason
-			}
-			fmt.Fprintln(stderr, line)
-		}
-		seen = len(evs)
-		if _, err := c.Do(ctx, http.MethodGet, "/api/v1/environments/"+id, nil, &e); err != nil {
-			return e, err
-		}
-		if done(e) {
-			return e, nil
-		}
-		select {
-		case <-ctx.Done():
-			return e, fmt.Errorf("environment %s still %s: %w", id, e.State, ctx.Err())
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
+		fmt.Fprintln(stderr, line)
+	}, done)
 }
 
 func newEnvCreateCmd(g *globals) *cobra.Command {
@@ -69,25 +47,18 @@ gateway restart adopts the lease instead of leasing twice. With --wait, each sta
 reached and the command exits non-zero if the environment fails.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			asJSON, err := g.json()
-			if err != nil {
-				return err
-			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
 			ctx := cmd.Context()
-			var e envs.Environment
-			if _, err := c.Do(ctx, http.MethodPost, "/api/v1/environments", map[string]string{"profileId": profile, "idempotencyKey": key}, &e); err != nil {
+			e, err := c.CreateEnvironment(ctx, profile, key)
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(stderr, "environment %s requested (profile %s, operation %s)\n", e.ID, e.ProfileID, e.OperationID)
 			if wait {
-				var info struct {
-					Features map[string]bool `json:"features"`
-				}
-				_, _ = c.Do(ctx, http.MethodGet, "/api/v1/gateway", nil, &info)
+				info, _ := c.Gateway(ctx)
 				bootstrap := info.Features["bootstrap"]
 				wctx, cancel := context.WithTimeout(ctx, timeout)
 				defer cancel()
@@ -102,12 +73,8 @@ reached and the command exits non-zero if the environment fails.`,
 					fmt.Fprintln(stderr, "lease recorded; this gateway has no worker bootstrap yet, so the environment stays in bootstrapping")
 				}
 			}
-			if asJSON {
-				if err := printJSON(stdout, e); err != nil {
-					return err
-				}
-			} else {
-				fmt.Fprintln(stdout, e.ID)
+			if err := printResult(g, e, e.ID); err != nil {
+				return err
 			}
 			if e.State.Dead() {
 				return &exitError{code: 1, msg: fmt.Sprintf("environment %s %s: %s", e.ID, e.State, e.Error)}
@@ -132,40 +99,23 @@ func newEnvListCmd(g *globals) *cobra.Command {
 		Short: "List environments (destroyed ones with --all)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			asJSON, err := g.json()
-			if err != nil {
-				return err
-			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			var list []envs.Environment
-			if _, err := c.Do(cmd.Context(), http.MethodGet, "/api/v1/environments?all="+fmt.Sprint(all), nil, &list); err != nil {
+			list, err := c.Environments(cmd.Context(), all)
+			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(stdout, list)
-			}
-			w := table(stdout)
-			fmt.Fprintln(w, "ID\tPROFILE\tSTATE\tLEASE\tTUNNEL\tAGE\tIDLE\tERROR")
-			for _, e := range list {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.ProfileID, e.State, dash(e.LeaseID), e.TunnelStatus,
-					humanMs(e.AgeMs), humanMs(e.IdleMs), dash(truncate(e.Error, 60)))
-			}
-			return w.Flush()
+			return printList(g, list, []string{"ID", "PROFILE", "STATE", "LEASE", "TUNNEL", "AGE", "IDLE", "ERROR"}, func(e envs.Environment) []string {
+				return []string{e.ID, e.ProfileID, string(e.State), dash(e.LeaseID), e.TunnelStatus,
+					humanMs(e.AgeMs), humanMs(e.IdleMs), dash(truncate(e.Error, 60))}
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "include destroyed environments")
 	addOutput(cmd, g)
 	return cmd
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 func newEnvShowCmd(g *globals) *cobra.Command {
@@ -174,46 +124,40 @@ func newEnvShowCmd(g *globals) *cobra.Command {
 		Short: "Show one environment",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			asJSON, err := g.json()
-			if err != nil {
-				return err
-			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			var e envs.Environment
-			if _, err := c.Do(cmd.Context(), http.MethodGet, "/api/v1/environments/"+url.PathEscape(args[0]), nil, &e); err != nil {
+			v, err := c.Environment(cmd.Context(), args[0])
+			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(stdout, e)
-			}
-			w := table(stdout)
-			row := func(k, v string) { fmt.Fprintf(w, "%s\t%s\n", k, dash(v)) }
-			row("id", e.ID)
-			row("profile", e.ProfileID)
-			row("provider", e.ProviderID)
-			row("state", string(e.State))
-			row("error", e.Error)
-			row("lease", e.LeaseID)
-			row("operation", e.OperationID)
-			if e.Lease.SSHHost != "" {
-				row("ssh", fmt.Sprintf("%s@%s:%d", e.Lease.SSHUser, e.Lease.SSHHost, e.Lease.SSHPort))
-			}
-			row("host keys", strings.Join(e.Lease.HostKeys, "\n\t"))
-			if !e.Lease.ExpiresAt.IsZero() {
-				row("expires", e.Lease.ExpiresAt.Local().Format(time.RFC3339))
-			}
-			row("tunnel", e.TunnelStatus)
-			row("sessions", strings.Join(e.AttachedSessionIDs, ", "))
-			row("age", humanMs(e.AgeMs))
-			row("idle", humanMs(e.IdleMs))
-			return w.Flush()
+			return printShow(g, v.Environment, func(row func(k, v string)) { envRows(v.Environment, row) })
 		},
 	}
 	addOutput(cmd, g)
 	return cmd
+}
+
+func envRows(e envs.Environment, row func(k, v string)) {
+	row("id", e.ID)
+	row("profile", e.ProfileID)
+	row("provider", e.ProviderID)
+	row("state", string(e.State))
+	row("error", e.Error)
+	row("lease", e.LeaseID)
+	row("operation", e.OperationID)
+	if e.Lease.SSHHost != "" {
+		row("ssh", fmt.Sprintf("%s@%s:%d", e.Lease.SSHUser, e.Lease.SSHHost, e.Lease.SSHPort))
+	}
+	row("host keys", strings.Join(e.Lease.HostKeys, "\n\t"))
+	if !e.Lease.ExpiresAt.IsZero() {
+		row("expires", e.Lease.ExpiresAt.Local().Format(time.RFC3339))
+	}
+	row("tunnel", e.TunnelStatus)
+	row("sessions", strings.Join(e.AttachedSessionIDs, ", "))
+	row("age", humanMs(e.AgeMs))
+	row("idle", humanMs(e.IdleMs))
 }
 
 func newEnvEventsCmd(g *globals) *cobra.Command {
@@ -222,27 +166,17 @@ func newEnvEventsCmd(g *globals) *cobra.Command {
 		Short: "Show the state changes of an environment",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			asJSON, err := g.json()
-			if err != nil {
-				return err
-			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			var evs []envs.Event
-			if _, err := c.Do(cmd.Context(), http.MethodGet, "/api/v1/environments/"+url.PathEscape(args[0])+"/events", nil, &evs); err != nil {
+			evs, err := c.EnvironmentEvents(cmd.Context(), args[0])
+			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(stdout, evs)
-			}
-			w := table(stdout)
-			fmt.Fprintln(w, "TIME\tFROM\tTO\tREASON")
-			for _, ev := range evs {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", ev.At.Local().Format(time.RFC3339), dash(string(ev.From)), ev.To, ev.Reason)
-			}
-			return w.Flush()
+			return printList(g, evs, []string{"TIME", "FROM", "TO", "REASON"}, func(ev envs.Event) []string {
+				return []string{ev.At.Local().Format(time.RFC3339), dash(string(ev.From)), string(ev.To), ev.Reason}
+			})
 		},
 	}
 	addOutput(cmd, g)
@@ -260,20 +194,13 @@ until then the environment stays in destroying and the gateway retries with back
 --force destroys from any state, including an environment attached to a session.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			asJSON, err := g.json()
-			if err != nil {
-				return err
-			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
 			ctx := cmd.Context()
-			var e envs.Environment
-			var before []envs.Event
-			_, _ = c.Do(ctx, http.MethodGet, "/api/v1/environments/"+url.PathEscape(args[0])+"/events", nil, &before)
-			path := "/api/v1/environments/" + url.PathEscape(args[0]) + "?force=" + fmt.Sprint(force)
-			if _, err := c.Do(ctx, http.MethodDelete, path, nil, &e); err != nil {
+			e, err := c.DestroyEnvironment(ctx, args[0], api.DestroyOptions{Force: force})
+			if err != nil {
 				return err
 			}
 			if !noWait && e.State != envs.Destroyed {
@@ -284,11 +211,7 @@ until then the environment stays in destroying and the gateway retries with back
 					return fmt.Errorf("%w (the gateway keeps retrying; last error: %s)", err, dash(e.Error))
 				}
 			}
-			if asJSON {
-				return printJSON(stdout, e)
-			}
-			fmt.Fprintf(stdout, "environment %s %s\n", e.ID, e.State)
-			return nil
+			return printResult(g, e, fmt.Sprintf("environment %s %s", e.ID, e.State))
 		},
 	}
 	f := cmd.Flags()
@@ -305,19 +228,15 @@ func newEnvSweepCmd(g *globals) *cobra.Command {
 		Short: "Run the orphan sweep now: destroy leases of this gateway that no live environment owns",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			asJSON, err := g.json()
-			if err != nil {
-				return err
-			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			var rep envs.SweepReport
-			if _, err := c.Do(cmd.Context(), http.MethodPost, "/api/v1/environments/sweep", nil, &rep); err != nil {
+			rep, err := c.Sweep(cmd.Context())
+			if err != nil {
 				return err
 			}
-			if asJSON {
+			if g.asJSON() {
 				return printJSON(stdout, rep)
 			}
 			fmt.Fprintf(stdout, "checked %d leases, destroyed %d, orphaned %d environments\n", rep.Checked, len(rep.Destroyed), len(rep.Orphaned))

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net/http"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -21,24 +20,18 @@ func newModelsCmd(g *globals) *cobra.Command {
 		Short: "List the approved models (provider/model refs)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			asJSON, err := g.json()
-			if err != nil {
-				return err
-			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			var res inference.ModelsResponse
-			if _, err := c.Do(cmd.Context(), http.MethodGet, "/api/v1/models", nil, &res); err != nil {
+			res, err := c.Models(cmd.Context())
+			if err != nil {
 				return err
 			}
-			if asJSON {
+			if g.asJSON() {
 				return printJSON(stdout, res)
 			}
-			w := table(stdout)
-			fmt.Fprintln(w, "MODEL\tAPI\tCONTEXT\tMAX OUT\t$ IN/OUT PER MTOK\tCREDENTIAL")
-			for _, m := range res.Models {
+			return printList(g, res.Models, []string{"MODEL", "API", "CONTEXT", "MAX OUT", "$ IN/OUT PER MTOK", "CREDENTIAL"}, func(m inference.Model) []string {
 				ref := m.Ref
 				if m.Default {
 					ref += " (default)"
@@ -47,9 +40,8 @@ func newModelsCmd(g *globals) *cobra.Command {
 				if m.Cost.Input > 0 || m.Cost.Output > 0 {
 					price = fmt.Sprintf("%g / %g", m.Cost.Input, m.Cost.Output)
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", ref, m.API, tokens(m.ContextWindow), tokens(m.MaxTokens), price, dash(m.Credential))
-			}
-			return w.Flush()
+				return []string{ref, string(m.API), tokens(m.ContextWindow), tokens(m.MaxTokens), price, dash(m.Credential)}
+			})
 		},
 	}
 	addOutput(list, g)

@@ -3,8 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -77,8 +77,8 @@ func newProfileAddCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var out providers.Profile
-			if _, err := c.Do(cmd.Context(), http.MethodPost, "/api/v1/profiles", p, &out); err != nil {
+			out, err := c.CreateProfile(cmd.Context(), p)
+			if err != nil {
 				return err
 			}
 			printWarnings(out)
@@ -144,14 +144,13 @@ All profiles are validated by the gateway; the first bad one stops the apply and
 				return err
 			}
 			for i, p := range list {
-				var out providers.Profile
-				status, err := c.Do(cmd.Context(), http.MethodPut, "/api/v1/profiles/"+p.ID, p, &out)
+				out, created, err := c.PutProfile(cmd.Context(), p)
 				if err != nil {
 					return fmt.Errorf("%s: profiles[%d] (%s): %w", file, i, p.ID, err)
 				}
 				printWarnings(out)
 				verb := "updated"
-				if status == http.StatusCreated {
+				if created {
 					verb = "created"
 				}
 				fmt.Fprintf(stdout, "profile %s %s\n", out.ID, verb)
@@ -169,27 +168,17 @@ func newProfileListCmd(g *globals) *cobra.Command {
 		Short: "List profiles",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			asJSON, err := g.json()
-			if err != nil {
-				return err
-			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			var list []providers.Profile
-			if _, err := c.Do(cmd.Context(), http.MethodGet, "/api/v1/profiles", nil, &list); err != nil {
+			list, err := c.Profiles(cmd.Context())
+			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(stdout, list)
-			}
-			w := table(stdout)
-			fmt.Fprintln(w, "ID\tPROVIDER\tIDLE\tTTL\tMAX\tWARNINGS")
-			for _, p := range list {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\n", p.ID, p.Provider, p.Lifetime.IdleTimeout, p.Lifetime.TTL, p.MaxEnvironments, len(p.Warnings))
-			}
-			return w.Flush()
+			return printList(g, list, []string{"ID", "PROVIDER", "IDLE", "TTL", "MAX", "WARNINGS"}, func(p providers.Profile) []string {
+				return []string{p.ID, p.Provider, p.Lifetime.IdleTimeout.String(), p.Lifetime.TTL.String(), strconv.Itoa(p.MaxEnvironments), strconv.Itoa(len(p.Warnings))}
+			})
 		},
 	}
 	addOutput(cmd, g)
@@ -206,8 +195,8 @@ func newProfileShowCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var p providers.Profile
-			if _, err := c.Do(cmd.Context(), http.MethodGet, "/api/v1/profiles/"+args[0], nil, &p); err != nil {
+			p, err := c.Profile(cmd.Context(), args[0])
+			if err != nil {
 				return err
 			}
 			printWarnings(p)
@@ -228,7 +217,7 @@ func newProfileRmCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if _, err := c.Do(cmd.Context(), http.MethodDelete, "/api/v1/profiles/"+args[0], nil, nil); err != nil {
+			if err := c.DeleteProfile(cmd.Context(), args[0]); err != nil {
 				return err
 			}
 			fmt.Fprintf(stdout, "profile %s deleted\n", args[0])

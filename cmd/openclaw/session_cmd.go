@@ -5,19 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/coder/websocket/wsjson"
 	"github.com/spf13/cobra"
 
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/internal/console"
 )
 
 func newSessionCmd(g *globals) *cobra.Command {
@@ -46,10 +44,6 @@ its turns on a worker only: if its dispatch fails, its messages are refused unti
 again or moved to the gateway with ` + "`openclaw session move ID --local`" + `.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			asJSON, err := g.json()
-			if err != nil {
-				return err
-			}
 			c, err := g.client()
 			if err != nil {
 				return err
@@ -65,8 +59,8 @@ again or moved to the gateway with ` + "`openclaw session move ID --local`" + `.
 			if worker != "" {
 				req.Target = &sessions.Target{Kind: "profile", ProfileID: worker, MachineClass: class}
 			}
-			var ses sessions.Session
-			if _, err := c.Do(cmd.Context(), http.MethodPost, "/api/v1/sessions", req, &ses); err != nil {
+			ses, err := c.CreateSession(cmd.Context(), req)
+			if err != nil {
 				return err
 			}
 			if worker != "" {
@@ -74,11 +68,7 @@ again or moved to the gateway with ` + "`openclaw session move ID --local`" + `.
 					return fmt.Errorf("session %s created, but: %w", ses.ID, err)
 				}
 			}
-			if asJSON {
-				return printJSON(stdout, ses)
-			}
-			fmt.Fprintln(stdout, ses.ID)
-			return nil
+			return printResult(g, ses, ses.ID)
 		},
 	}
 	f := cmd.Flags()
@@ -99,38 +89,22 @@ func newSessionListCmd(g *globals) *cobra.Command {
 		Short: "List sessions, most recently updated first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			asJSON, err := g.json()
-			if err != nil {
-				return err
-			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			var list []sessions.Session
-			if _, err := c.Do(cmd.Context(), http.MethodGet, "/api/v1/sessions", nil, &list); err != nil {
+			list, err := c.Sessions(cmd.Context())
+			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(stdout, list)
-			}
-			w := table(stdout)
-			fmt.Fprintln(w, "ID\tTITLE\tAGENT\tMODEL\tPLACEMENT\tENVIRONMENT\tUPDATED")
-			for _, s := range list {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, dash(truncate(s.Title, 40)), s.Agent, dash(s.Model),
-					s.Placement, dash(s.EnvironmentID), humanMs(time.Since(s.UpdatedAt).Milliseconds())+" ago")
-			}
-			return w.Flush()
+			return printList(g, list, []string{"ID", "TITLE", "AGENT", "MODEL", "PLACEMENT", "ENVIRONMENT", "UPDATED"}, func(s sessions.Session) []string {
+				return []string{s.ID, dash(truncate(s.Title, 40)), s.Agent, dash(s.Model),
+					string(s.Placement), dash(s.EnvironmentID), humanMs(time.Since(s.UpdatedAt).Milliseconds()) + " ago"}
+			})
 		},
 	}
 	addOutput(cmd, g)
 	return cmd
-}
-
-func getTranscript(ctx context.Context, c *api.Client, id string) (sessions.Transcript, error) {
-	var t sessions.Transcript
-	_, err := c.Do(ctx, http.MethodGet, "/api/v1/sessions/"+url.PathEscape(id)+"/transcript", nil, &t)
-	return t, err
 }
 
 func newSessionShowCmd(g *globals) *cobra.Command {
@@ -139,84 +113,72 @@ func newSessionShowCmd(g *globals) *cobra.Command {
 		Short: "Show a session and its transcript tree",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			asJSON, err := g.json()
-			if err != nil {
-				return err
-			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			t, err := getTranscript(cmd.Context(), c, args[0])
+			ctx := cmd.Context()
+			t, err := c.Transcript(ctx, args[0])
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(stdout, t)
-			}
-			s := t.Session
-			w := table(stdout)
-			row := func(k, v string) { fmt.Fprintf(w, "%s\t%s\n", k, dash(v)) }
-			row("id", s.ID)
-			row("title", s.Title)
-			row("agent", s.Agent)
-			row("model", s.Model)
-			row("workspace", s.Workspace)
-			var pv placementView
-			if _, err := c.Do(cmd.Context(), http.MethodGet, "/api/v1/sessions/"+url.PathEscape(s.ID)+"/placement", nil, &pv); err == nil {
-				p := pv.Placement
-				state := string(p.State)
-				if p.Error != "" {
-					state += " — " + p.Error
-				}
-				row("placement", state)
-				env := p.EnvironmentID
-				if env == "" {
-					env = s.EnvironmentID
-				}
-				row("environment", env)
-				if env != "" {
-					var wi api.WorkerInfo
-					if _, err := c.Do(cmd.Context(), http.MethodGet, "/api/v1/environments/"+url.PathEscape(env)+"/worker", nil, &wi); err == nil {
-						row("tunnel", fmt.Sprintf("%s (epoch %d), worker admitted: %v", wi.TunnelStatus, wi.TunnelEpoch, wi.Admitted))
-					}
-				}
-				if p.AnchorDir != "" {
-					row("anchor", p.AnchorDir+" ("+p.SyncMode+")")
-				}
-				last := ""
-				for _, ev := range pv.Events {
-					if strings.HasPrefix(ev.Reason, "checkpoint ") {
-						last = ev.At + "  " + ev.Reason
-					}
-				}
-				row("checkpoint", last)
-			} else {
-				row("placement", string(s.Placement))
-				row("environment", s.EnvironmentID)
-			}
-			row("owner epoch", fmt.Sprint(s.OwnerEpoch))
-			row("leaf", s.LeafID)
-			row("entries", fmt.Sprint(len(t.Entries)))
-			row("created", s.CreatedAt.Local().Format(time.RFC3339))
-			row("updated", s.UpdatedAt.Local().Format(time.RFC3339))
-			if err := w.Flush(); err != nil {
+			if err := printShow(g, t, func(row func(k, v string)) { sessionRows(ctx, c, t, row) }); err != nil || g.asJSON() || len(t.Entries) == 0 {
 				return err
 			}
-			if len(t.Entries) > 0 {
-				fmt.Fprintln(stdout)
-				w = table(stdout)
-				fmt.Fprintln(w, "ENTRY\tPARENT\tTYPE\tRUN\tSUMMARY")
-				for _, e := range t.Entries {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", e.ID, dash(e.ParentID), e.Type, e.RunEpoch, entrySummary(e))
-				}
-				return w.Flush()
-			}
-			return nil
+			fmt.Fprintln(stdout)
+			return printList(g, t.Entries, []string{"ENTRY", "PARENT", "TYPE", "RUN", "SUMMARY"}, func(e sessions.Entry) []string {
+				return []string{e.ID, dash(e.ParentID), string(e.Type), fmt.Sprint(e.RunEpoch), entrySummary(e)}
+			})
 		},
 	}
 	addOutput(cmd, g)
 	return cmd
+}
+
+// sessionRows writes the rows of `session show`: the session, where it runs and its tunnel.
+func sessionRows(ctx context.Context, c *api.Client, t sessions.Transcript, row func(k, v string)) {
+	s := t.Session
+	row("id", s.ID)
+	row("title", s.Title)
+	row("agent", s.Agent)
+	row("model", s.Model)
+	row("workspace", s.Workspace)
+	if pv, err := c.Placement(ctx, s.ID); err == nil {
+		p := pv.Placement
+		state := string(p.State)
+		if p.Error != "" {
+			state += " — " + p.Error
+		}
+		row("placement", state)
+		env := p.EnvironmentID
+		if env == "" {
+			env = s.EnvironmentID
+		}
+		row("environment", env)
+		if env != "" {
+			if wi, err := c.EnvironmentWorker(ctx, env); err == nil {
+				row("tunnel", fmt.Sprintf("%s (epoch %d), worker admitted: %v", wi.TunnelStatus, wi.TunnelEpoch, wi.Admitted))
+			}
+		}
+		if p.AnchorDir != "" {
+			row("anchor", p.AnchorDir+" ("+p.SyncMode+")")
+		}
+		last := ""
+		for _, ev := range pv.Events {
+			if strings.HasPrefix(ev.Reason, "checkpoint ") {
+				last = ev.At + "  " + ev.Reason
+			}
+		}
+		row("checkpoint", last)
+	} else {
+		row("placement", string(s.Placement))
+		row("environment", s.EnvironmentID)
+	}
+	row("owner epoch", fmt.Sprint(s.OwnerEpoch))
+	row("leaf", s.LeafID)
+	row("entries", fmt.Sprint(len(t.Entries)))
+	row("created", s.CreatedAt.Local().Format(time.RFC3339))
+	row("updated", s.UpdatedAt.Local().Format(time.RFC3339))
 }
 
 func entrySummary(e sessions.Entry) string {
@@ -238,7 +200,7 @@ func newSessionExportCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			t, err := getTranscript(cmd.Context(), c, args[0])
+			t, err := c.Transcript(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -292,12 +254,12 @@ last event it printed.`,
 			if err != nil {
 				return err
 			}
-			p := &livePrinter{out: stdout, info: stderr, thinking: thinking}
+			p := &console.Printer{Out: stdout, Info: stderr, Thinking: thinking}
 			for {
-				err := watchOnce(cmd.Context(), c, args[0], &cursor, p, nil)
+				err := p.Watch(cmd.Context(), c, args[0], &cursor, nil)
 				var ce websocket.CloseError
 				if errors.As(err, &ce) && ce.Code == websocket.StatusTryAgainLater {
-					p.note("(fell behind; resuming after event %d)", cursor)
+					p.Note("(fell behind; resuming after event %d)", cursor)
 					continue
 				}
 				if cmd.Context().Err() != nil {
@@ -310,80 +272,4 @@ last event it printed.`,
 	cmd.Flags().Uint64Var(&cursor, "cursor", 0, "replay retained events after this cursor")
 	cmd.Flags().BoolVar(&thinking, "thinking", false, "also print thinking deltas (on stderr)")
 	return cmd
-}
-
-// watchOnce follows one stream connection, advancing *cursor past every event printed.
-// It returns nil once until (if set) reports true for a printed event.
-func watchOnce(ctx context.Context, c *api.Client, id string, cursor *uint64, p *livePrinter, until func(*sessions.LiveRecord) bool) error {
-	u := "ws" + strings.TrimPrefix(c.BaseURL, "http") + "/api/v1/sessions/" + url.PathEscape(id) + "/stream?cursor=" + fmt.Sprint(*cursor)
-	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{
-		HTTPHeader: http.Header{"Authorization": []string{"Bearer " + c.Token}},
-	})
-	if err != nil {
-		if resp != nil && resp.StatusCode == http.StatusNotFound {
-			return fmt.Errorf("session %s not found", id)
-		}
-		return fmt.Errorf("watch session %s: %w", id, err)
-	}
-	defer conn.CloseNow()
-	conn.SetReadLimit(32 << 20)
-	for {
-		var m sessions.StreamMessage
-		if err := wsjson.Read(ctx, conn, &m); err != nil {
-			return err
-		}
-		switch {
-		case m.Type == "gap":
-			p.note("(%d earlier events are no longer retained)", m.Missed)
-		case m.LiveRecord != nil:
-			p.print(m.LiveRecord)
-			*cursor = m.Cursor
-			if until != nil && until(m.LiveRecord) {
-				return nil
-			}
-		}
-	}
-}
-
-// livePrinter renders live events for a terminal.
-type livePrinter struct {
-	out, info io.Writer
-	thinking  bool
-	midLine   bool // the last text delta did not end a line
-}
-
-func (p *livePrinter) note(format string, args ...any) {
-	if p.midLine {
-		fmt.Fprintln(p.out)
-		p.midLine = false
-	}
-	fmt.Fprintf(p.info, format+"\n", args...)
-}
-
-func (p *livePrinter) print(r *sessions.LiveRecord) {
-	e := r.Event
-	switch e.Type {
-	case sessions.LiveTextDelta:
-		fmt.Fprint(p.out, e.Delta)
-		p.midLine = !strings.HasSuffix(e.Delta, "\n")
-	case sessions.LiveThinkingDelta:
-		if p.thinking {
-			fmt.Fprint(p.info, e.Delta)
-		}
-	case sessions.LiveToolStart:
-		p.note("→ %s %s", e.ToolName, truncate(string(e.Args), 120))
-	case sessions.LiveToolUpdate:
-	case sessions.LiveToolResult:
-		status := "ok"
-		if e.IsError {
-			status = "error"
-		}
-		p.note("← %s %s %s", dash(e.ToolName), status, truncate(strings.Join(strings.Fields(string(e.Result)), " "), 120))
-	case sessions.LiveLifecycleStart:
-		p.note("[run %s started]", dash(r.RunID))
-	case sessions.LiveLifecycleEnd:
-		p.note("[run %s ended]", dash(r.RunID))
-	case sessions.LiveLifecycleError:
-		p.note("[run %s failed: %s]", dash(r.RunID), e.Error)
-	}
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net/http"
-	"net/url"
 	"os"
 	"text/tabwriter"
 
@@ -87,14 +85,11 @@ gateway is needed then.`,
 				if err != nil {
 					return err
 				}
-				q := url.Values{}
-				if boxDir != "" {
-					q.Set("dir", boxDir)
-				}
+				var mode manifest.Mode
 				if git {
-					q.Set("mode", string(manifest.ModeGit))
+					mode = manifest.ModeGit
 				}
-				if _, err := c.Do(cmd.Context(), http.MethodGet, "/api/v1/environments/"+url.PathEscape(args[0])+"/sync/manifest?"+q.Encode(), nil, &tree); err != nil {
+				if tree, err = c.BoxManifest(cmd.Context(), args[0], boxDir, mode); err != nil {
 					return err
 				}
 				if tree.Manifest == nil {

@@ -1,0 +1,191 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/coder/websocket/wsjson"
+
+	"github.com/openclaw/cloudworkers/gateway/placement"
+	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/gateway/turns"
+	"github.com/openclaw/cloudworkers/sync/manifest"
+)
+
+// CreateSession creates a session (and, with a profile target, dispatches it).
+func (c *Client) CreateSession(ctx context.Context, req sessions.CreateRequest) (sessions.Session, error) {
+	var s sessions.Session
+	_, err := c.Do(ctx, http.MethodPost, v1("sessions"), req, &s)
+	return s, err
+}
+
+// Sessions lists the sessions, most recently updated first.
+func (c *Client) Sessions(ctx context.Context) ([]sessions.Session, error) {
+	var list []sessions.Session
+	err := c.get(ctx, v1("sessions"), &list)
+	return list, err
+}
+
+// Session returns one session.
+func (c *Client) Session(ctx context.Context, id string) (sessions.Session, error) {
+	var s sessions.Session
+	err := c.get(ctx, v1("sessions", id), &s)
+	return s, err
+}
+
+// Transcript returns a session with its transcript tree.
+func (c *Client) Transcript(ctx context.Context, id string) (sessions.Transcript, error) {
+	var t sessions.Transcript
+	err := c.get(ctx, v1("sessions", id, "transcript"), &t)
+	return t, err
+}
+
+// SendMessage starts a turn of a session (or, for a repeated idempotency key, returns the turn it
+// started).
+func (c *Client) SendMessage(ctx context.Context, sessionID string, req turns.SendRequest) (turns.Turn, error) {
+	var t turns.Turn
+	_, err := c.Do(ctx, http.MethodPost, v1("sessions", sessionID, "messages"), req, &t)
+	return t, err
+}
+
+// Turns lists the turns of a session.
+func (c *Client) Turns(ctx context.Context, sessionID string) ([]turns.Turn, error) {
+	var list []turns.Turn
+	err := c.get(ctx, v1("sessions", sessionID, "turns"), &list)
+	return list, err
+}
+
+// Turn returns one turn by its run id.
+func (c *Client) Turn(ctx context.Context, runID string) (turns.Turn, error) {
+	var t turns.Turn
+	err := c.get(ctx, v1("turns", runID), &t)
+	return t, err
+}
+
+// PlacementView is the body of GET /sessions/:id/placement: the placement and its steps.
+type PlacementView struct {
+	Placement placement.Placement `json:"placement"`
+	Events    []placement.Event   `json:"events"`
+}
+
+// Placement returns where a session runs and the steps that brought it there.
+func (c *Client) Placement(ctx context.Context, sessionID string) (PlacementView, error) {
+	var v PlacementView
+	err := c.get(ctx, v1("sessions", sessionID, "placement"), &v)
+	return v, err
+}
+
+// Dispatch moves a session to a worker of a profile; the dispatch runs on in the gateway.
+func (c *Client) Dispatch(ctx context.Context, sessionID string, req placement.DispatchRequest) (placement.Placement, error) {
+	var p placement.Placement
+	_, err := c.Do(ctx, http.MethodPost, v1("sessions", sessionID, "dispatch"), req, &p)
+	return p, err
+}
+
+// PullBack brings a session home from its worker; the pull-back runs on in the gateway.
+func (c *Client) PullBack(ctx context.Context, sessionID string, req placement.PullBackRequest) (placement.Placement, error) {
+	var p placement.Placement
+	_, err := c.Do(ctx, http.MethodPost, v1("sessions", sessionID, "pullback"), req, &p)
+	return p, err
+}
+
+// MoveLocal moves a session whose worker placement failed (or was lost) to the gateway.
+func (c *Client) MoveLocal(ctx context.Context, sessionID string, force bool) (placement.Placement, error) {
+	var p placement.Placement
+	_, err := c.Do(ctx, http.MethodPost, v1("sessions", sessionID, "move"), placement.MoveRequest{To: "local", Force: force}, &p)
+	return p, err
+}
+
+// SyncCheck is the body of POST /environments/:id/check-sync.
+type SyncCheck struct {
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+}
+
+// CheckSync round-trips a small workspace through an environment's box.
+func (c *Client) CheckSync(ctx context.Context, envID string) (SyncCheck, error) {
+	var sc SyncCheck
+	_, err := c.Do(ctx, http.MethodPost, v1("environments", envID, "check-sync"), nil, &sc)
+	return sc, err
+}
+
+// BoxManifest lists the tree on an environment's box: dir (default the workspace of the session
+// it serves), selected in mode (default the session's).
+func (c *Client) BoxManifest(ctx context.Context, envID, dir string, mode manifest.Mode) (placement.BoxTree, error) {
+	q := make([]string, 0, 2)
+	if dir != "" {
+		q = append(q, "dir="+url.QueryEscape(dir))
+	}
+	if mode != "" {
+		q = append(q, "mode="+url.QueryEscape(string(mode)))
+	}
+	var t placement.BoxTree
+	err := c.get(ctx, v1("environments", envID, "sync", "manifest")+"?"+strings.Join(q, "&"), &t)
+	return t, err
+}
+
+// WaitPlacement polls a session's placement until it rests (local, active, failed or reclaimed)
+// or ctx ends. Each step after the first skip is passed to each (when set) as it is seen.
+func (c *Client) WaitPlacement(ctx context.Context, sessionID string, skip int, each func(placement.Event)) (PlacementView, error) {
+	seen := skip
+	for {
+		v, err := c.Placement(ctx, sessionID)
+		if err != nil {
+			return v, err
+		}
+		if each != nil {
+			for _, ev := range v.Events[min(seen, len(v.Events)):] {
+				each(ev)
+			}
+		}
+		seen = len(v.Events)
+		switch v.Placement.State {
+		case placement.Local, placement.Active, placement.Failed, placement.Reclaimed:
+			return v, nil
+		}
+		select {
+		case <-ctx.Done():
+			return v, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// SessionStream is one WebSocket connection following a session's live events.
+type SessionStream struct {
+	conn *websocket.Conn
+}
+
+// StreamSession follows a session's live events: the retained ones after cursor (0: all), then
+// new ones. A watcher that falls behind is disconnected with websocket.StatusTryAgainLater and
+// reconnects from the last cursor it saw.
+func (c *Client) StreamSession(ctx context.Context, sessionID string, cursor uint64) (*SessionStream, error) {
+	u := "ws" + strings.TrimPrefix(c.BaseURL, "http") + v1("sessions", sessionID, "stream") + "?cursor=" + strconv.FormatUint(cursor, 10)
+	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{
+		HTTPHeader: http.Header{"Authorization": []string{"Bearer " + c.Token}},
+	})
+	if err != nil {
+		if resp != nil && resp.StatusCode == http.StatusNotFound {
+			return nil, fmt.Errorf("session %s not found", sessionID)
+		}
+		return nil, fmt.Errorf("watch session %s: %w", sessionID, err)
+	}
+	conn.SetReadLimit(32 << 20)
+	return &SessionStream{conn: conn}, nil
+}
+
+// Next reads the next message: a live record, or a gap of events no longer retained.
+func (s *SessionStream) Next(ctx context.Context) (sessions.StreamMessage, error) {
+	var m sessions.StreamMessage
+	err := wsjson.Read(ctx, s.conn, &m)
+	return m, err
+}
+
+// Close closes the connection.
+func (s *SessionStream) Close() error { return s.conn.CloseNow() }

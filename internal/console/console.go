@@ -1,0 +1,146 @@
+// Package console renders a session's live events and a placement's steps for a terminal, for
+// the CLI and the demo alike.
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/openclaw/cloudworkers/gateway/api"
+	"github.com/openclaw/cloudworkers/gateway/placement"
+	"github.com/openclaw/cloudworkers/gateway/sessions"
+)
+
+// Printer renders live events: assistant text on Out, tool activity and run lifecycle on Info.
+type Printer struct {
+	Out, Info io.Writer
+	// Thinking also prints thinking deltas (on Info).
+	Thinking bool
+	midLine  bool // the last text delta did not end a line
+}
+
+// Note prints one line on Info, after ending a text line left open on Out.
+func (p *Printer) Note(format string, args ...any) {
+	if p.midLine {
+		fmt.Fprintln(p.Out)
+		p.midLine = false
+	}
+	fmt.Fprintf(p.Info, format+"\n", args...)
+}
+
+// Print renders one live record.
+func (p *Printer) Print(r *sessions.LiveRecord) {
+	e := r.Event
+	switch e.Type {
+	case sessions.LiveTextDelta:
+		fmt.Fprint(p.Out, e.Delta)
+		p.midLine = !strings.HasSuffix(e.Delta, "\n")
+	case sessions.LiveThinkingDelta:
+		if p.Thinking {
+			fmt.Fprint(p.Info, e.Delta)
+		}
+	case sessions.LiveToolStart:
+		p.Note("→ %s %s", e.ToolName, Truncate(string(e.Args), 120))
+	case sessions.LiveToolUpdate:
+	case sessions.LiveToolResult:
+		status := "ok"
+		if e.IsError {
+			status = "error"
+		}
+		p.Note("← %s %s %s", Dash(e.ToolName), status, Truncate(strings.Join(strings.Fields(string(e.Result)), " "), 120))
+	case sessions.LiveLifecycleStart:
+		p.Note("[run %s started]", Dash(r.RunID))
+	case sessions.LiveLifecycleEnd:
+		p.Note("[run %s ended]", Dash(r.RunID))
+	case sessions.LiveLifecycleError:
+		p.Note("[run %s failed: %s]", Dash(r.RunID), e.Error)
+	}
+}
+
+// Watch follows one stream connection of a session, printing every event and advancing *cursor
+// past it. It returns nil once until (if set) reports true for a printed event; a
+// *websocket.CloseError with StatusTryAgainLater when the watcher fell behind.
+func (p *Printer) Watch(ctx context.Context, c *api.Client, sessionID string, cursor *uint64, until func(*sessions.LiveRecord) bool) error {
+	s, err := c.StreamSession(ctx, sessionID, *cursor)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	for {
+		m, err := s.Next(ctx)
+		if err != nil {
+			return err
+		}
+		switch {
+		case m.Type == "gap":
+			p.Note("(%d earlier events are no longer retained)", m.Missed)
+		case m.LiveRecord != nil:
+			p.Print(m.LiveRecord)
+			*cursor = m.Cursor
+			if until != nil && until(m.LiveRecord) {
+				return nil
+			}
+		}
+	}
+}
+
+// FollowTurn prints a session's events from cursor until the turn runID ends or fails, and
+// returns that lifecycle record. each (when set) sees every record of the turn first. A watcher
+// that fell behind reconnects from the last event it printed.
+func (p *Printer) FollowTurn(ctx context.Context, c *api.Client, sessionID, runID string, cursor uint64, each func(*sessions.LiveRecord)) (*sessions.LiveRecord, error) {
+	var outcome *sessions.LiveRecord
+	until := func(r *sessions.LiveRecord) bool {
+		if r.RunID != runID {
+			return false
+		}
+		if each != nil {
+			each(r)
+		}
+		if r.Event.Type == sessions.LiveLifecycleEnd || r.Event.Type == sessions.LiveLifecycleError {
+			outcome = r
+			return true
+		}
+		return false
+	}
+	for outcome == nil {
+		err := p.Watch(ctx, c, sessionID, &cursor, until)
+		var ce websocket.CloseError
+		if errors.As(err, &ce) && ce.Code == websocket.StatusTryAgainLater {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return outcome, nil
+}
+
+// PlacementSteps returns a function that prints each placement step on w as a timed line.
+func PlacementSteps(w io.Writer) func(placement.Event) {
+	return func(ev placement.Event) {
+		at, _ := time.Parse("2006-01-02T15:04:05.000Z07:00", ev.At)
+		fmt.Fprintf(w, "%s  %-12s %s\n", at.Local().Format("15:04:05.000"), ev.To, ev.Reason)
+	}
+}
+
+// Dash is s, or "-" when s is blank.
+func Dash(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return "-"
+	}
+	return s
+}
+
+// Truncate cuts s to n bytes, marking the cut with "…".
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
