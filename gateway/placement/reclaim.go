@@ -129,17 +129,10 @@ func (d *Dispatcher) reclaimLoop(interval, grace time.Duration) {
 			return
 		case <-t.C:
 		}
-		rows, err := d.cfg.Placements.db.R.QueryContext(d.ctx, `SELECT `+placementCols+` FROM placements WHERE state=?`, string(Active))
+		list, err := d.cfg.Placements.query(d.ctx, `WHERE state=?`, string(Active))
 		if err != nil {
 			continue
 		}
-		var list []Placement
-		for rows.Next() {
-			if p, err := scanPlacement(rows); err == nil {
-				list = append(list, p)
-			}
-		}
-		rows.Close()
 		for _, p := range list {
 			e, err := d.cfg.Envs.Get(d.ctx, p.EnvironmentID)
 			lost := ""

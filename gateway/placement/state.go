@@ -106,27 +106,13 @@ func scanPlacement(row interface{ Scan(...any) error }) (Placement, error) {
 // ServedBy returns the placements that use an environment (every state but local, reclaimed and
 // failed), most recently updated first.
 func (ps *Placements) ServedBy(ctx context.Context, envID string) ([]Placement, error) {
-	rows, err := ps.db.R.QueryContext(ctx, `SELECT `+placementCols+` FROM placements WHERE environment_id=? AND state NOT IN (?,?,?) ORDER BY updated_at DESC`,
+	return ps.query(ctx, `WHERE environment_id=? AND state NOT IN (?,?,?) ORDER BY updated_at DESC`,
 		envID, string(Local), string(Reclaimed), string(Failed))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Placement
-	for rows.Next() {
-		p, err := scanPlacement(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, rows.Err()
 }
 
-// List returns every placement row (sessions never dispatched have none), most recently updated
-// first, at most limit rows.
-func (ps *Placements) List(ctx context.Context, limit int) ([]Placement, error) {
-	rows, err := ps.db.R.QueryContext(ctx, `SELECT `+placementCols+` FROM placements ORDER BY updated_at DESC LIMIT ?`, limit)
+// query returns the placement rows that the rest of a SELECT (where, order, limit) picks.
+func (ps *Placements) query(ctx context.Context, rest string, args ...any) ([]Placement, error) {
+	rows, err := ps.db.R.QueryContext(ctx, `SELECT `+placementCols+` FROM placements `+rest, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -140,6 +126,12 @@ func (ps *Placements) List(ctx context.Context, limit int) ([]Placement, error) 
 		out = append(out, p)
 	}
 	return out, rows.Err()
+}
+
+// List returns every placement row (sessions never dispatched have none), most recently updated
+// first, at most limit rows.
+func (ps *Placements) List(ctx context.Context, limit int) ([]Placement, error) {
+	return ps.query(ctx, `ORDER BY updated_at DESC LIMIT ?`, limit)
 }
 
 // Get returns a session's placement; a session never dispatched is local at generation 0.
