@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/bootstrap"
@@ -31,6 +32,8 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
 	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/gateway/websearch"
+	"github.com/openclaw/cloudworkers/internal/clock"
+	"github.com/openclaw/cloudworkers/internal/shutdown"
 	"github.com/openclaw/cloudworkers/internal/version"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/sync/stream"
@@ -46,7 +49,13 @@ type Deps struct {
 	Log     *slog.Logger
 	// OnReady, if set, is called with the bound address once the gateway serves.
 	OnReady func(addr string)
+	// Clock is the one clock of every component (tunnels, worker hub, bootstrap, environments,
+	// dispatch); the real clock when nil.
+	Clock clock.Clock
 }
+
+// DrainTimeout bounds a gateway's stop: every component is closed, in reverse start order, within it.
+const DrainTimeout = 15 * time.Second
 
 // Run runs the gateway until ctx ends, then drains and stops.
 func Run(ctx context.Context, cfg Config, deps Deps) error {
@@ -75,6 +84,25 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		return err
 	}
 	defer lock.Release()
+	clk := clock.Or(deps.Clock)
+
+	// Every long-lived component is pushed on closers once it has started, and every serving
+	// goroutine runs in serving; a server that fails stops the gateway. On the way out, whatever
+	// the way, the components are closed in reverse start order under DrainTimeout, and then the
+	// serving goroutines (which end with their components) are waited for.
+	var closers shutdown.Stack
+	serving, servingCtx := errgroup.WithContext(ctx)
+	stopped := false // the way out through the drain below
+	defer func() {
+		if stopped {
+			return
+		}
+		dctx, cancel := context.WithTimeout(context.Background(), DrainTimeout)
+		defer cancel()
+		if err := errors.Join(closers.Close(dctx), serving.Wait()); err != nil {
+			log.Warn("gateway stop after a failed start", "err", err)
+		}
+	}()
 
 	token, err := EnsureToken(dataDir)
 	if err != nil {
@@ -122,13 +150,14 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		OnHostKeyMismatch: func(envID string, err *tunnel.HostKeyMismatchError) {
 			auditFn(context.Background(), "ssh.hostkey-mismatch", envID, err.Error())
 		},
+		Clock: clk,
 	})
-	defer tunnels.Close()
+	closers.Push("tunnels", tunnels.Close)
 	sess, err := sessions.New(sessions.Config{DB: db, Log: log.With("subsystem", "sessions")})
 	if err != nil {
 		return err
 	}
-	defer sess.Close(context.Background())
+	closers.Push("sessions", sess.Close)
 
 	creds, err := credentials.Open(db, dataDir)
 	if err != nil {
@@ -140,6 +169,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	}
 
 	workerCreds := hub.NewCredentials(db)
+	workerCreds.Clock = clk
 	var extraTools []tools.Tool
 	if !cfg.WebSearch.IsZero() {
 		ws, err := websearch.New(cfg.WebSearch, creds)
@@ -164,30 +194,36 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		Sessions:       sess,
 		Models:         catalog,
 		GatewayTools:   extraTools,
+		Clock:          clk,
 	})
 	if err != nil {
 		return err
 	}
-	go func() {
-		if err := workers.Serve(tunnels); err != nil && !errors.Is(err, hub.ErrClosed) && !errors.Is(err, tunnel.ErrHubClosed) {
+	closers.Push("worker hub", workers.Close)
+	serving.Go(func() error {
+		if err := workers.Serve(tunnels.Listener()); !errors.Is(err, hub.ErrClosed) {
 			log.Error("worker hub", "err", err)
+			return fmt.Errorf("worker hub: %w", err)
 		}
-	}()
-	defer workers.Close()
+		return nil
+	})
 	boot := bootstrap.New(bootstrap.Config{
 		Tunnels: tunnels, Workers: workers, Credentials: workerCreds, Audit: auditFn,
 		BundleDir: cfg.BundleDir, Log: log.With("subsystem", "bootstrap"),
 		AdmitTimeout: cfg.Worker.AdmitTimeout.D(), RelaunchGrace: cfg.Worker.RelaunchGrace.D(),
 		CommandTimeout: cfg.Box.CommandTimeout.D(), BootstrapTimeout: cfg.Box.BootstrapTimeout.D(), ReleaseTimeout: cfg.Box.ReleaseTimeout.D(),
 		Keepalive: tunnel.KeepaliveConfig{Interval: cfg.Tunnel.KeepaliveInterval.D(), Timeout: cfg.Tunnel.KeepaliveTimeout.D()},
+		Clock:     clk,
 	})
-	defer boot.Close()
+	closers.Push("bootstrap", boot.Close)
 	mgr = envs.New(envs.Config{
 		DB: db, Profiles: profStore, Providers: registry, GatewayID: gatewayID,
 		Log: log.With("subsystem", "envs"), SweepInterval: cfg.Sweep.D(),
 		LifecycleInterval: cfg.Lifecycle.D(), Bootstrapper: boot,
 		TunnelStatus: func(envID string) string { return string(tunnels.Status(envID)) },
+		Clock:        clk,
 	})
+	closers.Push("environments", mgr.Close)
 	boot.SetEnvs(mgr)
 
 	placements := placement.NewPlacements(db)
@@ -200,7 +236,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if err != nil {
 		return err
 	}
-	defer turnSvc.Close()
+	closers.Push("turns", func(context.Context) error { turnSvc.Close(); return nil })
 	dispatcher = placement.NewDispatcher(placement.DispatchConfig{
 		Placements: placements, Sessions: sess, Envs: mgr, Boot: boot, Admitted: workers.Admitted,
 		Busy: func(id string) bool {
@@ -214,8 +250,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		Compression: stream.Compression(cfg.Sync.Compression), Channels: cfg.Sync.Channels, CheckpointKeep: cfg.Sync.CheckpointKeep,
 		ReserveFreeBytes: cfg.Sync.ReserveFreeBytes, ReserveFreePercent: cfg.Sync.ReserveFreePercent,
 		SyncTimeout: cfg.Box.SyncTimeout.D(), ReconcileTimeout: cfg.Box.ReconcileTimeout.D(),
+		Clock: clk,
 	})
-	defer dispatcher.Close()
+	closers.Push("dispatcher", func(context.Context) error { dispatcher.Close(); return nil })
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -265,28 +302,33 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	// Streams and long polls lift the read and write deadlines for themselves (api.Server.streams).
 	httpSrv := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: APIReadTimeout,
 		WriteTimeout: APIWriteTimeout, IdleTimeout: APIIdleTimeout}
-	serveErr := make(chan error, 2)
-	go func() { serveErr <- httpSrv.Serve(ln) }()
+	serve := func(name string, srv *http.Server, ln net.Listener) {
+		closers.Push(name, srv.Shutdown)
+		serving.Go(func() error {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				log.Error(name, "err", err)
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			return nil
+		})
+	}
+	serve("http server", httpSrv, ln)
 	if cfg.MetricsListen != "" {
 		mln, err := net.Listen("tcp", cfg.MetricsListen)
 		if err != nil {
-			_ = httpSrv.Close()
 			return fmt.Errorf("metricsListen %s: %w", cfg.MetricsListen, err)
 		}
 		metricsSrv := &http.Server{Handler: api.New(api.Config{DB: db, Registry: reg, PublicMetrics: true, AllowedHosts: cfg.AllowedHosts,
 			Log: log.With("subsystem", "metrics")}), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: APIReadTimeout,
 			WriteTimeout: APIWriteTimeout, IdleTimeout: APIIdleTimeout}
-		go func() { serveErr <- metricsSrv.Serve(mln) }()
-		defer metricsSrv.Close()
+		serve("metrics server", metricsSrv, mln)
 		log.Info("metrics listening", "listen", mln.Addr().String())
 	}
 
 	if err := mgr.Start(ctx); err != nil {
-		_ = httpSrv.Close()
 		return err
 	}
 	if err := dispatcher.Resume(ctx); err != nil {
-		_ = httpSrv.Close()
 		return err
 	}
 	pruneCtx, stopPrune := context.WithCancel(ctx)
@@ -295,10 +337,15 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		defer close(pruneDone)
 		runRetention(pruneCtx, cfg.Retention, db, workerCreds, workers, log.With("subsystem", "retention"))
 	}()
-	defer func() {
+	closers.Push("retention", func(ctx context.Context) error {
 		stopPrune()
-		<-pruneDone
-	}()
+		select {
+		case <-pruneDone:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	})
 	ready.Store(true)
 	addr := ln.Addr().String()
 	log.Info("gateway ready", "listen", addr, "dataDir", dataDir, "version", info.Version)
@@ -306,21 +353,18 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		deps.OnReady(addr)
 	}
 
-	select {
-	case <-ctx.Done():
+	<-servingCtx.Done() // ctx ended, or a server failed (it logged why)
+	if ctx.Err() != nil {
 		log.Info("gateway stopping")
-	case err := <-serveErr:
-		if !errors.Is(err, http.ErrServerClosed) {
-			log.Error("http server", "err", err)
-		}
 	}
 	ready.Store(false)
-	drainCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	drainCtx, cancel := context.WithTimeout(context.Background(), DrainTimeout)
 	defer cancel()
-	shutdownErr := httpSrv.Shutdown(drainCtx)
-	mgrErr := mgr.Close(drainCtx)
+	closeErr := closers.Close(drainCtx)
+	serveErr := serving.Wait()
+	stopped = true
 	log.Info("gateway stopped")
-	return errors.Join(shutdownErr, mgrErr)
+	return errors.Join(closeErr, serveErr)
 }
 
 // Timeouts of the API server's connections (streams and long polls lift the first two).

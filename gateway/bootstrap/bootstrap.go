@@ -20,6 +20,8 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/hub"
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
+	"github.com/openclaw/cloudworkers/internal/clock"
+	"github.com/openclaw/cloudworkers/internal/shutdown"
 	"github.com/openclaw/cloudworkers/internal/version"
 )
 
@@ -57,6 +59,9 @@ type Config struct {
 	// Keepalive is the keepalive of the sync and bootstrap connections (the tunnel's defaults).
 	Keepalive tunnel.KeepaliveConfig
 	Log       *slog.Logger
+	// Clock paces the worker supervisors and times uploads; the real clock when nil. It is the
+	// keepalive's clock too unless Keepalive names one.
+	Clock clock.Clock
 }
 
 // Bootstrapper brings leased machines to ready: bundle, hygiene, tunnel, worker, admission.
@@ -107,17 +112,21 @@ func New(cfg Config) *Bootstrapper {
 	if cfg.Audit == nil {
 		cfg.Audit = func(context.Context, string, string, string) {}
 	}
+	cfg.Clock = clock.Or(cfg.Clock)
+	if cfg.Keepalive.Clock == nil {
+		cfg.Keepalive.Clock = cfg.Clock
+	}
 	return &Bootstrapper{cfg: cfg, log: cfg.Log, watchers: map[string]context.CancelFunc{}}
 }
 
-// Close stops the worker supervisors.
-func (b *Bootstrapper) Close() {
+// Close stops the worker supervisors and waits for them until ctx ends.
+func (b *Bootstrapper) Close(ctx context.Context) error {
 	b.mu.Lock()
 	for _, c := range b.watchers {
 		c()
 	}
 	b.mu.Unlock()
-	b.wg.Wait()
+	return shutdown.Wait(ctx, &b.wg, "worker supervisors")
 }
 
 // Target is how the gateway reaches an environment's box.
@@ -193,7 +202,7 @@ func (b *Bootstrapper) Bootstrap(ctx context.Context, env envs.Environment) (err
 	if err != nil {
 		return err
 	}
-	start := time.Now()
+	start := b.cfg.Clock.Now()
 	inst, err := Install(ctx, c, home, bundle, b.cfg.KeepBundles)
 	if err != nil {
 		return err
@@ -201,7 +210,7 @@ func (b *Bootstrapper) Bootstrap(ctx context.Context, env envs.Environment) (err
 	if inst.Uploaded == 0 {
 		note("bundle: %s/%s %s already installed (0 bytes uploaded)", goos, goarch, bundle.SHA256[:12])
 	} else {
-		note("bundle: %s/%s %s uploaded, %d bytes in %s", goos, goarch, bundle.SHA256[:12], inst.Uploaded, time.Since(start).Round(time.Millisecond))
+		note("bundle: %s/%s %s uploaded, %d bytes in %s", goos, goarch, bundle.SHA256[:12], inst.Uploaded, b.cfg.Clock.Now().Sub(start).Round(time.Millisecond))
 	}
 
 	hctx, hcancel := b.command(ctx)
@@ -398,10 +407,8 @@ func (b *Bootstrapper) supervise(env envs.Environment) {
 	go func() {
 		defer b.wg.Done()
 		for {
-			select {
-			case <-ctx.Done():
+			if clock.Sleep(ctx, b.cfg.Clock, b.cfg.RelaunchGrace) != nil {
 				return
-			case <-time.After(b.cfg.RelaunchGrace):
 			}
 			if b.cfg.Workers.Admitted(env.ID) || !b.cfg.Tunnels.Status(env.ID).Up() {
 				continue // fine, or the tunnel is reconnecting and the worker will follow it

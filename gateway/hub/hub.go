@@ -20,6 +20,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/internal/clock"
+	"github.com/openclaw/cloudworkers/internal/shutdown"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/worker/tools"
 )
@@ -210,15 +211,15 @@ func (s *Server) Serve(ln net.Listener) error {
 	return err
 }
 
-// Close stops every listener and connection, waits for connection goroutines to finish and writes
-// the last window of refusal counts. Calls after the first return nil.
-func (s *Server) Close() error {
+// Close stops every listener and connection, waits (until ctx ends) for connection goroutines to
+// finish and writes the last window of refusal counts. Calls after the first return nil.
+func (s *Server) Close(ctx context.Context) error {
 	var err error
-	s.closeOnce.Do(func() { err = s.close() })
+	s.closeOnce.Do(func() { err = s.close(ctx) })
 	return err
 }
 
-func (s *Server) close() error {
+func (s *Server) close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
 	conns := make([]*workerConn, 0, len(s.conns))
@@ -231,9 +232,13 @@ func (s *Server) close() error {
 	for _, c := range conns {
 		_ = c.ws.CloseNow()
 	}
-	s.wg.Wait()
-	close(s.refusalsStop)
-	<-s.refusalsDone
+	err = errors.Join(err, shutdown.Wait(ctx, &s.wg, "worker connections"))
+	close(s.refusalsStop) // the last window is flushed even when connections outlived ctx
+	select {
+	case <-s.refusalsDone:
+	case <-ctx.Done():
+		err = errors.Join(err, fmt.Errorf("refusal audit still flushing: %w", context.Cause(ctx)))
+	}
 	return err
 }
 

@@ -95,7 +95,7 @@ func newHarness(t *testing.T, mod func(*hub.Config)) *harness {
 	}
 	h.listen()
 	t.Cleanup(func() {
-		h.srv.Close()
+		_ = h.srv.Close(context.Background())
 		h.wg.Wait()
 	})
 	return h
@@ -176,7 +176,7 @@ func (h *harness) auditRows(kind string) []string {
 // environment per window), and returns the rows of kind.
 func (h *harness) closedAuditRows(kind string) []string {
 	h.t.Helper()
-	if err := h.srv.Close(); err != nil {
+	if err := h.srv.Close(testContext(h.t)); err != nil {
 		h.t.Fatal(err)
 	}
 	return h.auditRows(kind)
@@ -680,7 +680,7 @@ func TestCloseEndsWorkersAndWaiters(t *testing.T) {
 	if err := h.srv.WaitAdmitted(ctx, envA); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.srv.Close(); err != nil {
+	if err := h.srv.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := recvChan(t, "WaitAdmitted to end", waitErr); !errors.Is(err, hub.ErrClosed) {

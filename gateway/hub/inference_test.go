@@ -272,6 +272,9 @@ func TestCancelFrameCancelsInferenceCall(t *testing.T) {
 		<-r.Context().Done()
 		close(closed)
 	})
+	// This test speaks the protocol itself on the session's connection: the harness's client, which
+	// connects for the same session in the background, would replace it.
+	_ = p.client.Close()
 	c := rawConn(t, p.harness)
 	sendFrame(t, c, connectFrame(t, envA, p.cfg.Credential, bundleA, func(a *protocol.Admission) {
 		a.SessionID, a.OwnerEpoch = p.cfg.SessionID, p.cfg.OwnerEpoch

@@ -156,7 +156,7 @@ func testHub(t *testing.T, mod func(*Config)) (*Hub, *statusLog) {
 		t.Fatal(err)
 	}
 	h := NewHub(cfg)
-	t.Cleanup(func() { h.Close() })
+	t.Cleanup(func() { _ = h.Close(context.Background()) })
 	return h, log
 }
 

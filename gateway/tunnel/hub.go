@@ -12,6 +12,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/openclaw/cloudworkers/internal/clock"
+	"github.com/openclaw/cloudworkers/internal/shutdown"
 )
 
 // ErrHubClosed is returned by Open and Accept once the hub is closed.
@@ -145,8 +146,8 @@ type Conn struct {
 // on it only a credential of that environment.
 func (c *Conn) TunnelEnvironment() string { return c.EnvironmentID }
 
-// Hub is one net.Listener that receives the forwarded connections of all environments. It owns
-// one supervised tunnel per environment.
+// Hub receives the forwarded connections of all environments (Accept, or Listener for a server).
+// It owns one supervised tunnel per environment.
 type Hub struct {
 	cfg    Config
 	log    *slog.Logger
@@ -160,8 +161,6 @@ type Hub struct {
 	epochs   map[string]uint64 // last epoch handed out per environment, kept for the hub's life
 	queued   map[string]int    // connections waiting for Accept per environment (≤ TunnelBacklog)
 }
-
-var _ net.Listener = (*Hub)(nil)
 
 // NewHub returns a hub with no tunnels.
 func NewHub(cfg Config) *Hub {
@@ -178,10 +177,15 @@ func NewHub(cfg Config) *Hub {
 }
 
 // Accept returns the next forwarded connection of any environment, as a *Conn.
-func (h *Hub) Accept() (net.Conn, error) {
+func (h *Hub) Accept() (net.Conn, error) { return h.accept(nil) }
+
+// accept is Accept that also gives up when stop is closed.
+func (h *Hub) accept(stop <-chan struct{}) (net.Conn, error) {
 	select {
 	case <-h.closed:
 		return nil, ErrHubClosed
+	case <-stop:
+		return nil, ErrListenerClosed
 	default:
 	}
 	select {
@@ -190,7 +194,31 @@ func (h *Hub) Accept() (net.Conn, error) {
 		return c, nil
 	case <-h.closed:
 		return nil, ErrHubClosed
+	case <-stop:
+		return nil, ErrListenerClosed
 	}
+}
+
+// ErrListenerClosed is returned by the Accept of a Listener once that listener is closed.
+var ErrListenerClosed = fmt.Errorf("tunnel hub listener closed: %w", net.ErrClosed)
+
+// Listener returns a net.Listener of the hub's forwarded connections, for a server to Serve.
+// Closing it ends its Accept only: the tunnels run until the Hub's Close.
+func (h *Hub) Listener() net.Listener { return &listener{h: h, stop: make(chan struct{})} }
+
+type listener struct {
+	h    *Hub
+	stop chan struct{}
+	once sync.Once
+}
+
+var _ net.Listener = (*listener)(nil)
+
+func (l *listener) Accept() (net.Conn, error) { return l.h.accept(l.stop) }
+func (l *listener) Addr() net.Addr            { return l.h.Addr() }
+func (l *listener) Close() error {
+	l.once.Do(func() { close(l.stop) })
+	return nil
 }
 
 func (h *Hub) dequeued(envID string) {
@@ -209,9 +237,9 @@ type hubAddr struct{}
 func (hubAddr) Network() string { return "openclaw-tunnel" }
 func (hubAddr) String() string  { return "tunnel-hub" }
 
-// Close stops every tunnel, waits for them, and closes connections nobody accepted. It is safe
-// to call more than once.
-func (h *Hub) Close() error {
+// Close stops every tunnel, waits for them until ctx ends, and closes connections nobody
+// accepted. It is safe to call more than once.
+func (h *Hub) Close(ctx context.Context) error {
 	h.mu.Lock()
 	first := !h.isClosed
 	h.isClosed = true
@@ -224,13 +252,13 @@ func (h *Hub) Close() error {
 	for _, tn := range all {
 		tn.stop()
 	}
-	h.wg.Wait()
+	err := shutdown.Wait(ctx, &h.wg, "tunnel supervisors")
 	for {
 		select {
 		case c := <-h.queue:
 			c.Close()
 		default:
-			return nil
+			return err
 		}
 	}
 }

@@ -335,7 +335,7 @@ func TestCloseEnvStopsEverything(t *testing.T) {
 	c.Close()
 	h.CloseEnv("env-a") // twice is harmless
 	checkNoLeak(t, baseline)
-	if err := h.Close(); err != nil {
+	if err := h.Close(testContext(t)); err != nil {
 		t.Fatal(err)
 	}
 	checkNoLeak(t, baseline)
@@ -366,7 +366,7 @@ func TestHubCloseStopsEverything(t *testing.T) {
 		}
 		accepting <- err
 	}()
-	if err := h.Close(); err != nil {
+	if err := h.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-accepting; !errors.Is(err, net.ErrClosed) {
@@ -386,8 +386,42 @@ func TestHubCloseStopsEverything(t *testing.T) {
 	ca.Close()
 	wa.Close()
 	wb.Close()
-	if err := h.Close(); err != nil {
+	if err := h.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	checkNoLeak(t, baseline)
+}
+
+// TestListenerCloseLeavesTunnelsUp: the worker endpoint closing its listener (it closes first at
+// shutdown) stops that listener's Accept; the tunnels stay up until the Hub itself is closed.
+func TestListenerCloseLeavesTunnelsUp(t *testing.T) {
+	b := startBox(t)
+	h, _ := testHub(t, nil)
+	ctx := testContext(t)
+	if err := h.Open(ctx, b.target("env-a", "")); err != nil {
+		t.Fatal(err)
+	}
+	ln := h.Listener()
+	accepting := make(chan error, 1)
+	go func() {
+		_, err := ln.Accept()
+		accepting <- err
+	}()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-accepting; !errors.Is(err, ErrListenerClosed) || !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Accept of a closed listener = %v, want %v", err, ErrListenerClosed)
+	}
+	if s := h.Status("env-a"); !s.Up() {
+		t.Fatalf("tunnel status after the listener closed = %s, want connected", s)
+	}
+	w := dialSocket(t, b.socket(testSocket))
+	roundTrip(t, w, acceptOne(t, h), "still forwarded")
+	if err := h.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := h.Status("env-a"); s != StatusStopped {
+		t.Fatalf("tunnel status after Close = %s, want stopped", s)
+	}
 }
