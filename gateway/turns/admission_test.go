@@ -1,0 +1,76 @@
+package turns
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/inference"
+	"github.com/openclaw/cloudworkers/gateway/inference/builtin"
+	"github.com/openclaw/cloudworkers/gateway/placement"
+	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/testenv"
+)
+
+// TestAdmissionReadsThePlacementRow: where a turn runs is the placement's, its one copy. A session
+// bound to an environment without a placement (the old attach primitive) runs on the gateway; a
+// session whose placement is active on a worker is refused while that worker is not connected.
+func TestAdmissionReadsThePlacementRow(t *testing.T) {
+	ctx := testenv.Context(t, 30*time.Second)
+	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "gateway.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	st, err := sessions.New(sessions.Config{DB: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close(context.Background()) })
+	// a model that resolves; the turn it runs fails at once (nothing listens on the port)
+	cat, err := inference.NewCatalog(inference.CatalogConfig{Default: "local/m1", Providers: map[string]inference.ProviderConfig{
+		"local": {API: inference.APIOpenAICompletions, BaseURL: "http://127.0.0.1:1", Models: []inference.ModelConfig{{ID: "m1"}}},
+	}}, nil, builtin.Adapters())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := placement.NewPlacements(db)
+	svc, err := New(ctx, Config{DB: db, Sessions: st, Catalog: cat, DataDir: t.TempDir(), Placements: ps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+
+	bound, err := st.Create(ctx, sessions.CreateParams{Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Attach(ctx, bound.ID, "env_1"); err != nil {
+		t.Fatal(err)
+	}
+	turn, err := svc.Send(ctx, bound.ID, "hello", "")
+	if err != nil || turn.Placement != "local" {
+		t.Fatalf("bound session with a local placement: %+v, %v; want a local turn", turn, err)
+	}
+
+	active, err := st.Create(ctx, sessions.CreateParams{Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := "env_2"
+	var gen uint64
+	for _, c := range []placement.Change{{To: placement.Requested}, {To: placement.Provisioning, EnvironmentID: &env},
+		{To: placement.Syncing}, {To: placement.Starting}, {To: placement.Active}} {
+		p, err := ps.Transition(ctx, active.ID, gen, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gen = p.Generation
+	}
+	if _, err := svc.Send(ctx, active.ID, "hello", ""); !errors.Is(err, ErrWorkerUnavailable) {
+		t.Fatalf("session active on a worker that is not connected: %v, want ErrWorkerUnavailable", err)
+	}
+}
