@@ -180,6 +180,11 @@ func (e *AlsoError) Unwrap() error { return e.Err }
 // transaction with its event row, failing with ErrStale if anything moved meanwhile and with an
 // error if the table forbids the move. It returns the new placement (generation gen+1).
 func (ps *Placements) Transition(ctx context.Context, sessionID string, gen uint64, c Change) (Placement, error) {
+	return ps.transition(ctx, sessionID, gen, &c)
+}
+
+// transition is Transition on the caller's change, which sees what its Also filled in.
+func (ps *Placements) transition(ctx context.Context, sessionID string, gen uint64, c *Change) (Placement, error) {
 	var out Placement
 	var committed func()
 	err := ps.db.InTx(ctx, func(tx *sql.Tx) error {
@@ -205,7 +210,7 @@ func (ps *Placements) Transition(ctx context.Context, sessionID string, gen uint
 			return fmt.Errorf("session %s: illegal placement transition %s → %s", sessionID, p.State, c.To)
 		}
 		if c.Also != nil {
-			if committed, err = c.Also(ctx, tx, &c); err != nil {
+			if committed, err = c.Also(ctx, tx, c); err != nil {
 				return &AlsoError{Err: err}
 			}
 		}

@@ -42,7 +42,7 @@ func (d *Dispatcher) advance(ctx context.Context, sessionID string) error {
 		if err != nil {
 			next = failure(p, err)
 		}
-		_, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation, next)
+		_, err = d.cfg.Placements.transition(ctx, sessionID, p.Generation, &next)
 		var also *AlsoError
 		if errors.As(err, &also) && next.To != Failed && ctx.Err() == nil {
 			// what moves with the placement failed (the session's binding, the environment's
