@@ -163,6 +163,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if err != nil {
 		return err
 	}
+	creds.Clock = clk
 	catalog, err := inference.NewCatalog(cfg.Models, creds, builtin.Adapters())
 	if err != nil {
 		return fmt.Errorf("config models: %w", err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/internal/atomicfile"
+	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -37,6 +38,8 @@ func ValidName(name string) bool { return namePattern.MatchString(name) }
 type Store struct {
 	db   *store.DB
 	aead cipher.AEAD
+	// Clock dates the rows; the real clock when nil.
+	Clock clock.Clock
 }
 
 // Open returns the store of a gateway, loading the sealing key from <dataDir>/credentials.key
@@ -118,7 +121,7 @@ func (s *Store) Set(ctx context.Context, name, value string) error {
 		return err
 	}
 	return s.db.InTx(ctx, func(tx *sql.Tx) error {
-		now := store.Now()
+		now := store.FormatTime(clock.Or(s.Clock).Now())
 		if _, err := tx.ExecContext(ctx, `INSERT INTO credentials(name, sealed, created_at, updated_at) VALUES(?,?,?,?)
 			ON CONFLICT(name) DO UPDATE SET sealed = excluded.sealed, updated_at = excluded.updated_at`,
 			name, sealed, now, now); err != nil {

@@ -31,13 +31,13 @@ func (m *Manager) RequestDestroy(ctx context.Context, id string, force bool) (En
 		case Destroyed, Destroying, Draining:
 			return nil
 		case Failed, Orphaned:
-			return transition(ctx, tx, id, e.State, Destroying, reason)
+			return m.transition(ctx, tx, id, e.State, Destroying, reason)
 		case Attached:
 			if !force {
 				return fmt.Errorf("environment %s: %w", id, ErrAttached)
 			}
 		}
-		if err := transition(ctx, tx, id, e.State, Draining, reason); err != nil {
+		if err := m.transition(ctx, tx, id, e.State, Draining, reason); err != nil {
 			return err
 		}
 		return store.Audit(ctx, tx, "environment.destroy", id, reason)
@@ -85,7 +85,7 @@ func (m *Manager) destroyLoop(ctx context.Context, id string) {
 			msg := Sanitize(fmt.Sprintf("destroy attempt %d: %v", attempt, err))
 			m.log.Warn("destroy", "env", id, "attempt", attempt, "err", err)
 			_, _ = m.db.W.ExecContext(ctx, `UPDATE environments SET error=?, destroy_attempts=?, updated_at=? WHERE id=?`,
-				msg, attempt, store.Now(), id)
+				msg, attempt, store.FormatTime(m.cfg.Clock.Now()), id)
 			m.notify()
 		}
 		if bo.Wait(ctx) != nil {
@@ -149,7 +149,7 @@ func (m *Manager) destroyStep(ctx context.Context, id string) (done bool, err er
 
 func (m *Manager) finishDestroy(ctx context.Context, id, reason string) error {
 	err := m.db.InTx(ctx, func(tx *sql.Tx) error {
-		if err := transition(ctx, tx, id, Destroying, Destroyed, reason); err != nil {
+		if err := m.transition(ctx, tx, id, Destroying, Destroyed, reason); err != nil {
 			return err
 		}
 		// A retry message is history once teardown is proven; a failure reason stays.
@@ -239,7 +239,7 @@ func (m *Manager) checkLease(ctx context.Context, e Environment) bool {
 	}
 	reason := fmt.Sprintf("provider no longer has lease %s (state %q)", e.LeaseID, st.State)
 	err = m.db.InTx(ctx, func(tx *sql.Tx) error {
-		if err := transition(ctx, tx, e.ID, e.State, Orphaned, reason); err != nil {
+		if err := m.transition(ctx, tx, e.ID, e.State, Orphaned, reason); err != nil {
 			return err
 		}
 		return store.Audit(ctx, tx, "environment.orphaned", e.ID, reason)

@@ -114,11 +114,11 @@ func getEnv(ctx context.Context, q interface {
 
 // transition moves an environment from → to inside tx, writing the event row. It fails with a
 // *TransitionError when the table forbids the move or the row is no longer in from.
-func transition(ctx context.Context, tx *sql.Tx, id string, from, to State, reason string) error {
+func (m *Manager) transition(ctx context.Context, tx *sql.Tx, id string, from, to State, reason string) error {
 	if !CanTransition(from, to) {
 		return &TransitionError{ID: id, From: from, To: to}
 	}
-	now := store.Now()
+	now := store.FormatTime(m.cfg.Clock.Now())
 	set := `state=?, updated_at=?`
 	args := []any{string(to), now}
 	if to == Failed || to == Orphaned {

@@ -35,7 +35,7 @@ func (m *Manager) AttachTx(ctx context.Context, tx *sql.Tx, id, sessionID string
 		return func() {}, nil
 	}
 	reason := "session " + sessionID + " attached"
-	if err := transition(ctx, tx, id, e.State, Attached, reason); err != nil {
+	if err := m.transition(ctx, tx, id, e.State, Attached, reason); err != nil {
 		return nil, err
 	}
 	return func() {

@@ -354,7 +354,7 @@ func (m *Manager) CreateClass(ctx context.Context, profileID, idempotencyKey, cl
 		}
 		id = newID("env_")
 		created = true
-		now := store.Now()
+		now := store.FormatTime(m.cfg.Clock.Now())
 		var key any
 		if idempotencyKey != "" {
 			key = idempotencyKey
@@ -385,7 +385,7 @@ func (m *Manager) CreateClass(ctx context.Context, profileID, idempotencyKey, cl
 
 // move applies one checked transition in its own transaction.
 func (m *Manager) move(ctx context.Context, id string, from, to State, reason string) error {
-	err := m.db.InTx(ctx, func(tx *sql.Tx) error { return transition(ctx, tx, id, from, to, reason) })
+	err := m.db.InTx(ctx, func(tx *sql.Tx) error { return m.transition(ctx, tx, id, from, to, reason) })
 	if err == nil {
 		m.log.Info("environment state", "env", id, "from", from, "to", to, "reason", reason)
 		m.notify()
@@ -404,7 +404,7 @@ func (m *Manager) fail(ctx context.Context, id, reason string) {
 		if e.State.Dead() || e.State == Destroying {
 			return nil
 		}
-		if err := transition(ctx, tx, id, e.State, Failed, reason); err != nil {
+		if err := m.transition(ctx, tx, id, e.State, Failed, reason); err != nil {
 			return err
 		}
 		return store.Audit(ctx, tx, "environment.failed", id, reason)
@@ -447,7 +447,7 @@ func (m *Manager) provision(ctx context.Context, id string) {
 			if _, err := tx.ExecContext(ctx, `UPDATE environments SET lease_id=? WHERE id=?`, leaseID, id); err != nil {
 				return err
 			}
-			return transition(ctx, tx, id, Requested, Provisioning, "provider "+e.ProviderID+" operation "+e.OperationID)
+			return m.transition(ctx, tx, id, Requested, Provisioning, "provider "+e.ProviderID+" operation "+e.OperationID)
 		})
 		if err != nil {
 			m.log.Error("provision: start", "env", id, "err", err)
@@ -469,7 +469,7 @@ func (m *Manager) provision(ctx context.Context, id string) {
 		Reported: func(reported string, labels map[string]string) error {
 			lb, _ := json.Marshal(labels)
 			_, err := m.db.W.ExecContext(ctx, `UPDATE environments SET lease_id=?, lease_labels=?, updated_at=? WHERE id=? AND state IN ('provisioning','draining','destroying')`,
-				reported, string(lb), store.Now(), id)
+				reported, string(lb), store.FormatTime(m.cfg.Clock.Now()), id)
 			if err == nil {
 				m.log.Info("lease reported", "env", id, "lease", reported)
 			}
@@ -498,7 +498,7 @@ func (m *Manager) provision(ctx context.Context, id string) {
 		_, err := tx.ExecContext(ctx, `UPDATE environments SET lease_id=?, ssh_host=?, ssh_port=?, ssh_user=?, ssh_key_path=?,
 			host_keys=?, lease_labels=?, lease_expires_at=?, updated_at=? WHERE id=?`,
 			lease.ID, lease.SSHHost, lease.SSHPort, lease.SSHUser, lease.SSHKeyPath, string(hostKeys), string(labels),
-			store.FormatTime(lease.ExpiresAt), store.Now(), id)
+			store.FormatTime(lease.ExpiresAt), store.FormatTime(m.cfg.Clock.Now()), id)
 		if err != nil {
 			return err
 		}
@@ -510,7 +510,7 @@ func (m *Manager) provision(ctx context.Context, id string) {
 			return nil // destroy was requested meanwhile; the lease is recorded for it
 		}
 		moved = true
-		return transition(ctx, tx, id, Provisioning, Bootstrapping, fmt.Sprintf("lease %s at %s:%d", lease.ID, lease.SSHHost, lease.SSHPort))
+		return m.transition(ctx, tx, id, Provisioning, Bootstrapping, fmt.Sprintf("lease %s at %s:%d", lease.ID, lease.SSHHost, lease.SSHPort))
 	})
 	if err != nil {
 		m.log.Error("provision: record lease", "env", id, "err", err)
@@ -566,7 +566,7 @@ func (m *Manager) Note(ctx context.Context, id, text string) {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO environment_events(environment_id, at, from_state, to_state, reason) VALUES(?,?,?,?,?)`,
-			id, store.Now(), st, st, text)
+			id, store.FormatTime(m.cfg.Clock.Now()), st, st, text)
 		return err
 	})
 	if err != nil {
@@ -580,7 +580,7 @@ func (m *Manager) Note(ctx context.Context, id, text string) {
 // SetWorker records the bundle installed on an environment's box and where its worker lives.
 func (m *Manager) SetWorker(ctx context.Context, id, bundleHash, socket, home string) error {
 	_, err := m.db.W.ExecContext(ctx, `UPDATE environments SET bundle_hash=?, worker_socket=?, worker_home=?, updated_at=? WHERE id=?`,
-		bundleHash, socket, home, store.Now(), id)
+		bundleHash, socket, home, store.FormatTime(m.cfg.Clock.Now()), id)
 	return err
 }
 

@@ -566,7 +566,7 @@ func TestWorkerRefreshesAndReconnects(t *testing.T) {
 	h.waitAudit("worker.credential.refresh", "replaced by")
 	sum := sha256.Sum256([]byte(secret))
 	if _, err := h.db.W.ExecContext(ctx, `UPDATE worker_credentials SET revoked_at = ? WHERE hash = ?`,
-		store.Now(), hex.EncodeToString(sum[:])); err != nil {
+		store.FormatTime(time.Now()), hex.EncodeToString(sum[:])); err != nil {
 		t.Fatal(err)
 	}
 	// Make every live credential long-lived so the reconnect does not race expiry.

@@ -15,7 +15,7 @@ func TestPruneCredentialsAndCalls(t *testing.T) {
 	h.mint(envB, bundleB, time.Minute, nil)   // expires
 	h.offset.Store(int64(48 * time.Hour))
 	h.mint(envA, bundleA, time.Minute, nil) // expired, but only just
-	old, recent := store.FormatTime(time.Now().Add(-72*time.Hour)), store.Now()
+	old, recent := store.FormatTime(time.Now().Add(-72*time.Hour)), store.FormatTime(time.Now())
 	for i, row := range []struct{ outcome, finished string }{{"done", old}, {"error", old}, {"running", ""}, {"done", recent}} {
 		if _, err := h.db.W.ExecContext(ctx, `INSERT INTO inference_calls(environment_id, session_id, run_epoch, turn_id, model, outcome,
 			started_at, finished_at) VALUES(?,?,?,?,?,?,?,?)`, envA, "s", 1, string(rune('a'+i)), "m", row.outcome, old, row.finished); err != nil {

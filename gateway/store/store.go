@@ -171,7 +171,9 @@ func (db *DB) migrate(ctx context.Context) error {
 // TimeFormat is how timestamps are stored: UTC RFC 3339 with milliseconds, sortable as text.
 const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
-// Now returns the current time formatted for storage.
+// Now returns the current time of the system clock formatted for storage. Components date their
+// rows with their injected clock instead (store.FormatTime(clock.Now())); Now remains only for
+// those that have none yet, and goes with the last of them.
 func Now() string { return FormatTime(time.Now()) }
 
 // FormatTime formats t for storage; the zero time is stored as "".
