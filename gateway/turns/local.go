@@ -37,16 +37,13 @@ func (b *LocalBackend) Commit(ctx context.Context, sessionID string, runEpoch, s
 }
 
 // Live publishes a live event.
-func (b *LocalBackend) Live(ctx context.Context, sessionID string, runEpoch uint64, runID string, seq uint64, ev runner.Event) error {
+func (b *LocalBackend) Live(ctx context.Context, sessionID string, runEpoch uint64, runID string, seq uint64, ev protocol.LiveEvent) error {
 	sess, err := b.Store.Get(ctx, sessionID)
 	if err != nil {
 		return err
 	}
 	_, err = b.Store.PublishLive(ctx, sessions.LiveParams{SessionID: sessionID, OwnerEpoch: sess.OwnerEpoch, RunEpoch: runEpoch,
-		RunID: runID, Seq: seq, LastAckedSeq: seq - 1, Event: sessions.LiveEvent{
-			Type: sessions.LiveEventType(ev.Type), Delta: ev.Delta, ToolCallID: ev.ToolCallID, ToolName: ev.ToolName,
-			Args: ev.Args, Result: ev.Result, IsError: ev.IsError, Error: ev.Error,
-		}})
+		RunID: runID, Seq: seq, LastAckedSeq: seq - 1, Event: ev})
 	return err
 }
 

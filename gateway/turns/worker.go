@@ -110,9 +110,9 @@ func (s *Service) follow(ctx context.Context, sub *sessions.Subscription[*sessio
 				continue
 			}
 			switch r.Event.Type {
-			case sessions.LiveLifecycleEnd:
+			case protocol.LiveLifecycleEnd:
 				return TurnDone, ""
-			case sessions.LiveLifecycleError:
+			case protocol.LiveLifecycleError:
 				if strings.HasSuffix(r.Event.Error, context.Canceled.Error()) {
 					return TurnCanceled, "canceled"
 				}

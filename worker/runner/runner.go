@@ -18,10 +18,6 @@ type Model interface {
 	Stream(ctx context.Context, modelRef string, c protocol.Context, emit func(protocol.StreamEvent) error) (protocol.Message, error)
 }
 
-// Event is a live event of a run: protocol's live-event union, under the name callers of Backend
-// used before it moved there.
-type Event = protocol.LiveEvent
-
 // Backend is where a run reads its context and writes its transcript and live events. On the
 // gateway it is the session store; on a worker it is the worker protocol.
 type Backend interface {
