@@ -3,9 +3,9 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/internal/console"
+	"github.com/openclaw/cloudworkers/protocol"
 )
 
 func newSessionSendCmd(g *globals) *cobra.Command {
@@ -36,7 +36,7 @@ turn's outcome: 0 when the turn ended, 1 when it failed.`,
 			if err != nil {
 				return err
 			}
-			if outcome.Event.Type == sessions.LiveLifecycleError {
+			if outcome.Event.Type == protocol.LiveLifecycleError {
 				return &exitError{code: 1, msg: "turn failed: " + outcome.Event.Error}
 			}
 			return nil

@@ -12,25 +12,6 @@ import (
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
-// LiveEvent and its type names are protocol's live-event union under the names this package's
-// callers used before it moved there; new code uses protocol's names.
-type (
-	LiveEvent     = protocol.LiveEvent
-	LiveEventType = protocol.LiveEventType
-)
-
-// Live event types (protocol's).
-const (
-	LiveTextDelta      = protocol.LiveTextDelta
-	LiveThinkingDelta  = protocol.LiveThinkingDelta
-	LiveToolStart      = protocol.LiveToolStart
-	LiveToolUpdate     = protocol.LiveToolUpdate
-	LiveToolResult     = protocol.LiveToolResult
-	LiveLifecycleStart = protocol.LiveLifecycleStart
-	LiveLifecycleEnd   = protocol.LiveLifecycleEnd
-	LiveLifecycleError = protocol.LiveLifecycleError
-)
-
 // LiveParams are one live event from a run. (SessionID, OwnerEpoch) come from the caller's binding.
 type LiveParams struct {
 	SessionID  string

@@ -15,6 +15,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/protocol"
 )
 
 // Printer renders live events: assistant text on Out, tool activity and run lifecycle on Info.
@@ -38,27 +39,27 @@ func (p *Printer) Note(format string, args ...any) {
 func (p *Printer) Print(r *sessions.LiveRecord) {
 	e := r.Event
 	switch e.Type {
-	case sessions.LiveTextDelta:
+	case protocol.LiveTextDelta:
 		fmt.Fprint(p.Out, e.Delta)
 		p.midLine = !strings.HasSuffix(e.Delta, "\n")
-	case sessions.LiveThinkingDelta:
+	case protocol.LiveThinkingDelta:
 		if p.Thinking {
 			fmt.Fprint(p.Info, e.Delta)
 		}
-	case sessions.LiveToolStart:
+	case protocol.LiveToolStart:
 		p.Note("→ %s %s", e.ToolName, Truncate(string(e.Args), 120))
-	case sessions.LiveToolUpdate:
-	case sessions.LiveToolResult:
+	case protocol.LiveToolUpdate:
+	case protocol.LiveToolResult:
 		status := "ok"
 		if e.IsError {
 			status = "error"
 		}
 		p.Note("← %s %s %s", Dash(e.ToolName), status, Truncate(strings.Join(strings.Fields(string(e.Result)), " "), 120))
-	case sessions.LiveLifecycleStart:
+	case protocol.LiveLifecycleStart:
 		p.Note("[run %s started]", Dash(r.RunID))
-	case sessions.LiveLifecycleEnd:
+	case protocol.LiveLifecycleEnd:
 		p.Note("[run %s ended]", Dash(r.RunID))
-	case sessions.LiveLifecycleError:
+	case protocol.LiveLifecycleError:
 		p.Note("[run %s failed: %s]", Dash(r.RunID), e.Error)
 	}
 }
@@ -102,7 +103,7 @@ func (p *Printer) FollowTurn(ctx context.Context, c *api.Client, sessionID, runI
 		if each != nil {
 			each(r)
 		}
-		if r.Event.Type == sessions.LiveLifecycleEnd || r.Event.Type == sessions.LiveLifecycleError {
+		if r.Event.Type == protocol.LiveLifecycleEnd || r.Event.Type == protocol.LiveLifecycleError {
 			outcome = r
 			return true
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/protocol"
 )
 
 // TestPrinterKeepsTextAndActivityApart: assistant text goes to Out, tool activity and the run's
@@ -15,12 +16,12 @@ func TestPrinterKeepsTextAndActivityApart(t *testing.T) {
 	var out, info bytes.Buffer
 	p := &Printer{Out: &out, Info: &info}
 	for _, r := range []sessions.LiveRecord{
-		{RunID: "run_1", Event: sessions.LiveEvent{Type: sessions.LiveLifecycleStart}},
-		{RunID: "run_1", Event: sessions.LiveEvent{Type: sessions.LiveTextDelta, Delta: "Reading"}},
-		{RunID: "run_1", Event: sessions.LiveEvent{Type: sessions.LiveThinkingDelta, Delta: "hidden"}},
-		{RunID: "run_1", Event: sessions.LiveEvent{Type: sessions.LiveToolStart, ToolName: "read", Args: json.RawMessage(`{"path":"a.txt"}`)}},
-		{RunID: "run_1", Event: sessions.LiveEvent{Type: sessions.LiveToolResult, ToolName: "read", IsError: true, Result: json.RawMessage(`"no  such   file"`)}},
-		{RunID: "run_1", Event: sessions.LiveEvent{Type: sessions.LiveLifecycleError, Error: "model refused"}},
+		{RunID: "run_1", Event: protocol.LiveEvent{Type: protocol.LiveLifecycleStart}},
+		{RunID: "run_1", Event: protocol.LiveEvent{Type: protocol.LiveTextDelta, Delta: "Reading"}},
+		{RunID: "run_1", Event: protocol.LiveEvent{Type: protocol.LiveThinkingDelta, Delta: "hidden"}},
+		{RunID: "run_1", Event: protocol.LiveEvent{Type: protocol.LiveToolStart, ToolName: "read", Args: json.RawMessage(`{"path":"a.txt"}`)}},
+		{RunID: "run_1", Event: protocol.LiveEvent{Type: protocol.LiveToolResult, ToolName: "read", IsError: true, Result: json.RawMessage(`"no  such   file"`)}},
+		{RunID: "run_1", Event: protocol.LiveEvent{Type: protocol.LiveLifecycleError, Error: "model refused"}},
 	} {
 		p.Print(&r)
 	}

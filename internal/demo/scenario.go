@@ -21,6 +21,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/internal/console"
+	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/providers/local"
 )
 
@@ -174,7 +175,7 @@ func (d *run) runTurn(ctx context.Context) (string, error) {
 	p := &console.Printer{Out: d.out, Info: d.out}
 	tools, toolErrors := 0, 0
 	outcome, err := p.FollowTurn(ctx, d.c, d.sessionID, t.RunID, t.Cursor, func(r *sessions.LiveRecord) {
-		if r.Event.Type == sessions.LiveToolResult {
+		if r.Event.Type == protocol.LiveToolResult {
 			tools++
 			if r.Event.IsError {
 				toolErrors++
@@ -184,7 +185,7 @@ func (d *run) runTurn(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if outcome.Event.Type != sessions.LiveLifecycleEnd {
+	if outcome.Event.Type != protocol.LiveLifecycleEnd {
 		return "", fmt.Errorf("turn %s ended %s: %s", t.RunID, outcome.Event.Type, outcome.Event.Error)
 	}
 	if toolErrors > 0 {
