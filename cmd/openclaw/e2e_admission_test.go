@@ -109,8 +109,8 @@ func rejections(t *testing.T, g *gw, e envs.Environment) {
 	want := []string{"unauthorized", "wrong-environment", "bundle-mismatch", "expected-connect", "frame-too-large"}
 	var codes map[string]bool
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) { // polling the API
-		var audit []struct{ Kind, Detail string }
-		if _, err := g.do("GET", "/api/v1/audit", nil, &audit); err != nil {
+		audit, err := g.client.Audit(g.ctx(), "")
+		if err != nil {
 			t.Fatal(err)
 		}
 		codes = map[string]bool{}
@@ -133,8 +133,7 @@ func rejections(t *testing.T, g *gw, e envs.Environment) {
 		}
 	}
 	// the real worker is unaffected
-	var info struct{ Admitted bool }
-	if _, err := g.do("GET", "/api/v1/environments/"+e.ID+"/worker", nil, &info); err != nil || !info.Admitted {
+	if info, err := g.client.EnvironmentWorker(g.ctx(), e.ID); err != nil || !info.Admitted {
 		t.Fatalf("real worker no longer admitted: %v", err)
 	}
 }
@@ -143,7 +142,7 @@ func TestHostileWorkersRejectedLocalBox(t *testing.T) {
 	g := startGateway(t, filepath.Join(t.TempDir(), "data"), admissionConfig)
 	e := g.createEnv("local")
 	e = g.waitReady(e.ID)
-	t.Cleanup(func() { _, _ = g.do("DELETE", "/api/v1/environments/"+e.ID+"?wait=30s", nil, nil) })
+	t.Cleanup(func() { _, _ = g.destroy(e.ID, false, 30*time.Second) })
 	rejections(t, g, e)
 }
 
@@ -153,7 +152,7 @@ func TestHostileWorkersRejectedNetns(t *testing.T) {
 	e := g.createEnv("netns")
 	t.Cleanup(func() { _ = exec.Command(leaseNetnsBin, "--state-dir", state, "stop", e.LeaseID).Run() })
 	e = g.waitReady(e.ID)
-	t.Cleanup(func() { _, _ = g.do("DELETE", "/api/v1/environments/"+e.ID+"?wait=30s", nil, nil) })
+	t.Cleanup(func() { _, _ = g.destroy(e.ID, false, 30*time.Second) })
 	rejections(t, g, e)
 }
 

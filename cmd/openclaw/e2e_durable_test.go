@@ -65,8 +65,8 @@ func newDurable(t *testing.T, g *gw, e envs.Environment) *durable {
 // newSession creates a session that is not on the environment.
 func (d *durable) newSession() string {
 	d.t.Helper()
-	var ses sessions.Session
-	if _, err := d.g.do("POST", "/api/v1/sessions", map[string]string{"title": "durable"}, &ses); err != nil {
+	ses, err := d.g.client.CreateSession(d.g.ctx(), sessions.CreateRequest{CreateParams: sessions.CreateParams{Title: "durable"}})
+	if err != nil {
 		d.t.Fatal(err)
 	}
 	return ses.ID
@@ -113,8 +113,8 @@ func (d *durable) client(epoch uint64, outbox int) *remote.Client {
 // one chain (each entry's parent is the previous entry).
 func (d *durable) transcriptTexts(id string) []string {
 	d.t.Helper()
-	var tr sessions.Transcript
-	if _, err := d.g.do("GET", "/api/v1/sessions/"+id+"/transcript", nil, &tr); err != nil {
+	tr, err := d.g.client.Transcript(d.g.ctx(), id)
+	if err != nil {
 		d.t.Fatal(err)
 	}
 	var out []string
@@ -405,7 +405,7 @@ func recvOrFail[T any](t *testing.T, ch <-chan T, d time.Duration) T {
 func TestDurableGatewayKilledLocalBox(t *testing.T) {
 	g := startGateway(t, filepath.Join(t.TempDir(), "data"), durableConfig)
 	e := g.waitReady(g.createEnv("local").ID)
-	t.Cleanup(func() { _, _ = g.do("DELETE", "/api/v1/environments/"+e.ID+"?wait=30s", nil, nil) })
+	t.Cleanup(func() { _, _ = g.destroy(e.ID, false, 30*time.Second) })
 	d := newDurable(t, g, e)
 	sub := d.subscribe()
 	c := d.client(d.epoch, 256)
@@ -548,7 +548,7 @@ const okMessage = `{"role":"user","content":[{"type":"text","text":"hi"}],"times
 func TestDurableFencingAndHostileFramesLocalBox(t *testing.T) {
 	g := startGateway(t, filepath.Join(t.TempDir(), "data"), durableConfig)
 	e := g.waitReady(g.createEnv("local").ID)
-	t.Cleanup(func() { _, _ = g.do("DELETE", "/api/v1/environments/"+e.ID+"?wait=30s", nil, nil) })
+	t.Cleanup(func() { _, _ = g.destroy(e.ID, false, 30*time.Second) })
 	d := newDurable(t, g, e)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

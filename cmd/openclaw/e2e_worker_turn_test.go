@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/turns"
@@ -33,8 +32,8 @@ const workerTurnScript = `[
 // isError and stop reasons, in order (ids, timestamps and paths differ).
 func shapeOf(t *testing.T, g *gw, id string) []string {
 	t.Helper()
-	var tr sessions.Transcript
-	if _, err := g.do("GET", "/api/v1/sessions/"+id+"/transcript", nil, &tr); err != nil {
+	tr, err := g.client.Transcript(g.ctx(), id)
+	if err != nil {
 		t.Fatal(err)
 	}
 	var out []string
@@ -65,8 +64,8 @@ func waitTurn(t *testing.T, g *gw, runID string) turns.Turn {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		var turn turns.Turn
-		if _, err := g.do("GET", "/api/v1/turns/"+runID, nil, &turn); err != nil {
+		turn, err := g.client.Turn(g.ctx(), runID)
+		if err != nil {
 			t.Fatal(err)
 		}
 		if turn.Status != turns.TurnRunning {
@@ -112,16 +111,16 @@ func TestWorkerTurnMatchesLocalTurn(t *testing.T) {
 		if err := os.MkdirAll(workspace, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		var ses sessions.Session
-		if _, err := g.do("POST", "/api/v1/sessions", map[string]string{"title": "turn", "workspace": workspace}, &ses); err != nil {
+		ses, err := g.client.CreateSession(g.ctx(), sessions.CreateRequest{CreateParams: sessions.CreateParams{Title: "turn", Workspace: workspace}})
+		if err != nil {
 			t.Fatal(err)
 		}
 		return ses.ID
 	}
 	send := func(id string) turns.Turn {
-		var turn turns.Turn
-		if code, err := g.do("POST", "/api/v1/sessions/"+id+"/messages", map[string]string{"text": "tidy the notes"}, &turn); err != nil {
-			t.Fatalf("send: %d %v", code, err)
+		turn, err := g.client.SendMessage(g.ctx(), id, turns.SendRequest{Text: "tidy the notes"})
+		if err != nil {
+			t.Fatalf("send: %v", err)
 		}
 		return turn
 	}
@@ -158,19 +157,16 @@ func TestWorkerTurnMatchesLocalTurn(t *testing.T) {
 
 	// The box's real worker ran the turn: its seven model calls went through the proxy and were
 	// accounted to the environment (the local turn's calls were not).
-	var info api.WorkerInfo
-	if _, err := g.do("GET", "/api/v1/environments/"+e.ID+"/worker", nil, &info); err != nil {
+	info, err := g.client.EnvironmentWorker(g.ctx(), e.ID)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if info.Inference.Calls != 7 || info.Inference.BytesIn == 0 || info.Inference.BytesOut == 0 {
 		t.Fatalf("proxied calls of the environment: %+v, want 7", info.Inference)
 	}
 	// the environment itself shows its running totals too
-	var withTotals struct {
-		ID        string
-		Inference *api.InferenceTotals
-	}
-	if _, err := g.do("GET", "/api/v1/environments/"+e.ID, nil, &withTotals); err != nil {
+	withTotals, err := g.client.Environment(g.ctx(), e.ID)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if withTotals.Inference == nil || withTotals.Inference.Calls != 7 {
