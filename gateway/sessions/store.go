@@ -101,8 +101,13 @@ type Session struct {
 	EnvironmentID     string         `json:"environmentId,omitempty"`
 	OwnerEpoch        uint64         `json:"ownerEpoch"`
 	LifecycleRevision uint64         `json:"lifecycleRevision"`
-	CreatedAt         time.Time      `json:"createdAt"`
-	UpdatedAt         time.Time      `json:"updatedAt"`
+	// ParentSessionID and SpawnToolCallID name the session and tool call (sessions_spawn) that
+	// spawned this one; SpawnDepth is 0 for a session nobody spawned, its parent's + 1 otherwise.
+	ParentSessionID string    `json:"parentSessionId,omitempty"`
+	SpawnToolCallID string    `json:"spawnToolCallId,omitempty"`
+	SpawnDepth      int       `json:"spawnDepth,omitempty"`
+	CreatedAt       time.Time `json:"createdAt"`
+	UpdatedAt       time.Time `json:"updatedAt"`
 }
 
 // CreateParams are the caller-chosen fields of a new session.
@@ -111,6 +116,11 @@ type CreateParams struct {
 	Agent     string `json:"agent,omitempty"`
 	Model     string `json:"model,omitempty"`
 	Workspace string `json:"workspace,omitempty"`
+	// Parent, ToolCallID and Depth are set by the agents package for a spawned child only (never
+	// from an API body).
+	Parent     string `json:"-"`
+	ToolCallID string `json:"-"`
+	Depth      int    `json:"-"`
 }
 
 // Change kinds on the gateway-wide changes feed. Other packages pass their own kinds to Notify.
@@ -190,11 +200,13 @@ func (s *Store) Create(ctx context.Context, p CreateParams) (Session, error) {
 	ses := Session{
 		ID: newID("ses_"), Title: p.Title, Agent: p.Agent, Model: p.Model, Workspace: p.Workspace,
 		Placement: PlacementLocal, OwnerEpoch: 1, CreatedAt: now, UpdatedAt: now,
+		ParentSessionID: p.Parent, SpawnToolCallID: p.ToolCallID, SpawnDepth: p.Depth,
 	}
 	err := s.db.InTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO sessions(id, title, agent, model, workspace,
-			owner_epoch, created_at, updated_at) VALUES(?,?,?,?,?,?,?,?)`,
+			owner_epoch, parent_session_id, spawn_tool_call_id, spawn_depth, created_at, updated_at) VALUES(?,?,?,?,?,?,?,?,?,?,?)`,
 			ses.ID, ses.Title, ses.Agent, ses.Model, ses.Workspace, ses.OwnerEpoch,
+			ses.ParentSessionID, ses.SpawnToolCallID, ses.SpawnDepth,
 			store.FormatTime(now), store.FormatTime(now))
 		if err != nil {
 			return err
@@ -209,7 +221,7 @@ func (s *Store) Create(ctx context.Context, p CreateParams) (Session, error) {
 }
 
 const sessionCols = `id, title, agent, model, workspace, leaf_id, environment_id, owner_epoch,
-	lifecycle_revision, created_at, updated_at`
+	lifecycle_revision, parent_session_id, spawn_tool_call_id, spawn_depth, created_at, updated_at`
 
 type scanner interface{ Scan(...any) error }
 
@@ -217,7 +229,8 @@ func scanSession(r scanner) (Session, error) {
 	var ses Session
 	var created, updated string
 	err := r.Scan(&ses.ID, &ses.Title, &ses.Agent, &ses.Model, &ses.Workspace, &ses.LeafID,
-		&ses.EnvironmentID, &ses.OwnerEpoch, &ses.LifecycleRevision, &created, &updated)
+		&ses.EnvironmentID, &ses.OwnerEpoch, &ses.LifecycleRevision, &ses.ParentSessionID, &ses.SpawnToolCallID,
+		&ses.SpawnDepth, &created, &updated)
 	ses.Placement = placementOf(ses.EnvironmentID)
 	ses.CreatedAt, ses.UpdatedAt = store.ParseTime(created), store.ParseTime(updated)
 	return ses, err
