@@ -37,6 +37,7 @@ import (
 	"github.com/openclaw/cloudworkers/internal/version"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/sync/stream"
+	"github.com/openclaw/cloudworkers/ui"
 	"github.com/openclaw/cloudworkers/worker/tools"
 )
 
@@ -259,12 +260,16 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(newEnvCollector(db))
 
+	controlUI, err := ui.New(ui.Config{Token: token, Log: log.With("subsystem", "ui")})
+	if err != nil {
+		return err
+	}
 	var ready atomic.Bool
 	info, _ := version.Get()
 	srv := api.New(api.Config{
 		Token: token, DB: db, Profiles: profStore, Envs: mgr, Registry: reg,
 		Log: log.With("subsystem", "api"), GatewayID: gatewayID, Version: info.Version, Ready: ready.Load, Bootstrap: true,
-		AllowedHosts: cfg.AllowedHosts,
+		AllowedHosts: cfg.AllowedHosts, UI: controlUI,
 		Served: func(ctx context.Context, envID string) []string {
 			ps, _ := placements.ServedBy(ctx, envID)
 			ids := make([]string, 0, len(ps))

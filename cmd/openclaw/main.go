@@ -65,6 +65,7 @@ func run(ctx context.Context, args []string) error {
                                 lease a machine and watch it come up
   openclaw env list             see environments, their state and age
   openclaw env destroy ID       tear one down (returns on proof of teardown)
+  openclaw ui [--open]          sign in to the Control UI in a browser
 
 CLI commands talk to the gateway's API at --gateway (default http://` + "127.0.0.1:7420" + `) with the
 token from <data-dir>/gateway.token, or --token.`,
@@ -90,6 +91,7 @@ token from <data-dir>/gateway.token, or --token.`,
 		newDoctorCmd(g),
 		newSyncCmd(g),
 		newDemoCmd(g),
+		newUICmd(g),
 	)
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)

@@ -3,7 +3,10 @@ package api
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -52,6 +56,9 @@ type Config struct {
 	AllowedHosts []string
 	// PublicMetrics serves /metrics without the token (for a separate metrics listener).
 	PublicMetrics bool
+	// UI, when set, serves every path outside the API (the Control UI at /), behind the same
+	// Host check.
+	UI http.Handler
 }
 
 // Server is the HTTP API.
@@ -132,21 +139,72 @@ func New(cfg Config) *Server {
 	v1.Any("/*", func(c echo.Context) error {
 		return apiErr(http.StatusNotFound, "not-found", "no API route %s %s", c.Request().Method, c.Request().URL.Path)
 	})
+	if cfg.UI != nil {
+		e.Any("/*", echo.WrapHandler(cfg.UI))
+	}
 	return s
 }
 
 // ServeHTTP makes the server an http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.Echo.ServeHTTP(w, r) }
 
+// auth accepts the bearer token (CLI, scripts) or the Control UI's session cookie. A request
+// authenticated by the cookie that changes state, or opens a WebSocket, must carry an Origin
+// naming this gateway: a page on another origin cannot act with the operator's cookie (CSRF).
 func (s *Server) auth(next echo.HandlerFunc) echo.HandlerFunc {
 	want := []byte("Bearer " + s.cfg.Token)
 	return func(c echo.Context) error {
-		got := []byte(c.Request().Header.Get("Authorization"))
-		if s.cfg.Token == "" || subtle.ConstantTimeCompare(got, want) != 1 {
-			return apiErr(http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token (see <data-dir>/gateway.token)")
+		r := c.Request()
+		got := []byte(r.Header.Get("Authorization"))
+		if s.cfg.Token != "" && subtle.ConstantTimeCompare(got, want) == 1 {
+			return next(c)
 		}
-		return next(c)
+		if len(got) == 0 && ValidSession(r, s.cfg.Token) {
+			if (!SafeMethod(r.Method) || r.Header.Get("Upgrade") != "") && !SameOrigin(r) {
+				return apiErr(http.StatusForbidden, "origin-mismatch",
+					"a request signed in by the UI session cookie must come from this gateway's own pages (Origin %q, Host %q)", r.Header.Get("Origin"), r.Host)
+			}
+			return next(c)
+		}
+		return apiErr(http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token (see <data-dir>/gateway.token)")
 	}
+}
+
+// SessionCookie is the name of the Control UI's session cookie.
+const SessionCookie = "openclaw_session"
+
+// SessionValue is the session cookie's value for a gateway token: a keyed hash of the token, so
+// the cookie never carries the token itself and a new token signs every browser out.
+func SessionValue(token string) string {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte("openclaw control ui session v1"))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// ValidSession reports whether r carries the session cookie of token.
+func ValidSession(r *http.Request, token string) bool {
+	ck, err := r.Cookie(SessionCookie)
+	return err == nil && token != "" && subtle.ConstantTimeCompare([]byte(ck.Value), []byte(SessionValue(token))) == 1
+}
+
+// SafeMethod reports whether an HTTP method only reads (GET, HEAD, OPTIONS).
+func SafeMethod(m string) bool {
+	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
+}
+
+// SameOrigin reports whether r's Origin header names the host r was sent to (scheme http or
+// https). A request without Origin is not same-origin: browsers send it on every state-changing
+// request and every WebSocket.
+func SameOrigin(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" || o == "null" {
+		return false
+	}
+	u, err := url.Parse(o)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Path != "" || u.User != nil {
+		return false
+	}
+	return strings.EqualFold(u.Host, r.Host)
 }
 
 // checkHost refuses a request whose Host header is not an IP literal, localhost or one of the

@@ -1,12 +1,18 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/providers"
@@ -25,12 +31,75 @@ func (s *Server) getProfile(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if strings.HasPrefix(c.Request().Header.Get("Accept"), yamlType) {
+		b, err := profileYAML(p)
+		if err != nil {
+			return err
+		}
+		return c.Blob(http.StatusOK, yamlType+"; charset=utf-8", b)
+	}
 	return c.JSON(http.StatusOK, p)
+}
+
+// yamlType is the media type of a profile written as YAML (the Control UI's editor).
+const yamlType = "application/yaml"
+
+// profileYAML writes a profile as the YAML document PUT /profiles/:id takes back (without the
+// warnings, which are not stored).
+func profileYAML(p providers.Profile) ([]byte, error) {
+	p.Warnings = nil
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	var generic yaml.Node
+	if err := yaml.Unmarshal(b, &generic); err != nil {
+		return nil, err
+	}
+	// JSON is YAML in flow style; write it back in block style.
+	var clear func(n *yaml.Node)
+	clear = func(n *yaml.Node) {
+		n.Style = 0
+		for _, c := range n.Content {
+			clear(c)
+		}
+	}
+	clear(&generic)
+	return yaml.Marshal(&generic)
+}
+
+// bindProfile decodes a profile from JSON or, with Content-Type application/yaml, from one YAML
+// document: the YAML is turned into JSON first so that both name a bad field the same way.
+func bindProfile(c echo.Context, p *providers.Profile) error {
+	if !strings.HasPrefix(c.Request().Header.Get("Content-Type"), yamlType) {
+		return bind(c, p)
+	}
+	var doc any
+	dec := yaml.NewDecoder(c.Request().Body)
+	if err := dec.Decode(&doc); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		if errors.Is(err, io.EOF) {
+			return apiErr(http.StatusBadRequest, "invalid-body", "the profile YAML is empty")
+		}
+		return apiErr(http.StatusBadRequest, "invalid-body", "invalid YAML: %v", err)
+	}
+	if _, ok := doc.(map[string]any); !ok {
+		return apiErr(http.StatusBadRequest, "invalid-body", "the profile YAML must be a mapping (id: …, provider: …)")
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return apiErr(http.StatusBadRequest, "invalid-body", "the profile YAML has a value JSON cannot hold: %v", err)
+	}
+	c.Request().Body = io.NopCloser(bytes.NewReader(b))
+	return bind(c, p)
 }
 
 func (s *Server) createProfile(c echo.Context) error {
 	var p providers.Profile
-	if err := bind(c, &p); err != nil {
+	if err := bindProfile(c, &p); err != nil {
 		return err
 	}
 	ctx := c.Request().Context()
@@ -45,7 +114,7 @@ func (s *Server) createProfile(c echo.Context) error {
 
 func (s *Server) putProfile(c echo.Context) error {
 	var p providers.Profile
-	if err := bind(c, &p); err != nil {
+	if err := bindProfile(c, &p); err != nil {
 		return err
 	}
 	if p.ID == "" {

@@ -32,6 +32,9 @@ type MoveRequest struct {
 	Force bool `json:"force,omitempty"`
 }
 
+// MaxListedPlacements bounds GET /placements (the most recently updated first).
+const MaxListedPlacements = 10000
+
 // RegisterDispatchAPI adds the placement routes: dispatch, pull-back and the placement itself.
 func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 	g.POST("/sessions/:id/dispatch", func(c echo.Context) error {
@@ -91,6 +94,20 @@ func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 			return err
 		}
 		return c.JSON(http.StatusOK, t)
+	})
+	g.GET("/placements", func(c echo.Context) error {
+		list, err := d.cfg.Placements.List(c.Request().Context(), MaxListedPlacements)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, list)
+	})
+	g.GET("/sessions/:id/changes", func(c echo.Context) error {
+		ch, err := d.Changes(c.Request().Context(), c.Param("id"))
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, ch)
 	})
 	g.GET("/sessions/:id/placement", func(c echo.Context) error {
 		p, err := d.cfg.Placements.Get(c.Request().Context(), c.Param("id"))

@@ -15,17 +15,18 @@ const RequireEnv = "OPENCLAW_REQUIRE_INTEGRATION"
 
 // packages names the Debian package that provides a command, for skip and failure messages.
 var packages = map[string]string{
-	"sshd":    "openssh-server",
-	"ssh":     "openssh-client",
-	"ip":      "iproute2",
-	"rsync":   "rsync",
-	"git":     "git",
-	"useradd": "passwd",
-	"userdel": "passwd",
-	"nc":      "netcat-openbsd",
-	"socat":   "socat",
-	"git-lfs": "git-lfs",
-	"chattr":  "e2fsprogs",
+	"sshd":     "openssh-server",
+	"ssh":      "openssh-client",
+	"ip":       "iproute2",
+	"rsync":    "rsync",
+	"git":      "git",
+	"useradd":  "passwd",
+	"userdel":  "passwd",
+	"nc":       "netcat-openbsd",
+	"socat":    "socat",
+	"git-lfs":  "git-lfs",
+	"chattr":   "e2fsprogs",
+	"chromium": "chromium",
 }
 
 // sbinDirs are searched after $PATH: sshd and ip live there and non-login shells often lack them.
