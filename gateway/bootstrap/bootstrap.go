@@ -262,7 +262,7 @@ type Descriptor struct {
 // for every launch.
 func (b *Bootstrapper) launch(ctx context.Context, c *ssh.Client, env envs.Environment, bundlePath string) error {
 	state := path.Join(env.WorkerHome, StateDir(env.ID))
-	pidf := path.Join(state, "worker.pid")
+	pidf := WorkerPIDPath(env.WorkerHome, env.ID)
 	actx, acancel := b.command(ctx)
 	pid, alive := workerAlive(actx, c, pidf)
 	acancel()
@@ -462,7 +462,7 @@ func (b *Bootstrapper) releaseBox(ctx context.Context, env envs.Environment) err
 		return err
 	}
 	defer c.Close()
-	pidf := path.Join(env.WorkerHome, StateDir(env.ID), "worker.pid")
+	pidf := WorkerPIDPath(env.WorkerHome, env.ID)
 	_, err = Run(ctx, c, `p=$(cat `+Quote(pidf)+` 2>/dev/null) && [ -n "$p" ] && kill "$p" 2>/dev/null; true`)
 	return err
 }
