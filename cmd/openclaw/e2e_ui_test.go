@@ -296,6 +296,15 @@ func TestControlUIInChromium(t *testing.T) {
 	}
 	p.shot("pulled-back")
 
+	// Move to worker: the session goes back out (to the warm environment) and returns again.
+	p.do("move to worker", chromedp.SetValue(`#move-profile`, "local"), chromedp.Click(`#move`))
+	p.until("running again", `document.querySelector('#runs-on .badge')?.textContent === 'running' && document.querySelector('#steps li[data-to=active]') !== null`)
+	if steps := eval[string](p, `[...document.querySelectorAll('#steps li')].map(l => l.dataset.to).join(',')`); !strings.HasPrefix(steps, "requested,provisioning,syncing,starting,active") {
+		t.Fatalf("dispatch steps %q", steps)
+	}
+	p.do("pull back again", chromedp.Click(`#pullback`))
+	p.until("back on the gateway", `document.getElementById('runs-on').textContent.startsWith('Runs on gateway') && document.querySelector('#came-back .commits') !== null`)
+
 	// Environments: destroy the session's environment from its page.
 	p.do("environments", chromedp.Click(`a[href="/environments"]`), chromedp.WaitVisible(`#env-table tr[data-env=`+envID+`]`))
 	p.shot("environments")
@@ -323,6 +332,31 @@ func TestControlUIInChromium(t *testing.T) {
 	p.until("the static warning", `document.getElementById('profile-warning').textContent.includes('development only')`)
 	p.until("the list shows it", `document.querySelector('#profile-list li[data-profile=shared-host] .warn') !== null`)
 	p.shot("profiles")
+
+	// A dispatch that fails names the reason and the recovery; Retry tries again once the
+	// operator has fixed the profile.
+	leases := filepath.Join(root, "leases")
+	applyProfile := func(env map[string]string) {
+		t.Helper()
+		f := filepath.Join(root, "flaky.yaml")
+		if err := os.WriteFile(f, []byte("profiles:\n"+leaseDirProfile("flaky", leases, env)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(openclawBin, "profile", "apply", "-f", f, "--gateway", g.addr, "--data-dir", g.dataDir).CombinedOutput(); err != nil {
+			t.Fatalf("profile apply: %v %s", err, out)
+		}
+	}
+	applyProfile(map[string]string{"LEASE_DIR_WARMUP_FAIL": "no capacity in region"})
+	p.do("new session on the flaky profile", chromedp.Navigate(base+"/new"), chromedp.WaitVisible(`button.target[data-profile=flaky]`),
+		chromedp.SetValue(`#workspace`, ws), chromedp.Click(`button.target[data-profile=flaky]`), chromedp.WaitVisible(`#machine-class`), chromedp.Click(`#create`))
+	p.until("the failure and Retry", `document.getElementById('create-error').textContent.includes('no capacity in region') && !document.getElementById('retry').hidden`)
+	if got := eval[string](p, `document.getElementById('create-error').textContent`); !strings.Contains(got, "Recovery:") {
+		t.Fatalf("failure without a recovery: %q", got)
+	}
+	p.shot("new-session-failed")
+	applyProfile(nil)
+	p.do("retry", chromedp.Click(`#retry`))
+	p.until("the retried dispatch is running", `document.querySelector('#create-steps li[data-to=active]') !== null && document.getElementById('retry').hidden`)
 
 	// 390×844: the chat view fits the width (no sideways scrolling) and keeps its controls.
 	p.do("phone", chromedp.EmulateViewport(390, 844), chromedp.Navigate(base+"/sessions/"+id), chromedp.WaitVisible(`#send`))
