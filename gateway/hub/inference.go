@@ -54,12 +54,9 @@ func (s *Server) serveInferenceCredit(_ context.Context, wc *workerConn, f proto
 	if err := protocol.DecodeParams(f.Params, &p); err != nil {
 		return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeInvalidFrame, "params: %v", err))
 	}
-	key := protocol.InferenceStartParams{SessionID: p.SessionID, RunEpoch: p.RunEpoch, TurnID: p.TurnID}.CallKey()
-	wc.cmu.Lock()
-	if c := wc.calls[key]; c != nil {
+	if c := wc.call(p.SessionID, p.RunEpoch, p.TurnID); c != nil {
 		c.window.Grant(p.Limit)
 	}
-	wc.cmu.Unlock()
 	res, _ := protocol.Response(f.ID, struct{}{})
 	return res
 }
@@ -70,15 +67,20 @@ func (s *Server) serveInferenceCancel(_ context.Context, wc *workerConn, f proto
 	if err := protocol.DecodeParams(f.Params, &p); err != nil {
 		return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeInvalidFrame, "params: %v", err))
 	}
-	key := protocol.InferenceStartParams{SessionID: p.SessionID, RunEpoch: p.RunEpoch, TurnID: p.TurnID}.CallKey()
-	wc.cmu.Lock()
-	c := wc.calls[key]
-	wc.cmu.Unlock()
+	c := wc.call(p.SessionID, p.RunEpoch, p.TurnID)
 	if c != nil {
 		c.cancel()
 	}
 	res, _ := protocol.Response(f.ID, map[string]bool{"canceled": c != nil})
 	return res
+}
+
+// call returns the call in flight of a turn, nil when there is none.
+func (wc *workerConn) call(sessionID string, runEpoch uint64, turnID string) *proxyCall {
+	key := protocol.InferenceStartParams{SessionID: sessionID, RunEpoch: runEpoch, TurnID: turnID}.CallKey()
+	wc.cmu.Lock()
+	defer wc.cmu.Unlock()
+	return wc.calls[key]
 }
 
 // serveTranscriptContext reads a session's model context for the worker's next call, from a
@@ -98,29 +100,20 @@ func (s *Server) serveTranscriptContext(ctx context.Context, wc *workerConn, f p
 	if wc.sessionID != "" && p.SessionID != wc.sessionID {
 		return fail(protocol.CodeSessionNotAttached, "this worker is admitted for session %s only", wc.sessionID)
 	}
-	release, e := s.reserve(wc, len(f.Params))
-	if e != nil {
-		return protocol.ErrorResponse(f.ID, e), true
-	}
-	f.Params = nil
-	wc.spawn(release, func() {
-		res := func() protocol.Frame {
-			if e := s.checkBinding(ctx, wc, p.SessionID, p.OwnerEpoch); e != nil {
-				return protocol.ErrorResponse(f.ID, e)
-			}
-			out, err := cb.WorkerContext(ctx, p)
-			if err != nil {
-				return s.errorFrame(wc, f, err)
-			}
-			r, err := protocol.Response(f.ID, out)
-			if err != nil {
-				return s.errorFrame(wc, f, err)
-			}
-			return r
-		}()
-		wc.answer(ctx, res)
+	return s.spawnCall(ctx, wc, &f, func() protocol.Frame {
+		if e := s.checkBinding(ctx, wc, p.SessionID, p.OwnerEpoch); e != nil {
+			return protocol.ErrorResponse(f.ID, e)
+		}
+		out, err := cb.WorkerContext(ctx, p)
+		if err != nil {
+			return s.errorFrame(wc, f, err)
+		}
+		r, err := protocol.Response(f.ID, out)
+		if err != nil {
+			return s.errorFrame(wc, f, err)
+		}
+		return r
 	})
-	return protocol.Frame{}, false
 }
 
 // serveInferenceStart checks a model call's shape and budget on the read loop, then runs it (see

@@ -67,6 +67,19 @@ func (wc *workerConn) spawn(release func(), fn func()) {
 	}()
 }
 
+// spawnCall takes a call of f's params bytes from wc's and its environment's budgets (or answers
+// capacity-exceeded now), drops the params (the decoded ones are what the call keeps) and answers f
+// from a goroutine of wc with what serve returns.
+func (s *Server) spawnCall(ctx context.Context, wc *workerConn, f *protocol.Frame, serve func() protocol.Frame) (protocol.Frame, bool) {
+	release, e := s.reserve(wc, len(f.Params))
+	if e != nil {
+		return protocol.ErrorResponse(f.ID, e), true
+	}
+	f.Params = nil
+	wc.spawn(release, func() { wc.answer(ctx, serve()) })
+	return protocol.Frame{}, false
+}
+
 // answer writes a frame from a goroutine other than the read loop; a connection that cannot take
 // it is closed (the read loop then ends). It reports whether the frame was written.
 func (wc *workerConn) answer(ctx context.Context, f protocol.Frame) bool {

@@ -31,32 +31,25 @@ func (s *Server) serveToolCall(ctx context.Context, wc *workerConn, f protocol.F
 	if tool == nil {
 		return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeMethodNotAllowed, "no gateway tool %.64q", p.Name)), true
 	}
-	release, e := s.reserve(wc, len(f.Params))
-	if e != nil {
-		return protocol.ErrorResponse(f.ID, e), true
-	}
-	f.Params = nil
-	wc.spawn(release, func() {
-		res := func() protocol.Frame {
-			if e := s.checkBinding(ctx, wc, p.SessionID, p.OwnerEpoch); e != nil {
-				return protocol.ErrorResponse(f.ID, e)
-			}
-			if e := s.checkRun(ctx, wc, p.SessionID, p.RunID, 0); e != nil {
-				return protocol.ErrorResponse(f.ID, e)
-			}
-			tctx, cancel := context.WithTimeout(ctx, gatewayToolTimeout)
-			defer cancel()
-			out, err := tool.Run(tctx, p.Arguments)
-			if err != nil {
-				out = tools.Result{IsError: true, Content: []protocol.Content{{Type: protocol.ContentText, Text: p.Name + ": " + err.Error()}}}
-			}
-			s.auditTool(wc.envID, p, out.IsError)
-			r, _ := protocol.Response(f.ID, protocol.ToolCallResult{Content: out.Content, Details: out.Details, IsError: out.IsError})
-			return r
-		}()
-		wc.answer(ctx, res)
+	return s.spawnCall(ctx, wc, &f, func() protocol.Frame {
+		if e := s.checkBinding(ctx, wc, p.SessionID, p.OwnerEpoch); e != nil {
+			return protocol.ErrorResponse(f.ID, e)
+		}
+		if e := s.checkRun(ctx, wc, p.SessionID, p.RunID, 0); e != nil {
+			return protocol.ErrorResponse(f.ID, e)
+		}
+		tctx, cancel := context.WithTimeout(ctx, gatewayToolTimeout)
+		defer cancel()
+		// The tool acts for the session the admission binds (sessions_* tools read it).
+		tctx = tools.WithCall(tctx, tools.Call{SessionID: p.SessionID, RunID: p.RunID, ToolCallID: p.ToolCallID})
+		out, err := tool.Run(tctx, p.Arguments)
+		if err != nil {
+			out = tools.Result{IsError: true, Content: []protocol.Content{{Type: protocol.ContentText, Text: p.Name + ": " + err.Error()}}}
+		}
+		s.auditTool(wc.envID, p, out.IsError)
+		r, _ := protocol.Response(f.ID, protocol.ToolCallResult{Content: out.Content, Details: out.Details, IsError: out.IsError})
+		return r
 	})
-	return protocol.Frame{}, false
 }
 
 func (s *Server) auditTool(envID string, p protocol.ToolCallParams, isError bool) {
