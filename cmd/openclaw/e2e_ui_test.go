@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
@@ -10,18 +9,17 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/openclaw/cloudworkers/gateway/turns"
+	"github.com/openclaw/cloudworkers/internal/browsertest"
 	"github.com/openclaw/cloudworkers/internal/testenv"
 )
 
-// screenshotsEnv names a directory where the browser test writes the PNG screenshots of each page
-// that docs/ui.md shows (OPENCLAW_UI_SCREENSHOTS=docs from the repository root).
-const screenshotsEnv = "OPENCLAW_UI_SCREENSHOTS"
+// rootRel is the repository root seen from this package (screenshots go to docs/ there).
+const rootRel = "../.."
 
 // uiScript is the worker session's script: a first turn that writes a file, then waits in a
 // command for the test to release it (so the test can reload mid-turn) and commits; a second
@@ -36,126 +34,6 @@ func uiScript(release, never string) string {
 ]`, release, never)
 }
 
-// startChromium starts one headless Debian Chromium for the test, with a fresh profile and no
-// background traffic (it talks to the gateway on loopback only).
-func startChromium(t *testing.T) context.Context {
-	t.Helper()
-	testenv.RequireCommands(t, "chromium")
-	bin, _ := testenv.LookPath("chromium")
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(bin), chromedp.UserDataDir(t.TempDir()),
-		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-features", "Translate,MediaRouter,OptimizationHints"),
-		chromedp.Flag("window-size", "1280,800"),
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancelBrowser(); cancelAlloc() })
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	return bctx
-}
-
-// page is one browser tab under test: its steps are bounded, and a failing test leaves a
-// screenshot and the page's HTML in its artifact directory.
-type page struct {
-	t    *testing.T
-	ctx  context.Context
-	name string
-}
-
-func newPage(t *testing.T, browser context.Context, name string, isolated bool) *page {
-	t.Helper()
-	var opts []chromedp.ContextOption
-	if isolated {
-		opts = append(opts, chromedp.WithNewBrowserContext())
-	}
-	ctx, cancel := chromedp.NewContext(browser, opts...)
-	p := &page{t: t, ctx: ctx, name: name}
-	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 800)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			p.artifacts()
-		}
-		cancel()
-	})
-	return p
-}
-
-func (p *page) artifacts() {
-	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
-	defer cancel()
-	dir := p.t.ArtifactDir()
-	if png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot()); err == nil {
-		_ = os.WriteFile(filepath.Join(dir, p.name+"-failure.png"), png, 0o644)
-	}
-	if html, err := chromedp.Run(ctx, chromedp.OuterHTML("html")); err == nil {
-		_ = os.WriteFile(filepath.Join(dir, p.name+"-failure.html"), []byte(html), 0o644)
-	}
-	p.t.Logf("browser artifacts of tab %s (screenshot, HTML) in %s", p.name, dir)
-}
-
-// do runs steps with a bound.
-func (p *page) do(what string, steps ...chromedp.Action[chromedp.Void]) {
-	p.t.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, 60*time.Second)
-	defer cancel()
-	if err := chromedp.Do(ctx, steps...); err != nil {
-		p.t.Fatalf("%s: %v", what, err)
-	}
-}
-
-// eval evaluates a JavaScript expression in the page.
-func eval[T any](p *page, expr string) T {
-	p.t.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
-	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
-	if err != nil {
-		p.t.Fatalf("evaluate %s: %v", expr, err)
-	}
-	return v
-}
-
-// until waits, on every DOM change, for a JavaScript predicate to hold.
-func (p *page) until(what, predicate string) {
-	p.t.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, 90*time.Second)
-	defer cancel()
-	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](predicate, chromedp.WithPollingMutation(), chromedp.WithPollingTimeout(80*time.Second))); err != nil {
-		p.t.Fatalf("waiting for %s (%s): %v", what, predicate, err)
-	}
-}
-
-// shot writes a screenshot for the docs when OPENCLAW_UI_SCREENSHOTS is set.
-func (p *page) shot(name string) {
-	p.t.Helper()
-	dir := os.Getenv(screenshotsEnv)
-	if dir == "" {
-		return
-	}
-	if !filepath.IsAbs(dir) {
-		dir = filepath.Join("..", "..", dir) // relative to the repository root
-	}
-	png, err := chromedp.Run(p.ctx, chromedp.CaptureScreenshot())
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "ui-"+name+".png"), png, 0o644); err != nil {
-		p.t.Fatal(err)
-	}
-}
-
-// textCount is a JS expression counting the elements matching sel whose text contains s.
-func textCount(sel, s string) string {
-	return fmt.Sprintf(`[...document.querySelectorAll(%q)].filter(e => e.textContent.includes(%q)).length`, sel, s)
-}
-
 // TestControlUIInChromium drives the Control UI in Debian's Chromium against a real gateway with
 // the built-in local box and the scripted model: sign in through `openclaw ui`, create a worker
 // session from the UI and watch its badge reach running, stream a turn and reload in the middle
@@ -163,7 +41,7 @@ func textCount(sel, s string) string {
 // destroy the environment, and get a bad profile's field named.
 func TestControlUIInChromium(t *testing.T) {
 	testenv.RequireCommands(t, "chromium", "git")
-	browser := startChromium(t)
+	browser := browsertest.Start(t)
 	root := t.TempDir()
 	release, never := filepath.Join(root, "release"), filepath.Join(root, "never")
 	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedModels(t, root, map[string]string{"ui": uiScript(release, never)}))
@@ -189,33 +67,33 @@ func TestControlUIInChromium(t *testing.T) {
 	if !strings.HasPrefix(link, base+"/login?token=") {
 		t.Fatalf("openclaw ui printed %q, want %s/login?token=…", link, base)
 	}
-	fresh := newPage(t, browser, "signin", true)
-	fresh.do("open the sign-in form", chromedp.Navigate(base+"/"), chromedp.WaitVisible(`input#token`))
-	if label := eval[string](fresh, `document.querySelector('label[for=token]').textContent`); label != "Token" {
+	fresh := browsertest.NewPage(t, browser, "signin", true)
+	fresh.Do("open the sign-in form", chromedp.Navigate(base+"/"), chromedp.WaitVisible(`input#token`))
+	if label := browsertest.Eval[string](fresh, `document.querySelector('label[for=token]').textContent`); label != "Token" {
 		t.Fatalf("sign-in field labelled %q", label)
 	}
-	fresh.shot("login")
-	p := newPage(t, browser, "main", true)
-	p.do("sign in", chromedp.Navigate(link), chromedp.WaitVisible(`#session-list-status`))
-	if loc := eval[string](p, `location.href`); loc != base+"/" {
+	fresh.Shot(rootRel, "login")
+	p := browsertest.NewPage(t, browser, "main", true)
+	p.Do("sign in", chromedp.Navigate(link), chromedp.WaitVisible(`#session-list-status`))
+	if loc := browsertest.Eval[string](p, `location.href`); loc != base+"/" {
 		t.Fatalf("after sign-in the address is %q, want %s/ (no token)", loc, base)
 	}
-	if c := eval[string](p, `document.cookie`); c != "" {
+	if c := browsertest.Eval[string](p, `document.cookie`); c != "" {
 		t.Fatalf("page script can read cookies %q (the session cookie must be HttpOnly)", c)
 	}
 
 	// A new worker session on the local profile: the badge walks the placement states to running.
-	p.do("open New session", chromedp.Click(`a[href="/new"]`), chromedp.WaitVisible(`button.target[data-profile=local]`),
+	p.Do("open New session", chromedp.Click(`a[href="/new"]`), chromedp.WaitVisible(`button.target[data-profile=local]`),
 		chromedp.WaitReady(`#model option`))
-	p.do("fill in", chromedp.SetValue(`#workspace`, ws), chromedp.Click(`#git`), chromedp.SetValue(`#title`, "ui worker"),
+	p.Do("fill in", chromedp.SetValue(`#workspace`, ws), chromedp.Click(`#git`), chromedp.SetValue(`#title`, "ui worker"),
 		chromedp.Click(`button.target[data-profile=local]`))
-	_ = eval[bool](p, `(() => { window.__badges = [];
+	_ = browsertest.Eval[bool](p, `(() => { window.__badges = [];
 		new MutationObserver(() => { const b = document.querySelector('#session-list .badge'); if (b && window.__badges.at(-1) !== b.textContent) window.__badges.push(b.textContent); })
 			.observe(document.getElementById('session-list'), {subtree: true, childList: true, characterData: true}); return true })()`)
-	p.do("create", chromedp.Click(`#create`))
-	p.until("the badge says running", `document.querySelector('#session-list .badge')?.textContent === 'running'`)
-	p.until("the steps reach active", `document.querySelector('#create-steps li[data-to=active]') !== null`)
-	badges := eval[[]string](p, `window.__badges`)
+	p.Do("create", chromedp.Click(`#create`))
+	p.Until("the badge says running", `document.querySelector('#session-list .badge')?.textContent === 'running'`)
+	p.Until("the steps reach active", `document.querySelector('#create-steps li[data-to=active]') !== null`)
+	badges := browsertest.Eval[[]string](p, `window.__badges`)
 	order := map[string]int{"provisioning": 1, "syncing": 2, "starting": 3, "running": 4}
 	if len(badges) < 2 || badges[len(badges)-1] != "running" {
 		t.Fatalf("badge went %v: want at least one placement step before running", badges)
@@ -225,50 +103,50 @@ func TestControlUIInChromium(t *testing.T) {
 			t.Fatalf("badge went %v: out of placement order", badges)
 		}
 	}
-	p.shot("new-session")
-	id := eval[string](p, `document.querySelector('#session-list li').dataset.session`)
+	p.Shot(rootRel, "new-session")
+	id := browsertest.Eval[string](p, `document.querySelector('#session-list li').dataset.session`)
 
 	// The chat view: send, stream, reload mid-turn.
-	p.do("open the session", chromedp.Click(`#open-session`), chromedp.WaitVisible(`#message`))
-	p.until("the header says where it runs", `document.getElementById('runs-on').textContent.startsWith('Runs on worker · local · env_')`)
-	if got := eval[string](p, `document.querySelector('label[for=message]').textContent`); got != "Message" {
+	p.Do("open the session", chromedp.Click(`#open-session`), chromedp.WaitVisible(`#message`))
+	p.Until("the header says where it runs", `document.getElementById('runs-on').textContent.startsWith('Runs on worker · local · env_')`)
+	if got := browsertest.Eval[string](p, `document.querySelector('label[for=message]').textContent`); got != "Message" {
 		t.Fatalf("message field labelled %q", got)
 	}
-	p.do("send", chromedp.SetValue(`#message`, "do the work"), chromedp.Click(`#send`))
+	p.Do("send", chromedp.SetValue(`#message`, "do the work"), chromedp.Click(`#send`))
 	liveExec := `[...document.querySelectorAll('#live .tool')].some(r => r.querySelector('.tool-name').textContent === 'exec' && r.querySelector('.tool-status').textContent === 'running')`
-	p.until("the streamed text and a running exec row", liveExec+` && `+textCount("#live .text", "Writing the file.")+` === 1`)
-	if !eval[bool](p, `document.getElementById('send').disabled && !document.getElementById('stop').disabled`) {
+	p.Until("the streamed text and a running exec row", liveExec+` && `+browsertest.TextCount("#live .text", "Writing the file.")+` === 1`)
+	if !browsertest.Eval[bool](p, `document.getElementById('send').disabled && !document.getElementById('stop').disabled`) {
 		t.Fatal("while the turn runs, Send must be disabled and Stop enabled")
 	}
-	counts := `JSON.stringify({text: ` + textCount("main .text", "Writing the file.") + `, write: ` + textCount("main .tool .tool-name", "write") +
-		`, exec: ` + textCount("main .tool .tool-name", "exec") + `, user: ` + textCount("main .msg.user", "do the work") + `})`
-	before := eval[string](p, counts)
-	p.shot("chat-streaming")
-	p.do("reload mid-turn", chromedp.Reload(), chromedp.WaitVisible(`#message`))
-	p.until("the replayed turn", liveExec+` && `+textCount("#live .text", "Writing the file.")+` === 1 && `+textCount("main .msg.user", "do the work")+` === 1`)
-	if after := eval[string](p, counts); after != before || before != `{"text":1,"write":1,"exec":1,"user":1}` {
+	counts := `JSON.stringify({text: ` + browsertest.TextCount("main .text", "Writing the file.") + `, write: ` + browsertest.TextCount("main .tool .tool-name", "write") +
+		`, exec: ` + browsertest.TextCount("main .tool .tool-name", "exec") + `, user: ` + browsertest.TextCount("main .msg.user", "do the work") + `})`
+	before := browsertest.Eval[string](p, counts)
+	p.Shot(rootRel, "chat-streaming")
+	p.Do("reload mid-turn", chromedp.Reload(), chromedp.WaitVisible(`#message`))
+	p.Until("the replayed turn", liveExec+` && `+browsertest.TextCount("#live .text", "Writing the file.")+` === 1 && `+browsertest.TextCount("main .msg.user", "do the work")+` === 1`)
+	if after := browsertest.Eval[string](p, counts); after != before || before != `{"text":1,"write":1,"exec":1,"user":1}` {
 		t.Fatalf("before the reload the page showed %s, after it %s: want each once", before, after)
 	}
 	if err := os.WriteFile(release, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p.until("the turn ends", `document.body.dataset.turn === 'idle' && `+textCount("#transcript .text", "All done here.")+` === 1`)
-	if got := eval[string](p, counts); got != `{"text":1,"write":1,"exec":1,"user":1}` {
+	p.Until("the turn ends", `document.body.dataset.turn === 'idle' && `+browsertest.TextCount("#transcript .text", "All done here.")+` === 1`)
+	if got := browsertest.Eval[string](p, counts); got != `{"text":1,"write":1,"exec":1,"user":1}` {
 		t.Fatalf("after the turn the page shows %s: want each once", got)
 	}
-	if res := eval[string](p, `[...document.querySelectorAll('#transcript .tool')].find(r => r.querySelector('.tool-name').textContent === 'exec').querySelector('.tool-result').textContent`); !strings.Contains(res, "committed") {
+	if res := browsertest.Eval[string](p, `[...document.querySelectorAll('#transcript .tool')].find(r => r.querySelector('.tool-name').textContent === 'exec').querySelector('.tool-result').textContent`); !strings.Contains(res, "committed") {
 		t.Fatalf("exec row result %q", res)
 	}
-	p.shot("chat")
+	p.Shot(rootRel, "chat")
 
 	// After a worker turn the gateway takes a checkpoint; Send waits for it.
-	p.until("the checkpoint", `document.getElementById('checkpoint').textContent.startsWith('Last checkpoint 1:') && !document.getElementById('send').disabled`)
+	p.Until("the checkpoint", `document.getElementById('checkpoint').textContent.startsWith('Last checkpoint 1:') && !document.getElementById('send').disabled`)
 
 	// Stop: a turn that would never end is cancelled from the page.
-	p.do("send again", chromedp.SetValue(`#message`, "wait forever"), chromedp.Click(`#send`))
-	p.until("the second turn runs its command", liveExec)
-	p.do("stop", chromedp.Click(`#stop`))
-	p.until("the turn is over", `document.body.dataset.turn === 'idle' && !document.getElementById('send').disabled`)
+	p.Do("send again", chromedp.SetValue(`#message`, "wait forever"), chromedp.Click(`#send`))
+	p.Until("the second turn runs its command", liveExec)
+	p.Do("stop", chromedp.Click(`#stop`))
+	p.Until("the turn is over", `document.body.dataset.turn === 'idle' && !document.getElementById('send').disabled`)
 	for _, tr := range g.turns(id) {
 		if tr.Status == turns.TurnRunning {
 			t.Fatalf("turn %s still running after Stop", tr.RunID)
@@ -276,48 +154,48 @@ func TestControlUIInChromium(t *testing.T) {
 	}
 
 	// Pull back: the steps pass and the worker's commit is named.
-	p.until("Pull back is offered", `!document.getElementById('pullback').hidden`)
-	envID := eval[string](p, `document.getElementById('runs-on').dataset.env`)
-	p.do("pull back", chromedp.Click(`#pullback`))
-	p.until("what came back", `document.querySelector('#came-back .commits li') !== null`)
+	p.Until("Pull back is offered", `!document.getElementById('pullback').hidden`)
+	envID := browsertest.Eval[string](p, `document.getElementById('runs-on').dataset.env`)
+	p.Do("pull back", chromedp.Click(`#pullback`))
+	p.Until("what came back", `document.querySelector('#came-back .commits li') !== null`)
 	tip := gitIn(t, ws, "rev-parse", "openclaw/"+strings.TrimPrefix(id, "ses_"))
-	if got := eval[string](p, `[...document.querySelectorAll('#came-back .commits li')].map(l => l.dataset.commit + ' ' + l.textContent).join('|')`); !strings.HasPrefix(got, tip+" "+tip[:12]+" worker commit") || strings.Contains(got, "|") {
+	if got := browsertest.Eval[string](p, `[...document.querySelectorAll('#came-back .commits li')].map(l => l.dataset.commit + ' ' + l.textContent).join('|')`); !strings.HasPrefix(got, tip+" "+tip[:12]+" worker commit") || strings.Contains(got, "|") {
 		t.Fatalf("after pull-back the page lists the commits %q, want only the worker's commit %s", got, tip[:12])
 	}
-	if got := eval[string](p, `document.querySelector('#came-back .files').textContent`); got != "A hello.txt" {
+	if got := browsertest.Eval[string](p, `document.querySelector('#came-back .files').textContent`); got != "A hello.txt" {
 		t.Fatalf("files of the commits: %q", got)
 	}
 	if got := gitIn(t, ws, "log", "-1", "--format=%s", tip); got != "worker commit" {
 		t.Fatalf("branch tip %s is %q", tip, got)
 	}
-	p.until("runs on gateway", `document.getElementById('runs-on').textContent.startsWith('Runs on gateway')`)
-	if steps := eval[string](p, `[...document.querySelectorAll('#steps li')].map(l => l.dataset.to).join(',')`); steps != "draining,reconciling,local" {
+	p.Until("runs on gateway", `document.getElementById('runs-on').textContent.startsWith('Runs on gateway')`)
+	if steps := browsertest.Eval[string](p, `[...document.querySelectorAll('#steps li')].map(l => l.dataset.to).join(',')`); steps != "draining,reconciling,local" {
 		t.Fatalf("pull-back steps %q", steps)
 	}
-	p.shot("pulled-back")
+	p.Shot(rootRel, "pulled-back")
 
 	// Move to worker: the session goes back out (to the warm environment) and returns again.
-	p.do("move to worker", chromedp.SetValue(`#move-profile`, "local"), chromedp.Click(`#move`))
-	p.until("running again", `document.querySelector('#runs-on .badge')?.textContent === 'running' && document.querySelector('#steps li[data-to=active]') !== null`)
-	if steps := eval[string](p, `[...document.querySelectorAll('#steps li')].map(l => l.dataset.to).join(',')`); !strings.HasPrefix(steps, "requested,provisioning,syncing,starting,active") {
+	p.Do("move to worker", chromedp.SetValue(`#move-profile`, "local"), chromedp.Click(`#move`))
+	p.Until("running again", `document.querySelector('#runs-on .badge')?.textContent === 'running' && document.querySelector('#steps li[data-to=active]') !== null`)
+	if steps := browsertest.Eval[string](p, `[...document.querySelectorAll('#steps li')].map(l => l.dataset.to).join(',')`); !strings.HasPrefix(steps, "requested,provisioning,syncing,starting,active") {
 		t.Fatalf("dispatch steps %q", steps)
 	}
-	p.do("pull back again", chromedp.Click(`#pullback`))
-	p.until("back on the gateway", `document.getElementById('runs-on').textContent.startsWith('Runs on gateway') && document.querySelector('#came-back .commits') !== null`)
+	p.Do("pull back again", chromedp.Click(`#pullback`))
+	p.Until("back on the gateway", `document.getElementById('runs-on').textContent.startsWith('Runs on gateway') && document.querySelector('#came-back .commits') !== null`)
 
 	// Environments: destroy the session's environment from its page.
-	p.do("environments", chromedp.Click(`a[href="/environments"]`), chromedp.WaitVisible(`#env-table tr[data-env=`+envID+`]`))
-	p.shot("environments")
-	p.do("open the environment", chromedp.Click(`tr[data-env=`+envID+`] a`), chromedp.WaitVisible(`#timeline li`))
-	p.shot("environment")
-	p.do("destroy", chromedp.Click(`#destroy`), chromedp.WaitVisible(`#confirm-destroy`), chromedp.Click(`#confirm-destroy`))
-	p.until("destroyed", `document.querySelector('dd[data-field=state]')?.textContent === 'destroyed'`)
+	p.Do("environments", chromedp.Click(`a[href="/environments"]`), chromedp.WaitVisible(`#env-table tr[data-env=`+envID+`]`))
+	p.Shot(rootRel, "environments")
+	p.Do("open the environment", chromedp.Click(`tr[data-env=`+envID+`] a`), chromedp.WaitVisible(`#timeline li`))
+	p.Shot(rootRel, "environment")
+	p.Do("destroy", chromedp.Click(`#destroy`), chromedp.WaitVisible(`#confirm-destroy`), chromedp.Click(`#confirm-destroy`))
+	p.Until("destroyed", `document.querySelector('dd[data-field=state]')?.textContent === 'destroyed'`)
 
 	// Profiles: a bad value is named; a static profile shows its development-only warning.
-	p.do("profiles", chromedp.Click(`a[href="/profiles"]`), chromedp.WaitVisible(`#profile-list li[data-profile=local]`))
-	p.do("bad profile", chromedp.SetValue(`#profile-yaml`, "id: bad\nprovider: local\nlifetime: {idleTimeout: banana}\n"), chromedp.Click(`#save-profile`))
-	p.until("the named field", `document.querySelector('#profile-error .field')?.textContent === 'lifetime.idleTimeout: '`)
-	p.shot("profile-error")
+	p.Do("profiles", chromedp.Click(`a[href="/profiles"]`), chromedp.WaitVisible(`#profile-list li[data-profile=local]`))
+	p.Do("bad profile", chromedp.SetValue(`#profile-yaml`, "id: bad\nprovider: local\nlifetime: {idleTimeout: banana}\n"), chromedp.Click(`#save-profile`))
+	p.Until("the named field", `document.querySelector('#profile-error .field')?.textContent === 'lifetime.idleTimeout: '`)
+	p.Shot(rootRel, "profile-error")
 	pub, _, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -328,10 +206,10 @@ func TestControlUIInChromium(t *testing.T) {
 	}
 	hostKey := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp)))
 	static := fmt.Sprintf("id: shared-host\nprovider: static\nsettings:\n  hosts:\n    - host: 198.18.0.10\n      user: worker\n      keyPath: %s\n      hostKey: %s\n", filepath.Join(root, "key"), hostKey)
-	p.do("static profile", chromedp.SetValue(`#profile-yaml`, static), chromedp.Click(`#save-profile`))
-	p.until("the static warning", `document.getElementById('profile-warning').textContent.includes('development only')`)
-	p.until("the list shows it", `document.querySelector('#profile-list li[data-profile=shared-host] .warn') !== null`)
-	p.shot("profiles")
+	p.Do("static profile", chromedp.SetValue(`#profile-yaml`, static), chromedp.Click(`#save-profile`))
+	p.Until("the static warning", `document.getElementById('profile-warning').textContent.includes('development only')`)
+	p.Until("the list shows it", `document.querySelector('#profile-list li[data-profile=shared-host] .warn') !== null`)
+	p.Shot(rootRel, "profiles")
 
 	// A dispatch that fails names the reason and the recovery; Retry tries again once the
 	// operator has fixed the profile.
@@ -347,24 +225,24 @@ func TestControlUIInChromium(t *testing.T) {
 		}
 	}
 	applyProfile(map[string]string{"LEASE_DIR_WARMUP_FAIL": "no capacity in region"})
-	p.do("new session on the flaky profile", chromedp.Navigate(base+"/new"), chromedp.WaitVisible(`button.target[data-profile=flaky]`),
+	p.Do("new session on the flaky profile", chromedp.Navigate(base+"/new"), chromedp.WaitVisible(`button.target[data-profile=flaky]`),
 		chromedp.SetValue(`#workspace`, ws), chromedp.Click(`button.target[data-profile=flaky]`), chromedp.WaitVisible(`#machine-class`), chromedp.Click(`#create`))
-	p.until("the failure and Retry", `document.getElementById('create-error').textContent.includes('no capacity in region') && !document.getElementById('retry').hidden`)
-	if got := eval[string](p, `document.getElementById('create-error').textContent`); !strings.Contains(got, "Recovery:") {
+	p.Until("the failure and Retry", `document.getElementById('create-error').textContent.includes('no capacity in region') && !document.getElementById('retry').hidden`)
+	if got := browsertest.Eval[string](p, `document.getElementById('create-error').textContent`); !strings.Contains(got, "Recovery:") {
 		t.Fatalf("failure without a recovery: %q", got)
 	}
-	p.shot("new-session-failed")
+	p.Shot(rootRel, "new-session-failed")
 	applyProfile(nil)
-	p.do("retry", chromedp.Click(`#retry`))
-	p.until("the retried dispatch is running", `document.querySelector('#create-steps li[data-to=active]') !== null && document.getElementById('retry').hidden`)
+	p.Do("retry", chromedp.Click(`#retry`))
+	p.Until("the retried dispatch is running", `document.querySelector('#create-steps li[data-to=active]') !== null && document.getElementById('retry').hidden`)
 
 	// 390×844: the chat view fits the width (no sideways scrolling) and keeps its controls.
-	p.do("phone", chromedp.EmulateViewport(390, 844), chromedp.Navigate(base+"/sessions/"+id), chromedp.WaitVisible(`#send`))
-	p.until("the transcript", textCount("#transcript .text", "All done here.")+` === 1`)
-	if w := eval[int](p, `document.documentElement.scrollWidth`); w > 390 {
+	p.Do("phone", chromedp.EmulateViewport(390, 844), chromedp.Navigate(base+"/sessions/"+id), chromedp.WaitVisible(`#send`))
+	p.Until("the transcript", browsertest.TextCount("#transcript .text", "All done here.")+` === 1`)
+	if w := browsertest.Eval[int](p, `document.documentElement.scrollWidth`); w > 390 {
 		t.Fatalf("at 390 px wide the page is %d px wide", w)
 	}
-	p.shot("chat-phone")
-	p.do("home", chromedp.EmulateViewport(1280, 800), chromedp.Navigate(base+"/"), chromedp.WaitVisible(`#session-list .badge, #session-list li`))
-	p.shot("sessions")
+	p.Shot(rootRel, "chat-phone")
+	p.Do("home", chromedp.EmulateViewport(1280, 800), chromedp.Navigate(base+"/"), chromedp.WaitVisible(`#session-list .badge, #session-list li`))
+	p.Shot(rootRel, "sessions")
 }

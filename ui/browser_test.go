@@ -1,0 +1,202 @@
+package ui_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/coder/websocket"
+	"github.com/coder/websocket/wsjson"
+	"github.com/labstack/echo/v4"
+
+	"github.com/openclaw/cloudworkers/gateway/api"
+	"github.com/openclaw/cloudworkers/internal/browsertest"
+	"github.com/openclaw/cloudworkers/ui"
+)
+
+// fakeAPI serves the UI over stand-in /api/v1 routes of the shapes the gateway serves, so the
+// browser can be given sizes a real gateway takes long to build (10,000 entries, 1,000 sessions).
+type fakeAPI struct {
+	sessions int
+	entries  int
+	// deltas, when set, is streamed to GET /sessions/:id/stream as one running turn's text.
+	deltas int
+	gap    time.Duration
+}
+
+func (f *fakeAPI) start(t testing.TB) string {
+	t.Helper()
+	h, err := ui.New(ui.Config{Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	running := f.deltas > 0
+	routes := func(g *echo.Group) {
+		g.GET("/sessions", func(c echo.Context) error {
+			list := make([]map[string]any, f.sessions)
+			for i := range list {
+				list[i] = map[string]any{"id": fmt.Sprintf("ses_%06d", i), "title": fmt.Sprintf("session %d", i), "model": "demo/demo",
+					"createdAt": now.Add(time.Duration(i) * time.Second)}
+			}
+			return c.JSON(http.StatusOK, list)
+		})
+		g.GET("/placements", func(c echo.Context) error {
+			list := []map[string]any{}
+			for i := 0; i < f.sessions; i += 3 {
+				list = append(list, map[string]any{"sessionId": fmt.Sprintf("ses_%06d", i), "state": "active"})
+			}
+			return c.JSON(http.StatusOK, list)
+		})
+		g.GET("/profiles", func(c echo.Context) error { return c.JSON(http.StatusOK, []any{}) })
+		g.GET("/sessions/:id/transcript", func(c echo.Context) error {
+			entries := make([]map[string]any, f.entries)
+			for i := range entries {
+				role := "user"
+				if i%2 == 1 {
+					role = "assistant"
+				}
+				msg, _ := json.Marshal(map[string]any{"role": role, "content": []map[string]string{{"type": "text", "text": fmt.Sprintf("entry %d", i)}}})
+				entries[i] = map[string]any{"id": fmt.Sprintf("e%d", i), "type": "message", "runEpoch": i / 2, "content": json.RawMessage(msg)}
+			}
+			return c.JSON(http.StatusOK, map[string]any{"session": map[string]any{"id": c.Param("id"), "title": "big"}, "entries": entries})
+		})
+		g.GET("/sessions/:id/turns", func(c echo.Context) error {
+			if running {
+				return c.JSON(http.StatusOK, []map[string]any{{"runId": "run_1", "runEpoch": 1 << 30, "status": "running", "cursor": 0}})
+			}
+			return c.JSON(http.StatusOK, []any{})
+		})
+		g.GET("/sessions/:id/placement", func(c echo.Context) error {
+			return c.JSON(http.StatusOK, map[string]any{"placement": map[string]any{"state": "local"}, "events": []any{}})
+		})
+		g.GET("/events", func(c echo.Context) error {
+			conn, err := websocket.Accept(c.Response(), c.Request(), nil)
+			if err != nil {
+				return nil
+			}
+			defer conn.CloseNow()
+			<-conn.CloseRead(c.Request().Context()).Done()
+			return nil
+		})
+		g.GET("/sessions/:id/stream", func(c echo.Context) error {
+			conn, err := websocket.Accept(c.Response(), c.Request(), nil)
+			if err != nil {
+				return nil
+			}
+			defer conn.CloseNow()
+			ctx := conn.CloseRead(c.Request().Context())
+			tick := time.NewTicker(f.gap)
+			defer tick.Stop()
+			for i := 1; i <= f.deltas; i++ {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-tick.C:
+				}
+				// the delta carries its send time (µs since the epoch) for the page to measure
+				d := fmt.Sprintf("[%d] ", time.Now().UnixMicro())
+				if err := wsjson.Write(ctx, conn, map[string]any{"type": "live", "cursor": i, "runId": "run_1",
+					"event": map[string]any{"type": "text_delta", "delta": d}}); err != nil {
+					return nil
+				}
+			}
+			<-ctx.Done()
+			return nil
+		})
+	}
+	srv := api.New(api.Config{Token: token, UI: h, Mount: []func(g *echo.Group){routes}})
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	return ts.URL
+}
+
+func signIn(t testing.TB, p *browsertest.Page, base string) {
+	t.Helper()
+	p.Do("sign in", chromedp.Navigate(base+"/login?token="+url.QueryEscape(token)), chromedp.WaitVisible(`#session-list-status`))
+}
+
+// A 10,000-entry transcript renders a window of the newest entries; "Show earlier entries"
+// widens it. The page never holds the whole transcript in its DOM.
+func TestLongTranscriptIsWindowed(t *testing.T) {
+	browser := browsertest.Start(t)
+	base := (&fakeAPI{sessions: 3, entries: 10000}).start(t)
+	p := browsertest.NewPage(t, browser, "window", false)
+	signIn(t, p, base)
+	p.Do("open", chromedp.Navigate(base+"/sessions/ses_big"), chromedp.WaitVisible(`#message`))
+	p.Until("the window", `document.getElementById('transcript').dataset.total === '10000'`)
+	if n := browsertest.Eval[int](p, `document.querySelectorAll('#transcript > li').length`); n != 200 {
+		t.Fatalf("%d entries in the DOM, want a window of 200", n)
+	}
+	first := browsertest.Eval[string](p, `document.querySelector('#transcript > li p').textContent`)
+	last := browsertest.Eval[string](p, `document.querySelector('#transcript > li:last-child p').textContent`)
+	if first != "entry 9800" || last != "entry 9999" {
+		t.Fatalf("window from %q to %q, want entry 9800 to entry 9999", first, last)
+	}
+	p.Do("show earlier", chromedp.Click(`#earlier`))
+	p.Until("a wider window", `document.querySelectorAll('#transcript > li').length === 400`)
+	if got := browsertest.Eval[string](p, `document.getElementById('earlier').textContent`); got != "Show earlier entries (9600 more)" {
+		t.Fatalf("button says %q", got)
+	}
+}
+
+// BenchmarkUI reports, measured in the browser: the Sessions page's first render with 1,000
+// sessions, opening a session of 10,000 entries, and stream-to-DOM latency of 1,000 deltas
+// (p50, p99: from the server writing the delta to the text being in the page).
+func BenchmarkUI(b *testing.B) {
+	browser := browsertest.Start(b)
+	b.Run("sessions-1000", func(b *testing.B) {
+		base := (&fakeAPI{sessions: 1000}).start(b)
+		p := browsertest.NewPage(b, browser, "sessions", false)
+		signIn(b, p, base)
+		var total float64
+		for i := 0; i < b.N; i++ {
+			p.Do("load", chromedp.Navigate(base+"/"))
+			p.Until("1000 rows", `document.querySelectorAll('#session-list li').length === 1000`)
+			total += browsertest.Eval[float64](p, `performance.now()`)
+		}
+		b.ReportMetric(total/float64(b.N), "ms/first-render")
+	})
+	b.Run("transcript-10000", func(b *testing.B) {
+		base := (&fakeAPI{sessions: 1, entries: 10000}).start(b)
+		p := browsertest.NewPage(b, browser, "transcript", false)
+		signIn(b, p, base)
+		var total float64
+		for i := 0; i < b.N; i++ {
+			p.Do("load", chromedp.Navigate(base+"/sessions/ses_big"))
+			p.Until("the window", `document.getElementById('transcript').dataset.total === '10000'`)
+			total += browsertest.Eval[float64](p, `performance.now()`)
+		}
+		b.ReportMetric(total/float64(b.N), "ms/open")
+	})
+	b.Run("stream-to-dom-1000", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			base := (&fakeAPI{sessions: 1, deltas: 1000, gap: 2 * time.Millisecond}).start(b)
+			p := browsertest.NewPage(b, browser, "stream", false)
+			signIn(b, p, base)
+			p.Do("open", chromedp.Navigate(base+"/sessions/ses_live"), chromedp.WaitVisible(`#message`))
+			_ = browsertest.Eval[bool](p, `(() => { window.__lat = [];
+				new MutationObserver(() => {
+					const el = document.querySelector('#live .text'); if (!el) return;
+					const now = (performance.timeOrigin + performance.now()) * 1000;
+					for (const m of el.textContent.slice(window.__seen || 0).matchAll(/\[(\d+)\]/g)) window.__lat.push((now - Number(m[1])) / 1000);
+					window.__seen = el.textContent.length;
+				}).observe(document.getElementById('live'), {subtree: true, childList: true, characterData: true}); return true })()`)
+			p.Until("1000 deltas", `window.__lat.length >= 990`)
+			lat := browsertest.Eval[[]float64](p, `window.__lat`)
+			sort.Float64s(lat)
+			b.ReportMetric(lat[len(lat)/2], "ms-p50")
+			b.ReportMetric(lat[len(lat)*99/100], "ms-p99")
+			if !strings.Contains(browsertest.Eval[string](p, `document.getElementById('turn-status').textContent`), "running") {
+				b.Fatal("the streamed turn is not shown as running")
+			}
+		}
+	})
+}
