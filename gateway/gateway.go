@@ -25,6 +25,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/hub"
 	"github.com/openclaw/cloudworkers/gateway/inference"
 	"github.com/openclaw/cloudworkers/gateway/inference/builtin"
+	"github.com/openclaw/cloudworkers/gateway/mcp"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
@@ -305,6 +306,14 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	// /mcp: the MCP server over streamable HTTP, driving this gateway's own API on loopback.
+	mcpSrv, err := mcp.New(mcp.Config{Client: api.NewClient(mcp.LoopbackURL(ln.Addr()), token), Log: log.With("subsystem", "mcp")})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	closers.Push("mcp", func(context.Context) error { mcpSrv.Close(); return nil })
+	srv.Echo.Any("/mcp", echo.WrapHandler(mcpSrv.HTTPHandler(token, dataDir)))
 	// Streams and long polls lift the read and write deadlines for themselves (api.Server.streams).
 	httpSrv := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: APIReadTimeout,
 		WriteTimeout: APIWriteTimeout, IdleTimeout: APIIdleTimeout}

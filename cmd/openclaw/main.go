@@ -92,6 +92,7 @@ token from <data-dir>/gateway.token, or --token.`,
 		newSyncCmd(g),
 		newDemoCmd(g),
 		newUICmd(g),
+		newMCPCmd(g),
 	)
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/cobra"
+
+	"github.com/openclaw/cloudworkers/gateway"
+	"github.com/openclaw/cloudworkers/gateway/mcp"
+)
+
+func newMCPCmd(g *globals) *cobra.Command {
+	var cfg mcp.Config
+	var logLevel string
+	cmd := &cobra.Command{
+		Use:   "mcp",
+		Short: "Serve cloud workers to an MCP client (Claude Code, Codex CLI, Cursor) over stdio",
+		Long: `Run an MCP server on stdin/stdout for an agent we did not write. Its tools (dispatch, status, send,
+pullback, list_sessions, list_environments, destroy_environment) drive a running gateway's API at
+--gateway with the token of --data-dir, like the other CLI commands. Add it to a client as
+{"command": "openclaw", "args": ["mcp"]}. The gateway also serves the same tools over streamable
+HTTP at /mcp (see openclaw mcp token). Logs go to stderr.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			cfg.Client = c
+			cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+			srv, err := mcp.New(cfg)
+			if err != nil {
+				return err
+			}
+			err = srv.Run(cmd.Context(), &sdk.StdioTransport{})
+			if err == nil || errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
+				return nil // the client left, or we were told to stop
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.DefaultProfile, "profile", "", "worker profile of a dispatch that names none (default: dispatch requires one)")
+	f.IntVar(&cfg.MaxBackground, "max-background", mcp.DefaultMaxBackground, "dispatches with wait: false followed at once")
+	f.DurationVar(&cfg.CallTimeout, "call-timeout", mcp.DefaultCallTimeout, "bound of one waiting tool call (dispatch, send, pullback)")
+	f.Int64Var(&cfg.MaxResourceBytes, "max-resource-bytes", mcp.DefaultMaxResourceBytes, "bound of one resource read (transcript, diff)")
+	f.StringVar(&logLevel, "log-level", "warn", "log level on stderr: debug, info, warn, error")
+	cmd.AddCommand(newMCPTokenCmd(g))
+	return cmd
+}
+
+func newMCPTokenCmd(g *globals) *cobra.Command {
+	var rotate bool
+	cmd := &cobra.Command{
+		Use:   "token [--rotate]",
+		Short: "Print (creating it on first use) the token that opens the gateway's /mcp endpoint",
+		Long: `Print the MCP token of the gateway's data dir (<data-dir>/` + mcp.TokenFile + `, mode 0600), creating it when
+missing. The token opens the gateway's streamable-HTTP MCP endpoint /mcp and nothing else: an MCP
+client holding it can use the MCP tools (dispatch and follow sessions, list sessions and environments,
+destroy environments) but cannot reach /api/v1 (profiles, credentials, audit) or sign in to the
+Control UI. --rotate replaces it; the old token stops working at once, with no gateway restart.`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			dir := g.dataDir
+			if dir == "" {
+				dir = gateway.DefaultDataDir()
+			}
+			if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+				return fmt.Errorf("data dir %s: not a directory (start the gateway with --data-dir %s first, or pass --data-dir)", dir, dir)
+			}
+			tok, err := mcp.EnsureToken(dir, rotate)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(stdout, tok)
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&rotate, "rotate", false, "replace the token (the old one stops working)")
+	return cmd
+}

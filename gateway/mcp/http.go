@@ -1,0 +1,127 @@
+package mcp
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/openclaw/cloudworkers/internal/atomicfile"
+)
+
+// TokenFile is the MCP token's file in the gateway's data dir (mode 0600). The token opens /mcp
+// and nothing else: it cannot reach /api/v1 (no profiles, credentials, audit or Control UI).
+const TokenFile = "mcp.token"
+
+// minTokenLen refuses a token file too short to be a real token.
+const minTokenLen = 32
+
+// EnsureToken returns the MCP token of a data dir, generating it when missing or when rotate is
+// set (the old token stops working at once).
+func EnsureToken(dataDir string, rotate bool) (string, error) {
+	path := filepath.Join(dataDir, TokenFile)
+	if !rotate {
+		tok, err := ReadToken(dataDir)
+		if err == nil {
+			return tok, nil
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return "", err
+		}
+	}
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", err
+	}
+	tok := "ocmcp_" + hex.EncodeToString(raw[:])
+	if err := atomicfile.Write(path, []byte(tok+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write MCP token: %w", err)
+	}
+	return tok, nil
+}
+
+// ReadToken reads the MCP token of a data dir; a missing file is os.ErrNotExist.
+func ReadToken(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, TokenFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(b))
+	if len(tok) < minTokenLen {
+		return "", fmt.Errorf("MCP token file %s is too short: run `openclaw mcp token --rotate`", path)
+	}
+	return tok, nil
+}
+
+// HTTPHandler serves the MCP server over streamable HTTP. A request must carry
+// "Authorization: Bearer T" with T the operator's gateway token or the MCP token of dataDir
+// (read at each request, so a rotated token takes effect at once).
+func (s *Server) HTTPHandler(operatorToken, dataDir string) http.Handler {
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{
+		SessionTimeout: s.cfg.SessionTimeout,
+		Logger:         s.cfg.Log,
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.authorized(r, operatorToken, dataDir) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="openclaw-mcp"`)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": "unauthorized",
+				"message": "missing or wrong bearer token: use the gateway token or the MCP token (`openclaw mcp token`)"}})
+			return
+		}
+		// A tool call's reply streams for as long as the call runs (a dispatch can take many
+		// minutes): lift the API server's read and write deadlines for this request.
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Time{})
+		_ = rc.SetWriteDeadline(time.Time{})
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) authorized(r *http.Request, operatorToken, dataDir string) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || got == "" {
+		return false
+	}
+	if operatorToken != "" && subtle.ConstantTimeCompare([]byte(got), []byte(operatorToken)) == 1 {
+		return true
+	}
+	tok, err := ReadToken(dataDir)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			s.cfg.Log.Warn("MCP token", "err", err)
+		}
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(got), []byte(tok)) == 1
+}
+
+// LoopbackURL is the URL at which this machine reaches a listener bound to addr: an unspecified
+// address (0.0.0.0, ::) becomes the loopback address of its family.
+func LoopbackURL(addr net.Addr) string {
+	ta, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return "http://" + addr.String()
+	}
+	ip := ta.IP
+	switch {
+	case ip == nil || ip.IsUnspecified() && ip.To4() != nil:
+		ip = net.IPv4(127, 0, 0, 1)
+	case ip.IsUnspecified():
+		ip = net.IPv6loopback
+	}
+	return "http://" + net.JoinHostPort(ip.String(), strconv.Itoa(ta.Port))
+}

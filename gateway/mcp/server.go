@@ -1,0 +1,139 @@
+// Package mcp serves the gateway's cloud workers to any MCP client (Claude Code, Codex CLI,
+// Cursor) through the official Go SDK, over stdio (`openclaw mcp`) or streamable HTTP (/mcp).
+package mcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/openclaw/cloudworkers/gateway/api"
+	"github.com/openclaw/cloudworkers/internal/version"
+)
+
+// Config configures the MCP server.
+type Config struct {
+	// Client reaches the gateway's HTTP API; every tool is a sequence of its calls.
+	Client *api.Client
+	// DefaultProfile is the worker profile of a dispatch that names none ("" makes profile
+	// required).
+	DefaultProfile string
+	// MaxBackground bounds the dispatches with wait: false that this server follows at once
+	// (each waits for its placement, then sends its task).
+	MaxBackground int
+	// CallTimeout bounds one waiting tool call (dispatch or send with wait, pullback).
+	CallTimeout time.Duration
+	// MaxResourceBytes bounds a resource read (a transcript export, a branch diff).
+	MaxResourceBytes int64
+	// SessionTimeout closes an HTTP MCP session idle this long (streamable HTTP only).
+	SessionTimeout time.Duration
+	Log            *slog.Logger
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxBackground    = 16
+	DefaultCallTimeout      = time.Hour
+	DefaultSessionTimeout   = 30 * time.Minute
+	DefaultMaxResourceBytes = 8 << 20
+)
+
+func (c *Config) setDefaults() {
+	if c.MaxBackground == 0 {
+		c.MaxBackground = DefaultMaxBackground
+	}
+	if c.CallTimeout == 0 {
+		c.CallTimeout = DefaultCallTimeout
+	}
+	if c.MaxResourceBytes == 0 {
+		c.MaxResourceBytes = DefaultMaxResourceBytes
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = DefaultSessionTimeout
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate checks the configuration, naming the bad field.
+func (c *Config) Validate() error {
+	switch {
+	case c.Client == nil:
+		return errors.New("mcp: Client is required")
+	case c.MaxBackground < 1 || c.MaxBackground > 1024:
+		return fmt.Errorf("mcp.maxBackground must be within 1..1024, got %d", c.MaxBackground)
+	case c.CallTimeout < time.Second:
+		return fmt.Errorf("mcp.callTimeout must be at least 1s, got %s", c.CallTimeout)
+	case c.MaxResourceBytes < 1<<10 || c.MaxResourceBytes > 1<<30:
+		return fmt.Errorf("mcp.maxResourceBytes must be within 1KiB..1GiB, got %d", c.MaxResourceBytes)
+	case c.SessionTimeout < time.Second:
+		return fmt.Errorf("mcp.sessionTimeout must be at least 1s, got %s", c.SessionTimeout)
+	}
+	return nil
+}
+
+// Server is the MCP server: its tools and resources, and the background dispatches it follows.
+type Server struct {
+	cfg Config
+	mcp *mcp.Server
+
+	ctx    context.Context // ends at Close: background dispatches stop
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	bg     map[string]*background // session id → dispatch with wait: false
+}
+
+// background is a dispatch followed after its tool call returned.
+type background struct {
+	done   bool
+	result *DispatchResult
+	err    error
+}
+
+// New builds the server.
+func New(cfg Config) (*Server, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	info, _ := version.Get()
+	s := &Server{cfg: cfg, bg: map[string]*background{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "openclaw", Title: "OpenClaw cloud workers", Version: info.Version}, &mcp.ServerOptions{
+		Instructions: instructions,
+		Logger:       cfg.Log,
+	})
+	s.addTools()
+	s.addResources()
+	return s, nil
+}
+
+// MCP returns the SDK server (to connect a transport to).
+func (s *Server) MCP() *mcp.Server { return s.mcp }
+
+// Run serves one MCP session over t (stdio for `openclaw mcp`) until the client leaves or ctx
+// ends, then stops the background dispatches.
+func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
+	defer s.Close()
+	return s.mcp.Run(ctx, t)
+}
+
+// Close stops the background dispatches and waits for them. The gateway keeps whatever they
+// started (sessions, placements, turns).
+func (s *Server) Close() {
+	s.cancel()
+	s.wg.Wait()
+}
+
+const instructions = `OpenClaw runs coding tasks on cloud workers: leased machines that get a copy of a workspace.
+Use dispatch to run a task on a worker in a git workspace; it returns the answer and the commits the
+worker made on the branch openclaw/<name> of that repository. Follow up with send, check with status,
+bring results home with pullback. Long calls report each placement step and each tool call of the
+worker as progress.`
