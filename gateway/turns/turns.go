@@ -322,12 +322,17 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 	go func() {
 		defer s.wg.Done()
 		defer release()
-		s.run(tctx, t, ws, text)
+		status, msg := s.run(tctx, t, ws, text)
+		// The session is free before its turn reads as ended: whoever sees the outcome may send
+		// the next message (or dispatch) at once, without a busy refusal.
+		release()
+		s.finish(t, status, msg)
 	}()
 	return t, nil
 }
 
-func (s *Service) run(ctx context.Context, t Turn, workspace, text string) {
+// run runs a local turn and returns its outcome.
+func (s *Service) run(ctx context.Context, t Turn, workspace, text string) (TurnStatus, string) {
 	set := tools.NewSet(tools.Config{Workspace: workspace, Extra: s.cfg.ExtraTools})
 	defer set.Close(context.WithoutCancel(ctx))
 	r := runner.New(runner.Config{
@@ -347,7 +352,7 @@ func (s *Service) run(ctx context.Context, t Turn, workspace, text string) {
 	case err != nil:
 		status, msg = TurnFailed, err.Error()
 	}
-	s.finish(t, status, msg)
+	return status, msg
 }
 
 // Cancel cancels the session's running turn, if any.

@@ -64,9 +64,10 @@ func (s *Service) startOnWorker(ctx, tctx context.Context, sess sessions.Session
 		if status == "" {
 			return // the gateway is stopping; the next start marks the turn failed
 		}
+		// The session is free before its turn reads as ended (the checkpoint claims it itself).
+		release()
 		s.finish(t, status, msg)
 		if s.cfg.AfterWorkerTurn != nil {
-			release() // the checkpoint claims the session itself
 			s.cfg.AfterWorkerTurn(sess.ID)
 		}
 	}()
