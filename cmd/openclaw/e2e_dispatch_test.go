@@ -706,12 +706,25 @@ func TestMessageWhilePlacementMoves(t *testing.T) {
 		t.Fatalf("placement %s right after pull-back with a turn in flight, want draining", st)
 	}
 	refusals := 0
-	for {
+	var localTurn turns.Turn // a message that reached the session just after the pull-back ended
+	for localTurn.RunID == "" {
 		v := g.placement(id)
 		if v.Placement.State != placement.Draining && v.Placement.State != placement.Reconciling {
 			break
 		}
-		expectRefused(t, g, id)
+		turn, code, err := g.send(id, "now locally")
+		if err == nil {
+			// admitted: only if the pull-back ended between the read above and the send, and then
+			// on the gateway
+			if st := g.placement(id).Placement.State; turn.Placement != "local" || st != placement.Local {
+				t.Fatalf("message admitted while the placement moves: turn %s on %s (placement now %s)", turn.RunID, turn.Placement, st)
+			}
+			localTurn = turn
+			break
+		}
+		if code != 409 || !(strings.Contains(err.Error(), "moving between the gateway and a worker") || strings.Contains(err.Error(), "turn in progress")) {
+			t.Fatalf("message while moving: %d %v, want 409 with the placement-moving error", code, err)
+		}
 		refusals++
 		if time.Now().After(deadline) {
 			t.Fatalf("pull-back does not end:\n%s", v)
@@ -728,7 +741,11 @@ func TestMessageWhilePlacementMoves(t *testing.T) {
 	if got := readFile(t, filepath.Join(g.placement(id).Placement.AnchorDir, "slept.txt")); got != "slept\n" {
 		t.Fatalf("slept.txt %q", got)
 	}
-	g.runTurn(id, "now locally", "local")
+	if localTurn.RunID == "" {
+		g.runTurn(id, "now locally", "local")
+	} else if lt := waitTurn(t, g, localTurn.RunID); lt.Status != turns.TurnDone {
+		t.Fatalf("local turn %s: %s", lt.Status, lt.Error)
+	}
 	checkOneOwner(t, g, id, []int{2, 1}, []string{"Slow turn done.", "Local turn done."})
 }
 
