@@ -28,6 +28,7 @@ func uiScript(release, never string) string {
 	return fmt.Sprintf(`[
   {"text": "Writing the file.", "toolCalls": [{"name": "write", "arguments": {"path": "hello.txt", "content": "hi\n"}}]},
   {"toolCalls": [{"name": "exec", "arguments": {"command": "while [ ! -e %s ]; do sleep 0.05; done; git add hello.txt && git -c user.name=w -c user.email=w@example.com commit -qm 'worker commit' && echo committed", "timeout": 120}}]},
+  {"thinking": "Check for notes.", "toolCalls": [{"name": "read", "arguments": {"path": "missing-notes.txt"}}]},
   {"text": "All done here."},
   {"toolCalls": [{"name": "exec", "arguments": {"command": "while [ ! -e %s ]; do sleep 0.05; done", "timeout": 120}}]},
   {"text": "Should not be reached."}
@@ -82,6 +83,12 @@ func TestControlUIInChromium(t *testing.T) {
 		t.Fatalf("page script can read cookies %q (the session cookie must be HttpOnly)", c)
 	}
 
+	// The list follows the gateway-wide feed: a session created elsewhere appears without a reload.
+	if _, err := g.do("POST", "/api/v1/sessions", map[string]string{"title": "from the CLI"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	p.Until("the new session in the list", browsertest.TextCount("#session-list .session-title", "from the CLI")+` === 1`)
+
 	// A new worker session on the local profile: the badge walks the placement states to running.
 	p.Do("open New session", chromedp.Click(`a[href="/new"]`), chromedp.WaitVisible(`button.target[data-profile=local]`),
 		chromedp.WaitReady(`#model option`))
@@ -104,7 +111,7 @@ func TestControlUIInChromium(t *testing.T) {
 		}
 	}
 	p.Shot(rootRel, "new-session")
-	id := browsertest.Eval[string](p, `document.querySelector('#session-list li').dataset.session`)
+	id := browsertest.Eval[string](p, `[...document.querySelectorAll('#session-list li')].find(l => l.textContent.includes('ui worker')).dataset.session`)
 
 	// The chat view: send, stream, reload mid-turn.
 	p.Do("open the session", chromedp.Click(`#open-session`), chromedp.WaitVisible(`#message`))
@@ -136,6 +143,12 @@ func TestControlUIInChromium(t *testing.T) {
 	}
 	if res := browsertest.Eval[string](p, `[...document.querySelectorAll('#transcript .tool')].find(r => r.querySelector('.tool-name').textContent === 'exec').querySelector('.tool-result').textContent`); !strings.Contains(res, "committed") {
 		t.Fatalf("exec row result %q", res)
+	}
+	if !browsertest.Eval[bool](p, `(() => { const d = document.querySelector('#transcript details.thinking'); return !!d && !d.open && d.textContent.includes('Check for notes.') })()`) {
+		t.Fatal("the thinking is not shown collapsed")
+	}
+	if got := browsertest.Eval[string](p, `(() => { const r = [...document.querySelectorAll('#transcript .tool')].find(r => r.querySelector('.tool-name').textContent === 'read'); return r ? r.className + ' ' + r.querySelector('.tool-status').textContent : 'none' })()`); got != "tool tool-error error" {
+		t.Fatalf("the failing read's row: %q, want it marked as an error", got)
 	}
 	p.Shot(rootRel, "chat")
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -26,7 +25,7 @@ desktop's browser ($BROWSER, else xdg-open or open).`,
 			if err != nil {
 				return err
 			}
-			if _, err := c.Do(cmd.Context(), http.MethodGet, "/api/v1/gateway", nil, nil); err != nil {
+			if _, err := c.Gateway(cmd.Context()); err != nil {
 				return fmt.Errorf("gateway at %s: %w", c.BaseURL, err)
 			}
 			link := loginURL(c.BaseURL, c.Token)
