@@ -2,13 +2,9 @@ package tunnel
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/pem"
 	"errors"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -18,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openclaw/cloudworkers/gateway/tunnel/tunneltest"
 	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/providers/local/localtest"
 	"golang.org/x/crypto/ssh"
@@ -161,26 +158,7 @@ func testHub(t *testing.T, mod func(*Config)) (*Hub, *statusLog) {
 }
 
 // writeKey writes a fresh ed25519 private key in OpenSSH format and returns its path and signer.
-func writeKey(t *testing.T) (string, ssh.Signer) {
-	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	blk, err := ssh.MarshalPrivateKey(priv, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "id_ed25519")
-	if err := os.WriteFile(p, pem.EncodeToMemory(blk), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p, s
-}
+func writeKey(t *testing.T) (string, ssh.Signer) { return tunneltest.Key(t) }
 
 // checkNoLeak waits until the number of goroutines is back to baseline.
 func checkNoLeak(t *testing.T, baseline int) {
