@@ -349,8 +349,8 @@ func bind(c echo.Context, v any) error {
 }
 
 func (s *Server) gatewayInfo(c echo.Context) error {
-	return c.JSON(http.StatusOK, map[string]any{"id": s.cfg.GatewayID, "version": s.cfg.Version,
-		"features": map[string]bool{"bootstrap": s.cfg.Bootstrap}})
+	return c.JSON(http.StatusOK, GatewayInfo{ID: s.cfg.GatewayID, Version: s.cfg.Version,
+		Features: map[string]bool{"bootstrap": s.cfg.Bootstrap}})
 }
 
 // WorkerInfo is the worker side of an environment.

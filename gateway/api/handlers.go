@@ -189,19 +189,13 @@ func (s *Server) served(ctx context.Context, e *envs.Environment) {
 	}
 }
 
-// envWithTotals is one environment with the running totals of the model calls proxied for it.
-type envWithTotals struct {
-	envs.Environment
-	Inference *InferenceTotals `json:"inference,omitempty"`
-}
-
 func (s *Server) getEnv(c echo.Context) error {
 	e, err := s.cfg.Envs.Get(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
 	}
 	s.served(c.Request().Context(), &e)
-	out := envWithTotals{Environment: e}
+	out := EnvironmentView{Environment: e}
 	if s.cfg.WorkerInfo != nil {
 		t := s.cfg.WorkerInfo(e.ID).Inference
 		out.Inference = &t
