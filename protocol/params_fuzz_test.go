@@ -29,7 +29,7 @@ func FuzzDecodeParams(f *testing.F) {
 		func() any { return &ResumeParams{} }, func() any { return &TranscriptContextParams{} },
 		func() any { return &InferenceStartParams{} }, func() any { return &InferenceCreditParams{} },
 		func() any { return &InferenceCancelParams{} }, func() any { return &TurnStartParams{} },
-		func() any { return &TurnCancelParams{} }, func() any { return &ToolCallParams{} },
+		func() any { return &TurnCancelParams{} }, func() any { return &ToolCallParams{} }, func() any { return &SessionsSpawnParams{} },
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, newV := range targets {

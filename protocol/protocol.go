@@ -67,6 +67,7 @@ var workerMethods = map[string]bool{
 	MethodInferenceCancel:   true,
 	MethodTranscriptContext: true,
 	MethodToolCall:          true,
+	MethodSessionsSpawn:     true,
 }
 
 // IsWorkerMethod reports whether a worker may call method after admission (the allowlist).
