@@ -204,7 +204,7 @@ func (u *run) tool(ctx context.Context, call protocol.Content) (protocol.Message
 	if u.r.cfg.Tools == nil {
 		res = tools.Result{IsError: true, Content: []protocol.Content{{Type: protocol.ContentText, Text: "no tools are available"}}}
 	} else {
-		res = u.r.cfg.Tools.Run(ctx, call.Name, args)
+		res = u.r.cfg.Tools.Run(tools.WithCall(ctx, tools.Call{SessionID: u.t.SessionID, RunID: u.t.RunID, ToolCallID: call.ID}), call.Name, args)
 	}
 	if ctx.Err() != nil {
 		return protocol.Message{}, ctx.Err()
