@@ -248,8 +248,20 @@ func (g *gatewayTool) Schema() protocol.Tool { return g.schema }
 
 func (g *gatewayTool) Run(ctx context.Context, args json.RawMessage) (tools.Result, error) {
 	g.calls++
-	raw, err := g.client.Call(ctx, protocol.MethodToolCall, protocol.ToolCallParams{SessionID: g.p.SessionID, OwnerEpoch: g.p.OwnerEpoch,
-		RunID: g.p.RunID, ToolCallID: g.p.RunID + "-" + strconv.Itoa(g.calls), Name: g.schema.Name, Arguments: args})
+	callID := g.p.RunID + "-" + strconv.Itoa(g.calls)
+	if c, ok := tools.CallFrom(ctx); ok && c.ToolCallID != "" {
+		callID = c.ToolCallID
+	}
+	var raw json.RawMessage
+	var err error
+	if g.schema.Name == protocol.SessionsSpawnTool {
+		// A spawn is its own closed method, which the gateway bounds by agents.maxSpawnDepth.
+		raw, err = g.client.Call(ctx, protocol.MethodSessionsSpawn, protocol.SessionsSpawnParams{SessionID: g.p.SessionID,
+			OwnerEpoch: g.p.OwnerEpoch, RunID: g.p.RunID, ToolCallID: callID, Arguments: args})
+	} else {
+		raw, err = g.client.Call(ctx, protocol.MethodToolCall, protocol.ToolCallParams{SessionID: g.p.SessionID, OwnerEpoch: g.p.OwnerEpoch,
+			RunID: g.p.RunID, ToolCallID: callID, Name: g.schema.Name, Arguments: args})
+	}
 	if err != nil {
 		return tools.Result{IsError: true, Content: []protocol.Content{{Type: protocol.ContentText, Text: g.schema.Name + " (on the gateway): " + err.Error()}}}, nil
 	}
