@@ -56,6 +56,8 @@ type Config struct {
 	// environment does not trigger OnDisconnect. They must not block for long.
 	// GatewayTools are the gateway-resident tools (web_search) workers may call with worker.tool.call.
 	GatewayTools []tools.Tool
+	// Spawn serves worker.sessions.spawn (gateway/agents); nil refuses it with method-not-allowed.
+	Spawn        SpawnFunc
 	OnAdmit      func(envID string)
 	OnDisconnect func(envID string)
 	// Sessions serves worker.transcript.commit, worker.live-event and worker.resume; nil answers

@@ -35,6 +35,7 @@ var routes = map[string]route{
 	protocol.MethodInferenceStart:    {spawn: (*Server).serveInferenceStart},
 	protocol.MethodTranscriptContext: {spawn: (*Server).serveTranscriptContext},
 	protocol.MethodToolCall:          {spawn: (*Server).serveToolCall},
+	protocol.MethodSessionsSpawn:     {spawn: (*Server).serveSessionsSpawn},
 }
 
 // serveRequest answers, queues or starts one request of an admitted worker. The allowlist is

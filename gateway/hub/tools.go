@@ -40,6 +40,8 @@ func (s *Server) serveToolCall(ctx context.Context, wc *workerConn, f protocol.F
 		}
 		tctx, cancel := context.WithTimeout(ctx, gatewayToolTimeout)
 		defer cancel()
+		// The tool acts for the session the admission binds (sessions_* tools read it).
+		tctx = tools.WithCall(tctx, tools.Call{SessionID: p.SessionID, RunID: p.RunID, ToolCallID: p.ToolCallID})
 		out, err := tool.Run(tctx, p.Arguments)
 		if err != nil {
 			out = tools.Result{IsError: true, Content: []protocol.Content{{Type: protocol.ContentText, Text: p.Name + ": " + err.Error()}}}
