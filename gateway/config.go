@@ -13,6 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/openclaw/cloudworkers/gateway/agents"
 	"github.com/openclaw/cloudworkers/gateway/hub"
 	"github.com/openclaw/cloudworkers/gateway/inference"
 	"github.com/openclaw/cloudworkers/gateway/websearch"
@@ -48,6 +49,9 @@ type Config struct {
 	Models inference.CatalogConfig `yaml:"models"`
 	// WebSearch configures the gateway-resident web_search tool; unset means no such tool.
 	WebSearch websearch.Config `yaml:"webSearch"`
+	// Agents configures the sessions_* tools: the default worker profile of a spawn and the
+	// recursion bound.
+	Agents agents.Config `yaml:"agents"`
 	// Profiles are applied at start (created or replaced), in addition to those stored.
 	Profiles []providers.Profile `yaml:"profiles"`
 	Sync     SyncConfig          `yaml:"sync"`
@@ -216,6 +220,11 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Retention.validate(); err != nil {
+		return err
+	}
+	ag := c.Agents
+	ag.SetDefaults()
+	if err := ag.Validate(); err != nil {
 		return err
 	}
 	if c.Sync.ReserveFreeBytes < 0 {

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/openclaw/cloudworkers/gateway/agents"
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/bootstrap"
 	"github.com/openclaw/cloudworkers/gateway/credentials"
@@ -181,6 +182,12 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		}
 		extraTools = append(extraTools, ws)
 	}
+	spawner, err := agents.New(cfg.Agents)
+	if err != nil {
+		return fmt.Errorf("config agents: %w", err)
+	}
+	closers.Push("agents", func(context.Context) error { spawner.Close(); return nil })
+	extraTools = append(extraTools, spawner.Tools()...)
 	var turnSvc *turns.Service // built below; workers ask it only once turns run
 	workers, err := hub.New(hub.Config{
 		DB: db, Credentials: workerCreds, Log: log.With("subsystem", "hub"), HeartbeatTimeout: cfg.Worker.HeartbeatTimeout.D(),
@@ -197,6 +204,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		Sessions:       sess,
 		Models:         catalog,
 		GatewayTools:   extraTools,
+		Spawn:          spawner.WorkerSpawn,
 		Clock:          clk,
 	})
 	if err != nil {
@@ -256,6 +264,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		Clock: clk,
 	})
 	closers.Push("dispatcher", func(context.Context) error { dispatcher.Close(); return nil })
+	spawner.Start(agents.Deps{DB: db, Sessions: sess, Turns: turnSvc, Dispatcher: dispatcher, Placements: placements,
+		Envs: mgr, Admitted: workers.Admitted, DataDir: dataDir, Log: log.With("subsystem", "agents")})
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -289,6 +299,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			func(g *echo.Group) { inference.RegisterAPI(g, catalog, creds) },
 			func(g *echo.Group) { turns.RegisterAPI(g, turnSvc) },
 			func(g *echo.Group) { placement.RegisterDispatchAPI(g, dispatcher) },
+			func(g *echo.Group) { agents.RegisterAPI(g, spawner) },
 		},
 		WorkerInfo: func(envID string) api.WorkerInfo {
 			bp := workers.Backpressure(envID)

@@ -1,19 +1,638 @@
 package agents
 
-import "context"
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
 
+	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/gateway/placement"
+	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/gateway/turns"
+	"github.com/openclaw/cloudworkers/protocol"
+)
+
+// Bounds of the tools' arguments.
+const (
+	MaxTaskBytes  = 1 << 20
+	MaxLabelBytes = sessions.MaxTitleLen
+)
+
+// pollInterval paces the waits on a child's placement and turn.
+const pollInterval = 200 * time.Millisecond
+
+// cancelWait bounds how long a canceled child's turn is given to end.
+const cancelWait = 30 * time.Second
+
+func randHex() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// check validates a request and fills its defaults; it names the argument that is wrong.
+func (s *Spawner) check(req *SpawnRequest) error {
+	req.Task = strings.TrimSpace(req.Task)
+	switch {
+	case req.Task == "":
+		return fieldf("task", "is required")
+	case len(req.Task) > MaxTaskBytes:
+		return fieldf("task", "is %d bytes, at most %d", len(req.Task), MaxTaskBytes)
+	case !utf8.ValidString(req.Task):
+		return fieldf("task", "is not valid UTF-8")
+	case len(req.ToolCallID) > MaxToolCallIDBytes:
+		return fieldf("toolCallId", "is %d bytes, at most %d", len(req.ToolCallID), MaxToolCallIDBytes)
+	case len(req.Label) > MaxLabelBytes:
+		return fieldf("label", "is %d bytes, at most %d", len(req.Label), MaxLabelBytes)
+	case req.RunTimeoutSeconds < 0 || time.Duration(req.RunTimeoutSeconds)*time.Second > MaxRunTimeout:
+		return fieldf("runTimeoutSeconds", "must be 0..%d, got %d", int(MaxRunTimeout.Seconds()), req.RunTimeoutSeconds)
+	}
+	switch req.Workspace {
+	case "":
+		req.Workspace = WorkspaceFork
+	case WorkspaceFork, WorkspaceEmpty:
+	default:
+		return fieldf("workspace", "must be %q or %q, got %.64q", WorkspaceFork, WorkspaceEmpty, req.Workspace)
+	}
+	switch req.Cleanup {
+	case "":
+		req.Cleanup = CleanupKeep
+	case CleanupKeep, CleanupDelete:
+	default:
+		return fieldf("cleanup", "must be %q or %q, got %.64q", CleanupKeep, CleanupDelete, req.Cleanup)
+	}
+	if req.Profile == "" {
+		req.Profile = s.cfg.DefaultProfile
+	}
+	if req.Profile == "" {
+		return ErrNoDefaultProfile
+	}
+	return nil
+}
+
+func (s *Spawner) runTimeout(seconds int) time.Duration {
+	if seconds > 0 {
+		return time.Duration(seconds) * time.Second
+	}
+	return s.cfg.RunTimeout.D()
+}
+
+// spawn: every check (arguments, depth, profile, capacity) passes before anything is written or
+// leased.
 func (s *Spawner) spawn(ctx context.Context, parentID string, req SpawnRequest) (SpawnResult, error) {
-	return SpawnResult{}, ErrNotStarted
+	d, err := s.deps()
+	if err != nil {
+		return SpawnResult{}, err
+	}
+	if err := s.check(&req); err != nil {
+		return SpawnResult{}, err
+	}
+	depth, srcDir, model := 1, "", req.Model
+	var parent sessions.Session
+	if parentID != "" {
+		if req.Dir != "" {
+			return SpawnResult{}, fieldf("dir", "is only for a spawn without a parent session")
+		}
+		if parent, err = d.Sessions.Get(ctx, parentID); err != nil {
+			return SpawnResult{}, err
+		}
+		depth = parent.SpawnDepth + 1
+		srcDir = parent.Workspace
+		if p, err := d.Placements.Get(ctx, parentID); err == nil && p.State != placement.Local && p.AnchorDir != "" {
+			// A parent on a worker forks the gateway's copy of its workspace (its last
+			// checkpoint or sync).
+			srcDir = p.AnchorDir
+		}
+		if srcDir == "" {
+			srcDir = filepath.Join(d.DataDir, "workspaces", parentID)
+		}
+		if model == "" {
+			model = parent.Model
+		}
+	} else {
+		if req.Workspace == WorkspaceFork && (req.Dir == "" || !filepath.IsAbs(req.Dir)) {
+			return SpawnResult{}, fieldf("workspace", "a spawn without a parent forks an absolute directory, got %q", req.Dir)
+		}
+		srcDir = req.Dir
+	}
+	if depth > s.cfg.MaxSpawnDepth {
+		return SpawnResult{}, &DepthError{Depth: depth, Max: s.cfg.MaxSpawnDepth}
+	}
+	if req.Workspace == WorkspaceFork {
+		if fi, err := os.Stat(srcDir); err != nil || !fi.IsDir() {
+			if parentID == "" {
+				return SpawnResult{}, fieldf("workspace", "%s is not a directory", srcDir)
+			}
+			return SpawnResult{}, errNoWorkspace
+		}
+	}
+	if err := d.Dispatcher.CheckTarget(ctx, req.Profile, req.MachineClass); err != nil {
+		return SpawnResult{}, fmt.Errorf("profile %q: %w", req.Profile, err)
+	}
+
+	// Capacity is claimed under the lock, so that two spawns at once cannot both take the last
+	// slot; the claim is given back once the child's placement holds an environment (or failed).
+	s.mu.Lock()
+	if err := s.capacity(ctx, d, req.Profile, req.MachineClass); err != nil {
+		s.mu.Unlock()
+		return SpawnResult{}, err
+	}
+	s.pending[req.Profile]++
+	s.mu.Unlock()
+	unclaimed := true
+	unclaim := func() {
+		if unclaimed {
+			unclaimed = false
+			s.mu.Lock()
+			s.pending[req.Profile]--
+			s.mu.Unlock()
+		}
+	}
+	defer unclaim()
+
+	ws := filepath.Join(d.DataDir, "agents", randHex(), "workspace")
+	if req.Workspace == WorkspaceFork {
+		if _, err := fork(ctx, srcDir, ws); err != nil {
+			_ = os.RemoveAll(filepath.Dir(ws))
+			return SpawnResult{}, err
+		}
+	} else if err := os.MkdirAll(ws, 0o755); err != nil {
+		return SpawnResult{}, err
+	}
+	child, err := d.Sessions.Create(ctx, sessions.CreateParams{Title: req.Label, Model: model, Workspace: ws,
+		Parent: parentID, ToolCallID: req.ToolCallID, Depth: depth})
+	if err != nil {
+		_ = os.RemoveAll(filepath.Dir(ws))
+		return SpawnResult{}, err
+	}
+	s.remember(child.ID, req)
+	s.audit(ctx, d, "agents.spawn", fmt.Sprintf("session %s spawned %s (tool call %s, depth %d, profile %s, workspace %s, cleanup %s, wait %t)",
+		orOperator(parentID), child.ID, req.ToolCallID, depth, req.Profile, req.Workspace, req.Cleanup, req.Waits()))
+	if _, err := d.Dispatcher.Dispatch(ctx, child.ID, req.Profile, req.MachineClass); err != nil {
+		return s.result(ctx, d, child.ID), fmt.Errorf("dispatch child %s: %w", child.ID, err)
+	}
+	if !req.Waits() {
+		// The claim moves to the follower, which places the child and starts its task.
+		unclaimed = false
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			fctx, cancel := context.WithTimeout(s.ctx, s.runTimeout(req.RunTimeoutSeconds))
+			defer cancel()
+			_, err := s.placeAndStart(fctx, d, child.ID, req.Task, req.Progress, func() {
+				s.mu.Lock()
+				s.pending[req.Profile]--
+				s.mu.Unlock()
+			})
+			if err != nil {
+				d.Log.Warn("spawned child did not start", "child", child.ID, "err", err)
+			}
+		}()
+		r := s.result(ctx, d, child.ID)
+		r.Status = StatusStarting
+		return r, nil
+	}
+	return s.runAndCollect(ctx, d, child.ID, req.Task, req, unclaim)
 }
+
+func orOperator(id string) string {
+	if id == "" {
+		return "(operator)"
+	}
+	return id
+}
+
+// capacity refuses a spawn that the profile's maxEnvironments blocks now: its live environments
+// less the idle ones a dispatch would reuse, plus the spawns admitted that hold none yet.
+func (s *Spawner) capacity(ctx context.Context, d *Deps, profileID, class string) error {
+	prof, err := d.Envs.Profile(ctx, profileID)
+	if err != nil {
+		return err
+	}
+	list, err := d.Envs.List(ctx, false)
+	if err != nil {
+		return err
+	}
+	live, idle := 0, 0
+	for _, e := range list {
+		if e.ProfileID != profileID || !e.State.Live() {
+			continue
+		}
+		live++
+		if (e.State == envs.Ready || e.State == envs.Idle) && (class == "" || e.Class() == class) &&
+			(d.Admitted == nil || d.Admitted(e.ID)) {
+			idle++
+		}
+	}
+	free := prof.MaxEnvironments - live + idle - s.pending[profileID]
+	if free <= 0 {
+		return &RetryError{RetryAfter: DefaultRetryAfter, Err: fmt.Errorf("profile %q is at its maxEnvironments limit (%d live environments, %d being placed, none idle)",
+			profileID, live, s.pending[profileID])}
+	}
+	return nil
+}
+
+// placeAndStart waits for the child's placement to be active, then starts msg as its turn.
+// placed is called once the placement holds an environment or failed.
+func (s *Spawner) placeAndStart(ctx context.Context, d *Deps, childID, msg string, progress func(Progress), placed func()) (turns.Turn, error) {
+	err := s.waitPlacement(ctx, d, childID, progress, func(p placement.Placement) (bool, error) {
+		switch p.State {
+		case placement.Active:
+			return true, nil
+		case placement.Failed, placement.Local, placement.Reclaimed:
+			return false, fmt.Errorf("child %s was not placed on a worker: %s %s", childID, p.State, p.Error)
+		}
+		return false, nil
+	})
+	placed()
+	if err != nil {
+		return turns.Turn{}, err
+	}
+	t, err := d.Turns.Send(ctx, childID, msg, "")
+	if err != nil {
+		return t, fmt.Errorf("start the child's turn: %w", err)
+	}
+	if progress != nil {
+		progress(Progress{SessionID: childID, Kind: "turn", Message: "running " + t.RunID})
+	}
+	return t, nil
+}
+
+// waitPlacement polls the child's placement until done says so (or fails), telling progress of
+// each new state.
+func (s *Spawner) waitPlacement(ctx context.Context, d *Deps, childID string, progress func(Progress), done func(placement.Placement) (bool, error)) error {
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	last := placement.State("")
+	for {
+		p, err := d.Placements.Get(ctx, childID)
+		if err != nil {
+			return err
+		}
+		if p.State != last && progress != nil {
+			progress(Progress{SessionID: childID, Kind: "placement", Message: string(p.State)})
+		}
+		last = p.State
+		ok, err := done(p)
+		if ok || err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// waitTurn waits for the run to end. When ctx ends first (the parent's turn was canceled, or the
+// run timeout passed) the child's turn is canceled and given cancelWait to end.
+func (s *Spawner) waitTurn(ctx context.Context, d *Deps, t turns.Turn, progress func(Progress)) (turns.Turn, error) {
+	if progress != nil {
+		if sub, err := d.Sessions.Subscribe(ctx, t.SessionID, t.Cursor); err == nil {
+			go func() {
+				defer sub.Close()
+				for r := range sub.C() {
+					if r.RunID == t.RunID && r.Event.Type == protocol.LiveToolStart {
+						progress(Progress{SessionID: t.SessionID, Kind: "tool", Message: r.Event.ToolName})
+					}
+				}
+			}()
+		}
+	}
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for {
+		cur, err := d.Turns.Get(context.WithoutCancel(ctx), t.RunID)
+		if err == nil && cur.Status != turns.TurnRunning && cur.Status != turns.TurnQueued {
+			return cur, nil
+		}
+		select {
+		case <-ctx.Done():
+			d.Turns.Cancel(t.SessionID)
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelWait)
+			defer cancel()
+			for {
+				cur, err := d.Turns.Get(cctx, t.RunID)
+				if err == nil && cur.Status != turns.TurnRunning {
+					return cur, ctx.Err()
+				}
+				select {
+				case <-cctx.Done():
+					return cur, ctx.Err()
+				case <-tick.C:
+				}
+			}
+		case <-tick.C:
+		}
+	}
+}
+
+// runAndCollect places the child, runs msg, pulls its results back and applies its cleanup.
+func (s *Spawner) runAndCollect(ctx context.Context, d *Deps, childID, msg string, req SpawnRequest, placed func()) (SpawnResult, error) {
+	t, err := s.placeAndStart(ctx, d, childID, msg, req.Progress, placed)
+	if err != nil {
+		r := s.result(context.WithoutCancel(ctx), d, childID)
+		return r, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.runTimeout(req.RunTimeoutSeconds))
+	defer cancel()
+	end, werr := s.waitTurn(rctx, d, t, req.Progress)
+	if werr != nil {
+		r := s.result(context.WithoutCancel(ctx), d, childID)
+		if ctx.Err() != nil {
+			return r, fmt.Errorf("the parent's turn was canceled; child %s canceled: %w", childID, ctx.Err())
+		}
+		return r, fmt.Errorf("child %s did not finish within its run timeout %s and was canceled", childID, s.runTimeout(req.RunTimeoutSeconds))
+	}
+	r, err := s.collect(ctx, d, childID)
+	if err != nil {
+		return r, err
+	}
+	if end.Status != turns.TurnDone {
+		r.Status, r.Error = string(end.Status), end.Error
+	}
+	return r, nil
+}
+
+// collect pulls the child back (if it is on a worker), waits until its results are home, applies
+// its cleanup and returns what came back.
+func (s *Spawner) collect(ctx context.Context, d *Deps, childID string) (SpawnResult, error) {
+	p, err := d.Placements.Get(ctx, childID)
+	if err != nil {
+		return SpawnResult{}, err
+	}
+	envID := p.EnvironmentID
+	if p.State != placement.Local {
+		if _, err := d.Dispatcher.PullBack(ctx, childID, false); err != nil {
+			return s.result(ctx, d, childID), fmt.Errorf("pull back child %s: %w", childID, err)
+		}
+		err = s.waitPlacement(ctx, d, childID, nil, func(p placement.Placement) (bool, error) {
+			switch p.State {
+			case placement.Local:
+				return true, nil
+			case placement.Failed:
+				return false, fmt.Errorf("pull back child %s: %s", childID, p.Error)
+			}
+			return false, nil
+		})
+		if err != nil {
+			return s.result(context.WithoutCancel(ctx), d, childID), err
+		}
+	}
+	r := s.result(ctx, d, childID)
+	if s.recalled(childID).Cleanup == CleanupDelete && envID != "" {
+		if _, err := d.Envs.RequestDestroy(ctx, envID, false); err != nil {
+			d.Log.Warn("destroy child environment", "child", childID, "env", envID, "err", err)
+		} else {
+			s.audit(ctx, d, "agents.cleanup", fmt.Sprintf("child %s: environment %s destroyed after pull-back", childID, envID))
+		}
+	}
+	return r, nil
+}
+
+// own returns the child, refusing a session that parentID did not spawn ("" may drive any).
+func (s *Spawner) own(ctx context.Context, d *Deps, parentID, childID string) (sessions.Session, error) {
+	if childID == "" {
+		return sessions.Session{}, fieldf("sessionId", "is required")
+	}
+	c, err := d.Sessions.Get(ctx, childID)
+	if err != nil || (parentID != "" && c.ParentSessionID != parentID) {
+		// The same answer for "no such session" and "someone else's": a parent learns nothing
+		// about sessions it did not spawn.
+		return sessions.Session{}, fmt.Errorf("session %.64q: %w", childID, ErrNotChild)
+	}
+	return c, nil
+}
+
 func (s *Spawner) send(ctx context.Context, parentID, childID, message string, wait bool) (SpawnResult, error) {
-	return SpawnResult{}, ErrNotStarted
+	d, err := s.deps()
+	if err != nil {
+		return SpawnResult{}, err
+	}
+	message = strings.TrimSpace(message)
+	if message == "" {
+		return SpawnResult{}, fieldf("message", "is required")
+	}
+	if len(message) > MaxTaskBytes {
+		return SpawnResult{}, fieldf("message", "is %d bytes, at most %d", len(message), MaxTaskBytes)
+	}
+	if _, err := s.own(ctx, d, parentID, childID); err != nil {
+		return SpawnResult{}, err
+	}
+	req := s.recalled(childID)
+	p, err := d.Placements.Get(ctx, childID)
+	if err != nil {
+		return SpawnResult{}, err
+	}
+	if p.State == placement.Local {
+		// Pulled back: the follow-up runs on a worker again.
+		if req.Profile == "" {
+			req.Profile = p.ProfileID
+		}
+		s.mu.Lock()
+		if err := s.capacity(ctx, d, req.Profile, p.MachineClass); err != nil {
+			s.mu.Unlock()
+			return SpawnResult{}, err
+		}
+		s.pending[req.Profile]++
+		s.mu.Unlock()
+		if _, err := d.Dispatcher.Dispatch(ctx, childID, req.Profile, p.MachineClass); err != nil {
+			s.mu.Lock()
+			s.pending[req.Profile]--
+			s.mu.Unlock()
+			return SpawnResult{}, fmt.Errorf("dispatch child %s again: %w", childID, err)
+		}
+	} else {
+		req.Profile = ""
+	}
+	once := false
+	placed := func() {
+		if !once && req.Profile != "" {
+			once = true
+			s.mu.Lock()
+			s.pending[req.Profile]--
+			s.mu.Unlock()
+		}
+	}
+	s.audit(ctx, d, "agents.send", fmt.Sprintf("session %s sent a message to child %s (wait %t)", orOperator(parentID), childID, wait))
+	if !wait {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			fctx, cancel := context.WithTimeout(s.ctx, s.runTimeout(req.RunTimeoutSeconds))
+			defer cancel()
+			if _, err := s.placeAndStart(fctx, d, childID, message, nil, placed); err != nil {
+				d.Log.Warn("message to child", "child", childID, "err", err)
+			}
+		}()
+		r := s.result(ctx, d, childID)
+		return r, nil
+	}
+	return s.runAndCollect(ctx, d, childID, message, req, placed)
 }
+
 func (s *Spawner) status(ctx context.Context, parentID, childID string) (SpawnResult, error) {
-	return SpawnResult{}, ErrNotStarted
+	d, err := s.deps()
+	if err != nil {
+		return SpawnResult{}, err
+	}
+	if _, err := s.own(ctx, d, parentID, childID); err != nil {
+		return SpawnResult{}, err
+	}
+	return s.result(ctx, d, childID), nil
 }
+
 func (s *Spawner) pullback(ctx context.Context, parentID, childID string) (SpawnResult, error) {
-	return SpawnResult{}, ErrNotStarted
+	d, err := s.deps()
+	if err != nil {
+		return SpawnResult{}, err
+	}
+	if _, err := s.own(ctx, d, parentID, childID); err != nil {
+		return SpawnResult{}, err
+	}
+	if d.Turns.Busy(childID) {
+		return s.result(ctx, d, childID), fmt.Errorf("child %s: %w; wait for it (sessions_status) or pull back after it ends", childID, placement.ErrBusy)
+	}
+	s.audit(ctx, d, "agents.pullback", fmt.Sprintf("session %s pulled back child %s", orOperator(parentID), childID))
+	return s.collect(ctx, d, childID)
 }
+
 func (s *Spawner) children(ctx context.Context, parentID string) ([]Child, error) {
-	return nil, ErrNotStarted
+	d, err := s.deps()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := d.DB.R.QueryContext(ctx, `SELECT id, title, spawn_tool_call_id FROM sessions WHERE parent_session_id=? ORDER BY created_at, id`, parentID)
+	if err != nil {
+		return nil, err
+	}
+	var out []Child
+	for rows.Next() {
+		var c Child
+		if err := rows.Scan(&c.SessionID, &c.Label, &c.ToolCallID); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for i := range out {
+		r := s.result(ctx, d, out[i].SessionID)
+		out[i].Status, out[i].Placement, out[i].EnvID, out[i].Usage, out[i].Cost = r.Status, r.Placement, r.EnvironmentID, r.Usage, r.Cost
+	}
+	return out, nil
 }
+
+// result derives a child's status from its placement and last turn, with its answer, what came
+// back, and its usage and cost (its own and its descendants').
+func (s *Spawner) result(ctx context.Context, d *Deps, childID string) SpawnResult {
+	r := SpawnResult{SessionID: childID, Status: StatusStarting}
+	if c, err := d.Sessions.Get(ctx, childID); err == nil {
+		r.ParentID, r.Label = c.ParentSessionID, c.Title
+		r.Workspace = c.Workspace
+	}
+	p, err := d.Placements.Get(ctx, childID)
+	if err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	r.Placement, r.EnvironmentID, r.ProfileID = string(p.State), p.EnvironmentID, p.ProfileID
+	var last *turns.Turn
+	if list, err := d.Turns.List(ctx, childID); err == nil && len(list) > 0 {
+		last = &list[len(list)-1]
+		r.RunID = last.RunID
+	}
+	switch {
+	case p.State == placement.Failed:
+		r.Status, r.Error = StatusFailed, p.Error
+	case p.State == placement.Reclaimed:
+		r.Status, r.Error = StatusFailed, "the child's worker was lost (reclaimed); sessions_send brings it back"
+	case last == nil:
+		r.Status = StatusStarting
+	case last.Status == turns.TurnRunning || last.Status == turns.TurnQueued:
+		r.Status = StatusRunning
+	case last.Status == turns.TurnFailed:
+		r.Status, r.Error = StatusFailed, last.Error
+	case last.Status == turns.TurnCanceled:
+		r.Status = StatusCanceled
+	default:
+		r.Status = StatusDone
+	}
+	r.PulledBack = p.State == placement.Local
+	if msgs, err := d.Sessions.Context(ctx, childID); err == nil {
+		for i := len(msgs) - 1; i >= 0; i-- {
+			if msgs[i].Role == protocol.RoleAssistant {
+				if txt := strings.TrimSpace(msgs[i].Text()); txt != "" {
+					r.Answer = txt
+					break
+				}
+			}
+		}
+	}
+	if ch, err := d.Dispatcher.Changes(ctx, childID); err == nil {
+		r.Branch, r.Commits = ch.Branch, ch.Commits
+		r.Files = append(ch.Files, ch.Uncommitted...)
+		if ch.AnchorDir != "" {
+			r.Workspace = ch.AnchorDir
+		}
+	}
+	r.Usage, r.Cost = s.usage(ctx, d, childID)
+	return r
+}
+
+// usage sums the model calls of a session and its descendants.
+func (s *Spawner) usage(ctx context.Context, d *Deps, sessionID string) (Usage, float64) {
+	var u Usage
+	var cost float64
+	err := d.DB.R.QueryRowContext(ctx, `WITH RECURSIVE tree(id) AS (
+			SELECT ? UNION SELECT s.id FROM sessions s JOIN tree ON s.parent_session_id = tree.id)
+		SELECT COUNT(*), COALESCE(SUM(input_tokens),0), COALESCE(SUM(output_tokens),0), COALESCE(SUM(total_tokens),0), COALESCE(SUM(cost),0)
+		FROM inference_calls WHERE session_id IN (SELECT id FROM tree)`, sessionID).
+		Scan(&u.Calls, &u.InputTokens, &u.OutputTokens, &u.TotalTokens, &cost)
+	if err != nil {
+		d.Log.Warn("child usage", "session", sessionID, "err", err)
+	}
+	return u, cost
+}
+
+func (s *Spawner) audit(ctx context.Context, d *Deps, kind, detail string) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := d.DB.InTx(actx, func(tx *sql.Tx) error { return store.Audit(actx, tx, kind, "", detail) }); err != nil {
+		d.Log.Warn("audit", "kind", kind, "err", err)
+	}
+}
+
+// remember keeps a child's spawn options (profile, cleanup, timeout) for its follow-ups; a
+// gateway restart forgets them (the child then keeps its environment and uses its placement's
+// profile).
+func (s *Spawner) remember(childID string, req SpawnRequest) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.opts == nil {
+		s.opts = map[string]SpawnRequest{}
+	}
+	req.Task, req.Progress = "", nil
+	s.opts[childID] = req
+}
+
+func (s *Spawner) recalled(childID string) SpawnRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.opts[childID]
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -22,6 +22,9 @@ type Deps struct {
 	Dispatcher *placement.Dispatcher
 	Placements *placement.Placements
 	Envs       *envs.Manager
+	// Admitted reports whether an environment's worker is admitted (an idle environment is
+	// reused only then).
+	Admitted func(envID string) bool
 	// DataDir holds the children's forked workspaces (DataDir/agents/…).
 	DataDir string
 	Log     *slog.Logger
@@ -40,7 +43,8 @@ type Spawner struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
-	pending map[string]int // profile id → spawns admitted whose placement has no environment yet
+	pending map[string]int          // profile id → spawns admitted whose placement has no environment yet
+	opts    map[string]SpawnRequest // child id → its spawn's options
 }
 
 // New returns a Spawner of cfg (defaults applied, validated).

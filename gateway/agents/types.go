@@ -74,8 +74,7 @@ type Progress struct {
 const (
 	StatusStarting = "starting" // being placed on a worker
 	StatusRunning  = "running"  // a turn is running
-	StatusIdle     = "idle"     // on its worker, no turn running
-	StatusDone     = "done"     // its results are back on the gateway
+	StatusDone     = "done"     // its last turn is done (PulledBack says whether its results are home)
 	StatusFailed   = "failed"
 	StatusCanceled = "canceled"
 )
@@ -90,11 +89,13 @@ type Usage struct {
 
 // SpawnResult is what the tools return about a child.
 type SpawnResult struct {
-	SessionID     string `json:"sessionId"`
-	ParentID      string `json:"parentSessionId,omitempty"`
-	Label         string `json:"label,omitempty"`
-	Status        string `json:"status"`
-	Placement     string `json:"placement,omitempty"` // the placement state
+	SessionID string `json:"sessionId"`
+	ParentID  string `json:"parentSessionId,omitempty"`
+	Label     string `json:"label,omitempty"`
+	Status    string `json:"status"`
+	Placement string `json:"placement,omitempty"` // the placement state
+	// PulledBack says the child's results are back on the gateway (its placement is local).
+	PulledBack    bool   `json:"pulledBack"`
 	EnvironmentID string `json:"environmentId,omitempty"`
 	ProfileID     string `json:"profileId,omitempty"`
 	RunID         string `json:"runId,omitempty"`
@@ -136,7 +137,7 @@ type DepthError struct {
 }
 
 func (e *DepthError) Error() string {
-	return fmt.Sprintf("spawn-depth-exceeded: a child at depth %d is past agents.maxSpawnDepth %d (worker sessions spawn only when it is raised)", e.Depth, e.Max)
+	return fmt.Sprintf("a child at depth %d is past agents.maxSpawnDepth %d (worker sessions spawn only when it is raised)", e.Depth, e.Max)
 }
 
 // RetryError refuses a spawn that a limit blocks now; the caller may retry after RetryAfter.
@@ -146,7 +147,7 @@ type RetryError struct {
 }
 
 func (e *RetryError) Error() string {
-	return fmt.Sprintf("%v; retry in %dms (retryAfterMs)", e.Err, e.RetryAfter.Milliseconds())
+	return fmt.Sprintf("%v; retry in %s", e.Err, e.RetryAfter)
 }
 
 // Unwrap returns the cause.
