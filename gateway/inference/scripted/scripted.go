@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/openclaw/cloudworkers/gateway/inference"
@@ -155,6 +156,7 @@ func (a *Adapter) Stream(ctx context.Context, call inference.Call, emit inferenc
 		if args == "" {
 			args = "{}"
 		}
+		args = substituteLast(args, call.Context.Messages)
 		id := fmt.Sprintf("call_%d_%d", n, i)
 		if err := block(func() (int, error) { return b.BeginToolCall(id, tc.Name) }, args); err != nil {
 			return fail(ctx, b, err)
@@ -196,4 +198,30 @@ func splitKeep(s string) []string {
 		s = s[i+1:]
 	}
 	return out
+}
+
+// lastRef is how a scripted tool call's arguments name a field of an earlier tool's result:
+// "{{last.FIELD}}" is replaced by the string field FIELD of the JSON object that is the text of
+// the newest tool result in the context that has it (a script can follow up on a session id that
+// sessions_spawn returned).
+var lastRef = regexp.MustCompile(`\{\{last\.([A-Za-z0-9_]+)\}\}`)
+
+func substituteLast(args string, msgs []protocol.Message) string {
+	return lastRef.ReplaceAllStringFunc(args, func(ref string) string {
+		field := lastRef.FindStringSubmatch(ref)[1]
+		for i := len(msgs) - 1; i >= 0; i-- {
+			if msgs[i].Role != protocol.RoleToolResult {
+				continue
+			}
+			var obj map[string]any
+			if json.Unmarshal([]byte(msgs[i].Text()), &obj) != nil {
+				continue
+			}
+			if v, ok := obj[field].(string); ok {
+				b, _ := json.Marshal(v)
+				return strings.Trim(string(b), `"`)
+			}
+		}
+		return ""
+	})
 }
