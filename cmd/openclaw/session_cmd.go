@@ -174,6 +174,19 @@ func sessionRows(ctx context.Context, c *api.Client, t sessions.Transcript, row 
 		row("placement", string(s.Placement))
 		row("environment", s.EnvironmentID)
 	}
+	if s.ParentSessionID != "" {
+		row("parent", s.ParentSessionID+" (tool call "+s.SpawnToolCallID+")")
+	}
+	if kids, err := c.Children(ctx, s.ID); err == nil && len(kids) > 0 {
+		var cost float64
+		var tokens int64
+		for _, k := range kids {
+			row("child", fmt.Sprintf("%s %s %s on %s, %d tokens, cost %.6f", k.SessionID, dash(k.Label), k.Status, dash(k.EnvID), k.Usage.TotalTokens, k.Cost))
+			cost += k.Cost
+			tokens += k.Usage.TotalTokens
+		}
+		row("children cost", fmt.Sprintf("%.6f (%d tokens, %d children)", cost, tokens, len(kids)))
+	}
 	row("owner epoch", fmt.Sprint(s.OwnerEpoch))
 	row("leaf", s.LeafID)
 	row("entries", fmt.Sprint(len(t.Entries)))

@@ -1,0 +1,397 @@
+package main_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/agents"
+	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/gateway/turns"
+	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/protocol"
+)
+
+// agentsConfig is a gateway with a local-box profile "kids" (the default profile of spawns) of at
+// most maxEnvs environments, extra config lines, and one priced scripted provider per script
+// (model NAME/m), the parent's being the catalog default.
+func agentsConfig(t *testing.T, dir string, maxEnvs int, extra string, scripts map[string]string) string {
+	t.Helper()
+	s := fastWorkerConfig + extra +
+		fmt.Sprintf("profiles:\n  - id: kids\n    provider: local\n    hygiene: {metadataRoute: warn, dockerSocket: warn}\n    maxEnvironments: %d\n", maxEnvs) +
+		"models:\n  default: parent/m\n  providers:\n"
+	for name, body := range scripts {
+		p := filepath.Join(dir, name+"-script.json")
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s += fmt.Sprintf("    %s: {api: scripted, script: %s, models: [{id: m, cost: {input: 1000, output: 2000}}]}\n", name, p)
+	}
+	return s
+}
+
+// toolResults returns the tool results of a session's transcript for the named tool, in order.
+func toolResults(t *testing.T, g *gw, id, tool string) []protocol.Message {
+	t.Helper()
+	tr, err := g.client.Transcript(g.ctx(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []protocol.Message
+	for _, e := range tr.Entries {
+		var m protocol.Message
+		if json.Unmarshal(e.Content, &m) == nil && m.Role == protocol.RoleToolResult && m.ToolName == tool {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// spawnResult decodes a successful sessions_* tool result.
+func spawnResult(t *testing.T, m protocol.Message) agents.SpawnResult {
+	t.Helper()
+	if m.IsError {
+		t.Fatalf("%s failed: %s", m.ToolName, m.Text())
+	}
+	var r agents.SpawnResult
+	if err := json.Unmarshal([]byte(m.Text()), &r); err != nil {
+		t.Fatalf("%s result %q: %v", m.ToolName, m.Text(), err)
+	}
+	return r
+}
+
+func (g *gw) children(id string) []agents.Child {
+	g.t.Helper()
+	list, err := g.client.Children(g.ctx(), id)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return list
+}
+
+// waitChild polls a parent's children until the child's status is want.
+func (g *gw) waitChild(parent, child, want string) agents.Child {
+	g.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		for _, c := range g.children(parent) {
+			if c.SessionID == child && c.Status == want {
+				return c
+			}
+		}
+		if time.Now().After(deadline) {
+			g.t.Fatalf("child %s of %s is not %s: %+v", child, parent, want, g.children(parent))
+		}
+		time.Sleep(50 * time.Millisecond) // polling the API
+	}
+}
+
+// kidsEnvironments returns every environment of the profile kids, dead ones included.
+func (g *gw) kidsEnvironments() []envs.Environment {
+	g.t.Helper()
+	list, err := g.client.Environments(g.ctx(), true)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return slices.DeleteFunc(list, func(e envs.Environment) bool { return e.ProfileID != "kids" })
+}
+
+// TestSessionsSpawnWaits: a scripted local parent turn calls sessions_spawn (wait true, fork,
+// cleanup delete). A visible child session records its parent and the tool call, runs on a
+// local-box worker from a copy of the parent's workspace as it is (uncommitted and untracked files
+// included) and commits there; the parent's tool result carries the child's answer, branch and
+// commit; the child's usage and cost show under the parent; its environment is destroyed after the
+// pull-back; the parent's own checkout is untouched.
+func TestSessionsSpawnWaits(t *testing.T) {
+	testenv.RequireCommands(t, "git")
+	root := t.TempDir()
+	cfg := agentsConfig(t, root, 2, "agents: {defaultProfile: kids}\n", map[string]string{
+		"parent": `[{"toolCalls": [{"name": "sessions_spawn", "arguments": {"task": "record what you see and commit it", "label": "helper", "model": "child/m", "cleanup": "delete"}}]},
+		            {"text": "Parent turn done."}]`,
+		"child": `[{"toolCalls": [{"name": "exec", "arguments": {"command": "cat README.md notes.txt > seen.txt && git add -A && git -c user.name=c -c user.email=c@example.com commit -qm 'child: what I saw'"}}]},
+		           {"text": "Child turn done."}]`,
+	})
+	g := startGateway(t, filepath.Join(root, "data"), cfg)
+	t.Cleanup(func() { destroyAll(g) })
+
+	ws := filepath.Join(root, "user")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "README.md"), []byte("hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gitIn(t, ws, "init", "-q")
+	gitIn(t, ws, "add", "README.md")
+	gitIn(t, ws, "commit", "-qm", "initial")
+	head := gitIn(t, ws, "rev-parse", "HEAD")
+	// the parent's work in progress: an uncommitted edit and an untracked file
+	if err := os.WriteFile(filepath.Join(ws, "README.md"), []byte("hello, edited\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "notes.txt"), []byte("untracked note\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	parent := g.newSession(ws, "parent/m")
+	g.runTurn(parent, "get a helper to look", "local")
+
+	res := toolResults(t, g, parent, "sessions_spawn")
+	if len(res) != 1 {
+		t.Fatalf("%d sessions_spawn results, want 1", len(res))
+	}
+	r := spawnResult(t, res[0])
+	if r.Status != agents.StatusDone || !r.PulledBack || r.Answer != "Child turn done." {
+		t.Fatalf("spawn result: status %s pulledBack %v answer %q error %q", r.Status, r.PulledBack, r.Answer, r.Error)
+	}
+	if !strings.HasPrefix(r.Branch, "openclaw/") || len(r.Commits) != 1 || r.Commits[0].Subject != "child: what I saw" {
+		t.Fatalf("spawn result: branch %q commits %+v", r.Branch, r.Commits)
+	}
+	if r.Usage.Calls < 2 || r.Usage.TotalTokens == 0 || r.Cost <= 0 {
+		t.Fatalf("spawn result usage %+v cost %v: the child's model calls are not accounted", r.Usage, r.Cost)
+	}
+	// the child's commit holds what it saw: the parent's workspace as it was, uncommitted work included
+	if got := gitIn(t, r.Workspace, "show", r.Commits[0].ID+":seen.txt"); got != "hello, edited\nuntracked note" {
+		t.Fatalf("the child saw %q, want the parent's uncommitted edit and untracked file", got)
+	}
+
+	child, err := g.client.Session(g.ctx(), r.SessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if child.ParentSessionID != parent || child.SpawnToolCallID != "call_0_0" || child.SpawnDepth != 1 || child.Title != "helper" {
+		t.Fatalf("child row: parent %q tool call %q depth %d title %q", child.ParentSessionID, child.SpawnToolCallID, child.SpawnDepth, child.Title)
+	}
+	kids := g.children(parent)
+	if len(kids) != 1 || kids[0].SessionID != r.SessionID || kids[0].Cost != r.Cost || kids[0].Usage != r.Usage {
+		t.Fatalf("children of the parent: %+v, want the child with its cost %v", kids, r.Cost)
+	}
+	out, err := exec.Command(openclawBin, "session", "show", parent, "--gateway", g.addr, "--data-dir", g.dataDir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("session show: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), r.SessionID) || !strings.Contains(string(out), fmt.Sprintf("cost %.6f", r.Cost)) {
+		t.Fatalf("session show of the parent does not list its child and its cost:\n%s", out)
+	}
+
+	// cleanup "delete": the child's machine is destroyed once its results are back
+	if r.EnvironmentID == "" {
+		t.Fatal("the spawn result names no environment")
+	}
+	if e := g.waitEnv(r.EnvironmentID, func(e envs.Environment) bool { return e.State.Dead() }); e.State != envs.Destroyed {
+		t.Fatalf("child environment %s is %s, want destroyed", e.ID, e.State)
+	}
+	// the parent's own checkout: same commit, its work in progress as it was, nothing of the child's
+	if gitIn(t, ws, "rev-parse", "HEAD") != head || readFile(t, filepath.Join(ws, "README.md")) != "hello, edited\n" || exists(filepath.Join(ws, "seen.txt")) {
+		t.Fatal("the parent's checkout was changed by the spawn")
+	}
+}
+
+// TestSessionsSpawnNoWait: wait false returns the child's id at once (the child not yet run); a
+// later parent turn's sessions_status reports it done and sessions_pullback brings its file home.
+func TestSessionsSpawnNoWait(t *testing.T) {
+	root := t.TempDir()
+	cfg := agentsConfig(t, root, 2, "agents: {defaultProfile: kids}\n", map[string]string{
+		"parent": `[{"toolCalls": [{"name": "sessions_spawn", "arguments": {"task": "write out.txt", "model": "child/m", "workspace": "empty", "wait": false}}]},
+		            {"text": "Spawned turn done."},
+		            {"toolCalls": [{"name": "sessions_status", "arguments": {"sessionId": "{{last.sessionId}}"}}]},
+		            {"toolCalls": [{"name": "sessions_pullback", "arguments": {"sessionId": "{{last.sessionId}}"}}]},
+		            {"text": "Follow-up turn done."}]`,
+		"child": `[{"toolCalls": [{"name": "write", "arguments": {"path": "out.txt", "content": "made by the child\n"}}]},
+		           {"text": "Child turn done."}]`,
+	})
+	g := startGateway(t, filepath.Join(root, "data"), cfg)
+	t.Cleanup(func() { destroyAll(g) })
+	ws := filepath.Join(root, "user")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	parent := g.newSession(ws, "parent/m")
+	g.runTurn(parent, "start a helper", "local")
+	spawned := spawnResult(t, toolResults(t, g, parent, "sessions_spawn")[0])
+	if spawned.SessionID == "" || spawned.Status != agents.StatusStarting || spawned.Answer != "" {
+		t.Fatalf("wait false returned %+v, want the child's id before it ran", spawned)
+	}
+	g.waitChild(parent, spawned.SessionID, agents.StatusDone)
+
+	g.runTurn(parent, "how is the helper doing", "local")
+	st := spawnResult(t, toolResults(t, g, parent, "sessions_status")[0])
+	if st.SessionID != spawned.SessionID || st.Status != agents.StatusDone || st.Answer != "Child turn done." || st.PulledBack {
+		t.Fatalf("sessions_status: %+v, want the child done on its worker", st)
+	}
+	pb := spawnResult(t, toolResults(t, g, parent, "sessions_pullback")[0])
+	if !pb.PulledBack || pb.Workspace == "" {
+		t.Fatalf("sessions_pullback: %+v", pb)
+	}
+	if got := readFile(t, filepath.Join(pb.Workspace, "out.txt")); got != "made by the child\n" {
+		t.Fatalf("the child's file came back as %q", got)
+	}
+}
+
+// depthScripts: the parent spawns a child (wait true, empty workspace); the child, on its worker,
+// tries to spawn one more level (worker.sessions.spawn), and so does any grandchild.
+var depthScripts = map[string]string{
+	"parent": `[{"toolCalls": [{"name": "sessions_spawn", "arguments": {"task": "go deeper", "model": "child/m", "workspace": "empty"}}]},
+	            {"text": "Parent turn done."}]`,
+	"child": `[{"toolCalls": [{"name": "sessions_spawn", "arguments": {"task": "go deeper", "workspace": "empty"}}]},
+	           {"text": "Child turn done."}]`,
+}
+
+// TestSessionsSpawnDepth: with the default agents.maxSpawnDepth a worker session's sessions_spawn
+// is refused with spawn-depth-exceeded and no environment is leased for it; with maxSpawnDepth 2
+// the child's spawn works once and the grandchild's is refused.
+func TestSessionsSpawnDepth(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		extra    string
+		wantEnvs int
+	}{
+		{"default", "agents: {defaultProfile: kids}\n", 1},
+		{"maxSpawnDepth2", "agents: {defaultProfile: kids, maxSpawnDepth: 2}\n", 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root := t.TempDir()
+			g := startGateway(t, filepath.Join(root, "data"), agentsConfig(t, root, 3, c.extra, depthScripts))
+			t.Cleanup(func() { destroyAll(g) })
+			ws := filepath.Join(root, "user")
+			if err := os.MkdirAll(ws, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			parent := g.newSession(ws, "parent/m")
+			g.runTurn(parent, "delegate", "local")
+			child := spawnResult(t, toolResults(t, g, parent, "sessions_spawn")[0])
+			if child.Answer != "Child turn done." {
+				t.Fatalf("child: %+v", child)
+			}
+			// the deepest session that tried: the child by default, the grandchild at depth 2
+			deepest := child.SessionID
+			if c.wantEnvs == 2 {
+				grand := spawnResult(t, toolResults(t, g, child.SessionID, "sessions_spawn")[0])
+				gs, err := g.client.Session(g.ctx(), grand.SessionID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if gs.ParentSessionID != child.SessionID || gs.SpawnDepth != 2 || grand.Answer != "Child turn done." {
+					t.Fatalf("grandchild %+v row %+v", grand, gs)
+				}
+				deepest = grand.SessionID
+			}
+			refused := toolResults(t, g, deepest, "sessions_spawn")
+			if len(refused) != 1 || !refused[0].IsError || !strings.Contains(refused[0].Text(), string(protocol.CodeSpawnDepthExceeded)) {
+				t.Fatalf("the spawn past the bound: %+v, want an error with %s", refused, protocol.CodeSpawnDepthExceeded)
+			}
+			if got := g.kidsEnvironments(); len(got) != c.wantEnvs {
+				t.Fatalf("%d environments leased, want %d (none for the refused spawn)", len(got), c.wantEnvs)
+			}
+			ses, err := g.client.Sessions(g.ctx())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ses) != c.wantEnvs+1 {
+				t.Fatalf("%d sessions, want %d: the refused spawn created one", len(ses), c.wantEnvs+1)
+			}
+		})
+	}
+}
+
+// TestSessionsSpawnTwoAtOnceOneEnvironment: two spawns in one assistant message on a profile of
+// maxEnvironments 1: the first is placed, the second refused with capacity-exceeded and a
+// retryAfterMs (refused, not queued).
+func TestSessionsSpawnTwoAtOnceOneEnvironment(t *testing.T) {
+	root := t.TempDir()
+	cfg := agentsConfig(t, root, 1, "agents: {defaultProfile: kids}\n", map[string]string{
+		"parent": `[{"toolCalls": [
+		              {"name": "sessions_spawn", "arguments": {"task": "one", "label": "a", "model": "child/m", "workspace": "empty", "wait": false}},
+		              {"name": "sessions_spawn", "arguments": {"task": "two", "label": "b", "model": "child/m", "workspace": "empty", "wait": false}}]},
+		            {"text": "Parent turn done."}]`,
+		"child": `[{"text": "Child turn done."}]`,
+	})
+	g := startGateway(t, filepath.Join(root, "data"), cfg)
+	t.Cleanup(func() { destroyAll(g) })
+	ws := filepath.Join(root, "user")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	parent := g.newSession(ws, "parent/m")
+	g.runTurn(parent, "two helpers", "local")
+	res := toolResults(t, g, parent, "sessions_spawn")
+	if len(res) != 2 {
+		t.Fatalf("%d results", len(res))
+	}
+	first := spawnResult(t, res[0])
+	if !res[1].IsError || !strings.Contains(res[1].Text(), string(protocol.CodeCapacityExceeded)) || !strings.Contains(res[1].Text(), "retryAfterMs") {
+		t.Fatalf("the second spawn: error %v %q, want capacity-exceeded with retryAfterMs", res[1].IsError, res[1].Text())
+	}
+	var d struct {
+		RetryAfterMs int64 `json:"retryAfterMs"`
+	}
+	if err := json.Unmarshal(res[1].Details, &d); err != nil || d.RetryAfterMs <= 0 {
+		t.Fatalf("the refusal's details %s carry no retryAfterMs", res[1].Details)
+	}
+	kids := g.children(parent)
+	if len(kids) != 1 || kids[0].SessionID != first.SessionID {
+		t.Fatalf("children %+v, want only the first", kids)
+	}
+	g.waitChild(parent, first.SessionID, agents.StatusDone)
+	if got := g.kidsEnvironments(); len(got) != 1 {
+		t.Fatalf("%d environments, want 1", len(got))
+	}
+}
+
+// TestSessionsSpawnCancelParent: cancelling the parent's turn while it waits on its child cancels
+// the child's turn.
+func TestSessionsSpawnCancelParent(t *testing.T) {
+	root := t.TempDir()
+	cfg := agentsConfig(t, root, 1, "agents: {defaultProfile: kids}\n", map[string]string{
+		"parent": `[{"toolCalls": [{"name": "sessions_spawn", "arguments": {"task": "take long", "model": "child/m", "workspace": "empty"}}]},
+		            {"text": "Parent turn done."}]`,
+		"child": `[{"toolCalls": [{"name": "exec", "arguments": {"command": "sleep 120", "timeout": 300, "yieldMs": 600000}}]},
+		           {"text": "Child turn done."}]`,
+	})
+	g := startGateway(t, filepath.Join(root, "data"), cfg)
+	t.Cleanup(func() { destroyAll(g) })
+	ws := filepath.Join(root, "user")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	parent := g.newSession(ws, "parent/m")
+	turn, code, err := g.send(parent, "wait on a slow helper")
+	if err != nil {
+		t.Fatalf("send: %d %v", code, err)
+	}
+	var kid string
+	deadline := time.Now().Add(60 * time.Second)
+	for kid == "" {
+		for _, c := range g.children(parent) {
+			if c.Status == agents.StatusRunning {
+				kid = c.SessionID
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no running child: %+v", g.children(parent))
+		}
+		time.Sleep(50 * time.Millisecond) // polling the API
+	}
+	if _, err := g.do("POST", "/api/v1/sessions/"+parent+"/cancel", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if pt := waitTurn(t, g, turn.RunID); pt.Status != turns.TurnCanceled {
+		t.Fatalf("parent turn %s, want canceled", pt.Status)
+	}
+	ct := g.turns(kid)
+	if len(ct) != 1 {
+		t.Fatalf("child turns %+v", ct)
+	}
+	if got := waitTurn(t, g, ct[0].RunID); got.Status != turns.TurnCanceled {
+		t.Fatalf("child turn %s (%s), want canceled with its parent's", got.Status, got.Error)
+	}
+}
+
+var _ = sessions.CreateParams{}
