@@ -313,3 +313,52 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// dispatch with wait: false returns the session id at once; status follows it to the end of its
+// turn on the worker, and pullback brings the commit home.
+func TestMCPDispatchNoWaitThenPullback(t *testing.T) {
+	g, ws := mcpGateway(t)
+	ctx := testenv.Context(t, 3*time.Minute)
+	cmd := exec.Command(openclawBin, "mcp", "--gateway", g.addr, "--data-dir", g.dataDir, "--profile", "local")
+	cs, err := mcpClient(newProgressLog()).Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	call := func(tool string, args map[string]any) mcp.DispatchResult {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: tool, Arguments: args})
+		if err != nil || res.IsError {
+			t.Fatalf("%s: %v %s", tool, err, toolText(res))
+		}
+		var out mcp.DispatchResult
+		b, _ := json.Marshal(res.StructuredContent)
+		if err := json.Unmarshal(b, &out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	// no profile: the server's --profile
+	d := call("dispatch", map[string]any{"workspace": ws, "task": "edit the greeting", "wait": false})
+	if d.SessionID == "" || d.State != "dispatching" || d.Answer != "" {
+		t.Fatalf("dispatch without wait: %+v", d)
+	}
+	var st mcp.DispatchResult
+	for st = call("status", map[string]any{"sessionId": d.SessionID}); st.TurnStatus != "done"; st = call("status", map[string]any{"sessionId": d.SessionID}) {
+		if st.TurnStatus == "failed" || st.State == "failed" {
+			t.Fatalf("status: %+v", st)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the dispatched turn did not end: %+v", st)
+		case <-time.After(100 * time.Millisecond): // polling the tool, as an agent would
+		}
+	}
+	if st.State != "active" || st.Answer != "Committed the edit on the worker." || st.EnvironmentID == "" {
+		t.Fatalf("status after the turn: %+v", st)
+	}
+	p := call("pullback", map[string]any{"sessionId": d.SessionID})
+	if p.State != "local" || len(p.Commits) != 1 || p.Commits[0].Subject != "worker edit" || !strings.HasPrefix(p.Branch, "openclaw/") {
+		t.Fatalf("pullback: %+v", p)
+	}
+}

@@ -2,12 +2,14 @@ package mcp
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/openclaw/cloudworkers/gateway/api"
@@ -20,7 +22,7 @@ import (
 type DispatchInput struct {
 	Workspace    string `json:"workspace" jsonschema:"absolute path of the workspace directory on the gateway's machine; a git work tree gets its results back as commits on the branch openclaw/<name>"`
 	Task         string `json:"task" jsonschema:"the task for the worker's agent, as its first message"`
-	Profile      string `json:"profile,omitempty" jsonschema:"worker profile to lease the machine from (see list_environments for profiles in use); default: the server's default profile"`
+	Profile      string `json:"profile,omitempty" jsonschema:"worker profile to lease the machine from (the operator defines them: openclaw profile list; list_environments shows those in use); default: the server's default profile"`
 	MachineClass string `json:"machineClass,omitempty" jsonschema:"machine class, overriding the profile's (lease-CLI providers only)"`
 	Model        string `json:"model,omitempty" jsonschema:"model reference provider/model for the worker's agent; default: the gateway's default model"`
 	Wait         *bool  `json:"wait,omitempty" jsonschema:"true (default): return when the task is done and its results are home; false: return the session id at once and follow it with status"`
@@ -125,7 +127,7 @@ type DestroyInput struct {
 const destroyWait = 2 * time.Minute
 
 func (s *Server) addTools() {
-	mcp.AddTool(s.mcp, &mcp.Tool{Name: "dispatch", Title: "Run a task on a cloud worker",
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "dispatch", Title: "Run a task on a cloud worker", InputSchema: inputSchema[DispatchInput]("wait", "pullback"),
 		Description: `Run a task on a cloud worker: lease (or reuse) a machine of a profile, copy the workspace to it,
 run the task there as an agent turn (its model calls go through the gateway), then bring the results
 home. Returns the session id, the agent's final answer, and for a git workspace the branch
@@ -136,7 +138,7 @@ at once; follow it with status.`},
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "status", Title: "Status of a dispatched session",
 		Description: "Where a session is (dispatching, running, active on its worker, local) and the outcome of its last turn: answer, error, and once home its branch, commits and files."},
 		s.status)
-	mcp.AddTool(s.mcp, &mcp.Tool{Name: "send", Title: "Send a follow-up message",
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "send", Title: "Send a follow-up message", InputSchema: inputSchema[SendInput]("wait"),
 		Description: "Send the next message to a session (a dispatched session still on its worker runs it there). With wait (default) returns the answer when the turn ends, with progress for each tool call."},
 		s.send)
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "pullback", Title: "Bring a session's results home",
@@ -157,6 +159,20 @@ at once; follow it with status.`},
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// inputSchema is the schema inferred from In, with the named optional booleans (pointers, to
+// tell "absent" from false) shown as plain booleans that default to true.
+func inputSchema[In any](trueByDefault ...string) *jsonschema.Schema {
+	sc, err := jsonschema.For[In](nil)
+	if err != nil {
+		panic(fmt.Sprintf("schema of %T: %v", *new(In), err))
+	}
+	for _, name := range trueByDefault {
+		p := sc.Properties[name]
+		p.Types, p.Type, p.Default = nil, "boolean", json.RawMessage("true")
+	}
+	return sc
+}
 
 // toolError is a tool's failure as the agent sees it: the gateway's code and message when the
 // gateway refused, prefixed with what the tool was doing.
@@ -313,9 +329,6 @@ func (s *Server) status(ctx context.Context, _ *mcp.CallToolRequest, in SessionI
 		bgDone, bgErr = bg.done, bg.err
 	}
 	s.mu.Unlock()
-	if bg != nil && !bgDone {
-		res.State = "dispatching"
-	}
 	if bgErr != nil {
 		res.Error = bgErr.Error()
 	}
@@ -324,13 +337,13 @@ func (s *Server) status(ctx context.Context, _ *mcp.CallToolRequest, in SessionI
 		if pv.Placement.Error != "" {
 			res.Error = pv.Placement.Error
 		}
-		if bg != nil && !bgDone {
-			res.State = "dispatching"
-		}
 	}
 	ts, err := s.cfg.Client.Turns(ctx, ses.ID)
 	if err != nil {
 		return nil, nil, toolError("status of session "+in.SessionID, err)
+	}
+	if len(ts) == 0 && bg != nil && !bgDone {
+		res.State = "dispatching" // the task is sent once the placement is active
 	}
 	if len(ts) > 0 {
 		last := ts[0]
@@ -443,9 +456,12 @@ func (s *Server) startBackground(id, task string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	running := 0
-	for _, b := range s.bg {
-		if !b.done {
+	for sid, b := range s.bg {
+		switch {
+		case !b.done:
 			running++
+		case len(s.bg) > s.cfg.MaxBackground:
+			delete(s.bg, sid) // an ended one: status reads the gateway's rows for it
 		}
 	}
 	if running >= s.cfg.MaxBackground {
