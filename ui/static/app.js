@@ -118,7 +118,9 @@ const sidebar = {
     }
     ul.replaceChildren(frag);
     $('#session-list-status').textContent = list.length ? '' : 'No sessions yet.';
-    if ([...this.placements.values()].some((p) => moving.has(p.state))) this.soon(500);
+    // Placement steps are not all on the feed (a dispatch announces itself when the worker takes
+    // the session): poll quickly while one moves, slowly otherwise.
+    this.soon([...this.placements.values()].some((p) => moving.has(p.state)) ? 500 : 5000);
     document.dispatchEvent(new CustomEvent('sessions-loaded'));
   },
   soon(ms) {
@@ -332,7 +334,12 @@ function chatPage(id) {
         api('GET', '/sessions/' + encodeURIComponent(id) + '/changes').then((ch) => { st.changes = ch; showChanges(); }).catch(() => {});
       } else showChanges();
     }
-    if (p.state === 'reclaimed') back.append(el('p', { class: 'warn', text: 'The worker was lost: ' + (last ? last.reason : '') }));
+    if (p.state === 'reclaimed') {
+      const cpr = [...evs].reverse().find((e) => /^checkpoint \d+:/.test(e.reason || ''));
+      back.append(el('p', { class: 'warn', text: 'The worker was lost (' + ((last && last.reason) || 'no reason recorded') + '). ' +
+        (cpr ? 'Changes made on the worker after ' + cpr.reason.split(':')[0] + ' (' + new Date(cpr.at).toLocaleString() + ') are lost; the session continues from that checkpoint.'
+          : 'No checkpoint was taken: every change made on the worker is lost.') }));
+    }
     if (p.state === 'failed') back.append(el('p', { class: 'error', text: 'Failed: ' + (p.error || 'no reason recorded') }));
     $('#tunnel').textContent = '';
     $('#pressure').hidden = true;
@@ -559,11 +566,12 @@ function environmentPage(id) {
   const path = '/environments/' + encodeURIComponent(id);
   let timer = null;
   async function load() {
-    const [e, evs] = await Promise.all([api('GET', path), api('GET', path + '/events')]);
+    const [e, evs, w] = await Promise.all([api('GET', path), api('GET', path + '/events'), api('GET', path + '/worker').catch(() => null)]);
     const dl = $('#env-detail');
+    const pressure = !w ? '' : (w.backpressure ? 'shedding load: ' : 'none: ') + w.queued + ' queued, ' + w.capacityRejections + ' refused for capacity';
     const rows = [['State', e.state], ['Profile', e.profileId], ['Provider', e.providerId], ['Lease', e.leaseId], ['Tunnel', e.tunnelStatus],
       ['Age', ago(e.ageMs)], ['Idle', ago(e.idleMs)], ['Sessions', (e.attachedSessionIds || []).join(', ') || 'none'],
-      ['Inference', inferenceText(e.inference)], ['Error', e.error || '']];
+      ['Inference', inferenceText(e.inference)], ['Backpressure', pressure], ['Error', e.error || '']];
     dl.replaceChildren(...rows.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', { 'data-field': k.toLowerCase(), text: v })]));
     let prev = null;
     $('#timeline').replaceChildren(...evs.map((ev) => {
