@@ -106,6 +106,9 @@ func (s *Spawner) spawn(ctx context.Context, parentID string, req SpawnRequest) 
 			return SpawnResult{}, err
 		}
 		depth = parent.SpawnDepth + 1
+		if depth > s.cfg.MaxSpawnDepth {
+			return SpawnResult{}, &DepthError{Depth: depth, Max: s.cfg.MaxSpawnDepth}
+		}
 		srcDir = parent.Workspace
 		if p, err := d.Placements.Get(ctx, parentID); err == nil && p.State != placement.Local && p.AnchorDir != "" {
 			// A parent on a worker forks the gateway's copy of its workspace (its last
@@ -123,9 +126,6 @@ func (s *Spawner) spawn(ctx context.Context, parentID string, req SpawnRequest) 
 			return SpawnResult{}, fieldf("workspace", "a spawn without a parent forks an absolute directory, got %q", req.Dir)
 		}
 		srcDir = req.Dir
-	}
-	if depth > s.cfg.MaxSpawnDepth {
-		return SpawnResult{}, &DepthError{Depth: depth, Max: s.cfg.MaxSpawnDepth}
 	}
 	if req.Workspace == WorkspaceFork {
 		if fi, err := os.Stat(srcDir); err != nil || !fi.IsDir() {
