@@ -16,6 +16,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/agents"
 	"github.com/openclaw/cloudworkers/gateway/hub"
 	"github.com/openclaw/cloudworkers/gateway/inference"
+	"github.com/openclaw/cloudworkers/gateway/mcp"
 	"github.com/openclaw/cloudworkers/gateway/websearch"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/providers"
@@ -52,6 +53,8 @@ type Config struct {
 	// Agents configures the sessions_* tools: the default worker profile of a spawn and the
 	// recursion bound.
 	Agents agents.Config `yaml:"agents"`
+	// MCP configures the MCP server behind /mcp (see docs/agents.md).
+	MCP mcp.Settings `yaml:"mcp"`
 	// Profiles are applied at start (created or replaced), in addition to those stored.
 	Profiles []providers.Profile `yaml:"profiles"`
 	Sync     SyncConfig          `yaml:"sync"`
@@ -225,6 +228,9 @@ func (c *Config) Validate() error {
 	ag := c.Agents
 	ag.SetDefaults()
 	if err := ag.Validate(); err != nil {
+		return err
+	}
+	if err := c.MCP.Validate(); err != nil {
 		return err
 	}
 	if c.Sync.ReserveFreeBytes < 0 {

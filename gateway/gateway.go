@@ -318,7 +318,12 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	// /mcp: the MCP server over streamable HTTP, driving this gateway's own API on loopback.
-	mcpSrv, err := mcp.New(mcp.Config{Client: api.NewClient(mcp.LoopbackURL(ln.Addr()), token), Log: log.With("subsystem", "mcp")})
+	mcpCfg := cfg.MCP.Config(api.NewClient(mcp.LoopbackURL(ln.Addr()), token))
+	if mcpCfg.DefaultProfile == "" {
+		mcpCfg.DefaultProfile = cfg.Agents.DefaultProfile
+	}
+	mcpCfg.Log = log.With("subsystem", "mcp")
+	mcpSrv, err := mcp.New(mcpCfg)
 	if err != nil {
 		ln.Close()
 		return err

@@ -172,10 +172,10 @@ func checkMCP(t *testing.T, ctx context.Context, cs *sdk.ClientSession, p *progr
 	if len(lines) < 4 { // the task, two tool calls with their results, the answer
 		t.Fatalf("transcript has %d lines:\n%s", len(lines), tr.Contents[0].Text)
 	}
-	for _, l := range lines {
+	for i, l := range lines {
 		var e struct{ ID, Type string }
-		if err := json.Unmarshal([]byte(l), &e); err != nil || e.ID == "" || e.Type == "" {
-			t.Fatalf("transcript line %q: %v", l, err)
+		if err := json.Unmarshal([]byte(l), &e); err != nil || e.ID == "" || e.Type == "" || (i == 0) != (e.Type == "session") {
+			t.Fatalf("transcript line %d %q: %v (want the session header first, then entries)", i, l, err)
 		}
 	}
 	// status agrees, and an unknown session is a tool error naming it.
@@ -360,5 +360,18 @@ func TestMCPDispatchNoWaitThenPullback(t *testing.T) {
 	p := call("pullback", map[string]any{"sessionId": d.SessionID})
 	if p.State != "local" || len(p.Commits) != 1 || p.Commits[0].Subject != "worker edit" || !strings.HasPrefix(p.Branch, "openclaw/") {
 		t.Fatalf("pullback: %+v", p)
+	}
+}
+
+// A bad mcp section stops the gateway at start, naming the setting.
+func TestGatewayRefusesBadMCPSettings(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfg, []byte("mcp: {maxBackground: -1}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(openclawBin, "gateway", "--data-dir", filepath.Join(dir, "data"), "--listen", freeAddr(t), "--config", cfg).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "mcp.maxBackground") {
+		t.Fatalf("gateway with mcp.maxBackground -1: %v\n%s", err, out)
 	}
 }

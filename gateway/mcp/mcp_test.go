@@ -298,3 +298,24 @@ func TestDispatchSchema(t *testing.T) {
 	}
 	t.Fatal("no dispatch tool")
 }
+
+// The gateway config's mcp section: zero is the default, a bad value names its setting.
+func TestSettingsValidate(t *testing.T) {
+	if err := (Settings{}).Validate(); err != nil {
+		t.Fatalf("zero settings: %v", err)
+	}
+	for _, tc := range []struct {
+		st   Settings
+		want string
+	}{
+		{Settings{MaxBackground: -1}, "mcp.maxBackground"},
+		{Settings{MaxBackground: 5000}, "mcp.maxBackground"},
+		{Settings{CallTimeout: -1}, "mcp.callTimeout"},
+		{Settings{SessionTimeout: 10}, "mcp.sessionTimeout"},
+		{Settings{MaxResourceBytes: -5}, "mcp.maxResourceBytes"},
+	} {
+		if err := tc.st.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error naming %s", tc.st, err, tc.want)
+		}
+	}
+}

@@ -3,7 +3,6 @@ package mcp
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/sync/gitexec"
 )
 
@@ -31,7 +31,7 @@ func resourceURIs(id string) []string {
 func (s *Server) addResources() {
 	s.mcp.AddResourceTemplate(&mcp.ResourceTemplate{Name: "transcript", Title: "Session transcript",
 		URITemplate: transcriptTemplate, MIMEType: "application/jsonl",
-		Description: "A session's transcript, one JSON entry per line (id, parentId, type, runEpoch, timestamp, content), oldest first."},
+		Description: "A session's transcript as JSONL in the upstream session file layout (as `openclaw session export` writes it): a header line {type: session, version, id, timestamp, cwd}, then one line per entry {type, id, parentId, timestamp, …}, oldest first."},
 		s.readTranscript)
 	s.mcp.AddResourceTemplate(&mcp.ResourceTemplate{Name: "diff", Title: "Diff of a session's branch",
 		URITemplate: diffTemplate, MIMEType: "text/x-diff",
@@ -65,15 +65,11 @@ func (s *Server) readTranscript(ctx context.Context, req *mcp.ReadResourceReques
 	if err != nil {
 		return nil, toolError("transcript of session "+id, err)
 	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	for _, e := range tr.Entries {
-		if err := enc.Encode(e); err != nil {
-			return nil, err
-		}
-		if int64(b.Len()) > s.cfg.MaxResourceBytes {
-			return nil, fmt.Errorf("transcript of session %s is larger than %d bytes (mcp.maxResourceBytes)", id, s.cfg.MaxResourceBytes)
-		}
+	b := &boundedBuffer{max: s.cfg.MaxResourceBytes}
+	if err := sessions.WriteJSONL(b, tr); errors.Is(err, errTooLarge) {
+		return nil, fmt.Errorf("transcript of session %s is larger than %d bytes (mcp.maxResourceBytes)", id, s.cfg.MaxResourceBytes)
+	} else if err != nil {
+		return nil, fmt.Errorf("transcript of session %s: %w", id, err)
 	}
 	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "application/jsonl", Text: b.String()}}}, nil
 }

@@ -5,7 +5,6 @@ package mcp
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/internal/version"
+	"github.com/openclaw/cloudworkers/providers"
 )
 
 // Config configures the MCP server.
@@ -61,21 +61,46 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate checks the configuration, naming the bad field.
+// Validate checks the configuration, naming the bad field as the gateway config's mcp section
+// (and `openclaw mcp`'s flags) spell it.
 func (c *Config) Validate() error {
 	switch {
 	case c.Client == nil:
 		return errors.New("mcp: Client is required")
 	case c.MaxBackground < 1 || c.MaxBackground > 1024:
-		return fmt.Errorf("mcp.maxBackground must be within 1..1024, got %d", c.MaxBackground)
+		return providers.Fieldf("mcp.maxBackground", "must be within 1..1024 (0: the default, %d), got %d", DefaultMaxBackground, c.MaxBackground)
 	case c.CallTimeout < time.Second:
-		return fmt.Errorf("mcp.callTimeout must be at least 1s, got %s", c.CallTimeout)
+		return providers.Fieldf("mcp.callTimeout", "must be at least 1s (0: the default, %s), got %s", DefaultCallTimeout, c.CallTimeout)
 	case c.MaxResourceBytes < 1<<10 || c.MaxResourceBytes > 1<<30:
-		return fmt.Errorf("mcp.maxResourceBytes must be within 1KiB..1GiB, got %d", c.MaxResourceBytes)
+		return providers.Fieldf("mcp.maxResourceBytes", "must be within 1KiB..1GiB (0: the default, %d), got %d", DefaultMaxResourceBytes, c.MaxResourceBytes)
 	case c.SessionTimeout < time.Second:
-		return fmt.Errorf("mcp.sessionTimeout must be at least 1s, got %s", c.SessionTimeout)
+		return providers.Fieldf("mcp.sessionTimeout", "must be at least 1s (0: the default, %s), got %s", DefaultSessionTimeout, c.SessionTimeout)
 	}
 	return nil
+}
+
+// Settings are the gateway config's mcp section, for the server behind /mcp (zero: the default).
+type Settings struct {
+	// DefaultProfile is the worker profile of a dispatch that names none (default: the agents
+	// section's defaultProfile).
+	DefaultProfile   string             `yaml:"defaultProfile"`
+	MaxBackground    int                `yaml:"maxBackground"`
+	CallTimeout      providers.Duration `yaml:"callTimeout"`
+	SessionTimeout   providers.Duration `yaml:"sessionTimeout"`
+	MaxResourceBytes int64              `yaml:"maxResourceBytes"`
+}
+
+// Config is the server configuration of these settings with client.
+func (st Settings) Config(client *api.Client) Config {
+	return Config{Client: client, DefaultProfile: st.DefaultProfile, MaxBackground: st.MaxBackground,
+		CallTimeout: st.CallTimeout.D(), SessionTimeout: st.SessionTimeout.D(), MaxResourceBytes: st.MaxResourceBytes}
+}
+
+// Validate names the first bad setting.
+func (st Settings) Validate() error {
+	c := st.Config(&api.Client{})
+	c.setDefaults()
+	return c.Validate()
 }
 
 // Server is the MCP server: its tools and resources, and the background dispatches it follows.
