@@ -46,12 +46,13 @@ type asset struct {
 
 // Pages the UI serves, each a template named after it.
 var pageRoutes = map[string]string{
-	"/{$}":               "sessions",
-	"/new":               "new",
-	"/sessions/{id}":     "chat",
-	"/environments":      "environments",
-	"/environments/{id}": "environment",
-	"/profiles":          "profiles",
+	"/{$}":                            "sessions",
+	"/new":                            "new",
+	"/sessions/{id}":                  "chat",
+	"/environments":                   "environments",
+	"/environments/{id}":              "environment",
+	"/profiles":                       "profiles",
+	"/sessions/{id}/commits/{commit}": "diff",
 }
 
 // New builds the handler from the embedded assets.
@@ -136,10 +137,11 @@ func (h *Handler) serveAsset(w http.ResponseWriter, r *http.Request) {
 }
 
 type pageData struct {
-	Page  string
-	Title string
-	ID    string
-	Error string
+	Page   string
+	Title  string
+	ID     string
+	Commit string
+	Error  string
 }
 
 func (h *Handler) render(w http.ResponseWriter, status int, name string, d pageData) {
@@ -157,7 +159,7 @@ func (h *Handler) render(w http.ResponseWriter, status int, name string, d pageD
 
 var titles = map[string]string{
 	"sessions": "Sessions", "new": "New session", "chat": "Session", "environments": "Environments",
-	"environment": "Environment", "profiles": "Profiles",
+	"environment": "Environment", "profiles": "Profiles", "diff": "Commit",
 }
 
 func (h *Handler) page(name string) http.HandlerFunc {
@@ -166,7 +168,7 @@ func (h *Handler) page(name string) http.HandlerFunc {
 			http.Redirect(w, r, "/login", http.StatusSeeOther)
 			return
 		}
-		h.render(w, http.StatusOK, name, pageData{Page: name, Title: titles[name], ID: r.PathValue("id")})
+		h.render(w, http.StatusOK, name, pageData{Page: name, Title: titles[name], ID: r.PathValue("id"), Commit: r.PathValue("commit")})
 	}
 }
 

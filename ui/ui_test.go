@@ -184,7 +184,7 @@ func TestAssetsAndCaching(t *testing.T) {
 		}
 	}
 	c := map[string]string{"Cookie": api.SessionCookie + "=" + api.SessionValue(token)}
-	for _, p := range []string{"/", "/sessions/ses_x", "/environments", "/environments/env_x", "/profiles", "/new", "/login"} {
+	for _, p := range []string{"/", "/sessions/ses_x", "/sessions/ses_x/commits/0123", "/environments", "/environments/env_x", "/profiles", "/new", "/login"} {
 		res, body := do(t, "GET", ts.URL+p, c, "")
 		if res.StatusCode != 200 || res.Header.Get("Cache-Control") != "no-store" || !strings.Contains(body, js[len("/assets/"):]) && p != "/login" {
 			t.Fatalf("page %s: %d cache %q", p, res.StatusCode, res.Header.Get("Cache-Control"))

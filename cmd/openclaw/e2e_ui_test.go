@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"os"
+	"net/url"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -181,6 +182,20 @@ func TestControlUIInChromium(t *testing.T) {
 	if got := gitIn(t, ws, "log", "-1", "--format=%s", tip); got != "worker commit" {
 		t.Fatalf("branch tip %s is %q", tip, got)
 	}
+	p.Do("view the diff", chromedp.Click(`#came-back .commits a.diff-link`), chromedp.WaitVisible(`#diff`))
+	p.Until("the diff", `document.getElementById('diff').textContent.includes('worker commit') && document.getElementById('diff').textContent.includes('+hi')`)
+	p.Shot(rootRel, "diff")
+	// the diff route shows only the worker's commits: the base, or anything that is not a commit id, is refused
+	base0 := gitIn(t, ws, "rev-parse", "main")
+	for _, bad := range []string{base0, "--output=" + filepath.Join(root, "x"), strings.Repeat("g", 40)} {
+		if code, err := g.do("GET", "/api/v1/sessions/"+id+"/changes/"+url.PathEscape(bad), nil, nil); err == nil || (code != 404 && code != 400) {
+			t.Fatalf("diff of %q: %d %v, want 404 or 400", bad, code, err)
+		}
+	}
+	if exists(filepath.Join(root, "x")) {
+		t.Fatal("a diff request wrote a file")
+	}
+	p.Do("back", chromedp.NavigateBack(), chromedp.WaitVisible(`#message`))
 	p.Until("runs on gateway", `document.getElementById('runs-on').textContent.startsWith('Runs on gateway')`)
 	if steps := browsertest.Eval[string](p, `[...document.querySelectorAll('#steps li')].map(l => l.dataset.to).join(',')`); steps != "draining,reconciling,local" {
 		t.Fatalf("pull-back steps %q", steps)

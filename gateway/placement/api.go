@@ -109,6 +109,16 @@ func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 		}
 		return c.JSON(http.StatusOK, ch)
 	})
+	g.GET("/sessions/:id/changes/:commit", func(c echo.Context) error {
+		text, cut, err := d.Diff(c.Request().Context(), c.Param("id"), c.Param("commit"))
+		if err != nil {
+			return err
+		}
+		if cut {
+			c.Response().Header().Set("X-Truncated", "true") // cut at MaxDiffBytes
+		}
+		return c.Blob(http.StatusOK, "text/plain; charset=utf-8", []byte(text))
+	})
 	g.GET("/sessions/:id/placement", func(c echo.Context) error {
 		p, err := d.cfg.Placements.Get(c.Request().Context(), c.Param("id"))
 		if err != nil {

@@ -3,18 +3,24 @@ package placement
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/sync/gitexec"
 	"github.com/openclaw/cloudworkers/sync/gitsync"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 )
 
-// Bounds of GET /sessions/:id/changes.
+// Bounds of GET /sessions/:id/changes and its diffs.
 const (
 	MaxChangedCommits = 200
 	MaxChangedFiles   = 1000
+	// MaxDiffBytes bounds one commit's diff (and each listing's git output).
+	MaxDiffBytes = 1 << 20
 )
 
 // Changes is what a session's worker brought back to its anchor: the commits on its managed
@@ -58,7 +64,13 @@ func (d *Dispatcher) Changes(ctx context.Context, sessionID string) (Changes, er
 	}
 	out.Branch = gitsync.BranchPrefix + anchorName(sessionID)
 	ref := "refs/heads/" + out.Branch
-	log, err := gitexec.Run(ctx, p.AnchorDir, "log", "--no-show-signature", "--format=%H%x1f%an%x1f%aI%x1f%s", "-n", itoa(MaxChangedCommits+1),
+	// The anchor holds the worker's commits and files: git runs there with no filter, hook or
+	// fsmonitor that a worker's .gitattributes or files could name.
+	g, err := gitexec.NewUntrusted(ctx, p.AnchorDir)
+	if err != nil {
+		return out, err
+	}
+	log, _, err := capped(ctx, g, "log", "--no-show-signature", "--format=%H%x1f%an%x1f%aI%x1f%s", "-n", itoa(MaxChangedCommits+1),
 		ref, "--not", "--exclude="+gitsync.BranchPrefix+"*", "--branches", "--tags")
 	if err != nil {
 		return out, err
@@ -76,16 +88,17 @@ func (d *Dispatcher) Changes(ctx context.Context, sessionID string) (Changes, er
 	}
 	if n := len(out.Commits); n > 0 && !out.Truncated {
 		// --no-ext-diff and --no-textconv: a worker's .gitattributes runs nothing here.
-		diff, err := gitexec.Run(ctx, p.AnchorDir, "diff", "--no-ext-diff", "--no-textconv", "--no-renames", "--name-status", "-z",
+		diff, cut, err := capped(ctx, g, "diff", "--no-ext-diff", "--no-textconv", "--no-renames", "--name-status", "-z",
 			out.Commits[n-1].ID+"^", ref)
 		if err == nil {
-			out.Files, out.Truncated = nameStatus(diff, out.Truncated)
+			out.Files, out.Truncated = nameStatus(diff, out.Truncated || cut)
 		}
 	}
-	st, err := gitexec.Run(ctx, p.AnchorDir, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=all")
+	st, cut, err := capped(ctx, g, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=all")
 	if err != nil {
 		return out, err
 	}
+	out.Truncated = out.Truncated || cut
 	for _, rec := range bytes.Split(st, []byte{0}) {
 		if len(rec) < 4 {
 			continue
@@ -97,6 +110,52 @@ func (d *Dispatcher) Changes(ctx context.Context, sessionID string) (Changes, er
 		out.Uncommitted = append(out.Uncommitted, ChangedFile{Status: strings.TrimSpace(string(rec[:2])), Path: string(rec[3:])})
 	}
 	return out, nil
+}
+
+// Diff is one commit of a session's managed branch as `git show` prints it (no external diff or
+// textconv driver), cut at MaxDiffBytes. The commit must be one Changes lists: any other id is
+// refused, so the route shows nothing but what the worker brought back.
+func (d *Dispatcher) Diff(ctx context.Context, sessionID, commit string) (text string, truncated bool, err error) {
+	if len(commit) != 40 || strings.Trim(commit, "0123456789abcdef") != "" {
+		return "", false, providers.Fieldf("commit", "must be a full 40-digit commit id, got %.50q", commit)
+	}
+	ch, err := d.Changes(ctx, sessionID)
+	if err != nil {
+		return "", false, err
+	}
+	if !slices.ContainsFunc(ch.Commits, func(c Commit) bool { return c.ID == commit }) {
+		return "", false, fmt.Errorf("commit %s is not on session %s's managed branch: %w", commit, sessionID, store.ErrNotFound)
+	}
+	g, err := gitexec.NewUntrusted(ctx, ch.AnchorDir)
+	if err != nil {
+		return "", false, err
+	}
+	b, cut, err := capped(ctx, g, "show", "--no-ext-diff", "--no-textconv", "--no-color", "--format=fuller", "--stat", "-p", commit)
+	return string(b), cut, err
+}
+
+// capped runs git and keeps at most MaxDiffBytes of its output.
+func capped(ctx context.Context, g *gitexec.Untrusted, args ...string) ([]byte, bool, error) {
+	w := &limited{max: MaxDiffBytes}
+	err := g.Stream(ctx, nil, w, args...)
+	return w.buf.Bytes(), w.cut, err
+}
+
+type limited struct {
+	buf bytes.Buffer
+	max int
+	cut bool
+}
+
+// Write keeps what fits and reports all of p written, so git runs to its end.
+func (l *limited) Write(p []byte) (int, error) {
+	n := len(p)
+	if room := l.max - l.buf.Len(); n > room {
+		l.cut = true
+		p = p[:max(room, 0)]
+	}
+	l.buf.Write(p)
+	return n, nil
 }
 
 // nameStatus parses `git diff --name-status -z` (status NUL path NUL …), up to MaxChangedFiles.

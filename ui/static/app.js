@@ -373,7 +373,8 @@ function chatPage(id) {
     if (ch.mode === 'git') {
       back.append(el('p', { text: ch.commits.length + ' commit(s) on ' + ch.branch + ' in ' + ch.anchorDir }),
         el('ul', { class: 'commits', 'aria-label': 'Commits' }, ...ch.commits.map((c) => el('li', { 'data-commit': c.id },
-          el('code', { text: c.id.slice(0, 12) }), ' ', c.subject, el('span', { class: 'muted', text: ' · ' + c.author })))));
+          el('code', { text: c.id.slice(0, 12) }), ' ', c.subject, el('span', { class: 'muted', text: ' · ' + c.author + ' · ' }),
+          el('a', { href: '/sessions/' + encodeURIComponent(id) + '/commits/' + c.id, class: 'diff-link', text: 'View diff' })))));
       if (ch.files.length) back.append(el('ul', { class: 'files', 'aria-label': 'Files in the commits' }, ...ch.files.map((f) => el('li', {}, el('code', { text: f.status }), ' ', f.path))));
     }
     if (ch.uncommitted.length) back.append(el('p', { text: 'Uncommitted in the anchor:' }), el('ul', { class: 'files', 'aria-label': 'Uncommitted files' }, ...ch.uncommitted.map((f) => el('li', {}, el('code', { text: f.status }), ' ', f.path))));
@@ -637,6 +638,18 @@ function profilesPage() {
   load().catch((e) => showError($('#profile-error'), e));
 }
 
+// ---- One commit's diff ----------------------------------------------------------------------
+
+async function diffPage(id, commit) {
+  try {
+    const res = await fetch('/api/v1/sessions/' + encodeURIComponent(id) + '/changes/' + encodeURIComponent(commit), { credentials: 'same-origin' });
+    const text = await res.text();
+    if (!res.ok) { let e = null; try { e = new APIError(res.status, JSON.parse(text)); } catch { e = new APIError(res.status, null); } throw e; }
+    $('#diff').textContent = text;
+    $('#diff-cut').hidden = !res.headers.get('X-Truncated');
+  } catch (e) { showError($('#diff-error'), e); }
+}
+
 // ---- Start -------------------------------------------------------------------------------------
 
 document.addEventListener('DOMContentLoaded', () => {
@@ -648,4 +661,5 @@ document.addEventListener('DOMContentLoaded', () => {
   else if (page === 'environments') environmentsPage();
   else if (page === 'environment') environmentPage(id);
   else if (page === 'profiles') profilesPage();
+  else if (page === 'diff') diffPage(id, document.body.dataset.commit);
 });
