@@ -54,6 +54,7 @@ HTTP at /mcp (see openclaw mcp token). Logs go to stderr.`,
 	f.IntVar(&cfg.MaxBackground, "max-background", mcp.DefaultMaxBackground, "dispatches with wait: false followed at once")
 	f.DurationVar(&cfg.CallTimeout, "call-timeout", mcp.DefaultCallTimeout, "bound of one waiting tool call (dispatch, send, pullback)")
 	f.Int64Var(&cfg.MaxResourceBytes, "max-resource-bytes", mcp.DefaultMaxResourceBytes, "bound of one resource read (transcript, diff)")
+	f.IntVar(&cfg.MaxAnswerBytes, "max-answer-bytes", mcp.DefaultMaxAnswerBytes, "bound of the answer a tool result carries (the transcript resource has it all)")
 	f.StringVar(&logLevel, "log-level", "warn", "log level on stderr: debug, info, warn, error")
 	cmd.AddCommand(newMCPTokenCmd(g))
 	return cmd

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -156,7 +157,19 @@ func (s *Server) answer(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return lastAnswer(tr), nil
+	return clip(lastAnswer(tr), s.cfg.MaxAnswerBytes, id), nil
+}
+
+// clip cuts an answer longer than max bytes (at a rune boundary) and says where the rest is.
+func clip(answer string, max int, id string) string {
+	if len(answer) <= max {
+		return answer
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(answer[cut]) {
+		cut--
+	}
+	return answer[:cut] + fmt.Sprintf("\n[answer cut at %d bytes (mcp.maxAnswerBytes): read the resource %s%s%s for the rest]", max, uriPrefix, id, transcriptSuffix)
 }
 
 func lastAnswer(tr sessions.Transcript) string {

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -313,9 +314,24 @@ func TestSettingsValidate(t *testing.T) {
 		{Settings{CallTimeout: -1}, "mcp.callTimeout"},
 		{Settings{SessionTimeout: 10}, "mcp.sessionTimeout"},
 		{Settings{MaxResourceBytes: -5}, "mcp.maxResourceBytes"},
+		{Settings{MaxAnswerBytes: 100 << 20}, "mcp.maxAnswerBytes"},
 	} {
 		if err := tc.st.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error naming %s", tc.st, err, tc.want)
 		}
+	}
+}
+
+// A worker's answer of any size reaches the agent cut at the bound, at a rune boundary, saying
+// where the rest is.
+func TestAnswerIsBounded(t *testing.T) {
+	long := strings.Repeat("é", 1000) // 2000 bytes
+	got := clip(long, 1025, "ses_1")
+	head, tail, ok := strings.Cut(got, "\n[answer cut at 1025 bytes (mcp.maxAnswerBytes): read the resource openclaw://sessions/ses_1/transcript.jsonl for the rest]")
+	if !ok || tail != "" || len(head) != 1024 || !utf8.ValidString(head) {
+		t.Fatalf("clip: %d bytes head, valid %v, %q", len(head), utf8.ValidString(head), got[len(got)-120:])
+	}
+	if clip("short", 1024, "ses_1") != "short" {
+		t.Fatal("a short answer was changed")
 	}
 }

@@ -28,6 +28,8 @@ type Config struct {
 	MaxBackground int
 	// CallTimeout bounds one waiting tool call (dispatch or send with wait, pullback).
 	CallTimeout time.Duration
+	// MaxAnswerBytes bounds the answer a tool result carries (the transcript resource has it all).
+	MaxAnswerBytes int
 	// MaxResourceBytes bounds a resource read (a transcript export, a branch diff).
 	MaxResourceBytes int64
 	// SessionTimeout closes an HTTP MCP session idle this long (streamable HTTP only).
@@ -41,6 +43,7 @@ const (
 	DefaultCallTimeout      = time.Hour
 	DefaultSessionTimeout   = 30 * time.Minute
 	DefaultMaxResourceBytes = 8 << 20
+	DefaultMaxAnswerBytes   = 64 << 10
 )
 
 func (c *Config) setDefaults() {
@@ -49,6 +52,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.CallTimeout == 0 {
 		c.CallTimeout = DefaultCallTimeout
+	}
+	if c.MaxAnswerBytes == 0 {
+		c.MaxAnswerBytes = DefaultMaxAnswerBytes
 	}
 	if c.MaxResourceBytes == 0 {
 		c.MaxResourceBytes = DefaultMaxResourceBytes
@@ -71,6 +77,8 @@ func (c *Config) Validate() error {
 		return providers.Fieldf("mcp.maxBackground", "must be within 1..1024 (0: the default, %d), got %d", DefaultMaxBackground, c.MaxBackground)
 	case c.CallTimeout < time.Second:
 		return providers.Fieldf("mcp.callTimeout", "must be at least 1s (0: the default, %s), got %s", DefaultCallTimeout, c.CallTimeout)
+	case c.MaxAnswerBytes < 1<<10 || c.MaxAnswerBytes > 16<<20:
+		return providers.Fieldf("mcp.maxAnswerBytes", "must be within 1KiB..16MiB (0: the default, %d), got %d", DefaultMaxAnswerBytes, c.MaxAnswerBytes)
 	case c.MaxResourceBytes < 1<<10 || c.MaxResourceBytes > 1<<30:
 		return providers.Fieldf("mcp.maxResourceBytes", "must be within 1KiB..1GiB (0: the default, %d), got %d", DefaultMaxResourceBytes, c.MaxResourceBytes)
 	case c.SessionTimeout < time.Second:
@@ -88,12 +96,13 @@ type Settings struct {
 	CallTimeout      providers.Duration `yaml:"callTimeout"`
 	SessionTimeout   providers.Duration `yaml:"sessionTimeout"`
 	MaxResourceBytes int64              `yaml:"maxResourceBytes"`
+	MaxAnswerBytes   int                `yaml:"maxAnswerBytes"`
 }
 
 // Config is the server configuration of these settings with client.
 func (st Settings) Config(client *api.Client) Config {
 	return Config{Client: client, DefaultProfile: st.DefaultProfile, MaxBackground: st.MaxBackground,
-		CallTimeout: st.CallTimeout.D(), SessionTimeout: st.SessionTimeout.D(), MaxResourceBytes: st.MaxResourceBytes}
+		CallTimeout: st.CallTimeout.D(), SessionTimeout: st.SessionTimeout.D(), MaxResourceBytes: st.MaxResourceBytes, MaxAnswerBytes: st.MaxAnswerBytes}
 }
 
 // Validate names the first bad setting.
