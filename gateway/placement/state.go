@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/clock"
 )
 
 // State is a session's placement state, stored as-is.
@@ -87,7 +88,13 @@ type Placement struct {
 }
 
 // Placements stores the placement state machine.
-type Placements struct{ db *store.DB }
+type Placements struct {
+	db *store.DB
+	// Clock dates the rows (the real clock when nil).
+	Clock clock.Clock
+}
+
+func (ps *Placements) now() string { return store.FormatTime(clock.Or(ps.Clock).Now()) }
 
 // NewPlacements returns the placement store.
 func NewPlacements(db *store.DB) *Placements { return &Placements{db: db} }
@@ -193,7 +200,7 @@ func (ps *Placements) transition(ctx context.Context, sessionID string, gen uint
 		if errors.Is(err, sql.ErrNoRows) {
 			p, err = Placement{SessionID: sessionID, State: Local, OwnerEpoch: 1}, nil
 			if _, ierr := tx.ExecContext(ctx, `INSERT INTO placements(session_id, state, generation, updated_at) VALUES(?,?,0,?)`,
-				sessionID, string(Local), store.Now()); ierr != nil {
+				sessionID, string(Local), ps.now()); ierr != nil {
 				return ierr
 			}
 		}
@@ -215,7 +222,7 @@ func (ps *Placements) transition(ctx context.Context, sessionID string, gen uint
 			}
 		}
 		from := p.State
-		p.State, p.Generation, p.Error, p.UpdatedAt = c.To, p.Generation+1, c.Error, store.Now()
+		p.State, p.Generation, p.Error, p.UpdatedAt = c.To, p.Generation+1, c.Error, ps.now()
 		for _, f := range []struct{ dst, src *string }{{&p.ProfileID, c.ProfileID}, {&p.MachineClass, c.MachineClass}, {&p.EnvironmentID, c.EnvironmentID},
 			{&p.AnchorDir, c.AnchorDir}, {&p.BoxWorkspace, c.BoxWorkspace}, {&p.SyncMode, c.SyncMode}} {
 			if f.src != nil {
@@ -265,7 +272,7 @@ func (ps *Placements) ClaimTurn(ctx context.Context, sessionID string, gen uint6
 		if errors.Is(err, sql.ErrNoRows) {
 			p = Placement{SessionID: sessionID, State: Local}
 			if _, err := tx.ExecContext(ctx, `INSERT INTO placements(session_id, state, generation, updated_at) VALUES(?,?,0,?)`,
-				sessionID, string(Local), store.Now()); err != nil {
+				sessionID, string(Local), ps.now()); err != nil {
 				return err
 			}
 		} else if err != nil {
@@ -336,7 +343,7 @@ func (ps *Placements) Note(ctx context.Context, sessionID, reason string) {
 		return
 	}
 	_, _ = ps.db.W.ExecContext(ctx, `INSERT INTO placement_events(session_id, at, from_state, to_state, generation, reason) VALUES(?,?,?,?,?,?)`,
-		sessionID, store.Now(), string(p.State), string(p.State), p.Generation, reason)
+		sessionID, ps.now(), string(p.State), string(p.State), p.Generation, reason)
 }
 
 // RecordBase records a new base manifest for the placement of a session whose turn claim is held by
@@ -354,7 +361,7 @@ func (ps *Placements) RecordBase(ctx context.Context, sessionID, claim string, g
 		var st string
 		_ = tx.QueryRowContext(ctx, `SELECT state FROM placements WHERE session_id=?`, sessionID).Scan(&st)
 		_, err = tx.ExecContext(ctx, `INSERT INTO placement_events(session_id, at, from_state, to_state, generation, reason) VALUES(?,?,?,?,?,?)`,
-			sessionID, store.Now(), st, st, gen, reason)
+			sessionID, ps.now(), st, st, gen, reason)
 		return err
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -24,6 +25,8 @@ type Store struct {
 	db       *store.DB
 	registry providers.Registry
 	log      *slog.Logger
+	// Clock dates the rows (the real clock when nil).
+	Clock clock.Clock
 }
 
 // New returns a profile store that validates against the given providers.
@@ -61,7 +64,7 @@ func (s *Store) Put(ctx context.Context, p *providers.Profile) (created bool, er
 	}
 	inc, _ := json.Marshal(nonNil(p.Sync.Include))
 	exc, _ := json.Marshal(nonNil(p.Sync.Exclude))
-	now := store.Now()
+	now := store.FormatTime(clock.Or(s.Clock).Now())
 	err = s.db.InTx(ctx, func(tx *sql.Tx) error {
 		var exists int
 		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM profiles WHERE id=?`, p.ID).Scan(&exists); err != nil {

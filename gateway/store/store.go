@@ -158,7 +158,7 @@ func (db *DB) migrate(ctx context.Context) error {
 				return fmt.Errorf("apply migration %s: %w", m.name, err)
 			}
 			_, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations(version,name,applied_at) VALUES(?,?,?)`,
-				m.version, m.name, Now())
+				m.version, m.name, now())
 			return err
 		})
 		if err != nil {
@@ -171,10 +171,10 @@ func (db *DB) migrate(ctx context.Context) error {
 // TimeFormat is how timestamps are stored: UTC RFC 3339 with milliseconds, sortable as text.
 const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
-// Now returns the current time of the system clock formatted for storage. Components date their
-// rows with their injected clock instead (store.FormatTime(clock.Now())); Now remains only for
-// those that have none yet, and goes with the last of them.
-func Now() string { return FormatTime(time.Now()) }
+// now is the system clock's time for the rows the store dates itself (migrations, audit rows,
+// which are written inside other packages' transactions); components date their own rows with
+// their injected clock (FormatTime(clock.Now())).
+func now() string { return FormatTime(time.Now()) }
 
 // FormatTime formats t for storage; the zero time is stored as "".
 func FormatTime(t time.Time) string {
@@ -199,7 +199,7 @@ func ParseTime(s string) time.Time {
 // Audit records an audited action in the same transaction as the change it explains.
 func Audit(ctx context.Context, tx *sql.Tx, kind, environmentID, detail string) error {
 	_, err := tx.ExecContext(ctx, `INSERT INTO audit(at, kind, environment_id, detail) VALUES(?,?,?,?)`,
-		Now(), kind, environmentID, detail)
+		now(), kind, environmentID, detail)
 	if err != nil {
 		return fmt.Errorf("audit %s: %w", kind, err)
 	}

@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/clock"
 )
 
 // TurnStatus is a turn's status, stored as-is.
@@ -53,13 +55,13 @@ func (e *TurnTransitionError) Error() string {
 	return fmt.Sprintf("turn %s: illegal status change %s → %s", e.RunID, e.From, e.To)
 }
 
-// transitionTurn moves the turn runID from → to inside tx, with its event row. reason is the
+// transitionTurn moves the turn runID from → to inside tx at time at, with its event row. reason is the
 // turn's error for failed and canceled; a terminal status records the finishing time.
-func transitionTurn(ctx context.Context, tx *sql.Tx, runID string, from, to TurnStatus, reason string) error {
+func transitionTurn(ctx context.Context, tx *sql.Tx, at time.Time, runID string, from, to TurnStatus, reason string) error {
 	if !CanTransitionTurn(from, to) {
 		return &TurnTransitionError{RunID: runID, From: from, To: to}
 	}
-	now := store.Now()
+	now := store.FormatTime(at)
 	finished := ""
 	if to.Terminal() {
 		finished = now
@@ -88,7 +90,7 @@ func turnEvent(ctx context.Context, tx *sql.Tx, runID, at string, from, to TurnS
 
 // failRunningTurns marks failed every turn left running by a gateway that died: a turn whose
 // gateway died mid-call is retried as a new turn, never replayed into the provider.
-func failRunningTurns(ctx context.Context, db *store.DB) error {
+func failRunningTurns(ctx context.Context, db *store.DB, clk clock.Clock) error {
 	return db.InTx(ctx, func(tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, `SELECT run_id FROM turns WHERE status=?`, string(TurnRunning))
 		if err != nil {
@@ -108,7 +110,7 @@ func failRunningTurns(ctx context.Context, db *store.DB) error {
 			return err
 		}
 		for _, id := range ids {
-			if err := transitionTurn(ctx, tx, id, TurnRunning, TurnFailed, "the gateway stopped during this turn; send the message again to retry"); err != nil {
+			if err := transitionTurn(ctx, tx, clk.Now(), id, TurnRunning, TurnFailed, "the gateway stopped during this turn; send the message again to retry"); err != nil {
 				return err
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
 )
@@ -47,11 +48,11 @@ func TestTransitionTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	if _, err := db.W.ExecContext(ctx, `INSERT INTO turns(session_id, run_epoch, run_id, placement, model, status, created_at) VALUES('ses_1',1,'run_1','local','m','running',?)`, store.Now()); err != nil {
+	if _, err := db.W.ExecContext(ctx, `INSERT INTO turns(session_id, run_epoch, run_id, placement, model, status, created_at) VALUES('ses_1',1,'run_1','local','m','running',?)`, store.FormatTime(time.Now())); err != nil {
 		t.Fatal(err)
 	}
 	move := func(from, to TurnStatus, reason string) error {
-		return db.InTx(ctx, func(tx *sql.Tx) error { return transitionTurn(ctx, tx, "run_1", from, to, reason) })
+		return db.InTx(ctx, func(tx *sql.Tx) error { return transitionTurn(ctx, tx, time.Now(), "run_1", from, to, reason) })
 	}
 	if err := move(TurnRunning, TurnFailed, "the model refused"); err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/worker/runner"
 	"github.com/openclaw/cloudworkers/worker/tools"
@@ -55,6 +56,8 @@ type Turn struct {
 
 // Config configures the turn service.
 type Config struct {
+	// Clock dates the turns and their events (the real clock when nil).
+	Clock    clock.Clock
 	DB       *store.DB
 	Sessions *sessions.Store
 	Catalog  *inference.Catalog
@@ -122,7 +125,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	if err := failRunningTurns(ctx, cfg.DB); err != nil {
+	if err := failRunningTurns(ctx, cfg.DB, clock.Or(cfg.Clock)); err != nil {
 		return nil, fmt.Errorf("recover turns: %w", err)
 	}
 	// Turn claims (turns, checkpoints) die with the gateway that held them; left set, they would
@@ -195,7 +198,7 @@ func (s *Service) queueAfterRedispatch(ctx context.Context, sessionID, text, key
 		}
 	}()
 	return Turn{SessionID: sessionID, RunID: runID, IdempotencyKey: key, Placement: "worker", Status: TurnQueued,
-		CreatedAt: store.Now(), Cursor: cursor}, nil
+		CreatedAt: store.FormatTime(s.clock().Now()), Cursor: cursor}, nil
 }
 
 func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, runID string) (Turn, error) {
@@ -289,7 +292,7 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 		return Turn{}, err
 	}
 	t := Turn{SessionID: sessionID, RunID: runID, IdempotencyKey: idempotencyKey, Placement: where,
-		Model: model, Status: TurnRunning, CreatedAt: store.Now(), Cursor: cursor}
+		Model: model, Status: TurnRunning, CreatedAt: store.FormatTime(s.clock().Now()), Cursor: cursor}
 	err = s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
 		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(run_epoch),0)+1 FROM turns WHERE session_id=?`, sessionID).Scan(&t.RunEpoch); err != nil {
 			return err
@@ -354,6 +357,8 @@ func (s *Service) run(ctx context.Context, t Turn, workspace, text string) (Turn
 	}
 	return status, msg
 }
+
+func (s *Service) clock() clock.Clock { return clock.Or(s.cfg.Clock) }
 
 // Cancel cancels the session's running turn, if any.
 func (s *Service) Cancel(sessionID string) bool {

@@ -128,7 +128,7 @@ func (s *Service) finish(t Turn, status TurnStatus, msg string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
-		return transitionTurn(ctx, tx, t.RunID, TurnRunning, status, msg)
+		return transitionTurn(ctx, tx, s.clock().Now(), t.RunID, TurnRunning, status, msg)
 	}); err != nil {
 		s.log.Error("record turn outcome", "run", t.RunID, "err", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -52,6 +53,8 @@ type Settings struct {
 // Provider claims hosts of static profiles durably in the gateway database.
 type Provider struct {
 	db *store.DB
+	// Clock dates the claims (the real clock when nil).
+	Clock clock.Clock
 }
 
 var (
@@ -218,7 +221,7 @@ func (p *Provider) Provision(ctx context.Context, prof providers.Profile, opID s
 			c = claim{leaseID: leaseID, addr: h.addr(), envID: req.EnvironmentID, gatewayID: req.GatewayID}
 			_, err := tx.ExecContext(ctx, `INSERT INTO static_claims
 				(profile_id, host_index, host_addr, lease_id, operation_id, environment_id, gateway_id, claimed_at)
-				VALUES (?,?,?,?,?,?,?,?)`, prof.ID, i, c.addr, c.leaseID, opID, c.envID, c.gatewayID, store.Now())
+				VALUES (?,?,?,?,?,?,?,?)`, prof.ID, i, c.addr, c.leaseID, opID, c.envID, c.gatewayID, store.FormatTime(clock.Or(p.Clock).Now()))
 			if err != nil {
 				return fmt.Errorf("claim %s: %w", c.addr, err)
 			}
