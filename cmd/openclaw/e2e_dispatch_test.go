@@ -649,20 +649,6 @@ func TestGatewayKilledAtEachPlacementStep(t *testing.T) {
 	}
 }
 
-// expectRefused sends a message that must be refused with 409 because the placement moves (or,
-// for a turn still draining, because the session is busy); it returns the error text.
-func expectRefused(t *testing.T, g *gw, id string) string {
-	t.Helper()
-	turn, code, err := g.send(id, "are you there?")
-	if err == nil {
-		t.Fatalf("message admitted while the placement moves: turn %s on %s", turn.RunID, turn.Placement)
-	}
-	if code != 409 || !(strings.Contains(err.Error(), "moving between the gateway and a worker") || strings.Contains(err.Error(), "turn in progress")) {
-		t.Fatalf("message while moving: %d %v, want 409 with the placement-moving error", code, err)
-	}
-	return err.Error()
-}
-
 // TestMessageWhilePlacementMoves: messages sent while the placement is requested … starting or
 // draining … reconciling are refused with 409; no message is ever run by two loops.
 func TestMessageWhilePlacementMoves(t *testing.T) {
