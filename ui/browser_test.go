@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -57,16 +58,24 @@ func (f *fakeAPI) start(t testing.TB) string {
 		})
 		g.GET("/profiles", func(c echo.Context) error { return c.JSON(http.StatusOK, []any{}) })
 		g.GET("/sessions/:id/transcript", func(c echo.Context) error {
-			entries := make([]map[string]any, f.entries)
-			for i := range entries {
+			// the newest ?limit= entries, as the gateway pages them
+			limit, _ := strconv.Atoi(c.QueryParam("limit"))
+			offset := 0
+			if limit > 0 && limit < f.entries {
+				offset = f.entries - limit
+			}
+			entries := make([]map[string]any, f.entries-offset)
+			for j := range entries {
+				i := offset + j
 				role := "user"
 				if i%2 == 1 {
 					role = "assistant"
 				}
 				msg, _ := json.Marshal(map[string]any{"role": role, "content": []map[string]string{{"type": "text", "text": fmt.Sprintf("entry %d", i)}}})
-				entries[i] = map[string]any{"id": fmt.Sprintf("e%d", i), "type": "message", "runEpoch": i / 2, "content": json.RawMessage(msg)}
+				entries[j] = map[string]any{"id": fmt.Sprintf("e%d", i), "type": "message", "runEpoch": i / 2, "content": json.RawMessage(msg)}
 			}
-			return c.JSON(http.StatusOK, map[string]any{"session": map[string]any{"id": c.Param("id"), "title": "big"}, "entries": entries})
+			return c.JSON(http.StatusOK, map[string]any{"session": map[string]any{"id": c.Param("id"), "title": "big"}, "entries": entries,
+				"offset": offset, "total": f.entries})
 		})
 		g.GET("/sessions/:id/turns", func(c echo.Context) error {
 			if running {
@@ -142,6 +151,12 @@ func TestLongTranscriptIsWindowed(t *testing.T) {
 	}
 	p.Do("show earlier", chromedp.Click(`#earlier`))
 	p.Until("a wider window", `document.querySelectorAll('#transcript > li').length === 400`)
+	if fetched := browsertest.Eval[int](p, `performance.getEntriesByType('resource').filter(r => r.name.includes('/transcript')).length`); fetched != 2 {
+		t.Fatalf("%d transcript fetches, want 2 (the first window, then a wider one)", fetched)
+	}
+	if got := browsertest.Eval[string](p, `performance.getEntriesByType('resource').filter(r => r.name.includes('/transcript')).map(r => new URL(r.name).search).join(' ')`); got != "?limit=264 ?limit=464" {
+		t.Fatalf("transcript fetched as %q, want pages of the newest entries", got)
+	}
 	if got := browsertest.Eval[string](p, `document.getElementById('earlier').textContent`); got != "Show earlier entries (9600 more)" {
 		t.Fatalf("button says %q", got)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -215,12 +216,48 @@ func (h *handlers) get(c echo.Context) error {
 	return c.JSON(http.StatusOK, ses)
 }
 
+// MaxTranscriptPage bounds ?limit= of GET /sessions/:id/transcript.
+const MaxTranscriptPage = 10000
+
+// TranscriptPage is GET /sessions/:id/transcript?limit=N: the newest N entries (before the
+// entry ?before=ID when given), with the number of entries before them (Offset) and in all
+// (Total). Without ?limit the route returns the whole Transcript.
+type TranscriptPage struct {
+	Transcript
+	Offset int `json:"offset"`
+	Total  int `json:"total"`
+}
+
 func (h *handlers) transcript(c echo.Context) error {
+	var limit int
+	if v := c.QueryParam("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxTranscriptPage {
+			return fieldError(c, &providers.FieldError{Field: "limit", Message: fmt.Sprintf("must be a number from 1 to %d, got %.20q", MaxTranscriptPage, v)})
+		}
+		limit = n
+	}
+	before := c.QueryParam("before")
+	if before != "" && limit == 0 {
+		return fieldError(c, &providers.FieldError{Field: "before", Message: "needs limit"})
+	}
 	t, err := h.s.Transcript(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return h.fail(c, err)
 	}
-	return c.JSON(http.StatusOK, t)
+	if limit == 0 {
+		return c.JSON(http.StatusOK, t)
+	}
+	end := len(t.Entries)
+	if before != "" {
+		end = slices.IndexFunc(t.Entries, func(e Entry) bool { return e.ID == before })
+		if end < 0 {
+			return fieldError(c, &providers.FieldError{Field: "before", Message: fmt.Sprintf("no entry %.40q in session %s", before, t.Session.ID)})
+		}
+	}
+	start := max(0, end-limit)
+	page := TranscriptPage{Transcript: Transcript{Session: t.Session, Entries: t.Entries[start:end]}, Offset: start, Total: len(t.Entries)}
+	return c.JSON(http.StatusOK, page)
 }
 
 func cursorParam(c echo.Context) (uint64, error) {

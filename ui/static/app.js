@@ -213,6 +213,7 @@ function chatPage(id) {
     const runEpoch = st.running ? st.running.runEpoch : -1;
     const visible = st.entries.filter((e) => e.runEpoch !== runEpoch || roleOf(e) === 'user');
     const from = Math.max(0, visible.length - st.shown);
+    const earlierCount = from + (st.offset || 0);
     const rows = new Map();
     const frag = document.createDocumentFragment();
     for (const e of visible.slice(from)) {
@@ -225,10 +226,10 @@ function chatPage(id) {
     }
     tr.replaceChildren(frag);
     const earlier = $('#earlier');
-    earlier.hidden = from === 0;
-    earlier.textContent = 'Show earlier entries (' + from + ' more)';
+    earlier.hidden = earlierCount === 0;
+    earlier.textContent = 'Show earlier entries (' + earlierCount + ' more)';
     tr.dataset.rendered = String(visible.length - from);
-    tr.dataset.total = String(st.entries.length);
+    tr.dataset.total = String(st.total);
   }
 
   // Live view of the running turn, rebuilt from its events (replayed from the turn's cursor).
@@ -366,6 +367,17 @@ function chatPage(id) {
     else if (remote) st.placementTimer = setTimeout(loadPlacement, 1000);
   }
 
+  // Only the newest entries are fetched (the window plus the running turn's), never the whole
+  // transcript: ?limit= of GET /sessions/:id/transcript.
+  function transcriptPath() {
+    return '/sessions/' + encodeURIComponent(id) + '/transcript?limit=' + (st.shown + 64);
+  }
+  function setPage(t) {
+    st.entries = t.entries || [];
+    st.offset = t.offset || 0;
+    st.total = t.total === undefined ? st.entries.length : t.total;
+  }
+
   // The commits and files on the managed branch, and the files that came back uncommitted.
   function showChanges() {
     const ch = st.changes, back = $('#came-back');
@@ -383,11 +395,11 @@ function chatPage(id) {
 
   async function load() {
     const [t, turns] = await Promise.all([
-      api('GET', '/sessions/' + encodeURIComponent(id) + '/transcript'),
+      api('GET', transcriptPath()),
       api('GET', '/sessions/' + encodeURIComponent(id) + '/turns'),
     ]);
     st.session = t.session;
-    st.entries = t.entries || [];
+    setPage(t);
     $('#chat-title').textContent = t.session.title || t.session.id;
     document.title = (t.session.title || t.session.id) + ' · OpenClaw';
     const running = (turns || []).find((x) => x.status === 'running' || x.status === 'queued');
@@ -404,14 +416,13 @@ function chatPage(id) {
     clearTimeout(refreshTimer);
     refreshTimer = setTimeout(async () => {
       try {
-        const t = await api('GET', '/sessions/' + encodeURIComponent(id) + '/transcript');
-        st.entries = t.entries || [];
+        setPage(await api('GET', transcriptPath()));
         renderTranscript();
       } catch { /* the next change retries */ }
     }, 100);
   }
 
-  $('#earlier').addEventListener('click', () => { st.shown += WINDOW; renderTranscript(); });
+  $('#earlier').addEventListener('click', () => { st.shown += WINDOW; refreshEntries(); });
   $('#composer').addEventListener('submit', async (ev) => {
     ev.preventDefault();
     const text = $('#message').value;
