@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -127,6 +128,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		return err
 	}
 	profStore := profiles.New(db, registry, log.With("subsystem", "profiles"))
+	profStore.Clock = clk
 	for _, p := range deps.Builtin {
 		if err := profStore.EnsureBuiltin(ctx, p); err != nil {
 			return fmt.Errorf("builtin profile %s: %w", p.ID, err)
@@ -187,7 +189,15 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		return fmt.Errorf("config agents: %w", err)
 	}
 	closers.Push("agents", func(context.Context) error { spawner.Close(); return nil })
+	// Workers call sessions_spawn only through its closed method (worker.sessions.spawn, bounded by
+	// agents.maxSpawnDepth), never as a worker.tool.call.
+	hubTools := slices.Clone(extraTools)
 	extraTools = append(extraTools, spawner.Tools()...)
+	for _, t := range spawner.Tools() {
+		if t.Name() != agents.SpawnToolName {
+			hubTools = append(hubTools, t)
+		}
+	}
 	var turnSvc *turns.Service // built below; workers ask it only once turns run
 	workers, err := hub.New(hub.Config{
 		DB: db, Credentials: workerCreds, Log: log.With("subsystem", "hub"), HeartbeatTimeout: cfg.Worker.HeartbeatTimeout.D(),
@@ -203,7 +213,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		OnAdmit:        func(envID string) { mgr.Touch(context.Background(), envID) },
 		Sessions:       sess,
 		Models:         catalog,
-		GatewayTools:   extraTools,
+		GatewayTools:   hubTools,
 		Spawn:          spawner.WorkerSpawn,
 		Clock:          clk,
 	})
@@ -238,8 +248,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	boot.SetEnvs(mgr)
 
 	placements := placement.NewPlacements(db)
+	placements.Clock = clk
 	var dispatcher *placement.Dispatcher // built below; turns call it only after Run has started
-	turnSvc, err = turns.New(ctx, turns.Config{DB: db, Sessions: sess, Catalog: catalog, DataDir: dataDir,
+	turnSvc, err = turns.New(ctx, turns.Config{Clock: clk, DB: db, Sessions: sess, Catalog: catalog, DataDir: dataDir,
 		Log: log.With("subsystem", "placement"), Workers: workers, Placements: placements, ExtraTools: extraTools,
 		AfterWorkerTurn: func(id string) { dispatcher.AfterTurn(id) },
 		Redispatch:      func(ctx context.Context, id string) error { return dispatcher.Redispatch(ctx, id) },
@@ -328,7 +339,6 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		ln.Close()
 		return err
 	}
-	closers.Push("mcp", func(context.Context) error { mcpSrv.Close(); return nil })
 	srv.Echo.Any("/mcp", echo.WrapHandler(mcpSrv.HTTPHandler(token, dataDir)))
 	// Streams and long polls lift the read and write deadlines for themselves (api.Server.streams).
 	httpSrv := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: APIReadTimeout,
@@ -344,6 +354,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		})
 	}
 	serve("http server", httpSrv, ln)
+	// closed before the http server: its open /mcp streams end first
+	closers.Push("mcp", func(context.Context) error { mcpSrv.Close(); return nil })
 	if cfg.MetricsListen != "" {
 		mln, err := net.Listen("tcp", cfg.MetricsListen)
 		if err != nil {
