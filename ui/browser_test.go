@@ -215,3 +215,29 @@ func BenchmarkUI(b *testing.B) {
 		}
 	})
 }
+
+// Every control of every page has a name a screen reader reads (a label, aria-label or its
+// text), and the keyboard reaches the page: the first Tab is "Skip to content", which moves
+// focus into the page.
+func TestControlsAreLabelledAndKeyboardReachable(t *testing.T) {
+	browser := browsertest.Start(t)
+	base := (&fakeAPI{sessions: 3, entries: 4}).start(t)
+	p := browsertest.NewPage(t, browser, "a11y", false)
+	signIn(t, p, base)
+	unnamed := `[...document.querySelectorAll('button, input, select, textarea, a[href]')].filter(e => !e.closest('[hidden]'))
+		.filter(e => !((e.labels && e.labels.length) || e.getAttribute('aria-label') || e.getAttribute('aria-labelledby') || e.textContent.trim()))
+		.map(e => e.outerHTML.slice(0, 80))`
+	for _, path := range []string{"/", "/new", "/sessions/ses_000001", "/environments", "/environments/env_x", "/profiles"} {
+		p.Do("open "+path, chromedp.Navigate(base+path), chromedp.WaitVisible(`#main`))
+		p.Until("the sidebar", `document.querySelectorAll('#session-list li').length === 3`)
+		if got := browsertest.Eval[[]string](p, unnamed); len(got) > 0 {
+			t.Fatalf("%s: controls without a name: %q", path, got)
+		}
+	}
+	p.Do("tab", chromedp.Navigate(base+"/sessions/ses_000001"), chromedp.WaitVisible(`#message`), chromedp.KeyEvent("\t"))
+	if got := browsertest.Eval[string](p, `document.activeElement.textContent`); got != "Skip to content" {
+		t.Fatalf("first Tab focuses %q", got)
+	}
+	p.Do("skip", chromedp.KeyEvent("\r"))
+	p.Until("focus in the page", `document.activeElement.id === 'main' || document.getElementById('main').contains(document.activeElement)`)
+}
