@@ -294,6 +294,8 @@ func TestMCPHTTPDispatch(t *testing.T) {
 		_ = cs2.Close()
 		t.Fatal("the rotated-out MCP token still opens /mcp")
 	}
+	// A client still connected (its standalone SSE stream open) does not hold up the gateway's stop.
+	g.stop()
 }
 
 // lockedBuffer is a bytes.Buffer safe for a process's output goroutine and the test.

@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
@@ -87,7 +88,13 @@ func (s *Server) HTTPHandler(operatorToken, dataDir string) http.Handler {
 		rc := http.NewResponseController(w)
 		_ = rc.SetReadDeadline(time.Time{})
 		_ = rc.SetWriteDeadline(time.Time{})
-		h.ServeHTTP(w, r)
+		// Close ends every request in flight here (a client's standalone SSE stream stays open
+		// otherwise, and would hold up the gateway's stop until its drain deadline).
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		stop := context.AfterFunc(s.ctx, cancel)
+		defer stop()
+		h.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 

@@ -159,8 +159,9 @@ func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
 	return s.mcp.Run(ctx, t)
 }
 
-// Close stops the background dispatches and waits for them. The gateway keeps whatever they
-// started (sessions, placements, turns).
+// Close stops the background dispatches and ends the HTTP requests in flight, and waits for the
+// dispatches. The gateway keeps whatever they started (sessions, placements, turns). Close the
+// server before shutting down the HTTP server that serves HTTPHandler.
 func (s *Server) Close() {
 	s.cancel()
 	s.wg.Wait()
