@@ -30,6 +30,10 @@ type fakeAPI struct {
 	// deltas, when set, is streamed to GET /sessions/:id/stream as one running turn's text.
 	deltas int
 	gap    time.Duration
+	// placement and worker, when set, answer GET /sessions/:id/placement and
+	// GET /environments/:id/worker.
+	placement map[string]any
+	worker    map[string]any
 }
 
 func (f *fakeAPI) start(t testing.TB) string {
@@ -84,8 +88,12 @@ func (f *fakeAPI) start(t testing.TB) string {
 			return c.JSON(http.StatusOK, []any{})
 		})
 		g.GET("/sessions/:id/placement", func(c echo.Context) error {
+			if f.placement != nil {
+				return c.JSON(http.StatusOK, f.placement)
+			}
 			return c.JSON(http.StatusOK, map[string]any{"placement": map[string]any{"state": "local"}, "events": []any{}})
 		})
+		g.GET("/environments/:id/worker", func(c echo.Context) error { return c.JSON(http.StatusOK, f.worker) })
 		g.GET("/events", func(c echo.Context) error {
 			conn, err := websocket.Accept(c.Response(), c.Request(), nil)
 			if err != nil {
@@ -240,4 +248,40 @@ func TestControlsAreLabelledAndKeyboardReachable(t *testing.T) {
 	}
 	p.Do("skip", chromedp.KeyEvent("\r"))
 	p.Until("focus in the page", `document.activeElement.id === 'main' || document.getElementById('main').contains(document.activeElement)`)
+}
+
+// What a worker session's header says when its worker sheds load, and what a reclaimed session
+// says it lost.
+func TestBackpressureAndReclaimAreShown(t *testing.T) {
+	browser := browsertest.Start(t)
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	busy := &fakeAPI{sessions: 1, entries: 2,
+		placement: map[string]any{"placement": map[string]any{"state": "active", "profileId": "crab", "environmentId": "env_1"},
+			"events": []map[string]any{{"at": at, "from": "local", "to": "requested", "reason": "dispatch"}, {"at": at, "from": "starting", "to": "active"}}},
+		worker: map[string]any{"tunnelStatus": "connected", "backpressure": true, "queued": 7, "capacityRejections": 3}}
+	p := browsertest.NewPage(t, browser, "busy", false)
+	base := busy.start(t)
+	signIn(t, p, base)
+	p.Do("open", chromedp.Navigate(base+"/sessions/ses_000000"), chromedp.WaitVisible(`#message`))
+	p.Until("the header", `document.getElementById('runs-on').textContent.startsWith('Runs on worker · crab · env_1') && !document.getElementById('pressure').hidden`)
+	if got := browsertest.Eval[string](p, `document.getElementById('pressure').textContent + ' | ' + document.getElementById('tunnel').textContent`); got != "The worker is shedding load: 7 requests queued, 3 refused for capacity. | tunnel connected" {
+		t.Fatalf("header says %q", got)
+	}
+
+	lost := &fakeAPI{sessions: 1, entries: 2,
+		placement: map[string]any{"placement": map[string]any{"state": "reclaimed", "profileId": "crab", "environmentId": "env_1"},
+			"events": []map[string]any{{"at": at, "from": "active", "to": "active", "reason": "checkpoint 3: 2 files"},
+				{"at": at.Add(time.Minute), "from": "active", "to": "reclaimed", "reason": "lease env_1 lost: provider reports it gone"}}}}
+	q := browsertest.NewPage(t, browser, "lost", false)
+	base = lost.start(t)
+	signIn(t, q, base)
+	q.Do("open", chromedp.Navigate(base+"/sessions/ses_000000"), chromedp.WaitVisible(`#message`))
+	q.Until("the loss", `document.querySelector('#came-back .warn') !== null`)
+	got := browsertest.Eval[string](q, `document.querySelector('#came-back .warn').textContent`)
+	if !strings.Contains(got, "lease env_1 lost: provider reports it gone") || !strings.Contains(got, "after checkpoint 3") || !strings.Contains(got, "are lost") {
+		t.Fatalf("a reclaimed session says %q", got)
+	}
+	if s := browsertest.Eval[string](q, `document.getElementById('runs-on').textContent`); !strings.HasPrefix(s, "Runs on gateway") || !strings.Contains(s, "reclaimed") {
+		t.Fatalf("header of a reclaimed session: %q", s)
+	}
 }
