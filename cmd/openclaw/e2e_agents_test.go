@@ -107,8 +107,9 @@ func (g *gw) kidsEnvironments() []envs.Environment {
 // cleanup delete). A visible child session records its parent and the tool call, runs on a
 // local-box worker from a copy of the parent's workspace as it is (uncommitted and untracked files
 // included) and commits there; the parent's tool result carries the child's answer, branch and
-// commit; the child's usage and cost show under the parent; its environment is destroyed after the
-// pull-back; the parent's own checkout is untouched.
+// commit, and the branch is fetched into the parent's repository; the child's usage and cost show
+// under the parent; its environment is destroyed after the pull-back; the parent's checkout is
+// untouched.
 func TestSessionsSpawnWaits(t *testing.T) {
 	testenv.RequireCommands(t, "git")
 	root := t.TempDir()
@@ -160,6 +161,11 @@ func TestSessionsSpawnWaits(t *testing.T) {
 	// the child's commit holds what it saw: the parent's workspace as it was, uncommitted work included
 	if got := gitIn(t, r.Workspace, "show", r.Commits[0].ID+":seen.txt"); got != "hello, edited\nuntracked note" {
 		t.Fatalf("the child saw %q, want the parent's uncommitted edit and untracked file", got)
+	}
+
+	// the parent's own repository has the child's branch, to merge from its workspace
+	if r.ParentBranch != r.Branch || gitIn(t, ws, "rev-parse", "refs/heads/"+r.Branch) != r.Commits[0].ID {
+		t.Fatalf("the child's branch %s is not in the parent's repository (parentBranch %q)", r.Branch, r.ParentBranch)
 	}
 
 	child, err := g.client.Session(g.ctx(), r.SessionID)

@@ -19,6 +19,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/protocol"
+	"github.com/openclaw/cloudworkers/sync/gitexec"
 )
 
 // Bounds of the tools' arguments.
@@ -161,7 +162,12 @@ func (s *Spawner) spawn(ctx context.Context, parentID string, req SpawnRequest) 
 
 	ws := filepath.Join(d.DataDir, "agents", randHex(), "workspace")
 	if req.Workspace == WorkspaceFork {
-		if _, err := fork(ctx, srcDir, ws); err != nil {
+		mode, err := fork(ctx, srcDir, ws)
+		if mode == "git" && parentID != "" && srcDir == parent.Workspace {
+			// The child's branch is fetched into the parent's repository once it is back.
+			req.parentRepo = srcDir
+		}
+		if err != nil {
 			_ = os.RemoveAll(filepath.Dir(ws))
 			return SpawnResult{}, err
 		}
@@ -390,7 +396,20 @@ func (s *Spawner) collect(ctx context.Context, d *Deps, childID string) (SpawnRe
 		}
 	}
 	r := s.result(ctx, d, childID)
-	if s.recalled(childID).Cleanup == CleanupDelete && envID != "" {
+	opts := s.recalled(childID)
+	if opts.parentRepo != "" && r.Branch != "" {
+		// The parent's own repository gets the child's branch (a ref of the child's name only;
+		// the parent's checkout, index and other refs are not touched), so the parent can merge it.
+		ref := "refs/heads/" + r.Branch
+		if _, err := gitexec.Run(ctx, opts.parentRepo, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--",
+			r.Workspace, "+"+ref+":"+ref); err != nil {
+			d.Log.Warn("fetch the child's branch into the parent's repository", "child", childID, "err", err)
+			r.Error = "the branch " + r.Branch + " could not be fetched into your repository: " + err.Error()
+		} else {
+			r.ParentBranch = r.Branch
+		}
+	}
+	if opts.Cleanup == CleanupDelete && envID != "" {
 		if _, err := d.Envs.RequestDestroy(ctx, envID, false); err != nil {
 			d.Log.Warn("destroy child environment", "child", childID, "env", envID, "err", err)
 		} else {

@@ -53,6 +53,9 @@ type SpawnRequest struct {
 	// Dir is, for a spawn with no parent session (the MCP door), the workspace directory the child
 	// forks; it must be empty when there is a parent.
 	Dir string `json:"-"`
+	// parentRepo is the parent's git workspace a fork came from (the child's branch is fetched
+	// into it once the child is back).
+	parentRepo string
 	// Progress, if set, is told each step of the child (placement steps, tool calls). It must not
 	// block.
 	Progress func(Progress) `json:"-"`
@@ -104,12 +107,15 @@ type SpawnResult struct {
 	Error  string `json:"error,omitempty"`
 	// Branch, Commits and Files are what came back (git mode); Workspace is where it is on the
 	// gateway.
-	Branch    string                  `json:"branch,omitempty"`
-	Commits   []placement.Commit      `json:"commits,omitempty"`
-	Files     []placement.ChangedFile `json:"files,omitempty"`
-	Workspace string                  `json:"workspace,omitempty"`
-	Usage     Usage                   `json:"usage"`
-	Cost      float64                 `json:"cost"`
+	Branch string `json:"branch,omitempty"`
+	// ParentBranch is set when Branch was also fetched into the parent's own repository (a git
+	// fork of a parent on the gateway): the parent can merge it from its workspace.
+	ParentBranch string                  `json:"parentBranch,omitempty"`
+	Commits      []placement.Commit      `json:"commits,omitempty"`
+	Files        []placement.ChangedFile `json:"files,omitempty"`
+	Workspace    string                  `json:"workspace,omitempty"`
+	Usage        Usage                   `json:"usage"`
+	Cost         float64                 `json:"cost"`
 }
 
 // Child is one row of a parent's children, for `session show`.
