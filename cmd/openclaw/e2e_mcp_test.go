@@ -264,10 +264,22 @@ func TestMCPHTTPDispatch(t *testing.T) {
 			t.Fatalf("%s: /mcp answered %d, want 401", tc.name, resp.StatusCode)
 		}
 	}
-	// The MCP token does not open the operator's API.
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+g.addr+"/api/v1/credentials", nil)
+	// A page reaching the gateway by another name (DNS rebinding) is refused before the token is read.
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, strings.NewReader(`{}`))
+	req.Host = "rebind.example"
 	req.Header.Set("Authorization", "Bearer "+tok)
 	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Fatalf("/mcp with Host rebind.example: %d, want 421", resp.StatusCode)
+	}
+	// The MCP token does not open the operator's API.
+	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, "http://"+g.addr+"/api/v1/credentials", nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
