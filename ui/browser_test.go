@@ -1,6 +1,7 @@
 package ui_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -34,6 +35,10 @@ type fakeAPI struct {
 	// GET /environments/:id/worker.
 	placement map[string]any
 	worker    map[string]any
+	// env, when set, is the one environment GET /environments/:id answers; deletes records the
+	// query of each DELETE.
+	env     map[string]any
+	deletes chan string
 }
 
 func (f *fakeAPI) start(t testing.TB) string {
@@ -94,6 +99,15 @@ func (f *fakeAPI) start(t testing.TB) string {
 			return c.JSON(http.StatusOK, map[string]any{"placement": map[string]any{"state": "local"}, "events": []any{}})
 		})
 		g.GET("/environments/:id/worker", func(c echo.Context) error { return c.JSON(http.StatusOK, f.worker) })
+		g.GET("/environments/:id", func(c echo.Context) error { return c.JSON(http.StatusOK, f.env) })
+		g.GET("/environments/:id/events", func(c echo.Context) error {
+			return c.JSON(http.StatusOK, []map[string]any{{"at": now, "from": "idle", "to": "destroying", "reason": "destroy requested"},
+				{"at": now.Add(time.Second), "from": "destroying", "to": "destroying", "reason": "provider destroy failed: temporary error; retrying"}})
+		})
+		g.DELETE("/environments/:id", func(c echo.Context) error {
+			f.deletes <- c.Request().URL.RawQuery
+			return c.JSON(http.StatusAccepted, f.env)
+		})
 		g.GET("/events", func(c echo.Context) error {
 			conn, err := websocket.Accept(c.Response(), c.Request(), nil)
 			if err != nil {
@@ -283,5 +297,29 @@ func TestBackpressureAndReclaimAreShown(t *testing.T) {
 	}
 	if s := browsertest.Eval[string](q, `document.getElementById('runs-on').textContent`); !strings.HasPrefix(s, "Runs on gateway") || !strings.Contains(s, "reclaimed") {
 		t.Fatalf("header of a reclaimed session: %q", s)
+	}
+}
+
+// A destroy that is stuck (the environment stays destroying) offers "Force destroy", which asks
+// the gateway for a forced destroy; the timeline marks the failed step.
+func TestForceDestroyWhenStuck(t *testing.T) {
+	browser := browsertest.Start(t)
+	f := &fakeAPI{sessions: 1, deletes: make(chan string, 4),
+		env: map[string]any{"id": "env_1", "state": "destroying", "profileId": "crab", "providerId": "command", "leaseId": "l-1", "tunnelStatus": "stopped"}}
+	base := f.start(t)
+	p := browsertest.NewPage(t, browser, "env", false)
+	signIn(t, p, base)
+	p.Do("open", chromedp.Navigate(base+"/environments/env_1"), chromedp.WaitVisible(`#timeline li.error`))
+	p.Until("Force destroy", `!document.getElementById('force-destroy').hidden`)
+	p.Do("force", chromedp.Click(`#force-destroy`))
+	wait, cancel := context.WithTimeout(p.Ctx, 30*time.Second)
+	defer cancel()
+	select {
+	case q := <-f.deletes:
+		if q != "force=true" {
+			t.Fatalf("Force destroy sent DELETE ?%s", q)
+		}
+	case <-wait.Done():
+		t.Fatal("no DELETE")
 	}
 }
