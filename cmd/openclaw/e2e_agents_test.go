@@ -401,3 +401,62 @@ func TestSessionsSpawnCancelParent(t *testing.T) {
 }
 
 var _ = sessions.CreateParams{}
+
+// TestSessionsSpawnCancelWorkerParent: a child on a worker waiting on its own child (maxSpawnDepth
+// 2, worker.sessions.spawn) has its turn cancelled: the grandchild's turn is cancelled with it.
+func TestSessionsSpawnCancelWorkerParent(t *testing.T) {
+	root := t.TempDir()
+	cfg := agentsConfig(t, root, 2, "agents: {defaultProfile: kids, maxSpawnDepth: 2}\n", map[string]string{
+		"parent": `[{"toolCalls": [{"name": "sessions_spawn", "arguments": {"task": "delegate", "model": "child/m", "workspace": "empty"}}]},
+		            {"text": "Parent turn done."}]`,
+		"child": `[{"toolCalls": [{"name": "sessions_spawn", "arguments": {"task": "take long", "model": "grand/m", "workspace": "empty"}}]},
+		           {"text": "Child turn done."}]`,
+		"grand": `[{"toolCalls": [{"name": "exec", "arguments": {"command": "sleep 120", "timeout": 300, "yieldMs": 600000}}]},
+		           {"text": "Grandchild turn done."}]`,
+	})
+	g := startGateway(t, filepath.Join(root, "data"), cfg)
+	t.Cleanup(func() { destroyAll(g) })
+	ws := filepath.Join(root, "user")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	parent := g.newSession(ws, "parent/m")
+	turn, code, err := g.send(parent, "delegate twice")
+	if err != nil {
+		t.Fatalf("send: %d %v", code, err)
+	}
+	var child, grand string
+	deadline := time.Now().Add(60 * time.Second)
+	for grand == "" {
+		for _, c := range g.children(parent) {
+			child = c.SessionID
+		}
+		if child != "" {
+			for _, c := range g.children(child) {
+				if c.Status == agents.StatusRunning {
+					grand = c.SessionID
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no running grandchild (child %q)", child)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the API
+	}
+	if _, err := g.do("POST", "/api/v1/sessions/"+child+"/cancel", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	gt := g.turns(grand)
+	if len(gt) != 1 {
+		t.Fatalf("grandchild turns %+v", gt)
+	}
+	if got := waitTurn(t, g, gt[0].RunID); got.Status != turns.TurnCanceled {
+		t.Fatalf("grandchild turn %s (%s), want canceled with its parent's", got.Status, got.Error)
+	}
+	if pt := waitTurn(t, g, turn.RunID); pt.Status != turns.TurnDone {
+		t.Fatalf("the top parent's turn %s (%s), want done (it only waited)", pt.Status, pt.Error)
+	}
+	if r := spawnResult(t, toolResults(t, g, parent, "sessions_spawn")[0]); r.Status != agents.StatusCanceled {
+		t.Fatalf("the child's spawn result %+v, want canceled", r)
+	}
+}

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
+	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/worker/tools"
 )
@@ -189,6 +191,10 @@ func (s *Spawner) WorkerSpawn(ctx context.Context, call tools.Call, args json.Ra
 	req, err := DecodeSpawn(args)
 	if err == nil {
 		req.ToolCallID = call.ToolCallID
+		// A worker cannot cancel this call; the parent's turn ending (cancelled, failed, its
+		// worker gone) is what cancels the child it waits on.
+		ctx, stop := s.whileTurnRuns(ctx, call.RunID)
+		defer stop()
 		var res SpawnResult
 		res, err = s.Spawn(ctx, call.SessionID, req)
 		if err == nil {
@@ -201,4 +207,31 @@ func (s *Spawner) WorkerSpawn(ctx context.Context, call tools.Call, args json.Ra
 	}
 	r := errorResult(SpawnToolName+": "+err.Error(), err, nil)
 	return protocol.ToolCallResult{Content: r.Content, Details: r.Details, IsError: true}, nil
+}
+
+// whileTurnRuns returns ctx, cancelled as well once the run has ended.
+func (s *Spawner) whileTurnRuns(ctx context.Context, runID string) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	d, err := s.deps()
+	if err != nil || runID == "" {
+		return ctx, cancel
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(pollInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if t, err := d.Turns.Get(ctx, runID); err == nil && t.Status != turns.TurnRunning && t.Status != turns.TurnQueued {
+				cancel()
+				return
+			}
+		}
+	}()
+	return ctx, func() { cancel(); <-done }
 }
