@@ -187,6 +187,24 @@ func TestSessionsSpawnWaits(t *testing.T) {
 		t.Fatalf("session show of the parent does not list its child and its cost:\n%s", out)
 	}
 
+	// the spawn and the cleanup are audited
+	rows, err := g.client.Audit(g.ctx(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spawnRows, cleanupRows int
+	for _, a := range rows {
+		if a.Kind == "agents.spawn" && strings.Contains(a.Detail, parent+" spawned "+r.SessionID) && strings.Contains(a.Detail, "tool call call_0_0") {
+			spawnRows++
+		}
+		if a.Kind == "agents.cleanup" && strings.Contains(a.Detail, r.SessionID) {
+			cleanupRows++
+		}
+	}
+	if spawnRows != 1 || cleanupRows != 1 {
+		t.Fatalf("audit: %d agents.spawn and %d agents.cleanup rows for the child, want 1 each", spawnRows, cleanupRows)
+	}
+
 	// cleanup "delete": the child's machine is destroyed once its results are back
 	if r.EnvironmentID == "" {
 		t.Fatal("the spawn result names no environment")
@@ -307,47 +325,61 @@ func TestSessionsSpawnDepth(t *testing.T) {
 	}
 }
 
-// TestSessionsSpawnTwoAtOnceOneEnvironment: two spawns in one assistant message on a profile of
-// maxEnvironments 1: the first is placed, the second refused with capacity-exceeded and a
-// retryAfterMs (refused, not queued).
-func TestSessionsSpawnTwoAtOnceOneEnvironment(t *testing.T) {
-	root := t.TempDir()
-	cfg := agentsConfig(t, root, 1, "agents: {defaultProfile: kids}\n", map[string]string{
-		"parent": `[{"toolCalls": [
-		              {"name": "sessions_spawn", "arguments": {"task": "one", "label": "a", "model": "child/m", "workspace": "empty", "wait": false}},
-		              {"name": "sessions_spawn", "arguments": {"task": "two", "label": "b", "model": "child/m", "workspace": "empty", "wait": false}}]},
-		            {"text": "Parent turn done."}]`,
-		"child": `[{"text": "Child turn done."}]`,
-	})
-	g := startGateway(t, filepath.Join(root, "data"), cfg)
-	t.Cleanup(func() { destroyAll(g) })
-	ws := filepath.Join(root, "user")
-	if err := os.MkdirAll(ws, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	parent := g.newSession(ws, "parent/m")
-	g.runTurn(parent, "two helpers", "local")
-	res := toolResults(t, g, parent, "sessions_spawn")
-	if len(res) != 2 {
-		t.Fatalf("%d results", len(res))
-	}
-	first := spawnResult(t, res[0])
-	if !res[1].IsError || !strings.Contains(res[1].Text(), string(protocol.CodeCapacityExceeded)) || !strings.Contains(res[1].Text(), "retryAfterMs") {
-		t.Fatalf("the second spawn: error %v %q, want capacity-exceeded with retryAfterMs", res[1].IsError, res[1].Text())
-	}
-	var d struct {
-		RetryAfterMs int64 `json:"retryAfterMs"`
-	}
-	if err := json.Unmarshal(res[1].Details, &d); err != nil || d.RetryAfterMs <= 0 {
-		t.Fatalf("the refusal's details %s carry no retryAfterMs", res[1].Details)
-	}
-	kids := g.children(parent)
-	if len(kids) != 1 || kids[0].SessionID != first.SessionID {
-		t.Fatalf("children %+v, want only the first", kids)
-	}
-	g.waitChild(parent, first.SessionID, agents.StatusDone)
-	if got := g.kidsEnvironments(); len(got) != 1 {
-		t.Fatalf("%d environments, want 1", len(got))
+// TestSessionsSpawnTwoAtOnce: two spawns in one assistant message. On a profile of
+// maxEnvironments 1 the first is placed and the second refused with capacity-exceeded and a
+// retryAfterMs (refused, not queued); with maxEnvironments 2 both run at once, each on its own
+// environment.
+func TestSessionsSpawnTwoAtOnce(t *testing.T) {
+	for _, maxEnvs := range []int{1, 2} {
+		t.Run(fmt.Sprintf("maxEnvironments%d", maxEnvs), func(t *testing.T) {
+			root := t.TempDir()
+			cfg := agentsConfig(t, root, maxEnvs, "agents: {defaultProfile: kids}\n", map[string]string{
+				"parent": `[{"toolCalls": [
+				              {"name": "sessions_spawn", "arguments": {"task": "one", "label": "a", "model": "child/m", "workspace": "empty", "wait": false}},
+				              {"name": "sessions_spawn", "arguments": {"task": "two", "label": "b", "model": "child/m", "workspace": "empty", "wait": false}}]},
+				            {"text": "Parent turn done."}]`,
+				"child": `[{"text": "Child turn done."}]`,
+			})
+			g := startGateway(t, filepath.Join(root, "data"), cfg)
+			t.Cleanup(func() { destroyAll(g) })
+			ws := filepath.Join(root, "user")
+			if err := os.MkdirAll(ws, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			parent := g.newSession(ws, "parent/m")
+			g.runTurn(parent, "two helpers", "local")
+			res := toolResults(t, g, parent, "sessions_spawn")
+			if len(res) != 2 {
+				t.Fatalf("%d results", len(res))
+			}
+			first := spawnResult(t, res[0])
+			if maxEnvs == 1 {
+				if !res[1].IsError || !strings.Contains(res[1].Text(), string(protocol.CodeCapacityExceeded)) || !strings.Contains(res[1].Text(), "retryAfterMs") {
+					t.Fatalf("the second spawn: error %v %q, want capacity-exceeded with retryAfterMs", res[1].IsError, res[1].Text())
+				}
+				var d struct {
+					RetryAfterMs int64 `json:"retryAfterMs"`
+				}
+				if err := json.Unmarshal(res[1].Details, &d); err != nil || d.RetryAfterMs <= 0 {
+					t.Fatalf("the refusal's details %s carry no retryAfterMs", res[1].Details)
+				}
+				kids := g.children(parent)
+				if len(kids) != 1 || kids[0].SessionID != first.SessionID {
+					t.Fatalf("children %+v, want only the first", kids)
+				}
+				g.waitChild(parent, first.SessionID, agents.StatusDone)
+				if got := g.kidsEnvironments(); len(got) != 1 {
+					t.Fatalf("%d environments, want 1", len(got))
+				}
+				return
+			}
+			second := spawnResult(t, res[1])
+			a := g.waitChild(parent, first.SessionID, agents.StatusDone)
+			b := g.waitChild(parent, second.SessionID, agents.StatusDone)
+			if a.EnvID == "" || a.EnvID == b.EnvID || len(g.kidsEnvironments()) != 2 {
+				t.Fatalf("children on environments %q and %q, want two distinct ones", a.EnvID, b.EnvID)
+			}
+		})
 	}
 }
 

@@ -52,6 +52,8 @@ func (s *Spawner) check(req *SpawnRequest) error {
 		return fieldf("task", "is not valid UTF-8")
 	case len(req.ToolCallID) > MaxToolCallIDBytes:
 		return fieldf("toolCallId", "is %d bytes, at most %d", len(req.ToolCallID), MaxToolCallIDBytes)
+	case strings.ContainsFunc(req.ToolCallID, func(r rune) bool { return r < 0x21 || r == 0x7f }) || !utf8.ValidString(req.ToolCallID):
+		return fieldf("toolCallId", "has spaces or control characters")
 	case len(req.Label) > MaxLabelBytes:
 		return fieldf("label", "is %d bytes, at most %d", len(req.Label), MaxLabelBytes)
 	case req.RunTimeoutSeconds < 0 || time.Duration(req.RunTimeoutSeconds)*time.Second > MaxRunTimeout:
@@ -141,21 +143,16 @@ func (s *Spawner) spawn(ctx context.Context, parentID string, req SpawnRequest) 
 	}
 
 	// Capacity is claimed under the lock, so that two spawns at once cannot both take the last
-	// slot; the claim is given back once the child's placement holds an environment (or failed).
-	s.mu.Lock()
-	if err := s.capacity(ctx, d, req.Profile, req.MachineClass); err != nil {
-		s.mu.Unlock()
+	// slot; the claim is given back once the dispatch is recorded (the placement row counts from
+	// then) or refused.
+	if err := s.claim(ctx, d, req.Profile, req.MachineClass); err != nil {
 		return SpawnResult{}, err
 	}
-	s.pending[req.Profile]++
-	s.mu.Unlock()
-	unclaimed := true
+	claimed := true
 	unclaim := func() {
-		if unclaimed {
-			unclaimed = false
-			s.mu.Lock()
-			s.pending[req.Profile]--
-			s.mu.Unlock()
+		if claimed {
+			claimed = false
+			s.unclaim(req.Profile)
 		}
 	}
 	defer unclaim()
@@ -183,23 +180,19 @@ func (s *Spawner) spawn(ctx context.Context, parentID string, req SpawnRequest) 
 	s.remember(child.ID, req)
 	s.audit(ctx, d, "agents.spawn", fmt.Sprintf("session %s spawned %s (tool call %s, depth %d, profile %s, workspace %s, cleanup %s, wait %t)",
 		orOperator(parentID), child.ID, req.ToolCallID, depth, req.Profile, req.Workspace, req.Cleanup, req.Waits()))
-	if _, err := d.Dispatcher.Dispatch(ctx, child.ID, req.Profile, req.MachineClass); err != nil {
+	_, err = d.Dispatcher.Dispatch(ctx, child.ID, req.Profile, req.MachineClass)
+	unclaim()
+	if err != nil {
 		return s.result(ctx, d, child.ID), fmt.Errorf("dispatch child %s: %w", child.ID, err)
 	}
 	if !req.Waits() {
-		// The claim moves to the follower, which places the child and starts its task.
-		unclaimed = false
+		// A follower places the child and starts its task.
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
 			fctx, cancel := context.WithTimeout(s.ctx, s.runTimeout(req.RunTimeoutSeconds))
 			defer cancel()
-			_, err := s.placeAndStart(fctx, d, child.ID, req.Task, req.Progress, func() {
-				s.mu.Lock()
-				s.pending[req.Profile]--
-				s.mu.Unlock()
-			})
-			if err != nil {
+			if _, err := s.placeAndStart(fctx, d, child.ID, req.Task, req.Progress); err != nil {
 				d.Log.Warn("spawned child did not start", "child", child.ID, "err", err)
 			}
 		}()
@@ -207,7 +200,7 @@ func (s *Spawner) spawn(ctx context.Context, parentID string, req SpawnRequest) 
 		r.Status = StatusStarting
 		return r, nil
 	}
-	return s.runAndCollect(ctx, d, child.ID, req.Task, req, unclaim)
+	return s.runAndCollect(ctx, d, child.ID, req.Task, req)
 }
 
 func orOperator(id string) string {
@@ -217,8 +210,27 @@ func orOperator(id string) string {
 	return id
 }
 
-// capacity refuses a spawn that the profile's maxEnvironments blocks now: its live environments
-// less the idle ones a dispatch would reuse, plus the spawns admitted that hold none yet.
+// claim takes a slot of the profile's maxEnvironments for a spawn about to be dispatched, or
+// refuses it with a *RetryError. unclaim gives it back once the dispatch is recorded or refused.
+func (s *Spawner) claim(ctx context.Context, d *Deps, profileID, class string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.capacity(ctx, d, profileID, class); err != nil {
+		return err
+	}
+	s.admitting[profileID]++
+	return nil
+}
+
+func (s *Spawner) unclaim(profileID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.admitting[profileID]--
+}
+
+// capacity refuses a spawn that the profile's maxEnvironments blocks now: its live environments,
+// less the idle ones a dispatch would reuse, plus the dispatches that hold none yet (placements
+// requested with no environment leased for them, and spawns being admitted). s.mu is held.
 func (s *Spawner) capacity(ctx context.Context, d *Deps, profileID, class string) error {
 	prof, err := d.Envs.Profile(ctx, profileID)
 	if err != nil {
@@ -228,28 +240,43 @@ func (s *Spawner) capacity(ctx context.Context, d *Deps, profileID, class string
 	if err != nil {
 		return err
 	}
+	ps, err := d.Placements.List(ctx, placement.MaxListedPlacements)
+	if err != nil {
+		return err
+	}
+	waiting := map[string]bool{} // sessions whose dispatch to the profile has no environment yet
+	for _, p := range ps {
+		if p.ProfileID == profileID && p.State == placement.Requested && p.EnvironmentID == "" {
+			waiting[p.SessionID] = true
+		}
+	}
 	live, idle := 0, 0
 	for _, e := range list {
 		if e.ProfileID != profileID || !e.State.Live() {
 			continue
 		}
 		live++
+		// an environment being leased for a requested placement counts once
+		if rest, ok := strings.CutPrefix(e.IdempotencyKey, "dispatch-"); ok {
+			if i := strings.LastIndexByte(rest, '-'); i > 0 {
+				delete(waiting, rest[:i])
+			}
+		}
 		if (e.State == envs.Ready || e.State == envs.Idle) && (class == "" || e.Class() == class) &&
 			(d.Admitted == nil || d.Admitted(e.ID)) {
 			idle++
 		}
 	}
-	free := prof.MaxEnvironments - live + idle - s.pending[profileID]
-	if free <= 0 {
-		return &RetryError{RetryAfter: DefaultRetryAfter, Err: fmt.Errorf("profile %q is at its maxEnvironments limit (%d live environments, %d being placed, none idle)",
-			profileID, live, s.pending[profileID])}
+	pending := len(waiting) + s.admitting[profileID]
+	if prof.MaxEnvironments-live+idle-pending <= 0 {
+		return &RetryError{RetryAfter: DefaultRetryAfter, Err: fmt.Errorf("profile %q is at its maxEnvironments limit %d (%d live environments, %d being placed, none idle)",
+			profileID, prof.MaxEnvironments, live, pending)}
 	}
 	return nil
 }
 
 // placeAndStart waits for the child's placement to be active, then starts msg as its turn.
-// placed is called once the placement holds an environment or failed.
-func (s *Spawner) placeAndStart(ctx context.Context, d *Deps, childID, msg string, progress func(Progress), placed func()) (turns.Turn, error) {
+func (s *Spawner) placeAndStart(ctx context.Context, d *Deps, childID, msg string, progress func(Progress)) (turns.Turn, error) {
 	err := s.waitPlacement(ctx, d, childID, progress, func(p placement.Placement) (bool, error) {
 		switch p.State {
 		case placement.Active:
@@ -259,7 +286,6 @@ func (s *Spawner) placeAndStart(ctx context.Context, d *Deps, childID, msg strin
 		}
 		return false, nil
 	})
-	placed()
 	if err != nil {
 		return turns.Turn{}, err
 	}
@@ -344,8 +370,8 @@ func (s *Spawner) waitTurn(ctx context.Context, d *Deps, t turns.Turn, progress 
 }
 
 // runAndCollect places the child, runs msg, pulls its results back and applies its cleanup.
-func (s *Spawner) runAndCollect(ctx context.Context, d *Deps, childID, msg string, req SpawnRequest, placed func()) (SpawnResult, error) {
-	t, err := s.placeAndStart(ctx, d, childID, msg, req.Progress, placed)
+func (s *Spawner) runAndCollect(ctx context.Context, d *Deps, childID, msg string, req SpawnRequest) (SpawnResult, error) {
+	t, err := s.placeAndStart(ctx, d, childID, msg, req.Progress)
 	if err != nil {
 		r := s.result(context.WithoutCancel(ctx), d, childID)
 		return r, err
@@ -458,29 +484,13 @@ func (s *Spawner) send(ctx context.Context, parentID, childID, message string, w
 		if req.Profile == "" {
 			req.Profile = p.ProfileID
 		}
-		s.mu.Lock()
-		if err := s.capacity(ctx, d, req.Profile, p.MachineClass); err != nil {
-			s.mu.Unlock()
+		if err := s.claim(ctx, d, req.Profile, p.MachineClass); err != nil {
 			return SpawnResult{}, err
 		}
-		s.pending[req.Profile]++
-		s.mu.Unlock()
-		if _, err := d.Dispatcher.Dispatch(ctx, childID, req.Profile, p.MachineClass); err != nil {
-			s.mu.Lock()
-			s.pending[req.Profile]--
-			s.mu.Unlock()
+		_, err := d.Dispatcher.Dispatch(ctx, childID, req.Profile, p.MachineClass)
+		s.unclaim(req.Profile)
+		if err != nil {
 			return SpawnResult{}, fmt.Errorf("dispatch child %s again: %w", childID, err)
-		}
-	} else {
-		req.Profile = ""
-	}
-	once := false
-	placed := func() {
-		if !once && req.Profile != "" {
-			once = true
-			s.mu.Lock()
-			s.pending[req.Profile]--
-			s.mu.Unlock()
 		}
 	}
 	s.audit(ctx, d, "agents.send", fmt.Sprintf("session %s sent a message to child %s (wait %t)", orOperator(parentID), childID, wait))
@@ -490,14 +500,14 @@ func (s *Spawner) send(ctx context.Context, parentID, childID, message string, w
 			defer s.wg.Done()
 			fctx, cancel := context.WithTimeout(s.ctx, s.runTimeout(req.RunTimeoutSeconds))
 			defer cancel()
-			if _, err := s.placeAndStart(fctx, d, childID, message, nil, placed); err != nil {
+			if _, err := s.placeAndStart(fctx, d, childID, message, nil); err != nil {
 				d.Log.Warn("message to child", "child", childID, "err", err)
 			}
 		}()
 		r := s.result(ctx, d, childID)
 		return r, nil
 	}
-	return s.runAndCollect(ctx, d, childID, message, req, placed)
+	return s.runAndCollect(ctx, d, childID, message, req)
 }
 
 func (s *Spawner) status(ctx context.Context, parentID, childID string) (SpawnResult, error) {

@@ -38,13 +38,13 @@ var ErrNotStarted = errors.New("agents: the gateway is still starting")
 type Spawner struct {
 	cfg Config
 
-	mu      sync.Mutex
-	d       *Deps
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	pending map[string]int          // profile id → spawns admitted whose placement has no environment yet
-	opts    map[string]SpawnRequest // child id → its spawn's options
+	mu        sync.Mutex
+	d         *Deps
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	admitting map[string]int          // profile id → spawns between their capacity check and dispatch
+	opts      map[string]SpawnRequest // child id → its spawn's options
 }
 
 // New returns a Spawner of cfg (defaults applied, validated).
@@ -54,7 +54,7 @@ func New(cfg Config) (*Spawner, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Spawner{cfg: cfg, ctx: ctx, cancel: cancel, pending: map[string]int{}}, nil
+	return &Spawner{cfg: cfg, ctx: ctx, cancel: cancel, admitting: map[string]int{}}, nil
 }
 
 // Config returns the effective config.
