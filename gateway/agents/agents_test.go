@@ -123,6 +123,12 @@ func TestSpawnRefusalsComeFirst(t *testing.T) {
 	if n := countSessions(t, st); n != before {
 		t.Fatalf("%d sessions after the refusals, want %d: a refused spawn created one", n, before)
 	}
+	if _, pe := s.WorkerSpawn(ctx, tools.Call{SessionID: parent.ID, ToolCallID: "a\nb"}, json.RawMessage(`{"task":"x"}`)); pe != nil {
+		t.Fatalf("a control character in the tool call id: protocol error %+v, want an error result", pe)
+	}
+	if n := countSessions(t, st); n != before {
+		t.Fatal("a spawn with a control character in its tool call id created a session")
+	}
 	// the worker's door answers a depth refusal with its protocol code
 	if _, pe := s.WorkerSpawn(ctx, tools.Call{SessionID: deep.ID, ToolCallID: "c"}, json.RawMessage(`{"task":"x"}`)); pe == nil || pe.Code != "spawn-depth-exceeded" {
 		t.Fatalf("worker door: %+v, want spawn-depth-exceeded", pe)
