@@ -323,3 +323,28 @@ func TestForceDestroyWhenStuck(t *testing.T) {
 		t.Fatal("no DELETE")
 	}
 }
+
+// "Sign out" clears the cookie in the browser: the pages and the API ask to sign in again.
+func TestSignOutInBrowser(t *testing.T) {
+	browser := browsertest.Start(t)
+	base := (&fakeAPI{sessions: 1}).start(t)
+	p := browsertest.NewPage(t, browser, "signout", true)
+	signIn(t, p, base)
+	p.Do("sign out", chromedp.Click(`form[action="/logout"] button`), chromedp.WaitVisible(`input#token`))
+	p.Do("home", chromedp.Navigate(base+"/"), chromedp.WaitVisible(`input#token`))
+	if got := browsertest.Eval[int](p, `fetch('/api/v1/sessions').then(r => r.status)`); got != http.StatusUnauthorized {
+		t.Fatalf("the API after sign-out answers %d", got)
+	}
+}
+
+// The sign-in form works in a browser (its POST carries the page's Origin).
+func TestSignInFormInBrowser(t *testing.T) {
+	browser := browsertest.Start(t)
+	base := (&fakeAPI{sessions: 1}).start(t)
+	p := browsertest.NewPage(t, browser, "form", true)
+	p.Do("sign in by the form", chromedp.Navigate(base+"/login"), chromedp.SendKeys(`#token`, token), chromedp.Submit(`#token`),
+		chromedp.WaitVisible(`#session-list-status`))
+	if loc := browsertest.Eval[string](p, `location.pathname + location.search`); loc != "/" {
+		t.Fatalf("after the form: %s", loc)
+	}
+}

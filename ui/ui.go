@@ -119,7 +119,9 @@ func (h *Handler) AssetNames() map[string]string { return h.names }
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr := w.Header()
 	hdr.Set("X-Content-Type-Options", "nosniff")
-	hdr.Set("Referrer-Policy", "no-referrer")
+	// same-origin, not no-referrer: with no-referrer a browser sends "Origin: null" on a form
+	// POST, and the Origin check (CSRF) would refuse the gateway's own sign-in and sign-out.
+	hdr.Set("Referrer-Policy", "same-origin")
 	hdr.Set("X-Frame-Options", "DENY")
 	hdr.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 	h.mux.ServeHTTP(w, r)
