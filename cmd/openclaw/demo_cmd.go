@@ -30,7 +30,10 @@ func newDemoCmd(g *globals) *cobra.Command {
      against the base commit
   7. show that the user's own checkout is untouched (same branch, same commit, clean tree)
   8. destroy the environment (returns on proof of teardown) and check no box or worker process is left
-  9. stop the gateway
+  9. a second session, on the gateway, whose agent calls sessions_spawn: a child session forks the
+     workspace onto a worker of its own, runs the same task there, comes back with its branch, commit
+     and cost (listed under its parent), and its environment is destroyed after the pull-back
+ 10. stop the gateway
 
 Each stage is checked, printed with its timing and listed in a summary table. The command exits 0 only
 when every stage really happened. The temp dir, the gateway and any local box are cleaned up even on

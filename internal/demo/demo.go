@@ -108,6 +108,7 @@ func Run(ctx context.Context, o Options) error {
 		{"managed branch and diff", d.showBranch},
 		{"user checkout untouched", d.checkCheckout},
 		{"destroy the environment", d.destroy},
+		{"an agent spawns a child on a worker (sessions_spawn)", d.spawnChild},
 		{"stop the gateway", d.stopGateway},
 	}
 	var failed error
@@ -201,7 +202,11 @@ func (d *run) startGateway(ctx context.Context) (string, error) {
 		return "", err
 	}
 	cfgPath := filepath.Join(d.tmp, "gateway.yaml")
-	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(gatewayConfig, script)), 0o600); err != nil {
+	spawner := filepath.Join(d.tmp, "spawner-script.json")
+	if err := os.WriteFile(spawner, []byte(spawnScript), 0o600); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(gatewayConfig, script, spawner)), 0o600); err != nil {
 		return "", err
 	}
 	if err := os.MkdirAll(d.home, 0o700); err != nil {

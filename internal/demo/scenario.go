@@ -44,10 +44,12 @@ const (
 	gatewayConfig = `# written by openclaw demo
 tunnel: {keepaliveInterval: 1s, keepaliveTimeout: 5s, backoffMax: 1s}
 worker: {heartbeatTimeout: 3s, relaunchGrace: 1s, admitTimeout: 30s}
+agents: {defaultProfile: local}
 models:
   default: demo/demo
   providers:
-    demo: {api: scripted, script: %q, models: [{id: demo}]}
+    demo: {api: scripted, script: %q, models: [{id: demo, cost: {input: 3, output: 15}}]}
+    spawner: {api: scripted, script: %q, models: [{id: demo, cost: {input: 3, output: 15}}]}
 `
 )
 
