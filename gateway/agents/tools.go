@@ -40,6 +40,19 @@ var _ tools.Tool = (*tool)(nil)
 
 func (t *tool) Name() string { return t.name }
 
+// collectTimeout is what a waiting call allows on top of the child's run timeout: placing it
+// before, pulling it back after.
+const collectTimeout = 20 * time.Minute
+
+// Timeout bounds one call of the tool from a worker (worker.tool.call): a sessions_send that waits
+// lasts as long as the child's turn.
+func (t *tool) Timeout() time.Duration {
+	if t.name == StatusToolName {
+		return time.Minute
+	}
+	return t.s.cfg.RunTimeout.D() + collectTimeout
+}
+
 const spawnSchema = `{"type":"object","properties":{
 "task":{"type":"string","description":"What the child agent should do: its first message."},
 "label":{"type":"string","description":"A short title for the child session."},

@@ -11,7 +11,7 @@ import (
 	"github.com/openclaw/cloudworkers/worker/tools"
 )
 
-// gatewayToolTimeout bounds one gateway-resident tool call.
+// gatewayToolTimeout bounds one gateway-resident tool call, unless the tool has a Timeout method.
 const gatewayToolTimeout = 2 * time.Minute
 
 // serveToolCall runs a gateway-resident tool (web_search) for a worker's turn, on the gateway and
@@ -38,7 +38,11 @@ func (s *Server) serveToolCall(ctx context.Context, wc *workerConn, f protocol.F
 		if e := s.checkRun(ctx, wc, p.SessionID, p.RunID, 0); e != nil {
 			return protocol.ErrorResponse(f.ID, e)
 		}
-		tctx, cancel := context.WithTimeout(ctx, gatewayToolTimeout)
+		timeout := gatewayToolTimeout
+		if l, ok := tool.(interface{ Timeout() time.Duration }); ok {
+			timeout = l.Timeout() // a tool that waits on other work (sessions_send) bounds itself
+		}
+		tctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		// The tool acts for the session the admission binds (sessions_* tools read it).
 		tctx = tools.WithCall(tctx, tools.Call{SessionID: p.SessionID, RunID: p.RunID, ToolCallID: p.ToolCallID})
