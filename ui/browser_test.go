@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -149,6 +150,15 @@ func (f *fakeAPI) start(t testing.TB) string {
 	return ts.URL
 }
 
+// shared is the one Chromium of this package's browser tests.
+var shared browsertest.Shared
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	shared.Stop()
+	os.Exit(code)
+}
+
 func signIn(t testing.TB, p *browsertest.Page, base string) {
 	t.Helper()
 	p.Do("sign in", chromedp.Navigate(base+"/login?token="+url.QueryEscape(token)), chromedp.WaitVisible(`#session-list-status`))
@@ -157,7 +167,7 @@ func signIn(t testing.TB, p *browsertest.Page, base string) {
 // A 10,000-entry transcript renders a window of the newest entries; "Show earlier entries"
 // widens it. The page never holds the whole transcript in its DOM.
 func TestLongTranscriptIsWindowed(t *testing.T) {
-	browser := browsertest.Start(t)
+	browser := shared.Get(t)
 	base := (&fakeAPI{sessions: 3, entries: 10000}).start(t)
 	p := browsertest.NewPage(t, browser, "window", false)
 	signIn(t, p, base)
@@ -188,7 +198,7 @@ func TestLongTranscriptIsWindowed(t *testing.T) {
 // sessions, opening a session of 10,000 entries, and stream-to-DOM latency of 1,000 deltas
 // (p50, p99: from the server writing the delta to the text being in the page).
 func BenchmarkUI(b *testing.B) {
-	browser := browsertest.Start(b)
+	browser := shared.Get(b)
 	b.Run("sessions-1000", func(b *testing.B) {
 		base := (&fakeAPI{sessions: 1000}).start(b)
 		p := browsertest.NewPage(b, browser, "sessions", false)
@@ -242,7 +252,7 @@ func BenchmarkUI(b *testing.B) {
 // text), and the keyboard reaches the page: the first Tab is "Skip to content", which moves
 // focus into the page.
 func TestControlsAreLabelledAndKeyboardReachable(t *testing.T) {
-	browser := browsertest.Start(t)
+	browser := shared.Get(t)
 	base := (&fakeAPI{sessions: 3, entries: 4}).start(t)
 	p := browsertest.NewPage(t, browser, "a11y", false)
 	signIn(t, p, base)
@@ -267,7 +277,7 @@ func TestControlsAreLabelledAndKeyboardReachable(t *testing.T) {
 // What a worker session's header says when its worker sheds load, and what a reclaimed session
 // says it lost.
 func TestBackpressureAndReclaimAreShown(t *testing.T) {
-	browser := browsertest.Start(t)
+	browser := shared.Get(t)
 	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	busy := &fakeAPI{sessions: 1, entries: 2,
 		placement: map[string]any{"placement": map[string]any{"state": "active", "profileId": "crab", "environmentId": "env_1"},
@@ -303,7 +313,7 @@ func TestBackpressureAndReclaimAreShown(t *testing.T) {
 // A destroy that is stuck (the environment stays destroying) offers "Force destroy", which asks
 // the gateway for a forced destroy; the timeline marks the failed step.
 func TestForceDestroyWhenStuck(t *testing.T) {
-	browser := browsertest.Start(t)
+	browser := shared.Get(t)
 	f := &fakeAPI{sessions: 1, deletes: make(chan string, 4),
 		env: map[string]any{"id": "env_1", "state": "destroying", "profileId": "crab", "providerId": "command", "leaseId": "l-1", "tunnelStatus": "stopped"}}
 	base := f.start(t)
@@ -326,7 +336,7 @@ func TestForceDestroyWhenStuck(t *testing.T) {
 
 // "Sign out" clears the cookie in the browser: the pages and the API ask to sign in again.
 func TestSignOutInBrowser(t *testing.T) {
-	browser := browsertest.Start(t)
+	browser := shared.Get(t)
 	base := (&fakeAPI{sessions: 1}).start(t)
 	p := browsertest.NewPage(t, browser, "signout", true)
 	signIn(t, p, base)
@@ -339,7 +349,7 @@ func TestSignOutInBrowser(t *testing.T) {
 
 // The sign-in form works in a browser (its POST carries the page's Origin).
 func TestSignInFormInBrowser(t *testing.T) {
-	browser := browsertest.Start(t)
+	browser := shared.Get(t)
 	base := (&fakeAPI{sessions: 1}).start(t)
 	p := browsertest.NewPage(t, browser, "form", true)
 	p.Do("sign in by the form", chromedp.Navigate(base+"/login"), chromedp.SendKeys(`#token`, token), chromedp.Submit(`#token`),

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,9 +25,23 @@ const ScreenshotsEnv = "OPENCLAW_UI_SCREENSHOTS"
 func Start(t testing.TB) context.Context {
 	t.Helper()
 	testenv.RequireCommands(t, "chromium")
-	bin, _ := testenv.LookPath("chromium")
+	ctx, stop, err := Launch(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return ctx
+}
+
+// Launch starts Chromium with its profile in userDataDir, for tests that share one browser
+// (Shared); stop ends it. The caller has checked that chromium is installed.
+func Launch(userDataDir string) (ctx context.Context, stop func(), err error) {
+	bin, err := testenv.LookPath("chromium")
+	if err != nil {
+		return nil, nil, err
+	}
 	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(bin), chromedp.UserDataDir(t.TempDir()),
+		chromedp.ExecPath(bin), chromedp.UserDataDir(userDataDir),
 		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
 		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
@@ -35,11 +50,47 @@ func Start(t testing.TB) context.Context {
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	bctx, cancelBrowser := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancelBrowser(); cancelAlloc() })
+	stop = func() { cancelBrowser(); cancelAlloc() }
 	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
+		stop()
+		return nil, nil, fmt.Errorf("start chromium: %w", err)
 	}
-	return bctx
+	return bctx, stop, nil
+}
+
+// Shared is one browser for the tests of a package: Get starts it on first use (skipping or
+// failing a test without Chromium as Start does), Stop ends it from TestMain.
+type Shared struct {
+	once sync.Once
+	ctx  context.Context
+	stop func()
+	dir  string
+	err  error
+}
+
+// Get returns the shared browser, starting it on first use.
+func (s *Shared) Get(t testing.TB) context.Context {
+	t.Helper()
+	testenv.RequireCommands(t, "chromium")
+	s.once.Do(func() {
+		if s.dir, s.err = os.MkdirTemp("", "openclaw-chromium-"); s.err == nil {
+			s.ctx, s.stop, s.err = Launch(s.dir)
+		}
+	})
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	return s.ctx
+}
+
+// Stop ends the shared browser, if it was started, and removes its profile.
+func (s *Shared) Stop() {
+	if s.stop != nil {
+		s.stop()
+	}
+	if s.dir != "" {
+		_ = os.RemoveAll(s.dir)
+	}
 }
 
 // Page is one browser tab under test: its steps are bounded, and a failing test leaves a
