@@ -308,6 +308,9 @@ func TestBackpressureAndReclaimAreShown(t *testing.T) {
 	if s := browsertest.Eval[string](q, `document.getElementById('runs-on').textContent`); !strings.HasPrefix(s, "Runs on gateway") || !strings.Contains(s, "reclaimed") {
 		t.Fatalf("header of a reclaimed session: %q", s)
 	}
+	if !browsertest.Eval[bool](q, `!document.getElementById('move-local').hidden && !document.getElementById('move').hidden && document.getElementById('pullback').hidden`) {
+		t.Fatal("a reclaimed session must offer Move to gateway and Move to worker, not Pull back")
+	}
 }
 
 // A destroy that is stuck (the environment stays destroying) offers "Force destroy", which asks

@@ -320,6 +320,8 @@ function chatPage(id) {
     $('#runs-on').dataset.env = remote ? p.environmentId || '' : '';
     $('#move').hidden = remote; $('#move-profile').hidden = remote; $('label[for=move-profile]').hidden = remote;
     $('#pullback').hidden = p.state !== 'active';
+    // the recovery of a failed or reclaimed session: run it on the gateway (session move --local)
+    $('#move-local').hidden = p.state !== 'failed' && p.state !== 'reclaimed';
     // the steps of the latest move: the events since the placement last rested at local
     const evs = v.events || [];
     let start = 0;
@@ -448,6 +450,11 @@ function chatPage(id) {
     try {
       await api('POST', '/sessions/' + encodeURIComponent(id) + '/dispatch', { profileId: $('#move-profile').value });
     } catch (e) { showError($('#chat-error'), e); }
+    loadPlacement(); sidebar.soon(100);
+  });
+  $('#move-local').addEventListener('click', async () => {
+    showError($('#chat-error'), null);
+    try { await api('POST', '/sessions/' + encodeURIComponent(id) + '/move', { to: 'local' }); } catch (e) { showError($('#chat-error'), e); }
     loadPlacement(); sidebar.soon(100);
   });
   $('#pullback').addEventListener('click', async () => {
