@@ -65,6 +65,15 @@ func TestControlUIInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatalf("openclaw ui: %v", err)
 	}
+	// a link that would not work is not printed: a wrong token, or no gateway at the address
+	if out, err := exec.Command(openclawBin, "ui", "--gateway", g.addr, "--token", "wrong").CombinedOutput(); err == nil || strings.Contains(string(out), "login?token=") ||
+		!strings.Contains(string(out), "unauthorized") {
+		t.Fatalf("openclaw ui with a wrong token: %v %s", err, out)
+	}
+	if out, err := exec.Command(openclawBin, "ui", "--gateway", freeAddr(t), "--token", "x").CombinedOutput(); err == nil || strings.Contains(string(out), "login?token=") ||
+		!strings.Contains(string(out), "gateway at http://127.0.0.1:") {
+		t.Fatalf("openclaw ui without a gateway: %v %s", err, out)
+	}
 	link := strings.TrimSpace(string(out))
 	if !strings.HasPrefix(link, base+"/login?token=") {
 		t.Fatalf("openclaw ui printed %q, want %s/login?token=…", link, base)
