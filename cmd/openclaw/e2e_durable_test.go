@@ -578,7 +578,7 @@ func TestDurableFencingAndHostileFramesLocalBox(t *testing.T) {
 	w.expect("another session's live stream", protocol.CodeSessionNotAttached, protocol.MethodLiveEvent, protocol.LiveEventParams{
 		Scope: protocol.Scope{SessionID: other, OwnerEpoch: 1, StreamKind: protocol.StreamLive, RunEpoch: 1, Seq: 1},
 		Event: protocol.LiveEvent{Type: protocol.LiveTextDelta, Delta: "x"}})
-	w.expect("method outside the allowlist", protocol.CodeMethodNotAllowed, "worker.sessions.spawn", map[string]string{})
+	w.expect("method outside the allowlist", protocol.CodeMethodNotAllowed, "worker.files.read", map[string]string{})
 	w.expect("gateway method", protocol.CodeMethodNotAllowed, protocol.MethodShutdown, nil)
 	big := make([]json.RawMessage, 65)
 	for i := range big {
