@@ -319,6 +319,7 @@ function chatPage(id) {
     $('#runs-on').replaceChildren($('#runs-on').textContent, ' ', p.state !== 'local' ? badge(p.state) || '' : '');
     $('#runs-on').dataset.env = remote ? p.environmentId || '' : '';
     $('#move').hidden = remote; $('#move-profile').hidden = remote; $('label[for=move-profile]').hidden = remote;
+    showMoveClass(remote);
     $('#pullback').hidden = p.state !== 'active';
     // the recovery of a failed or reclaimed session: run it on the gateway (session move --local)
     $('#move-local').hidden = p.state !== 'failed' && p.state !== 'reclaimed';
@@ -448,7 +449,8 @@ function chatPage(id) {
   $('#move').addEventListener('click', async () => {
     showError($('#chat-error'), null);
     try {
-      await api('POST', '/sessions/' + encodeURIComponent(id) + '/dispatch', { profileId: $('#move-profile').value });
+      const cls = $('#move-class').hidden ? undefined : $('#move-class').value || undefined;
+      await api('POST', '/sessions/' + encodeURIComponent(id) + '/dispatch', { profileId: $('#move-profile').value, machineClass: cls });
     } catch (e) { showError($('#chat-error'), e); }
     loadPlacement(); sidebar.soon(100);
   });
@@ -462,9 +464,19 @@ function chatPage(id) {
     try { await api('POST', '/sessions/' + encodeURIComponent(id) + '/pullback'); } catch (e) { showError($('#chat-error'), e); }
     loadPlacement(); sidebar.soon(100);
   });
+  // A lease-CLI profile takes a machine class.
+  let profiles = [];
+  function showMoveClass(remote) {
+    const p = profiles.find((x) => x.id === $('#move-profile').value);
+    const show = !remote && !!p && p.provider === 'command';
+    $('#move-class').hidden = !show; $('label[for=move-class]').hidden = !show;
+  }
+  $('#move-profile').addEventListener('change', () => showMoveClass(false));
   api('GET', '/profiles').then((ps) => {
+    profiles = ps;
     $('#move-profile').replaceChildren(...ps.map((p) => el('option', { value: p.id, text: p.id })));
     if (!ps.length) { $('#move').disabled = true; }
+    showMoveClass(!$('#move').hidden ? false : true);
   }).catch(() => {});
   // A turn started elsewhere (the CLI, another tab) shows up through the gateway-wide feed.
   stream('/events', 0, (c) => {
