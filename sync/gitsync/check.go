@@ -21,7 +21,7 @@ type TreeError struct {
 }
 
 func (e *TreeError) Error() string {
-	return fmt.Sprintf("worker commit %s: %s: %s; nothing was changed", short(e.Commit), e.Path, e.Reason)
+	return fmt.Sprintf("worker commit %s: %q: %s; nothing was changed", short(e.Commit), e.Path, e.Reason)
 }
 
 // maxLinkTarget bounds a symlink's target (Linux's PATH_MAX, with its NUL).

@@ -167,7 +167,7 @@ func TestAdoptRefusesHostileTree(t *testing.T) {
 
 			_, err := w.anchor.Adopt(ctx, "sess-1", bundle)
 			te, ok := errors.AsType[*TreeError](err)
-			if !ok || te.Path != tc.path || !strings.Contains(err.Error(), tc.path) {
+			if !ok || te.Path != tc.path || !strings.Contains(err.Error(), fmt.Sprintf("%q", tc.path)) {
 				t.Fatalf("err %v, want a *TreeError naming %q", err, tc.path)
 			}
 			if te.Commit != first {

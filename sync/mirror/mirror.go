@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/openclaw/cloudworkers/sync/manifest"
@@ -49,8 +50,12 @@ func (e *DriftError) Error() string {
 	if len(shown) > 20 {
 		shown = shown[:20]
 	}
+	quoted := make([]string, len(shown))
+	for i, p := range shown {
+		quoted[i] = strconv.Quote(p)
+	}
 	return fmt.Sprintf("anchor drifted from the base manifest (%d paths: %s); nothing was changed",
-		len(e.Paths), strings.Join(shown, ", "))
+		len(e.Paths), strings.Join(quoted, ", "))
 }
 
 // TooManyDeletesError stops a sync that would delete more than the allowed share; rerun with Force.
