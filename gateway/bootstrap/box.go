@@ -2,7 +2,6 @@
 package bootstrap
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
+	"github.com/openclaw/cloudworkers/internal/capbuf"
 )
 
 // maxOutput bounds what is read back from one box command.
@@ -39,10 +39,9 @@ func Run(ctx context.Context, c *ssh.Client, cmd string) (RunResult, error) {
 		return RunResult{}, fmt.Errorf("open session: %w", err)
 	}
 	defer sess.Close()
-	var out, errb limited
-	out.max, errb.max = maxOutput, 64<<10
-	sess.Stdout = &out
-	sess.Stderr = &errb
+	out, errb := capbuf.New(maxOutput), capbuf.New(64<<10)
+	sess.Stdout = out
+	sess.Stderr = errb
 	done := make(chan error, 1)
 	go func() { done <- sess.Run(cmd) }()
 	select {
@@ -86,19 +85,3 @@ func RunOK(ctx context.Context, c *ssh.Client, what, cmd string) (string, error)
 
 // Quote quotes s for a POSIX shell.
 func Quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
-type limited struct {
-	bytes.Buffer
-	max int
-}
-
-func (l *limited) Write(p []byte) (int, error) {
-	if room := l.max - l.Len(); room > 0 {
-		if len(p) > room {
-			l.Buffer.Write(p[:room])
-		} else {
-			l.Buffer.Write(p)
-		}
-	}
-	return len(p), nil
-}

@@ -1,7 +1,6 @@
 package command
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +10,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/openclaw/cloudworkers/internal/capbuf"
 )
 
 // Output limits: what a lease CLI prints is hostile input.
@@ -57,24 +58,6 @@ func (r result) err(name string) error {
 	return &CLIError{Command: name, ExitCode: r.exit, Message: sanitize(r.output(), maxMessage)}
 }
 
-// limitedBuffer keeps the first max bytes and remembers that more were written.
-type limitedBuffer struct {
-	buf       bytes.Buffer
-	max       int
-	truncated bool
-}
-
-func (b *limitedBuffer) Write(p []byte) (int, error) {
-	if room := b.max - b.buf.Len(); room < len(p) {
-		b.truncated = true
-		if room > 0 {
-			b.buf.Write(p[:room])
-		}
-		return len(p), nil
-	}
-	return b.buf.Write(p)
-}
-
 // run executes argv without a shell, in a clean environment, bounded by the command timeout.
 // A non-zero exit is reported in the result, not as an error; errors are for commands that could
 // not start, timed out, were cancelled or printed too much.
@@ -97,8 +80,8 @@ func (c *config) runLines(ctx context.Context, name string, argv []string, onLin
 	cmd.Env = c.environ()
 	cmd.Dir = c.workDir
 	cmd.Stdin = nil
-	stdout := &limitedBuffer{max: maxStdout}
-	stderr := &limitedBuffer{max: maxStderr}
+	stdout := capbuf.New(maxStdout)
+	stderr := capbuf.New(maxStderr)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if onLine != nil {
 		cmd.Stdout = &lineWriter{next: stdout, onLine: onLine}
@@ -107,7 +90,7 @@ func (c *config) runLines(ctx context.Context, name string, argv []string, onLin
 	cmd.WaitDelay = killGrace
 	err := cmd.Run()
 	killProcessGroup(cmd)
-	res := result{stdout: stdout.buf.Bytes(), stderr: stderr.buf.Bytes()}
+	res := result{stdout: stdout.Bytes(), stderr: stderr.Bytes()}
 	switch {
 	case ctx.Err() != nil:
 		return res, fmt.Errorf("lease CLI %s: %w", name, ctx.Err())
@@ -126,7 +109,7 @@ func (c *config) runLines(ctx context.Context, name string, argv []string, onLin
 	case err != nil:
 		return res, fmt.Errorf("lease CLI %s: start %s: %w", name, argv[0], err)
 	}
-	if stdout.truncated {
+	if stdout.Truncated {
 		return res, fmt.Errorf("lease CLI %s printed more than %d bytes", name, maxStdout)
 	}
 	return res, nil
@@ -137,7 +120,7 @@ const maxLine = 4 << 10
 
 // lineWriter passes output through and calls onLine for each complete line.
 type lineWriter struct {
-	next   *limitedBuffer
+	next   *capbuf.Buffer
 	onLine func(string)
 	line   []byte
 }

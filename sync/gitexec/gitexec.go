@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/openclaw/cloudworkers/internal/capbuf"
 )
 
 // maxStderr bounds the stderr kept for an error message.
@@ -78,7 +80,7 @@ func run(ctx context.Context, dir string, env []string, stdin io.Reader, stdout 
 	cmd.Dir = dir
 	cmd.Env = append(Env(), env...)
 	cmd.Stdin = stdin
-	errb := &capped{max: maxStderr}
+	errb := capbuf.New(maxStderr)
 	cmd.Stdout = stdout
 	cmd.Stderr = errb
 	if err := cmd.Run(); err != nil {
@@ -91,22 +93,6 @@ func run(ctx context.Context, dir string, env []string, stdin io.Reader, stdout 
 func Line(ctx context.Context, dir string, args ...string) (string, error) {
 	out, err := Run(ctx, dir, args...)
 	return strings.TrimSpace(string(out)), err
-}
-
-type capped struct {
-	bytes.Buffer
-	max int
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	if room := c.max - c.Len(); room > 0 {
-		if len(p) > room {
-			c.Buffer.Write(p[:room])
-		} else {
-			c.Buffer.Write(p)
-		}
-	}
-	return len(p), nil
 }
 
 // untrustedConfig is what every command of an Untrusted runner overrides: no hook (core.hooksPath

@@ -1,7 +1,6 @@
 package stream
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/bootstrap"
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
+	"github.com/openclaw/cloudworkers/internal/capbuf"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 )
 
@@ -126,7 +126,7 @@ func (r Remote) runOnAt(ctx context.Context, sess *ssh.Session, cmd string, in f
 	if err != nil {
 		return time.Now(), err
 	}
-	errb := &capped{max: 4 << 10}
+	errb := capbuf.New(4 << 10)
 	sess.Stderr = errb
 	if err := sess.Start(cmd); err != nil {
 		return time.Now(), fmt.Errorf("start %q: %w", cmd, err)
@@ -722,22 +722,6 @@ func ReadPlanRequest(rd io.Reader, lim Limits) (*Plan, error) {
 		return nil, err
 	}
 	return p, nil
-}
-
-type capped struct {
-	bytes.Buffer
-	max int
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	if room := c.max - c.Len(); room > 0 {
-		if len(p) > room {
-			c.Buffer.Write(p[:room])
-		} else {
-			c.Buffer.Write(p)
-		}
-	}
-	return len(p), nil
 }
 
 // ErrOutputTooLarge is returned by Exec when a box command writes more than allowed.
