@@ -33,7 +33,7 @@ func newDemoCmd(g *globals) *cobra.Command {
   9. a second session, on the gateway, whose agent calls sessions_spawn: a child session forks the
      workspace onto a worker of its own, runs the same task there, comes back with its branch, commit
      and cost (listed under its parent), and its environment is destroyed after the pull-back
- 10. stop the gateway
+ 10. stop the gateway (with --keep: leave it running and print the Control UI's sign-in link)
 
 Each stage is checked, printed with its timing and listed in a summary table. The command exits 0 only
 when every stage really happened. The temp dir, the gateway and any local box are cleaned up even on
@@ -53,7 +53,7 @@ failure; a failed demo keeps the temp dir, prints its path and the tail of the g
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Script, "script", "", "scripted model turns to use (default: the built-in copy of examples/demo/script.json)")
-	f.BoolVar(&o.Keep, "keep", false, "keep the temp dir even when the demo passes")
+	f.BoolVar(&o.Keep, "keep", false, "keep the temp dir and leave the gateway running, printing the Control UI's sign-in link")
 	f.StringVar(&o.TmpParent, "tmp", "", "parent directory of the demo's temp dir (default $TMPDIR)")
 	f.DurationVar(&timeout, "timeout", 3*time.Minute, "give up after this long")
 	return cmd

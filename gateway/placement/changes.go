@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/capbuf"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/sync/gitexec"
 	"github.com/openclaw/cloudworkers/sync/gitsync"
@@ -136,26 +137,9 @@ func (d *Dispatcher) Diff(ctx context.Context, sessionID, commit string) (text s
 
 // capped runs git and keeps at most MaxDiffBytes of its output.
 func capped(ctx context.Context, g *gitexec.Untrusted, args ...string) ([]byte, bool, error) {
-	w := &limited{max: MaxDiffBytes}
+	w := capbuf.New(MaxDiffBytes)
 	err := g.Stream(ctx, nil, w, args...)
-	return w.buf.Bytes(), w.cut, err
-}
-
-type limited struct {
-	buf bytes.Buffer
-	max int
-	cut bool
-}
-
-// Write keeps what fits and reports all of p written, so git runs to its end.
-func (l *limited) Write(p []byte) (int, error) {
-	n := len(p)
-	if room := l.max - l.buf.Len(); n > room {
-		l.cut = true
-		p = p[:max(room, 0)]
-	}
-	l.buf.Write(p)
-	return n, nil
+	return w.Bytes(), w.Truncated, err
 }
 
 // nameStatus parses `git diff --name-status -z` (status NUL path NUL …), up to MaxChangedFiles.

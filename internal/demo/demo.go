@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,7 +32,8 @@ type Options struct {
 	// Script is a file of scripted model turns (default the built-in copy of
 	// examples/demo/script.json); its turn must still edit and commit greeting.txt as that one does.
 	Script string
-	// Keep keeps the temp dir even when the demo passes.
+	// Keep keeps the temp dir and, when the demo passes, leaves its gateway running and prints
+	// the Control UI's sign-in link (the gateway runs until killed; the pid is printed).
 	Keep bool
 	// TmpParent is the parent directory of the demo's temp dir (default $TMPDIR).
 	TmpParent string
@@ -111,6 +113,12 @@ func Run(ctx context.Context, o Options) error {
 		{"an agent spawns a child on a worker (sessions_spawn)", d.spawnChild},
 		{"stop the gateway", d.stopGateway},
 	}
+	if o.Keep {
+		stages[len(stages)-1] = struct {
+			title string
+			fn    func(context.Context) (string, error)
+		}{"leave the gateway running (--keep)", d.keepGateway}
+	}
 	var failed error
 	for _, s := range stages {
 		if err := d.stage(ctx, s.title, s.fn); err != nil {
@@ -133,7 +141,13 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if o.Keep {
 		fmt.Fprintf(d.out, "\nkept the temp dir: %s\n", d.tmp)
-	} else if err := os.RemoveAll(d.tmp); err != nil {
+		fmt.Fprintln(d.out, "\ndemo passed: every stage happened; no machine or box left behind; the gateway is still running")
+		fmt.Fprintf(d.out, "gateway pid %d: %s (log %s)\n", d.gw.Process.Pid, d.c.BaseURL, d.logPath)
+		fmt.Fprintf(d.out, "sign in to the Control UI: %s\n", SignInURL(d.c.BaseURL, d.c.Token))
+		fmt.Fprintf(d.out, "stop it with: kill %d\n", d.gw.Process.Pid)
+		return nil
+	}
+	if err := os.RemoveAll(d.tmp); err != nil {
 		return fmt.Errorf("remove the demo's temp dir: %w", err)
 	}
 	fmt.Fprintln(d.out, "\ndemo passed: every stage happened; no machine, box or gateway left behind")
@@ -294,6 +308,31 @@ func (d *run) stopGateway(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("worker processes still running: %v", left)
 	}
 	return fmt.Sprintf("gateway pid %d stopped cleanly (SIGTERM); no box process left", pid), nil
+}
+
+// keepGateway is the last stage with --keep: the gateway stays up (its own process group, its
+// log in the temp dir), with no box or worker process left from the destroyed environment.
+func (d *run) keepGateway(ctx context.Context) (string, error) {
+	select {
+	case <-d.gwDone:
+		return "", fmt.Errorf("gateway pid %d exited: %v", d.gw.Process.Pid, d.gwErr)
+	default:
+	}
+	if _, err := d.c.Gateway(ctx); err != nil {
+		return "", fmt.Errorf("gateway at %s: %w", d.c.BaseURL, err)
+	}
+	if live := local.LiveBoxes(d.boxes()); len(live) > 0 {
+		return "", fmt.Errorf("box processes still running: %v", live)
+	}
+	if left := d.liveWorkers(); len(left) > 0 {
+		return "", fmt.Errorf("worker processes still running: %v", left)
+	}
+	return fmt.Sprintf("gateway pid %d left running at %s; no box process left", d.gw.Process.Pid, d.c.BaseURL), nil
+}
+
+// SignInURL is the Control UI's sign-in link of a gateway (what `openclaw ui` prints).
+func SignInURL(base, token string) string {
+	return strings.TrimRight(base, "/") + "/login?token=" + url.QueryEscape(token)
 }
 
 // stopGatewayProcess sends SIGTERM, then SIGKILL after 15s, and waits for the exit.

@@ -1,0 +1,63 @@
+package main_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/cookiejar"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/openclaw/cloudworkers/internal/testenv"
+)
+
+// `openclaw demo --keep` passes, leaves its gateway running and prints the Control UI's sign-in
+// link, which signs a browser in; the printed pid stops it.
+func TestDemoKeepLeavesTheGatewayWithASignInLink(t *testing.T) {
+	testenv.RequireCommands(t, "git")
+	cmd := exec.Command(openclawBin, "demo", "--keep", "--tmp", t.TempDir())
+	out, err := cmd.CombinedOutput()
+	pidM := regexp.MustCompile(`stop it with: kill (\d+)`).FindSubmatch(out)
+	if pidM != nil {
+		pid, _ := strconv.Atoi(string(pidM[1]))
+		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	}
+	if err != nil || pidM == nil {
+		t.Fatalf("demo --keep: %v\n%s", err, out)
+	}
+	link := regexp.MustCompile(`sign in to the Control UI: (http://127\.0\.0\.1:\d+)/login\?token=(\S+)`).FindSubmatch(out)
+	if link == nil {
+		t.Fatalf("no sign-in link in:\n%s", out)
+	}
+	base := string(link[1])
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar}
+	res, err := c.Get(base + "/login?token=" + string(link[2]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 || res.Request.URL.String() != base+"/" {
+		t.Fatalf("sign-in link: %d at %s, want the Sessions page at %s/", res.StatusCode, res.Request.URL, base)
+	}
+	// the page's own API calls work with the cookie: the demo's session is listed
+	res, err = c.Get(base + "/api/v1/sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list []map[string]any
+	err = json.NewDecoder(res.Body).Decode(&list)
+	res.Body.Close()
+	demoSession := func(m map[string]any) bool { t, _ := m["title"].(string); return strings.HasPrefix(t, "openclaw demo") }
+	if err != nil || res.StatusCode != 200 || !slices.ContainsFunc(list, demoSession) {
+		t.Fatalf("sessions with the UI's cookie: %d %v %v", res.StatusCode, list, err)
+	}
+	pid, _ := strconv.Atoi(string(pidM[1]))
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatalf("the printed pid %d: %v", pid, err)
+	}
+}
