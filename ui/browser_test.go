@@ -40,6 +40,8 @@ type fakeAPI struct {
 	// query of each DELETE.
 	env     map[string]any
 	deletes chan string
+	// parents, when set, maps a session's index to its parent's (sessions spawned by an agent).
+	parents map[int]int
 }
 
 func (f *fakeAPI) start(t testing.TB) string {
@@ -56,6 +58,9 @@ func (f *fakeAPI) start(t testing.TB) string {
 			for i := range list {
 				list[i] = map[string]any{"id": fmt.Sprintf("ses_%06d", i), "title": fmt.Sprintf("session %d", i), "model": "demo/demo",
 					"createdAt": now.Add(time.Duration(i) * time.Second)}
+				if p, ok := f.parents[i]; ok {
+					list[i]["parentSessionId"] = fmt.Sprintf("ses_%06d", p)
+				}
 			}
 			return c.JSON(http.StatusOK, list)
 		})
@@ -359,5 +364,29 @@ func TestSignInFormInBrowser(t *testing.T) {
 		chromedp.WaitVisible(`#session-list-status`))
 	if loc := browsertest.Eval[string](p, `location.pathname + location.search`); loc != "/" {
 		t.Fatalf("after the form: %s", loc)
+	}
+}
+
+// Sessions spawned by an agent are listed under their parent (newest first), one step in per
+// level, with their worker badge and "child of …"; the others keep their newest-first order.
+func TestChildrenAreListedUnderTheirParent(t *testing.T) {
+	browser := shared.Get(t)
+	// 0 has children 2 and 4; 4 has child 5; 3 is unrelated (placements: every third is active)
+	base := (&fakeAPI{sessions: 6, entries: 1, parents: map[int]int{2: 0, 4: 0, 5: 4}}).start(t)
+	p := browsertest.NewPage(t, browser, "children", false)
+	signIn(t, p, base)
+	p.Until("six rows", `document.querySelectorAll('#session-list li').length === 6`)
+	order := browsertest.Eval[string](p, `[...document.querySelectorAll('#session-list li')].map(li => li.dataset.session.slice(-1) + (li.dataset.parent ? '<' + li.dataset.parent.slice(-1) : '')).join(' ')`)
+	if order != "3 1 0 4<0 5<4 2<0" {
+		t.Fatalf("sidebar order %q, want \"3 1 0 4<0 5<4 2<0\" (children under their parent, newest first)", order)
+	}
+	if got := browsertest.Eval[string](p, `document.querySelector('#session-list li[data-session="ses_000005"]').className`); got != "child depth-2" {
+		t.Fatalf("grandchild row class %q, want \"child depth-2\"", got)
+	}
+	if got := browsertest.Eval[string](p, `document.querySelector('#session-list li[data-session="ses_000004"] .session-parent').textContent`); got != "child of session 0" {
+		t.Fatalf("child row says %q", got)
+	}
+	if got := browsertest.Eval[string](p, `(document.querySelector('#session-list li[data-session="ses_000003"] .badge') || {}).textContent || ''`); got != "running" {
+		t.Fatalf("worker badge of session 3: %q, want running", got)
 	}
 }

@@ -108,13 +108,30 @@ const sidebar = {
     const ul = $('#session-list');
     const current = document.body.dataset.id;
     const frag = document.createDocumentFragment();
+    // Children spawned by an agent (sessions_spawn) are listed under their parent, newest first,
+    // indented one step per level; a child whose parent is not listed stands on its own.
+    const byId = new Map(list.map((s) => [s.id, s]));
+    const children = new Map();
     for (const s of list) {
+      if (s.parentSessionId && byId.has(s.parentSessionId)) {
+        if (!children.has(s.parentSessionId)) children.set(s.parentSessionId, []);
+        children.get(s.parentSessionId).push(s);
+      }
+    }
+    const add = (s, depth) => {
       const p = this.placements.get(s.id);
+      const parent = depth > 0 ? byId.get(s.parentSessionId) : null;
       const a = el('a', { href: '/sessions/' + encodeURIComponent(s.id), 'aria-current': s.id === current && document.body.dataset.page === 'chat' ? 'page' : null },
         el('span', { class: 'session-title', text: s.title || s.id }),
         el('span', { class: 'session-model muted', text: s.model }),
-        p ? badge(p.state) : null);
-      frag.append(el('li', { 'data-session': s.id }, a));
+        p ? badge(p.state) : null,
+        parent ? el('span', { class: 'session-parent muted', text: 'child of ' + (parent.title || parent.id) }) : null);
+      frag.append(el('li', { 'data-session': s.id, 'data-parent': parent ? parent.id : null,
+        class: depth > 0 ? 'child depth-' + Math.min(depth, 5) : null }, a));
+      for (const c of children.get(s.id) || []) add(c, depth + 1);
+    };
+    for (const s of list) {
+      if (!(s.parentSessionId && byId.has(s.parentSessionId))) add(s, 0);
     }
     ul.replaceChildren(frag);
     $('#session-list-status').textContent = list.length ? '' : 'No sessions yet.';
