@@ -264,3 +264,43 @@ func TestForkPlain(t *testing.T) {
 		t.Fatalf("link: %v %v, want a symlink", fi, err)
 	}
 }
+
+// A child's spawn options (cleanup, profile, timeout, the parent's repository) are recorded in
+// SQLite: a Spawner started anew on the same database (a restarted gateway) recalls them, so a
+// "delete" child still has its environment destroyed after its pull-back.
+func TestSpawnOptionsSurviveARestart(t *testing.T) {
+	ctx := testenv.Context(t, 20*time.Second)
+	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "gateway.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	d := &Deps{DB: db}
+	wait := false
+	req := SpawnRequest{Task: "secret task text", Profile: "kids", MachineClass: "big", RunTimeoutSeconds: 90,
+		Cleanup: CleanupDelete, Wait: &wait, parentRepo: "/home/u/repo", ToolCallID: "call_1"}
+	first, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.remember(ctx, d, "ses_child", req); err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	again, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	got := again.recalled(ctx, d, "ses_child")
+	if got.Cleanup != CleanupDelete || got.Profile != "kids" || got.MachineClass != "big" || got.RunTimeoutSeconds != 90 ||
+		got.parentRepo != "/home/u/repo" || got.Wait == nil || *got.Wait {
+		t.Fatalf("recalled %+v after a restart", got)
+	}
+	if got.Task != "" {
+		t.Fatalf("the task text was stored with the options: %q", got.Task)
+	}
+	if none := again.recalled(ctx, d, "ses_other"); none.Cleanup != "" || none.Profile != "" {
+		t.Fatalf("a session spawned by nobody recalls %+v", none)
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -177,7 +179,9 @@ func (s *Spawner) spawn(ctx context.Context, parentID string, req SpawnRequest) 
 		_ = os.RemoveAll(filepath.Dir(ws))
 		return SpawnResult{}, err
 	}
-	s.remember(child.ID, req)
+	if err := s.remember(ctx, d, child.ID, req); err != nil {
+		return SpawnResult{}, fmt.Errorf("record spawn options of %s: %w", child.ID, err)
+	}
 	s.audit(ctx, d, "agents.spawn", fmt.Sprintf("session %s spawned %s (tool call %s, depth %d, profile %s, workspace %s, cleanup %s, wait %t)",
 		orOperator(parentID), child.ID, req.ToolCallID, depth, req.Profile, req.Workspace, req.Cleanup, req.Waits()))
 	_, err = d.Dispatcher.Dispatch(ctx, child.ID, req.Profile, req.MachineClass)
@@ -422,7 +426,7 @@ func (s *Spawner) collect(ctx context.Context, d *Deps, childID string) (SpawnRe
 		}
 	}
 	r := s.result(ctx, d, childID)
-	opts := s.recalled(childID)
+	opts := s.recalled(ctx, d, childID)
 	if opts.parentRepo != "" && r.Branch != "" {
 		// The parent's own repository gets the child's branch (a ref of the child's name only;
 		// the parent's checkout, index and other refs are not touched), so the parent can merge it.
@@ -474,7 +478,7 @@ func (s *Spawner) send(ctx context.Context, parentID, childID, message string, w
 	if _, err := s.own(ctx, d, parentID, childID); err != nil {
 		return SpawnResult{}, err
 	}
-	req := s.recalled(childID)
+	req := s.recalled(ctx, d, childID)
 	p, err := d.Placements.Get(ctx, childID)
 	if err != nil {
 		return SpawnResult{}, err
@@ -645,23 +649,38 @@ func (s *Spawner) audit(ctx context.Context, d *Deps, kind, detail string) {
 	}
 }
 
-// remember keeps a child's spawn options (profile, cleanup, timeout) for its follow-ups; a
-// gateway restart forgets them (the child then keeps its environment and uses its placement's
-// profile).
-func (s *Spawner) remember(childID string, req SpawnRequest) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.opts == nil {
-		s.opts = map[string]SpawnRequest{}
-	}
+// remember records a child's spawn options (profile, cleanup, timeout, the parent's repository)
+// for its follow-ups and its cleanup, in SQLite, so that a restarted gateway still applies them.
+func (s *Spawner) remember(ctx context.Context, d *Deps, childID string, req SpawnRequest) error {
 	req.Task, req.Progress = "", nil
-	s.opts[childID] = req
+	raw, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	return d.DB.InTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO spawn_options(session_id, options, parent_repo) VALUES(?,?,?)
+			ON CONFLICT(session_id) DO UPDATE SET options=excluded.options, parent_repo=excluded.parent_repo`,
+			childID, string(raw), req.parentRepo)
+		return err
+	})
 }
 
-func (s *Spawner) recalled(childID string) SpawnRequest {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.opts[childID]
+// recalled returns the options a child was spawned with (zero for one with none recorded).
+func (s *Spawner) recalled(ctx context.Context, d *Deps, childID string) SpawnRequest {
+	var raw, repo string
+	var req SpawnRequest
+	err := d.DB.R.QueryRowContext(ctx, `SELECT options, parent_repo FROM spawn_options WHERE session_id=?`, childID).Scan(&raw, &repo)
+	if err != nil {
+		if !errors.Is(err, sql.ErrNoRows) {
+			d.Log.Warn("spawn options", "session", childID, "err", err)
+		}
+		return req
+	}
+	if err := json.Unmarshal([]byte(raw), &req); err != nil {
+		d.Log.Warn("spawn options", "session", childID, "err", err)
+	}
+	req.parentRepo = repo
+	return req
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

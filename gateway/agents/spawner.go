@@ -43,8 +43,7 @@ type Spawner struct {
 	ctx       context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
-	admitting map[string]int          // profile id → spawns between their capacity check and dispatch
-	opts      map[string]SpawnRequest // child id → its spawn's options
+	admitting map[string]int // profile id → spawns between their capacity check and dispatch
 }
 
 // New returns a Spawner of cfg (defaults applied, validated).
