@@ -233,6 +233,14 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 				return Turn{}, fmt.Errorf("session %s on environment %s: %w", sessionID, p.EnvironmentID, ErrWorkerUnavailable)
 			}
 			where = "worker"
+			// The session row read above may predate the transition that bound it to its worker
+			// (it commits with the move to active): read it again, after the placement.
+			if sess, err = s.cfg.Sessions.Get(ctx, sessionID); err != nil {
+				return Turn{}, err
+			}
+			if sess.EnvironmentID != p.EnvironmentID {
+				return Turn{}, fmt.Errorf("%w: session %s is bound to %q, its placement to %q", ErrPlacementMoving, sessionID, sess.EnvironmentID, p.EnvironmentID)
+			}
 		}
 	}
 	model := sess.Model
