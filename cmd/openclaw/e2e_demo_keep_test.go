@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/cookiejar"
-	"os"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -64,22 +63,9 @@ func TestDemoKeepLeavesTheGatewayWithASignInLink(t *testing.T) {
 	}
 	// The gateway is not this test's child: wait until it is gone (or a zombie) before the temp
 	// dir it writes into is removed.
-	for deadline := time.Now().Add(20 * time.Second); running(pid); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); alive(pid); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the kept gateway (pid %d) did not stop on SIGTERM", pid)
 		}
 	}
-}
-
-// running reports whether pid is a live process (a zombie counts as gone).
-func running(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return syscall.Kill(pid, 0) == nil
-	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z' && s[i+2] != 'X'
-	}
-	return true
 }

@@ -84,7 +84,19 @@ func workerPID(t *testing.T, e envs.Environment) int {
 	return pid
 }
 
-func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+// alive reports whether pid is a live process; a zombie (a process that ended and was not reaped
+// yet, as box workers and kept gateways are not this test's children) counts as gone.
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return syscall.Kill(pid, 0) == nil
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z' && s[i+2] != 'X'
+	}
+	return true
+}
 
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
