@@ -17,6 +17,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/hub"
 	"github.com/openclaw/cloudworkers/gateway/inference"
 	"github.com/openclaw/cloudworkers/gateway/mcp"
+	"github.com/openclaw/cloudworkers/gateway/occ"
 	"github.com/openclaw/cloudworkers/gateway/websearch"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/providers"
@@ -60,6 +61,8 @@ type Config struct {
 	Sync     SyncConfig          `yaml:"sync"`
 	// Retention bounds how long audit rows, dead worker credentials and inference call rows are kept.
 	Retention RetentionConfig `yaml:"retention"`
+	// OCC configures the OCC Compute side under /occ/v1/ (docs/occ.md).
+	OCC occ.Config `yaml:"occ"`
 }
 
 // RetentionConfig bounds the database's growth; a periodic prune deletes older rows (zero means
@@ -231,6 +234,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.MCP.Validate(); err != nil {
+		return err
+	}
+	if err := c.OCC.Validate(); err != nil {
 		return err
 	}
 	if c.Sync.ReserveFreeBytes < 0 {

@@ -66,7 +66,7 @@ func TightenDataDir(dir string) ([]string, error) {
 	if err := tighten(dir, 0o700); err != nil {
 		return changed, err
 	}
-	for _, name := range []string{"gateway.db", "gateway.db-wal", "gateway.db-shm", TokenFile} {
+	for _, name := range []string{"gateway.db", "gateway.db-wal", "gateway.db-shm", TokenFile, "occ.token"} {
 		if err := tighten(filepath.Join(dir, name), 0o600); err != nil {
 			return changed, err
 		}

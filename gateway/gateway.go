@@ -28,6 +28,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/inference"
 	"github.com/openclaw/cloudworkers/gateway/inference/builtin"
 	"github.com/openclaw/cloudworkers/gateway/mcp"
+	"github.com/openclaw/cloudworkers/gateway/occ"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
@@ -340,6 +341,16 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		return err
 	}
 	srv.Echo.Any("/mcp", echo.WrapHandler(mcpSrv.HTTPHandler(token, dataDir)))
+	// /occ/v1/: OCC's Compute side, behind its own token (docs/occ.md). Each side registers its
+	// Driver on occSrv (see the gateway/occ package comment).
+	occCfg := cfg.OCC
+	occCfg.SetDefaults()
+	if _, err := occ.EnsureToken(dataDir); err != nil {
+		ln.Close()
+		return err
+	}
+	occSrv := occ.NewServer(occ.ServerConfig{DataDir: dataDir, Log: log.With("subsystem", "occ"), MaxBody: occCfg.MaxRequestBytes})
+	srv.Echo.Any("/occ/v1/*", echo.WrapHandler(occSrv))
 	// Streams and long polls lift the read and write deadlines for themselves (api.Server.streams).
 	httpSrv := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: APIReadTimeout,
 		WriteTimeout: APIWriteTimeout, IdleTimeout: APIIdleTimeout}

@@ -265,3 +265,6 @@ func (d *Duration) parse(s string) error {
 	*d = Duration(v)
 	return nil
 }
+
+// ValidProfileID reports whether id is a well-formed profile id.
+func ValidProfileID(id string) bool { return profileIDPattern.MatchString(id) }

@@ -93,6 +93,7 @@ token from <data-dir>/gateway.token, or --token.`,
 		newDemoCmd(g),
 		newUICmd(g),
 		newMCPCmd(g),
+		newOCCCmd(g),
 	)
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)

@@ -1,0 +1,94 @@
+package occ
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+
+	"github.com/openclaw/cloudworkers/providers"
+)
+
+// Config is the gateway's occ section: which worker profile serves each OCC namespace.
+type Config struct {
+	// DefaultProfile serves a namespace not listed in Namespaces (default "local").
+	DefaultProfile string `yaml:"defaultProfile"`
+	// Namespaces maps an OCC namespace name to its profiles.
+	Namespaces map[string]NamespaceConfig `yaml:"namespaces"`
+	// MaxRequestBytes bounds one request body under /occ/v1/ (0: 1 MiB).
+	MaxRequestBytes int64 `yaml:"maxRequestBytes"`
+}
+
+// NamespaceConfig is one namespace's profiles: Profile by default, and a revision's
+// configuration.profileId may pick another only from AllowedProfiles.
+type NamespaceConfig struct {
+	Profile         string   `yaml:"profile"`
+	AllowedProfiles []string `yaml:"allowedProfiles"`
+}
+
+// DefaultProfile is the profile of a namespace not listed in the config.
+const DefaultProfile = "local"
+
+// MaxRequestBytesLimit is the largest occ.maxRequestBytes accepted.
+const MaxRequestBytesLimit = 64 << 20
+
+var namespaceNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// SetDefaults fills unset fields.
+func (c *Config) SetDefaults() {
+	if c.DefaultProfile == "" {
+		c.DefaultProfile = DefaultProfile
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+}
+
+// Validate names the first bad field (as occ.…).
+func (c *Config) Validate() error {
+	if c.DefaultProfile != "" && !providers.ValidProfileID(c.DefaultProfile) {
+		return providers.Fieldf("occ.defaultProfile", "must be a profile id (lowercase letters, digits, '-' or '_'), got %q", c.DefaultProfile)
+	}
+	if c.MaxRequestBytes < 0 || c.MaxRequestBytes > MaxRequestBytesLimit {
+		return providers.Fieldf("occ.maxRequestBytes", "must be from 1 to %d (0: the default, %d), got %d", MaxRequestBytesLimit, DefaultMaxRequestBytes, c.MaxRequestBytes)
+	}
+	names := make([]string, 0, len(c.Namespaces))
+	for n := range c.Namespaces {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		ns := c.Namespaces[n]
+		field := fmt.Sprintf("occ.namespaces.%s", n)
+		if !namespaceNameRe.MatchString(n) {
+			return providers.Fieldf(field, "namespace name must be letters, digits, '.', '_' or '-' (at most 128), got %q", n)
+		}
+		if !providers.ValidProfileID(ns.Profile) {
+			return providers.Fieldf(field+".profile", "must be a profile id (lowercase letters, digits, '-' or '_'), got %q", ns.Profile)
+		}
+		for i, p := range ns.AllowedProfiles {
+			if !providers.ValidProfileID(p) {
+				return providers.Fieldf(fmt.Sprintf("%s.allowedProfiles[%d]", field, i), "must be a profile id (lowercase letters, digits, '-' or '_'), got %q", p)
+			}
+			if slices.Contains(ns.AllowedProfiles[:i], p) {
+				return providers.Fieldf(fmt.Sprintf("%s.allowedProfiles[%d]", field, i), "repeats %q", p)
+			}
+		}
+	}
+	return nil
+}
+
+// profileFor returns the profile a revision of namespace name runs on: requested (a revision's
+// configuration.profileId) when allowed, else the namespace's profile. The second result is
+// false when requested is not allowed.
+func (c *Config) profileFor(name, requested string) (string, bool) {
+	ns, listed := c.Namespaces[name]
+	def := c.DefaultProfile
+	if listed {
+		def = ns.Profile
+	}
+	if requested == "" || requested == def {
+		return def, true
+	}
+	return "", listed && slices.Contains(ns.AllowedProfiles, requested)
+}
