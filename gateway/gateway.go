@@ -54,6 +54,9 @@ type Deps struct {
 	Log     *slog.Logger
 	// OnReady, if set, is called with the bound address once the gateway serves.
 	OnReady func(addr string)
+	// OnAPI, if set, is called with the API server once every route is mounted (the OpenAPI test
+	// walks its router).
+	OnAPI func(*api.Server)
 	// Clock is the one clock of every component (tunnels, worker hub, bootstrap, environments,
 	// dispatch); the real clock when nil.
 	Clock clock.Clock
@@ -351,6 +354,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	}
 	occSrv := occ.NewServer(occ.ServerConfig{DataDir: dataDir, Log: log.With("subsystem", "occ"), MaxBody: occCfg.MaxRequestBytes})
 	srv.Echo.Any("/occ/v1/*", echo.WrapHandler(occSrv))
+	if deps.OnAPI != nil {
+		deps.OnAPI(srv)
+	}
 	// Streams and long polls lift the read and write deadlines for themselves (api.Server.streams).
 	httpSrv := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: APIReadTimeout,
 		WriteTimeout: APIWriteTimeout, IdleTimeout: APIIdleTimeout}

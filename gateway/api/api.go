@@ -119,6 +119,7 @@ func New(cfg Config) *Server {
 	}
 
 	v1 := e.Group("/api/v1", s.auth, s.limitBody)
+	v1.GET("/openapi.json", s.openAPI)
 	v1.GET("/gateway", s.gatewayInfo)
 	v1.GET("/profiles", s.listProfiles)
 	v1.POST("/profiles", s.createProfile)
