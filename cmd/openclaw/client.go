@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -34,6 +35,32 @@ func (g *globals) client() (*api.Client, error) {
 		}
 	}
 	return api.NewClient(url, tok), nil
+}
+
+// withClient is a command's RunE that builds the API client from the global flags and calls run
+// with it and the command's context.
+func (g *globals) withClient(run func(ctx context.Context, c *api.Client, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		c, err := g.client()
+		if err != nil {
+			return err
+		}
+		return run(cmd.Context(), c, args)
+	}
+}
+
+// listCmd makes cmd (with -o/--output) print what fetch returns through printList.
+func listCmd[T any](g *globals, cmd *cobra.Command, fetch func(ctx context.Context, c *api.Client, args []string) ([]T, error),
+	header []string, row func(T) []string) *cobra.Command {
+	cmd.RunE = g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
+		items, err := fetch(ctx, c, args)
+		if err != nil {
+			return err
+		}
+		return printList(g, items, header, row)
+	})
+	addOutput(cmd, g)
+	return cmd
 }
 
 // addOutput adds -o/--output to a command; a bad value is refused before the command runs.

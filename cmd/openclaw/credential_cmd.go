@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/credentials"
 	"github.com/openclaw/cloudworkers/gateway/inference"
 )
@@ -82,26 +84,13 @@ func newCredentialSetCmd(g *globals) *cobra.Command {
 }
 
 func newCredentialListCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "list",
-		Short: "List credential names (never values)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			list, err := c.Credentials(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return printList(g, list, []string{"NAME", "USED BY"}, func(cr inference.CredentialInfo) []string {
-				return []string{cr.Name, dash(strings.Join(cr.UsedBy, ", "))}
-			})
+	return listCmd(g, &cobra.Command{Use: "list", Short: "List credential names (never values)", Args: cobra.NoArgs},
+		func(ctx context.Context, c *api.Client, _ []string) ([]inference.CredentialInfo, error) {
+			return c.Credentials(ctx)
 		},
-	}
-	addOutput(cmd, g)
-	return cmd
+		[]string{"NAME", "USED BY"}, func(cr inference.CredentialInfo) []string {
+			return []string{cr.Name, dash(strings.Join(cr.UsedBy, ", "))}
+		})
 }
 
 func newCredentialRmCmd(g *globals) *cobra.Command {
@@ -110,16 +99,12 @@ func newCredentialRmCmd(g *globals) *cobra.Command {
 		Aliases: []string{"delete", "remove"},
 		Short:   "Delete a credential",
 		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			if err := c.DeleteCredential(cmd.Context(), args[0]); err != nil {
+		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
+			if err := c.DeleteCredential(ctx, args[0]); err != nil {
 				return err
 			}
 			fmt.Fprintf(stdout, "credential %s deleted\n", args[0])
 			return nil
-		},
+		}),
 	}
 }

@@ -35,13 +35,9 @@ session's workspace to it (a managed git worktree for a git workspace, a gateway
 attach the worker and fence the previous owner. Each step is recorded, so a gateway restart resumes it.
 Later turns run on the worker. The user's own checkout is never written.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			return dispatchSession(cmd.Context(), c, args[0], profile, class, !noWait)
-		},
+		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
+			return dispatchSession(ctx, c, args[0], profile, class, !noWait)
+		}),
 	}
 	cmd.Flags().StringVar(&profile, "profile", "", "profile of the worker (see `openclaw profile list`)")
 	cmd.Flags().StringVar(&class, "class", "", "machine class for this session (overrides the profile's settings.class; lease-CLI providers)")
@@ -93,12 +89,7 @@ the deletions. A pull-back whose reconciliation
 failed (that brake, drift, divergence, a lost link) can be run again: the worker stays fenced and its
 results stay on the box until then.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
+		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
 			skip := placementEvents(ctx, c, args[0])
 			p, err := c.PullBack(ctx, args[0], placement.PullBackRequest{Force: force})
 			if err != nil {
@@ -117,7 +108,7 @@ results stay on the box until then.`,
 			}
 			fmt.Fprintf(stdout, "session %s is local again; workspace %s\n", args[0], v.Placement.AnchorDir)
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the pull-back is recorded")
 	cmd.Flags().BoolVar(&force, "force", false, "apply the worker's deletions even beyond the deletion brake (profile sync.maxDeleteShare, default half of the files)")

@@ -46,12 +46,7 @@ func newEnvCreateCmd(g *globals) *cobra.Command {
 gateway restart adopts the lease instead of leasing twice. With --wait, each state is printed as it is
 reached and the command exits non-zero if the environment fails.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
+		RunE: g.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
 			e, err := c.CreateEnvironment(ctx, profile, key)
 			if err != nil {
 				return err
@@ -80,7 +75,7 @@ reached and the command exits non-zero if the environment fails.`,
 				return &exitError{code: 1, msg: fmt.Sprintf("environment %s %s: %s", e.ID, e.State, e.Error)}
 			}
 			return nil
-		},
+		}),
 	}
 	f := cmd.Flags()
 	f.StringVar(&profile, "profile", "", "profile id (see `openclaw profile list`)")
@@ -94,27 +89,15 @@ reached and the command exits non-zero if the environment fails.`,
 
 func newEnvListCmd(g *globals) *cobra.Command {
 	var all bool
-	cmd := &cobra.Command{
-		Use:   "list",
-		Short: "List environments (destroyed ones with --all)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			list, err := c.Environments(cmd.Context(), all)
-			if err != nil {
-				return err
-			}
-			return printList(g, list, []string{"ID", "PROFILE", "STATE", "LEASE", "TUNNEL", "AGE", "IDLE", "ERROR"}, func(e envs.Environment) []string {
-				return []string{e.ID, e.ProfileID, string(e.State), dash(e.LeaseID), e.TunnelStatus,
-					humanMs(e.AgeMs), humanMs(e.IdleMs), dash(truncate(e.Error, 60))}
-			})
+	cmd := listCmd(g, &cobra.Command{Use: "list", Short: "List environments (destroyed ones with --all)", Args: cobra.NoArgs},
+		func(ctx context.Context, c *api.Client, _ []string) ([]envs.Environment, error) {
+			return c.Environments(ctx, all)
 		},
-	}
+		[]string{"ID", "PROFILE", "STATE", "LEASE", "TUNNEL", "AGE", "IDLE", "ERROR"}, func(e envs.Environment) []string {
+			return []string{e.ID, e.ProfileID, string(e.State), dash(e.LeaseID), e.TunnelStatus,
+				humanMs(e.AgeMs), humanMs(e.IdleMs), dash(truncate(e.Error, 60))}
+		})
 	cmd.Flags().BoolVar(&all, "all", false, "include destroyed environments")
-	addOutput(cmd, g)
 	return cmd
 }
 
@@ -123,17 +106,13 @@ func newEnvShowCmd(g *globals) *cobra.Command {
 		Use:   "show ID",
 		Short: "Show one environment",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			v, err := c.Environment(cmd.Context(), args[0])
+		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
+			v, err := c.Environment(ctx, args[0])
 			if err != nil {
 				return err
 			}
 			return printShow(g, v.Environment, func(row func(k, v string)) { envRows(v.Environment, row) })
-		},
+		}),
 	}
 	addOutput(cmd, g)
 	return cmd
@@ -161,26 +140,13 @@ func envRows(e envs.Environment, row func(k, v string)) {
 }
 
 func newEnvEventsCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "events ID",
-		Short: "Show the state changes of an environment",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			evs, err := c.EnvironmentEvents(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return printList(g, evs, []string{"TIME", "FROM", "TO", "REASON"}, func(ev envs.Event) []string {
-				return []string{ev.At.Local().Format(time.RFC3339), dash(string(ev.From)), string(ev.To), ev.Reason}
-			})
+	return listCmd(g, &cobra.Command{Use: "events ID", Short: "Show the state changes of an environment", Args: cobra.ExactArgs(1)},
+		func(ctx context.Context, c *api.Client, args []string) ([]envs.Event, error) {
+			return c.EnvironmentEvents(ctx, args[0])
 		},
-	}
-	addOutput(cmd, g)
-	return cmd
+		[]string{"TIME", "FROM", "TO", "REASON"}, func(ev envs.Event) []string {
+			return []string{ev.At.Local().Format(time.RFC3339), dash(string(ev.From)), string(ev.To), ev.Reason}
+		})
 }
 
 func newEnvDestroyCmd(g *globals) *cobra.Command {
@@ -193,12 +159,7 @@ func newEnvDestroyCmd(g *globals) *cobra.Command {
 until then the environment stays in destroying and the gateway retries with backoff (also across restarts).
 --force destroys from any state, including an environment attached to a session.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
+		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
 			e, err := c.DestroyEnvironment(ctx, args[0], api.DestroyOptions{Force: force})
 			if err != nil {
 				return err
@@ -212,7 +173,7 @@ until then the environment stays in destroying and the gateway retries with back
 				}
 			}
 			return printResult(g, e, fmt.Sprintf("environment %s %s", e.ID, e.State))
-		},
+		}),
 	}
 	f := cmd.Flags()
 	f.BoolVar(&force, "force", false, "destroy from any state, even when attached")
@@ -227,12 +188,8 @@ func newEnvSweepCmd(g *globals) *cobra.Command {
 		Use:   "sweep",
 		Short: "Run the orphan sweep now: destroy leases of this gateway that no live environment owns",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			rep, err := c.Sweep(cmd.Context())
+		RunE: g.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
+			rep, err := c.Sweep(ctx)
 			if err != nil {
 				return err
 			}
@@ -250,7 +207,7 @@ func newEnvSweepCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(stdout, "  error: %s\n", e)
 			}
 			return nil
-		},
+		}),
 	}
 	addOutput(cmd, g)
 	return cmd

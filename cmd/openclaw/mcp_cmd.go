@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/openclaw/cloudworkers/gateway"
+	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/mcp"
 )
 
@@ -27,11 +28,7 @@ pullback, list_sessions, list_environments, destroy_environment) drive a running
 {"command": "openclaw", "args": ["mcp"]}. The gateway also serves the same tools over streamable
 HTTP at /mcp (see openclaw mcp token). Logs go to stderr.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
+		RunE: g.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
 				return fmt.Errorf("--log-level: %w", err)
@@ -42,12 +39,12 @@ HTTP at /mcp (see openclaw mcp token). Logs go to stderr.`,
 			if err != nil {
 				return err
 			}
-			err = srv.Run(cmd.Context(), &sdk.StdioTransport{})
+			err = srv.Run(ctx, &sdk.StdioTransport{})
 			if err == nil || errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
 				return nil // the client left, or we were told to stop
 			}
 			return err
-		},
+		}),
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.DefaultProfile, "profile", "", "worker profile of a dispatch that names none (default: dispatch requires one)")

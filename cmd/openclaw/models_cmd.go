@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 
 	"github.com/spf13/cobra"
 
+	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/inference"
 )
 
@@ -19,12 +21,8 @@ func newModelsCmd(g *globals) *cobra.Command {
 		Use:   "list",
 		Short: "List the approved models (provider/model refs)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			res, err := c.Models(cmd.Context())
+		RunE: g.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
+			res, err := c.Models(ctx)
 			if err != nil {
 				return err
 			}
@@ -42,7 +40,7 @@ func newModelsCmd(g *globals) *cobra.Command {
 				}
 				return []string{ref, string(m.API), tokens(m.ContextWindow), tokens(m.MaxTokens), price, dash(m.Credential)}
 			})
-		},
+		}),
 	}
 	addOutput(list, g)
 	cmd.AddCommand(list)

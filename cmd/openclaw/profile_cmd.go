@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/providers"
 )
@@ -163,26 +165,13 @@ All profiles are validated by the gateway; the first bad one stops the apply and
 }
 
 func newProfileListCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "list",
-		Short: "List profiles",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			list, err := c.Profiles(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return printList(g, list, []string{"ID", "PROVIDER", "IDLE", "TTL", "MAX", "WARNINGS"}, func(p providers.Profile) []string {
-				return []string{p.ID, p.Provider, p.Lifetime.IdleTimeout.String(), p.Lifetime.TTL.String(), strconv.Itoa(p.MaxEnvironments), strconv.Itoa(len(p.Warnings))}
-			})
+	return listCmd(g, &cobra.Command{Use: "list", Short: "List profiles", Args: cobra.NoArgs},
+		func(ctx context.Context, c *api.Client, _ []string) ([]providers.Profile, error) {
+			return c.Profiles(ctx)
 		},
-	}
-	addOutput(cmd, g)
-	return cmd
+		[]string{"ID", "PROVIDER", "IDLE", "TTL", "MAX", "WARNINGS"}, func(p providers.Profile) []string {
+			return []string{p.ID, p.Provider, p.Lifetime.IdleTimeout.String(), p.Lifetime.TTL.String(), strconv.Itoa(p.MaxEnvironments), strconv.Itoa(len(p.Warnings))}
+		})
 }
 
 func newProfileShowCmd(g *globals) *cobra.Command {
@@ -190,18 +179,14 @@ func newProfileShowCmd(g *globals) *cobra.Command {
 		Use:   "show ID",
 		Short: "Show one profile (JSON)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			p, err := c.Profile(cmd.Context(), args[0])
+		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
+			p, err := c.Profile(ctx, args[0])
 			if err != nil {
 				return err
 			}
 			printWarnings(p)
 			return printJSON(stdout, p)
-		},
+		}),
 	}
 	addOutput(cmd, g)
 	return cmd
@@ -212,16 +197,12 @@ func newProfileRmCmd(g *globals) *cobra.Command {
 		Use:   "rm ID",
 		Short: "Delete a profile that has no live environments",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			if err := c.DeleteProfile(cmd.Context(), args[0]); err != nil {
+		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
+			if err := c.DeleteProfile(ctx, args[0]); err != nil {
 				return err
 			}
 			fmt.Fprintf(stdout, "profile %s deleted\n", args[0])
 			return nil
-		},
+		}),
 	}
 }

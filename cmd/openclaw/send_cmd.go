@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 
+	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/internal/console"
 	"github.com/openclaw/cloudworkers/protocol"
@@ -18,12 +21,7 @@ func newSessionSendCmd(g *globals) *cobra.Command {
 the reply (stdout) and tool activity (stderr) stream to the terminal, and the command exits with the
 turn's outcome: 0 when the turn ended, 1 when it failed.`,
 		Args: cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
+		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
 			t, err := c.SendMessage(ctx, args[0], turns.SendRequest{Text: args[1], IdempotencyKey: key})
 			if err != nil {
 				return err
@@ -40,7 +38,7 @@ turn's outcome: 0 when the turn ended, 1 when it failed.`,
 				return &exitError{code: 1, msg: "turn failed: " + outcome.Event.Error}
 			}
 			return nil
-		},
+		}),
 	}
 	f := cmd.Flags()
 	f.BoolVar(&follow, "follow", false, "stream the reply and tool activity until the turn ends")

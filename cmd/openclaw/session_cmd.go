@@ -43,12 +43,9 @@ work tree, and with --worker the profile (and --class) must exist. A session cre
 its turns on a worker only: if its dispatch fails, its messages are refused until it is dispatched
 again or moved to the gateway with ` + "`openclaw session move ID --local`" + `.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
+		RunE: g.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
 			if p.Workspace != "" {
+				var err error
 				if p.Workspace, err = filepath.Abs(p.Workspace); err != nil {
 					return err
 				}
@@ -59,17 +56,17 @@ again or moved to the gateway with ` + "`openclaw session move ID --local`" + `.
 			if worker != "" {
 				req.Target = &sessions.Target{Kind: "profile", ProfileID: worker, MachineClass: class}
 			}
-			ses, err := c.CreateSession(cmd.Context(), req)
+			ses, err := c.CreateSession(ctx, req)
 			if err != nil {
 				return err
 			}
 			if worker != "" {
-				if err := awaitDispatch(cmd.Context(), c, ses.ID, 0); err != nil {
+				if err := awaitDispatch(ctx, c, ses.ID, 0); err != nil {
 					return fmt.Errorf("session %s created, but: %w", ses.ID, err)
 				}
 			}
 			return printResult(g, ses, ses.ID)
-		},
+		}),
 	}
 	f := cmd.Flags()
 	f.StringVar(&p.Title, "title", "", "session title")
@@ -84,27 +81,14 @@ again or moved to the gateway with ` + "`openclaw session move ID --local`" + `.
 }
 
 func newSessionListCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "list",
-		Short: "List sessions, most recently updated first",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			list, err := c.Sessions(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return printList(g, list, []string{"ID", "TITLE", "AGENT", "MODEL", "PLACEMENT", "ENVIRONMENT", "UPDATED"}, func(s sessions.Session) []string {
-				return []string{s.ID, dash(truncate(s.Title, 40)), s.Agent, dash(s.Model),
-					string(s.Placement), dash(s.EnvironmentID), humanMs(time.Since(s.UpdatedAt).Milliseconds()) + " ago"}
-			})
+	return listCmd(g, &cobra.Command{Use: "list", Short: "List sessions, most recently updated first", Args: cobra.NoArgs},
+		func(ctx context.Context, c *api.Client, _ []string) ([]sessions.Session, error) {
+			return c.Sessions(ctx)
 		},
-	}
-	addOutput(cmd, g)
-	return cmd
+		[]string{"ID", "TITLE", "AGENT", "MODEL", "PLACEMENT", "ENVIRONMENT", "UPDATED"}, func(s sessions.Session) []string {
+			return []string{s.ID, dash(truncate(s.Title, 40)), s.Agent, dash(s.Model),
+				string(s.Placement), dash(s.EnvironmentID), humanMs(time.Since(s.UpdatedAt).Milliseconds()) + " ago"}
+		})
 }
 
 func newSessionShowCmd(g *globals) *cobra.Command {
@@ -112,12 +96,7 @@ func newSessionShowCmd(g *globals) *cobra.Command {
 		Use:   "show ID",
 		Short: "Show a session and its transcript tree",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
+		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
 			t, err := c.Transcript(ctx, args[0])
 			if err != nil {
 				return err
@@ -129,7 +108,7 @@ func newSessionShowCmd(g *globals) *cobra.Command {
 			return printList(g, t.Entries, []string{"ENTRY", "PARENT", "TYPE", "RUN", "SUMMARY"}, func(e sessions.Entry) []string {
 				return []string{e.ID, dash(e.ParentID), string(e.Type), fmt.Sprint(e.RunEpoch), entrySummary(e)}
 			})
-		},
+		}),
 	}
 	addOutput(cmd, g)
 	return cmd
@@ -208,12 +187,8 @@ func newSessionExportCmd(g *globals) *cobra.Command {
 {"type":"session","version":3,"id","timestamp","cwd"} and then one line per entry
 {"type","id","parentId","timestamp",...}. Without -o the JSONL goes to stdout.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			t, err := c.Transcript(cmd.Context(), args[0])
+		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
+			t, err := c.Transcript(ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -221,7 +196,7 @@ func newSessionExportCmd(g *globals) *cobra.Command {
 				return sessions.WriteJSONL(stdout, t)
 			}
 			return writeFileAtomic(out, func(w io.Writer) error { return sessions.WriteJSONL(w, t) })
-		},
+		}),
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "file to write (default stdout)")
 	return cmd
@@ -262,25 +237,21 @@ retained), then new ones are printed as they happen: assistant text on stdout, t
 lifecycle on stderr. A watcher that falls behind is disconnected by the gateway and reconnects from the
 last event it printed.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
+		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
 			p := &console.Printer{Out: stdout, Info: stderr, Thinking: thinking}
 			for {
-				err := p.Watch(cmd.Context(), c, args[0], &cursor, nil)
+				err := p.Watch(ctx, c, args[0], &cursor, nil)
 				var ce websocket.CloseError
 				if errors.As(err, &ce) && ce.Code == websocket.StatusTryAgainLater {
 					p.Note("(fell behind; resuming after event %d)", cursor)
 					continue
 				}
-				if cmd.Context().Err() != nil {
+				if ctx.Err() != nil {
 					return nil
 				}
 				return err
 			}
-		},
+		}),
 	}
 	cmd.Flags().Uint64Var(&cursor, "cursor", 0, "replay retained events after this cursor")
 	cmd.Flags().BoolVar(&thinking, "thinking", false, "also print thinking deltas (on stderr)")

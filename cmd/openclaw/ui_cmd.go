@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"os"
@@ -8,6 +9,8 @@ import (
 	"runtime"
 
 	"github.com/spf13/cobra"
+
+	"github.com/openclaw/cloudworkers/gateway/api"
 )
 
 func newUICmd(g *globals) *cobra.Command {
@@ -20,12 +23,8 @@ the operator token for a session cookie and leaves the token out of the address 
 is asked first, so a printed link is one that works. With --open the link is opened in the
 desktop's browser ($BROWSER, else xdg-open or open).`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			if _, err := c.Gateway(cmd.Context()); err != nil {
+		RunE: g.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
+			if _, err := c.Gateway(ctx); err != nil {
 				return fmt.Errorf("gateway at %s: %w", c.BaseURL, err)
 			}
 			link := loginURL(c.BaseURL, c.Token)
@@ -34,7 +33,7 @@ desktop's browser ($BROWSER, else xdg-open or open).`,
 				return openBrowser(link)
 			}
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&open, "open", false, "open the link in the desktop's browser")
 	return cmd
