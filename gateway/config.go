@@ -22,6 +22,7 @@ import (
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/sync/checkpoint"
+	"github.com/openclaw/cloudworkers/sync/gitsync"
 	"github.com/openclaw/cloudworkers/sync/stream"
 )
 
@@ -107,6 +108,15 @@ type SyncConfig struct {
 	// directory's (gateway.db must stay writable); 0: 1 GiB and 5.
 	ReserveFreeBytes   int64   `yaml:"reserveFreeBytes"`
 	ReserveFreePercent float64 `yaml:"reserveFreePercent"`
+	// SnapshotAuthor signs the commit "openclaw: working tree at dispatch" that carries a git
+	// checkout's uncommitted work to a box (default OpenClaw <openclaw@openclaw.invalid>).
+	SnapshotAuthor GitIdentity `yaml:"snapshotAuthor"`
+}
+
+// GitIdentity is a git author: name and email.
+type GitIdentity struct {
+	Name  string `yaml:"name"`
+	Email string `yaml:"email"`
 }
 
 // TunnelConfig tunes the SSH control connections (zero means the default).
@@ -244,6 +254,9 @@ func (c *Config) Validate() error {
 	}
 	if !(c.Sync.ReserveFreePercent >= 0 && c.Sync.ReserveFreePercent < 100) { // NaN too
 		return providers.Fieldf("sync.reserveFreePercent", "must be from 0 to under 100 (0: the default, %d), got %v", stream.DefaultReservePercent, c.Sync.ReserveFreePercent)
+	}
+	if err := (gitsync.Identity{Name: c.Sync.SnapshotAuthor.Name, Email: c.Sync.SnapshotAuthor.Email}).Validate(); err != nil {
+		return providers.Fieldf("sync.snapshotAuthor", "%v", err)
 	}
 	if _, err := stream.ParseCompression(c.Sync.Compression); err != nil {
 		return providers.Fieldf("sync.compression", "must be auto, zstd or none, got %q", c.Sync.Compression)

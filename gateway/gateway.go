@@ -40,6 +40,7 @@ import (
 	"github.com/openclaw/cloudworkers/internal/shutdown"
 	"github.com/openclaw/cloudworkers/internal/version"
 	"github.com/openclaw/cloudworkers/providers"
+	"github.com/openclaw/cloudworkers/sync/gitsync"
 	"github.com/openclaw/cloudworkers/sync/stream"
 	"github.com/openclaw/cloudworkers/ui"
 	"github.com/openclaw/cloudworkers/worker/tools"
@@ -276,7 +277,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		Compression: stream.Compression(cfg.Sync.Compression), Channels: cfg.Sync.Channels, CheckpointKeep: cfg.Sync.CheckpointKeep,
 		ReserveFreeBytes: cfg.Sync.ReserveFreeBytes, ReserveFreePercent: cfg.Sync.ReserveFreePercent,
 		SyncTimeout: cfg.Box.SyncTimeout.D(), ReconcileTimeout: cfg.Box.ReconcileTimeout.D(),
-		Clock: clk,
+		SnapshotAuthor: gitsync.Identity{Name: cfg.Sync.SnapshotAuthor.Name, Email: cfg.Sync.SnapshotAuthor.Email},
+		Clock:          clk,
 	})
 	closers.Push("dispatcher", func(context.Context) error { dispatcher.Close(); return nil })
 	spawner.Start(agents.Deps{DB: db, Sessions: sess, Turns: turnSvc, Dispatcher: dispatcher, Placements: placements,

@@ -25,7 +25,8 @@ const (
 )
 
 // Changes is what a session's worker brought back to its anchor: the commits on its managed
-// branch that no other branch or tag has, the files they touch, and the uncommitted files of the
+// branch that no other branch or tag has (nor the snapshot of the user's uncommitted work made
+// at dispatch), the files they touch, and the uncommitted files of the
 // anchor (work that came back outside commits).
 type Changes struct {
 	Mode        string        `json:"mode"`
@@ -72,7 +73,7 @@ func (d *Dispatcher) Changes(ctx context.Context, sessionID string) (Changes, er
 		return out, err
 	}
 	log, _, err := capped(ctx, g, "log", "--no-show-signature", "--format=%H%x1f%an%x1f%aI%x1f%s", "-n", itoa(MaxChangedCommits+1),
-		ref, "--not", "--exclude="+gitsync.BranchPrefix+"*", "--branches", "--tags")
+		ref, "--not", "--exclude="+gitsync.BranchPrefix+"*", "--branches", "--tags", "--glob="+gitsync.SnapshotRefPrefix+"*")
 	if err != nil {
 		return out, err
 	}

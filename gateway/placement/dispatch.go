@@ -12,6 +12,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/internal/clock"
+	"github.com/openclaw/cloudworkers/sync/gitsync"
 	"github.com/openclaw/cloudworkers/sync/stream"
 )
 
@@ -47,6 +48,9 @@ type DispatchConfig struct {
 	// pull-back or checkpoint from a box (default 10m). A step past its deadline fails the
 	// placement with a recovery action instead of holding it.
 	SyncTimeout, ReconcileTimeout time.Duration
+	// SnapshotAuthor signs the commit that carries a git checkout's uncommitted work at dispatch
+	// (gitsync.DefaultIdentity when empty).
+	SnapshotAuthor gitsync.Identity
 	// Clock paces the dispatcher's polls (a worker's admission, a turn's end); the real clock
 	// when nil.
 	Clock clock.Clock

@@ -100,7 +100,8 @@ func (d *Dispatcher) syncOutStep(ctx context.Context, p Placement) (Change, erro
 	}
 	if isGit(ctx, sess.Workspace) {
 		mode = manifest.ModeGit
-		anchor, err = gitAnchor(ctx, sess.Workspace, d.cfg.DataDir, p.SessionID, "")
+		anchor, err = gitAnchor(ctx, sess.Workspace, d.cfg.DataDir, p.SessionID, "",
+			gitsync.SnapshotOptions{Exclude: excl, Include: incl, Author: d.cfg.SnapshotAuthor})
 		if err != nil {
 			return Change{}, fmt.Errorf("managed worktree: %w", err)
 		}
@@ -155,6 +156,11 @@ func (d *Dispatcher) syncOutStep(ctx context.Context, p Placement) (Change, erro
 	base := res.Base
 	if anchor != nil {
 		base.BaseCommit = anchor.Base
+		if anchor.Snapshot {
+			base.SnapshotOf = anchor.Head
+			d.cfg.Placements.Note(ctx, p.SessionID, fmt.Sprintf("uncommitted work of the checkout sent as commit %s (%q) on top of HEAD %s",
+				short(anchor.Base), gitsync.SnapshotMessage, short(anchor.Head)))
+		}
 	}
 	plan, st := res.Plan, res.Stats
 	baseFile := filepath.Join(dir, fmt.Sprintf("base-%d.json", p.Generation))
@@ -189,9 +195,11 @@ func (d *Dispatcher) syncOutStep(ctx context.Context, p Placement) (Change, erro
 		AnchorDir: &anchorDir, BoxWorkspace: &boxWS, SyncMode: &m, BaseManifestID: &baseFile, BundleHash: &bundle}, nil
 }
 
-// gitAnchor creates the session's managed worktree, or opens it when an earlier (interrupted or
-// resumed) step already created it; base is then the recorded base commit ("" = its branch head).
-func gitAnchor(ctx context.Context, repo, dataDir, sessionID, base string) (*gitsync.Anchor, error) {
+// gitAnchor creates the session's managed worktree at the user's HEAD plus a snapshot commit of
+// their uncommitted work (gitsync.CreateWorkingAnchor), or opens it when an earlier (interrupted
+// or resumed) step already created it; base is then the recorded base commit ("" = its branch
+// head).
+func gitAnchor(ctx context.Context, repo, dataDir, sessionID, base string, snap gitsync.SnapshotOptions) (*gitsync.Anchor, error) {
 	name := anchorName(sessionID)
 	fp, err := gitsync.Fingerprint(ctx, repo)
 	if err != nil {
@@ -199,7 +207,8 @@ func gitAnchor(ctx context.Context, repo, dataDir, sessionID, base string) (*git
 	}
 	dir := filepath.Join(dataDir, "worktrees", fp, name)
 	if _, err := os.Stat(filepath.Join(dir, ".git")); err != nil {
-		return gitsync.CreateAnchor(ctx, repo, dataDir, name, "")
+		snap.TempDir = filepath.Join(dataDir, "worktrees", fp)
+		return gitsync.CreateWorkingAnchor(ctx, repo, dataDir, name, snap)
 	}
 	a := &gitsync.Anchor{Repo: repo, Dir: dir, Name: name, Branch: gitsync.BranchPrefix + name, Base: base}
 	if a.Base == "" {
@@ -211,6 +220,9 @@ func gitAnchor(ctx context.Context, repo, dataDir, sessionID, base string) (*git
 	}
 	return a, nil
 }
+
+// short is an object id cut to 12 digits, as notes show it.
+func short(id string) string { return id[:min(12, len(id))] }
 
 // anchorName is the managed branch name (openclaw/<name>) of a session.
 func anchorName(sessionID string) string { return strings.TrimPrefix(sessionID, "ses_") }
@@ -245,7 +257,8 @@ func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Enviro
 		if err != nil {
 			return "", nil, err
 		}
-		a, err := gitAnchor(ctx, sess.Workspace, d.cfg.DataDir, p.SessionID, base.BaseCommit)
+		a, err := gitAnchor(ctx, sess.Workspace, d.cfg.DataDir, p.SessionID, base.BaseCommit,
+			gitsync.SnapshotOptions{Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include, Author: d.cfg.SnapshotAuthor})
 		if err != nil {
 			return "", nil, err
 		}
@@ -266,9 +279,13 @@ func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Enviro
 			if err != nil {
 				return "", nil, err
 			}
-			summary = "managed branch " + a.Branch + " fast-forwarded to " + tip[:min(12, len(tip))]
+			n := "?"
+			if out, err := anchorGit(ctx, a.Dir, "rev-list", "--count", base.BaseCommit+".."+tip); err == nil {
+				n = out
+			}
+			summary = fmt.Sprintf("commits: %s adopted, managed branch %s fast-forwarded to %s", n, a.Branch, short(tip))
 		} else {
-			summary = "no new commits"
+			summary = "commits: none"
 		}
 		// untracked and uncommitted work comes back against the fast-forwarded anchor
 		base, err = a.Manifest(ctx, manifest.Options{Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include})
@@ -295,6 +312,10 @@ func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Enviro
 	}
 	if summary != "" {
 		summary += "; "
+	}
+	if mode == manifest.ModeGit {
+		// reported apart from the commits: they stay uncommitted changes of the managed worktree
+		summary += "uncommitted work: "
 	}
 	summary += fmt.Sprintf("%d files updated, %d deleted", len(res.Plan.Entries), len(res.Plan.Deletes))
 	now, _, err := manifest.Build(ctx, p.AnchorDir, manifest.Options{Mode: mode, Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include})

@@ -36,6 +36,10 @@ func ValidName(s string) bool {
 // Anchor is a managed worktree: Dir, on branch Branch, created at Base, of the repository Repo.
 type Anchor struct {
 	Repo, Dir, Name, Branch, Base string
+	// Head is the user's HEAD when the anchor was made by CreateWorkingAnchor; Snapshot says Base
+	// is the snapshot commit of their uncommitted work on top of it (else Base is Head).
+	Head     string
+	Snapshot bool
 }
 
 // Fingerprint identifies a repository by its common git directory.

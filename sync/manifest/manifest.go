@@ -62,7 +62,10 @@ func (e Entry) Same(o Entry) bool {
 type Manifest struct {
 	Version int `json:"version"`
 	// BaseCommit is the commit the tree was synced at (git mode), or "".
-	BaseCommit string  `json:"baseCommit,omitempty"`
+	BaseCommit string `json:"baseCommit,omitempty"`
+	// SnapshotOf is the user's HEAD when BaseCommit is the snapshot commit of their uncommitted
+	// work on top of it (git mode, a dispatch from a dirty checkout), or "".
+	SnapshotOf string  `json:"snapshotOf,omitempty"`
 	Entries    []Entry `json:"entries"`
 }
 
@@ -243,6 +246,8 @@ func Decode(r io.Reader, lim Limits) (*Manifest, error) {
 			return nil
 		case "baseCommit":
 			return s.Value(&m.BaseCommit)
+		case "snapshotOf":
+			return s.Value(&m.SnapshotOf)
 		case "entries":
 			var err error
 			m.Entries, err = s.Entries(lim.MaxEntries, func() error {
@@ -588,6 +593,9 @@ func (m *Manifest) validate(lim Limits, unhashed bool) error {
 	}
 	if len(m.Entries) > lim.MaxEntries {
 		return fmt.Errorf("manifest: %w: %d entries", ErrTooLarge, len(m.Entries))
+	}
+	if m.SnapshotOf != "" && (len(m.SnapshotOf) < 40 || len(m.SnapshotOf) > 64 || !isLowerHex(m.SnapshotOf)) {
+		return errors.New("manifest: invalid snapshotOf commit")
 	}
 	if m.BaseCommit != "" && (len(m.BaseCommit) < 40 || len(m.BaseCommit) > 64 || !isLowerHex(m.BaseCommit)) {
 		return errors.New("manifest: invalid base commit")
