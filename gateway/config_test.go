@@ -26,6 +26,8 @@ func TestConfigSyncCompression(t *testing.T) {
 		{"sync:\n  reserveFreeBytes: -1\n", "sync.reserveFreeBytes"},
 		{"sync:\n  reserveFreePercent: 100\n", "sync.reserveFreePercent"},
 		{"sync:\n  reserveFreePercent: .nan\n", "sync.reserveFreePercent"},
+		{"sync:\n  snapshotAuthor: {name: Build Bot, email: bot@example.com}\n", ""},
+		{"sync:\n  snapshotAuthor: {name: \"Bot <x>\", email: bot@example.com}\n", "sync.snapshotAuthor"},
 	} {
 		file := filepath.Join(dir, "gateway.yaml")
 		if err := os.WriteFile(file, []byte(tc.yaml), 0o600); err != nil {
