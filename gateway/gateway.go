@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sync/atomic"
@@ -355,6 +356,28 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		return err
 	}
 	occSrv := occ.NewServer(occ.ServerConfig{DataDir: dataDir, Log: log.With("subsystem", "occ"), MaxBody: occCfg.MaxRequestBytes})
+	compute, err := occ.NewCompute(occ.ComputeDeps{
+		DB: db, Config: occCfg, Profiles: profStore, Providers: registry, Envs: mgr, Admitted: workers.Admitted,
+		RevokeWorkerCredentials: workerCreds.RevokeEnv,
+		TunnelStatus:            func(envID string) string { return string(tunnels.Status(envID)) },
+		ReadWorkerLog: func(ctx context.Context, env envs.Environment, maxBytes int) ([]byte, error) {
+			return readWorkerLog(ctx, boot, env, maxBytes, cfg.Box.CommandTimeout.D())
+		},
+		CreateSession: func(ctx context.Context, title string) (string, error) {
+			s, err := sess.Create(ctx, sessions.CreateParams{Title: title})
+			return s.ID, err
+		},
+		ModelKnown: func(model string) bool {
+			_, err := catalog.Resolve(model)
+			return err == nil
+		},
+		GatewayCommit: info.Commit, Log: log.With("subsystem", "occ"), Clock: clk,
+	})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	occSrv.RegisterCompute(compute.Driver())
 	srv.Echo.Any("/occ/v1/*", echo.WrapHandler(occSrv))
 	if deps.OnAPI != nil {
 		deps.OnAPI(srv)
@@ -487,4 +510,24 @@ func (c *envCollector) Collect(ch chan<- prometheus.Metric) {
 	for s, n := range counts {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, n, s)
 	}
+}
+
+// readWorkerLog returns at most maxBytes of the end of an environment's worker log on its box.
+func readWorkerLog(ctx context.Context, boot *bootstrap.Bootstrapper, env envs.Environment, maxBytes int, timeout time.Duration) ([]byte, error) {
+	if timeout <= 0 {
+		timeout = time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c, err := boot.Dial(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	logPath := path.Join(env.WorkerHome, bootstrap.StateDir(env.ID), "worker.log")
+	res, err := bootstrap.Run(ctx, c, fmt.Sprintf("tail -c %d %s 2>/dev/null || true", maxBytes, bootstrap.Quote(logPath)))
+	if err != nil {
+		return nil, err
+	}
+	return []byte(res.Stdout), nil
 }

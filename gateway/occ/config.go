@@ -2,6 +2,8 @@ package occ
 
 import (
 	"fmt"
+	"net"
+	"net/url"
 	"regexp"
 	"slices"
 	"sort"
@@ -17,7 +19,17 @@ type Config struct {
 	Namespaces map[string]NamespaceConfig `yaml:"namespaces"`
 	// MaxRequestBytes bounds one request body under /occ/v1/ (0: 1 MiB).
 	MaxRequestBytes int64 `yaml:"maxRequestBytes"`
+	// EndpointURL is the private wss:// (or, for a loopback host, ws://) base URL by which OCC
+	// reaches this gateway; getGatewayEndpoint answers null without it.
+	EndpointURL string `yaml:"endpointURL"`
+	// CapacityPattern is a regular expression matched against a failed provisioning's error:
+	// a match means the provider had no capacity (pendingReason WORKLOAD_UNSCHEDULABLE, and the
+	// next prepareRevision tries a new lease) instead of a runtime failure.
+	CapacityPattern string `yaml:"capacityPattern"`
 }
+
+// DefaultCapacityPattern recognises the usual "no capacity" answers of lease CLIs and clouds.
+const DefaultCapacityPattern = `(?i)capacity|quota|insufficient|exhausted|out of stock|no (machines|hosts|instances|servers) available`
 
 // NamespaceConfig is one namespace's profiles: Profile by default, and a revision's
 // configuration.profileId may pick another only from AllowedProfiles.
@@ -42,6 +54,9 @@ func (c *Config) SetDefaults() {
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = DefaultMaxRequestBytes
 	}
+	if c.CapacityPattern == "" {
+		c.CapacityPattern = DefaultCapacityPattern
+	}
 }
 
 // Validate names the first bad field (as occ.…).
@@ -51,6 +66,14 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxRequestBytes < 0 || c.MaxRequestBytes > MaxRequestBytesLimit {
 		return providers.Fieldf("occ.maxRequestBytes", "must be from 1 to %d (0: the default, %d), got %d", MaxRequestBytesLimit, DefaultMaxRequestBytes, c.MaxRequestBytes)
+	}
+	if _, err := regexp.Compile(c.CapacityPattern); err != nil {
+		return providers.Fieldf("occ.capacityPattern", "must be a regular expression: %v", err)
+	}
+	if c.EndpointURL != "" {
+		if err := checkEndpointURL(c.EndpointURL); err != nil {
+			return providers.Fieldf("occ.endpointURL", "%v", err)
+		}
 	}
 	names := make([]string, 0, len(c.Namespaces))
 	for n := range c.Namespaces {
@@ -91,4 +114,23 @@ func (c *Config) profileFor(name, requested string) (string, bool) {
 		return def, true
 	}
 	return "", listed && slices.Contains(ns.AllowedProfiles, requested)
+}
+
+// checkEndpointURL requires wss://host[:port][/path], or ws:// for a loopback host.
+func checkEndpointURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("must be wss://host[:port][/path], got %q", s)
+	}
+	switch u.Scheme {
+	case "wss":
+		return nil
+	case "ws":
+		h := u.Hostname()
+		if ip := net.ParseIP(h); h == "localhost" || (ip != nil && ip.IsLoopback()) {
+			return nil
+		}
+		return fmt.Errorf("ws:// is accepted only for a loopback host (use wss://), got %q", s)
+	}
+	return fmt.Errorf("must be wss://host[:port][/path], got %q", s)
 }
