@@ -651,3 +651,15 @@ func (c *Compute) requiresStoppedPredecessors(ctx context.Context, body json.Raw
 	}
 	return rc.RequiresStoppedPredecessors, nil
 }
+
+// RevisionOfEnvironment tells which OCC revision an environment serves (the credential gateway
+// binds a revision's attached sources to its environment's model calls through it); ok is false
+// for an environment that serves no unretired OCC revision.
+func (c *Compute) RevisionOfEnvironment(ctx context.Context, envID string) (namespaceID, revisionID string, ok bool, err error) {
+	err = c.d.DB.R.QueryRowContext(ctx, `SELECT r.namespace_id, r.id FROM occ_revision_environments e
+		JOIN occ_revisions r ON r.id=e.revision_id WHERE e.environment_id=? AND r.state<>?`, envID, string(RevRetired)).Scan(&namespaceID, &revisionID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", "", false, nil
+	}
+	return namespaceID, revisionID, err == nil, err
+}
