@@ -3,7 +3,6 @@ package anthropic_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -62,30 +61,18 @@ func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
 func TestStream(t *testing.T) {
 	textTurn := []string{msgStart, textStart, ping, delta(0, `{"type":"text_delta","text":"Hello"}`),
 		delta(0, `{"type":"text_delta","text":" world"}`), blockStop(0), msgDelta("end_turn", 15), msgStop}
-	for _, tc := range []struct {
-		name     string
-		handler  inferencetest.Handler
-		retries  int
-		want     []string
-		stop     string
-		text     string
-		usage    *protocol.Usage
-		status   int
-		retry    time.Duration
-		errMatch string
-		requests int
-	}{
+	for _, tc := range []inferencetest.Case{
 		{
-			name:    "plain text with usage",
-			handler: func(_ int, w http.ResponseWriter, _ *http.Request) { inferencetest.SSE(w, textTurn...) },
-			want: []string{"start", "text_start 0", "text_delta 0 Hello", "text_delta 0  world", "text_end 0 Hello world",
+			Name:    "plain text with usage",
+			Handler: func(_ int, w http.ResponseWriter, _ *http.Request) { inferencetest.SSE(w, textTurn...) },
+			Events: []string{"start", "text_start 0", "text_delta 0 Hello", "text_delta 0  world", "text_end 0 Hello world",
 				"done stop"},
-			stop: protocol.StopStop, text: "Hello world", requests: 1,
-			usage: &protocol.Usage{Input: 25, Output: 15, CacheRead: 100, CacheWrite: 10, TotalTokens: 150},
+			Stop: protocol.StopStop, Text: "Hello world", Requests: 1,
+			Usage: &protocol.Usage{Input: 25, Output: 15, CacheRead: 100, CacheWrite: 10, TotalTokens: 150},
 		},
 		{
-			name: "thinking then tool use with streamed JSON arguments",
-			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
+			Name: "thinking then tool use with streamed JSON arguments",
+			Handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
 				inferencetest.SSE(w, msgStart,
 					`event: content_block_start
 data: {"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}`,
@@ -100,133 +87,74 @@ data: {"type":"content_block_start","index":1,"content_block":{"type":"tool_use"
 					delta(1, `{"type":"input_json_delta","partial_json":"DME.md\"}"}`),
 					blockStop(1), msgDelta("tool_use", 89), msgStop)
 			},
-			want: []string{"start", "thinking_start 0", "thinking_delta 0 I should read ", "thinking_delta 0 the file.",
+			Events: []string{"start", "thinking_start 0", "thinking_delta 0 I should read ", "thinking_delta 0 the file.",
 				"thinking_end 0 I should read the file.", "toolcall_start 1 toolu_01T1x1fJ34qAmk2tNTrN7Up6 read",
 				`toolcall_delta 1 {"path": "REA`, `toolcall_delta 1 DME.md"}`,
 				`toolcall_end 1 toolu_01T1x1fJ34qAmk2tNTrN7Up6 read {"path": "README.md"}`, "done toolUse"},
-			stop: protocol.StopToolUse, requests: 1,
-			usage: &protocol.Usage{Input: 25, Output: 89, CacheRead: 100, CacheWrite: 10, TotalTokens: 224},
+			Stop: protocol.StopToolUse, Requests: 1,
+			Usage: &protocol.Usage{Input: 25, Output: 89, CacheRead: 100, CacheWrite: 10, TotalTokens: 224},
 		},
 		{
-			name: "max_tokens maps to length",
-			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
+			Name: "max_tokens maps to length",
+			Handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
 				inferencetest.SSE(w, msgStart, textStart, delta(0, `{"type":"text_delta","text":"Hi"}`), blockStop(0), msgDelta("max_tokens", 2), msgStop)
 			},
-			want: []string{"start", "text_start 0", "text_delta 0 Hi", "text_end 0 Hi", "done length"},
-			stop: protocol.StopLength, text: "Hi", requests: 1,
+			Events: []string{"start", "text_start 0", "text_delta 0 Hi", "text_end 0 Hi", "done length"},
+			Stop:   protocol.StopLength, Text: "Hi", Requests: 1,
 		},
 		{
-			name: "error event mid-stream",
-			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
+			Name: "error event mid-stream",
+			Handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
 				inferencetest.SSE(w, msgStart, textStart, delta(0, `{"type":"text_delta","text":"Hel"}`),
 					`event: error
 data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded (key `+secret+`)"}}`)
 			},
-			want: []string{"start", "text_start 0", "text_delta 0 Hel", "error error"},
-			stop: protocol.StopError, text: "Hel", errMatch: "Overloaded", requests: 1,
+			Events: []string{"start", "text_start 0", "text_delta 0 Hel", "error error"},
+			Stop:   protocol.StopError, Text: "Hel", ErrMatch: "Overloaded", Requests: 1,
 		},
 		{
-			name: "connection cut mid-stream",
-			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
+			Name: "connection cut mid-stream",
+			Handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
 				inferencetest.SSE(w, msgStart, textStart, delta(0, `{"type":"text_delta","text":"Hel"}`))
 				inferencetest.Cut()
 			},
-			want: []string{"start", "text_start 0", "text_delta 0 Hel", "error error"},
-			stop: protocol.StopError, text: "Hel", errMatch: "EOF", requests: 1,
+			Events: []string{"start", "text_start 0", "text_delta 0 Hel", "error error"},
+			Stop:   protocol.StopError, Text: "Hel", ErrMatch: "EOF", Requests: 1,
 		},
 		{
-			name: "stream closed cleanly before message_stop",
-			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
+			Name: "stream closed cleanly before message_stop",
+			Handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
 				inferencetest.SSE(w, msgStart, textStart, delta(0, `{"type":"text_delta","text":"Hel"}`))
 			},
-			want: []string{"start", "text_start 0", "text_delta 0 Hel", "error error"},
-			stop: protocol.StopError, text: "Hel", errMatch: "before message_stop", requests: 1,
+			Events: []string{"start", "text_start 0", "text_delta 0 Hel", "error error"},
+			Stop:   protocol.StopError, Text: "Hel", ErrMatch: "before message_stop", Requests: 1,
 		},
 		{
-			name: "429 with retry-after, no retries",
-			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
-				w.Header().Set("Content-Type", "application/json")
-				w.Header().Set("Retry-After", "7")
-				w.WriteHeader(http.StatusTooManyRequests)
-				_, _ = w.Write([]byte(`{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}`))
-			},
-			want: []string{"start", "error error"},
-			stop: protocol.StopError, status: 429, retry: 7 * time.Second, errMatch: "rate limit", requests: 1,
+			Name:    "429 with retry-after, no retries",
+			Handler: inferencetest.JSONError(http.StatusTooManyRequests, `{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}`, "Retry-After", "7"),
+			Events:  []string{"start", "error error"},
+			Stop:    protocol.StopError, Status: 429, Retry: 7 * time.Second, ErrMatch: "rate limit", Requests: 1,
 		},
 		{
-			name:    "429 with retry-after-ms is retried once",
-			retries: 1,
-			handler: func(n int, w http.ResponseWriter, _ *http.Request) {
-				if n == 0 {
-					w.Header().Set("Retry-After-Ms", "1")
-					w.Header().Set("Content-Type", "application/json")
-					w.WriteHeader(http.StatusTooManyRequests)
-					_, _ = w.Write([]byte(`{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`))
-					return
-				}
-				inferencetest.SSE(w, textTurn...)
-			},
-			want: []string{"start", "text_start 0", "text_delta 0 Hello", "text_delta 0  world", "text_end 0 Hello world", "done stop"},
-			stop: protocol.StopStop, text: "Hello world", requests: 2,
+			Name:    "429 with retry-after-ms is retried once",
+			Retries: 1,
+			Handler: inferencetest.FailFirst(inferencetest.JSONError(http.StatusTooManyRequests, `{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`, "Retry-After-Ms", "1"),
+				func(_ int, w http.ResponseWriter, _ *http.Request) { inferencetest.SSE(w, textTurn...) }),
+			Events: []string{"start", "text_start 0", "text_delta 0 Hello", "text_delta 0  world", "text_end 0 Hello world", "done stop"},
+			Stop:   protocol.StopStop, Text: "Hello world", Requests: 2,
 		},
 		{
-			name: "401 echoing the key is redacted",
-			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusUnauthorized)
-				_, _ = w.Write([]byte(`{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key ` + secret + `"}}`))
-			},
-			want: []string{"start", "error error"},
-			stop: protocol.StopError, status: 401, errMatch: "invalid x-api-key [redacted]", requests: 1,
+			Name:    "401 echoing the key is redacted",
+			Handler: inferencetest.JSONError(http.StatusUnauthorized, `{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key `+secret+`"}}`),
+			Events:  []string{"start", "error error"},
+			Stop:    protocol.StopError, Status: 401, ErrMatch: "invalid x-api-key [redacted]", Requests: 1,
 		},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := inferencetest.Context(t)
-			srv := inferencetest.NewServer(t, tc.handler)
-			rec := &inferencetest.Recorder{}
-			msg, err := anthropic.New().Stream(ctx, call(srv.URL, tc.retries), rec.Emit)
-			if d := inferencetest.Diff(rec.Summary(), tc.want); d != "" {
-				t.Fatal(d)
+		t.Run(tc.Name, func(t *testing.T) {
+			msg, r := inferencetest.RunCase(t, anthropic.New(), call, secret, tc)
+			if tc.Usage != nil && msg.Usage.Cost.Total <= 0 {
+				t.Errorf("cost not computed: %+v", msg.Usage.Cost)
 			}
-			last := rec.Events[len(rec.Events)-1]
-			if last.Message == nil || last.Message.StopReason != tc.stop || msg.StopReason != tc.stop {
-				t.Fatalf("stop reason: event %+v, returned %q", last.Message, msg.StopReason)
-			}
-			if got := msg.Text(); got != tc.text {
-				t.Errorf("text = %q, want %q", got, tc.text)
-			}
-			if tc.usage != nil {
-				want := *tc.usage
-				call(srv.URL, 0).Model.Cost.ApplyCost(&want)
-				if *msg.Usage != want {
-					t.Errorf("usage = %+v, want %+v", *msg.Usage, want)
-				}
-				if msg.Usage.Cost.Total <= 0 {
-					t.Errorf("cost not computed: %+v", msg.Usage.Cost)
-				}
-			}
-			if tc.errMatch != "" {
-				var ce *inference.CallError
-				if !errors.As(err, &ce) || ce.Reason != protocol.StopError || !strings.Contains(msg.ErrorMessage, tc.errMatch) {
-					t.Fatalf("err = %v, errorMessage %q, want one containing %q", err, msg.ErrorMessage, tc.errMatch)
-				}
-				if ce.Status != tc.status || ce.RetryAfter != tc.retry {
-					t.Errorf("status %d retry %v, want %d %v", ce.Status, ce.RetryAfter, tc.status, tc.retry)
-				}
-				if strings.Contains(err.Error(), secret) {
-					t.Errorf("error contains the credential: %v", err)
-				}
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			if strings.Contains(rec.JSON(), secret) {
-				t.Error("an event contains the credential")
-			}
-			reqs := srv.Requests()
-			if len(reqs) != tc.requests {
-				t.Fatalf("%d requests, want %d", len(reqs), tc.requests)
-			}
-			r := reqs[0]
 			if r.Path != "/v1/messages" || !(strings.Contains(r.Header.Get("Authorization"), secret) || r.Header.Get("X-Api-Key") == secret) {
 				t.Errorf("request %s without the credential in its auth header: %v", r.Path, r.Header)
 			}
@@ -284,60 +212,18 @@ func TestRequestMapping(t *testing.T) {
 }
 
 func TestCancelClosesProviderConnection(t *testing.T) {
-	ctx := inferencetest.Context(t)
-	closed := make(chan struct{})
-	srv := inferencetest.NewServer(t, func(_ int, w http.ResponseWriter, r *http.Request) {
-		inferencetest.SSE(w, msgStart, textStart, delta(0, `{"type":"text_delta","text":"Hel"}`))
-		<-r.Context().Done() // the provider waits until the client goes away
-		close(closed)
-	})
-	callCtx, cancel := context.WithCancel(ctx)
-	rec := &inferencetest.Recorder{OnEvent: func(ev protocol.StreamEvent) error {
-		if ev.Type == protocol.EventTextDelta {
-			cancel()
-		}
-		return nil
-	}}
-	msg, err := anthropic.New().Stream(callCtx, call(srv.URL, 0), rec.Emit)
-	var ce *inference.CallError
-	if !errors.As(err, &ce) || ce.Reason != protocol.StopAborted || msg.StopReason != protocol.StopAborted {
-		t.Fatalf("err = %v, stop %q", err, msg.StopReason)
-	}
-	if d := inferencetest.Diff(rec.Summary(), []string{"start", "text_start 0", "text_delta 0 Hel", "error aborted"}); d != "" {
-		t.Fatal(d)
-	}
-	select {
-	case <-closed:
-	case <-ctx.Done():
-		t.Fatal("the provider never saw the connection close")
-	}
+	inferencetest.CheckCancel(t, stream, msgStart, textStart, delta(0, `{"type":"text_delta","text":"Hel"}`))
+}
+
+// stream calls the adapter with the test call against the provider at baseURL.
+func stream(ctx context.Context, baseURL string, emit inference.Emit) (protocol.Message, error) {
+	return anthropic.New().Stream(ctx, call(baseURL, 0), emit)
 }
 
 func TestEmitErrorStopsStream(t *testing.T) {
-	ctx := inferencetest.Context(t)
-	closed := make(chan struct{})
-	srv := inferencetest.NewServer(t, func(_ int, w http.ResponseWriter, r *http.Request) {
-		inferencetest.SSE(w, msgStart, textStart, delta(0, `{"type":"text_delta","text":"Hel"}`))
-		<-r.Context().Done()
-		close(closed)
-	})
-	gone := errors.New("consumer gone")
-	rec := &inferencetest.Recorder{OnEvent: func(ev protocol.StreamEvent) error {
-		if ev.Type == protocol.EventTextDelta {
-			return gone
-		}
-		return nil
-	}}
-	if _, err := anthropic.New().Stream(ctx, call(srv.URL, 0), rec.Emit); !errors.Is(err, gone) {
-		t.Fatalf("err = %v", err)
-	}
+	rec := inferencetest.CheckEmitError(t, stream, msgStart, textStart, delta(0, `{"type":"text_delta","text":"Hel"}`))
 	if n := len(rec.Events); rec.Events[n-1].Type != protocol.EventTextDelta {
 		t.Errorf("events after the failed emit: %v", rec.Summary())
-	}
-	select {
-	case <-closed:
-	case <-ctx.Done():
-		t.Fatal("the provider never saw the connection close")
 	}
 }
 

@@ -3,7 +3,6 @@ package openai_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -52,28 +51,16 @@ func TestCompletions(t *testing.T) {
 	textTurn := []string{chunk(`{"role":"assistant","content":""}`, ""), chunk(`{"content":"Hello"}`, ""),
 		chunk(`{"content":" world"}`, ""), chunk(`{}`, "stop"), usageChunk, "data: [DONE]"}
 	textEvents := []string{"start", "text_start 0", "text_delta 0 Hello", "text_delta 0  world", "text_end 0 Hello world", "done stop"}
-	for _, tc := range []struct {
-		name     string
-		handler  inferencetest.Handler
-		retries  int
-		want     []string
-		stop     string
-		text     string
-		usage    *protocol.Usage
-		status   int
-		retry    time.Duration
-		errMatch string
-		requests int
-	}{
+	for _, tc := range append([]inferencetest.Case{
 		{
-			name:    "plain text with usage",
-			handler: func(_ int, w http.ResponseWriter, _ *http.Request) { inferencetest.SSE(w, textTurn...) },
-			want:    textEvents, stop: protocol.StopStop, text: "Hello world", requests: 1,
-			usage: &protocol.Usage{Input: 20, Output: 7, CacheRead: 100, TotalTokens: 127},
+			Name:    "plain text with usage",
+			Handler: func(_ int, w http.ResponseWriter, _ *http.Request) { inferencetest.SSE(w, textTurn...) },
+			Events:  textEvents, Stop: protocol.StopStop, Text: "Hello world", Requests: 1,
+			Usage: &protocol.Usage{Input: 20, Output: 7, CacheRead: 100, TotalTokens: 127},
 		},
 		{
-			name: "text then two tool calls with streamed arguments",
-			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
+			Name: "text then two tool calls with streamed arguments",
+			Handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
 				inferencetest.SSE(w, chunk(`{"role":"assistant","content":"Reading."}`, ""),
 					chunk(`{"content":null,"tool_calls":[{"index":0,"id":"call_abc","type":"function","function":{"name":"read","arguments":""}}]}`, ""),
 					chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"{\"pa"}}]}`, ""),
@@ -81,153 +68,112 @@ func TestCompletions(t *testing.T) {
 					chunk(`{"tool_calls":[{"index":1,"id":"call_def","type":"function","function":{"name":"ls","arguments":"{}"}}]}`, ""),
 					chunk(`{}`, "tool_calls"), usageChunk, "data: [DONE]")
 			},
-			want: []string{"start", "text_start 0", "text_delta 0 Reading.", "text_end 0 Reading.", "toolcall_start 1 call_abc read",
+			Events: []string{"start", "text_start 0", "text_delta 0 Reading.", "text_end 0 Reading.", "toolcall_start 1 call_abc read",
 				`toolcall_delta 1 {"pa`, `toolcall_delta 1 th": "README.md"}`, `toolcall_end 1 call_abc read {"path": "README.md"}`,
 				"toolcall_start 2 call_def ls", "toolcall_delta 2 {}", "toolcall_end 2 call_def ls {}", "done toolUse"},
-			stop: protocol.StopToolUse, text: "Reading.", requests: 1,
-			usage: &protocol.Usage{Input: 20, Output: 7, CacheRead: 100, TotalTokens: 127},
+			Stop: protocol.StopToolUse, Text: "Reading.", Requests: 1,
+			Usage: &protocol.Usage{Input: 20, Output: 7, CacheRead: 100, TotalTokens: 127},
 		},
 		{
-			name: "reasoning_content of compatible servers is thinking",
-			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
+			Name: "reasoning_content of compatible servers is thinking",
+			Handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
 				inferencetest.SSE(w, chunk(`{"role":"assistant","reasoning_content":"Think"}`, ""), chunk(`{"reasoning_content":"ing."}`, ""),
 					chunk(`{"content":"Done"}`, ""), chunk(`{}`, "length"), "data: [DONE]")
 			},
-			want: []string{"start", "thinking_start 0", "thinking_delta 0 Think", "thinking_delta 0 ing.", "thinking_end 0 Thinking.",
+			Events: []string{"start", "thinking_start 0", "thinking_delta 0 Think", "thinking_delta 0 ing.", "thinking_end 0 Thinking.",
 				"text_start 1", "text_delta 1 Done", "text_end 1 Done", "done length"},
-			stop: protocol.StopLength, text: "Done", requests: 1,
+			Stop: protocol.StopLength, Text: "Done", Requests: 1,
 		},
 		{
-			name: "error event mid-stream",
-			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
+			Name: "error event mid-stream",
+			Handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
 				inferencetest.SSE(w, chunk(`{"content":"Hel"}`, ""), `data: {"error":{"message":"The server had an error (`+secret+`)","type":"server_error"}}`)
 			},
-			want: []string{"start", "text_start 0", "text_delta 0 Hel", "error error"},
-			stop: protocol.StopError, text: "Hel", errMatch: "server had an error", requests: 1,
+			Events: []string{"start", "text_start 0", "text_delta 0 Hel", "error error"},
+			Stop:   protocol.StopError, Text: "Hel", ErrMatch: "server had an error", Requests: 1,
 		},
 		{
-			name: "connection cut mid-stream",
-			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
+			Name: "connection cut mid-stream",
+			Handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
 				inferencetest.SSE(w, chunk(`{"content":"Hel"}`, ""))
 				inferencetest.Cut()
 			},
-			want: []string{"start", "text_start 0", "text_delta 0 Hel", "error error"},
-			stop: protocol.StopError, text: "Hel", errMatch: "EOF", requests: 1,
+			Events: []string{"start", "text_start 0", "text_delta 0 Hel", "error error"},
+			Stop:   protocol.StopError, Text: "Hel", ErrMatch: "EOF", Requests: 1,
 		},
 		{
-			name: "stream closed cleanly without finish_reason",
-			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
+			Name: "stream closed cleanly without finish_reason",
+			Handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
 				inferencetest.SSE(w, chunk(`{"content":"Hel"}`, ""))
 			},
-			want: []string{"start", "text_start 0", "text_delta 0 Hel", "error error"},
-			stop: protocol.StopError, text: "Hel", errMatch: "without a finish_reason", requests: 1,
+			Events: []string{"start", "text_start 0", "text_delta 0 Hel", "error error"},
+			Stop:   protocol.StopError, Text: "Hel", ErrMatch: "without a finish_reason", Requests: 1,
 		},
-		{
-			name: "429 with retry-after, no retries",
-			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
-				w.Header().Set("Content-Type", "application/json")
-				w.Header().Set("Retry-After", "7")
-				w.WriteHeader(http.StatusTooManyRequests)
-				_, _ = w.Write([]byte(`{"error":{"message":"Rate limit reached for gpt-5","type":"requests","code":"rate_limit_exceeded"}}`))
-			},
-			want: []string{"start", "error error"},
-			stop: protocol.StopError, status: 429, retry: 7 * time.Second, errMatch: "Rate limit reached", requests: 1,
-		},
-		{
-			name:    "429 with retry-after-ms is retried once",
-			retries: 1,
-			handler: func(n int, w http.ResponseWriter, _ *http.Request) {
-				if n == 0 {
-					w.Header().Set("Retry-After-Ms", "1")
-					w.Header().Set("Content-Type", "application/json")
-					w.WriteHeader(http.StatusTooManyRequests)
-					_, _ = w.Write([]byte(`{"error":{"message":"slow down","type":"requests"}}`))
-					return
-				}
-				inferencetest.SSE(w, textTurn...)
-			},
-			want: textEvents, stop: protocol.StopStop, text: "Hello world", requests: 2,
-		},
-		{
-			name: "401 echoing the key is redacted",
-			handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusUnauthorized)
-				_, _ = w.Write([]byte(`{"error":{"message":"Incorrect API key provided: ` + secret + `","type":"invalid_request_error","code":"invalid_api_key"}}`))
-			},
-			want: []string{"start", "error error"},
-			stop: protocol.StopError, status: 401, errMatch: "Incorrect API key provided: [redacted]", requests: 1,
-		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := inferencetest.Context(t)
-			srv := inferencetest.NewServer(t, tc.handler)
-			rec := &inferencetest.Recorder{}
-			msg, err := openai.NewCompletions().Stream(ctx, call(srv.URL, tc.retries), rec.Emit)
-			if d := inferencetest.Diff(rec.Summary(), tc.want); d != "" {
-				t.Fatal(d)
-			}
-			last := rec.Events[len(rec.Events)-1]
-			if last.Message == nil || last.Message.StopReason != tc.stop || msg.StopReason != tc.stop {
-				t.Fatalf("stop reason: event %+v, returned %q", last.Message, msg.StopReason)
-			}
-			if got := msg.Text(); got != tc.text {
-				t.Errorf("text = %q, want %q", got, tc.text)
-			}
-			if tc.usage != nil {
-				want := *tc.usage
-				call("", 0).Model.Cost.ApplyCost(&want)
-				if *msg.Usage != want {
-					t.Errorf("usage = %+v, want %+v", *msg.Usage, want)
-				}
-			}
-			if tc.errMatch != "" {
-				var ce *inference.CallError
-				if !errors.As(err, &ce) || ce.Reason != protocol.StopError || !strings.Contains(msg.ErrorMessage, tc.errMatch) {
-					t.Fatalf("err = %v, errorMessage %q, want one containing %q", err, msg.ErrorMessage, tc.errMatch)
-				}
-				if ce.Status != tc.status || ce.RetryAfter != tc.retry {
-					t.Errorf("status %d retry %v, want %d %v", ce.Status, ce.RetryAfter, tc.status, tc.retry)
-				}
-				if strings.Contains(err.Error(), secret) {
-					t.Errorf("error contains the credential: %v", err)
-				}
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			if strings.Contains(rec.JSON(), secret) {
-				t.Error("an event contains the credential")
-			}
-			reqs := srv.Requests()
-			if len(reqs) != tc.requests {
-				t.Fatalf("%d requests, want %d", len(reqs), tc.requests)
-			}
-			r := reqs[0]
-			if r.Path != "/chat/completions" || r.Header.Get("Authorization") != "Bearer "+secret {
-				t.Errorf("request %s without the credential in Authorization", r.Path)
-			}
-			if r.Header.Get("X-Catalog-Header") != "from-catalog" {
-				t.Errorf("catalog header missing")
-			}
+	}, httpErrorCases(textTurn, textEvents, nil)...) {
+		t.Run(tc.Name, func(t *testing.T) {
+			_, r := inferencetest.RunCase(t, openai.NewCompletions(), call, secret, tc)
+			checkRequest(t, r, "/chat/completions")
 		})
 	}
 }
 
-func TestCompletionsRequestMapping(t *testing.T) {
-	ctx := inferencetest.Context(t)
-	srv := inferencetest.NewServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
-		inferencetest.SSE(w, chunk(`{"content":"ok"}`, "stop"), "data: [DONE]")
-	})
-	c := call(srv.URL, 0)
+// httpErrorCases are the rows both adapters share: OpenAI's HTTP errors, and a rate limit retried into
+// textTurn (which shows textEvents and usage).
+func httpErrorCases(textTurn, textEvents []string, usage *protocol.Usage) []inferencetest.Case {
+	return []inferencetest.Case{
+		{
+			Name:    "429 with retry-after, no retries",
+			Handler: inferencetest.JSONError(http.StatusTooManyRequests, `{"error":{"message":"Rate limit reached for gpt-5","type":"requests","code":"rate_limit_exceeded"}}`, "Retry-After", "7"),
+			Events:  []string{"start", "error error"},
+			Stop:    protocol.StopError, Status: 429, Retry: 7 * time.Second, ErrMatch: "Rate limit reached", Requests: 1,
+		},
+		{
+			Name:    "429 with retry-after-ms is retried once",
+			Retries: 1,
+			Handler: inferencetest.FailFirst(inferencetest.JSONError(http.StatusTooManyRequests, `{"error":{"message":"slow down","type":"requests"}}`, "Retry-After-Ms", "1"),
+				func(_ int, w http.ResponseWriter, _ *http.Request) { inferencetest.SSE(w, textTurn...) }),
+			Events: textEvents, Stop: protocol.StopStop, Text: "Hello world", Requests: 2, Usage: usage,
+		},
+		{
+			Name:    "401 echoing the key is redacted",
+			Handler: inferencetest.JSONError(http.StatusUnauthorized, `{"error":{"message":"Incorrect API key provided: `+secret+`","type":"invalid_request_error","code":"invalid_api_key"}}`),
+			Events:  []string{"start", "error error"},
+			Stop:    protocol.StopError, Status: 401, ErrMatch: "Incorrect API key provided: [redacted]", Requests: 1,
+		},
+	}
+}
+
+// checkRequest checks that a request went to path with the credential and the catalog's header.
+func checkRequest(t *testing.T, r inferencetest.Request, path string) {
+	t.Helper()
+	if r.Path != path || r.Header.Get("Authorization") != "Bearer "+secret {
+		t.Errorf("request %s without the credential in Authorization", r.Path)
+	}
+	if r.Header.Get("X-Catalog-Header") != "from-catalog" {
+		t.Errorf("catalog header missing")
+	}
+}
+
+// mappedRequest streams the call newCall makes, with temperature 0.2, at most 100 tokens and high
+// reasoning, through a to a provider that answers events, and returns the request body it sent.
+func mappedRequest(t *testing.T, a inference.Adapter, newCall func(string, int) inference.Call, events ...string) map[string]any {
+	t.Helper()
+	srv := inferencetest.NewServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) { inferencetest.SSE(w, events...) })
+	c := newCall(srv.URL, 0)
 	temp := 0.2
 	c.Options = inference.Options{Temperature: &temp, MaxTokens: 100, Reasoning: inference.ReasoningHigh}
-	if _, err := openai.NewCompletions().Stream(ctx, c, (&inferencetest.Recorder{}).Emit); err != nil {
+	if _, err := a.Stream(inferencetest.Context(t), c, (&inferencetest.Recorder{}).Emit); err != nil {
 		t.Fatal(err)
 	}
 	var body map[string]any
 	if err := json.Unmarshal(srv.Requests()[0].Body, &body); err != nil {
 		t.Fatal(err)
 	}
+	return body
+}
+
+func TestCompletionsRequestMapping(t *testing.T) {
+	body := mappedRequest(t, openai.NewCompletions(), call, chunk(`{"content":"ok"}`, "stop"), "data: [DONE]")
 	so, _ := body["stream_options"].(map[string]any)
 	if body["model"] != "gpt-5" || body["stream"] != true || so["include_usage"] != true || body["max_completion_tokens"] != 100.0 ||
 		body["temperature"] != 0.2 || body["reasoning_effort"] != "high" {
@@ -249,31 +195,7 @@ func TestCompletionsRequestMapping(t *testing.T) {
 }
 
 func TestCompletionsCancelClosesProviderConnection(t *testing.T) {
-	ctx := inferencetest.Context(t)
-	closed := make(chan struct{})
-	srv := inferencetest.NewServer(t, func(_ int, w http.ResponseWriter, r *http.Request) {
-		inferencetest.SSE(w, chunk(`{"content":"Hel"}`, ""))
-		<-r.Context().Done()
-		close(closed)
-	})
-	callCtx, cancel := context.WithCancel(ctx)
-	rec := &inferencetest.Recorder{OnEvent: func(ev protocol.StreamEvent) error {
-		if ev.Type == protocol.EventTextDelta {
-			cancel()
-		}
-		return nil
-	}}
-	msg, err := openai.NewCompletions().Stream(callCtx, call(srv.URL, 0), rec.Emit)
-	var ce *inference.CallError
-	if !errors.As(err, &ce) || ce.Reason != protocol.StopAborted || msg.StopReason != protocol.StopAborted {
-		t.Fatalf("err = %v, stop %q", err, msg.StopReason)
-	}
-	if d := inferencetest.Diff(rec.Summary(), []string{"start", "text_start 0", "text_delta 0 Hel", "error aborted"}); d != "" {
-		t.Fatal(d)
-	}
-	select {
-	case <-closed:
-	case <-ctx.Done():
-		t.Fatal("the provider never saw the connection close")
-	}
+	inferencetest.CheckCancel(t, func(ctx context.Context, baseURL string, emit inference.Emit) (protocol.Message, error) {
+		return openai.NewCompletions().Stream(ctx, call(baseURL, 0), emit)
+	}, chunk(`{"content":"Hel"}`, ""))
 }
