@@ -12,6 +12,7 @@ import (
 
 	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/openclaw/cloudworkers/gateway/inference"
@@ -19,23 +20,39 @@ import (
 )
 
 // Completions streams calls to a Chat Completions endpoint.
-type Completions struct {
-	// HTTPClient is the client used for requests; nil means a default one (tests set theirs).
-	HTTPClient *http.Client
-}
+type Completions struct{ client }
 
-var _ inference.Adapter = (*Completions)(nil)
+// Responses streams calls to the OpenAI Responses API (POST {baseUrl}/responses).
+//
+// Calls are stateless (store: false, no previous_response_id): the whole context is sent each time.
+// Reasoning summaries become thinking blocks; encrypted reasoning is not carried between calls.
+type Responses struct{ client }
+
+var (
+	_ inference.Adapter = (*Completions)(nil)
+	_ inference.Adapter = (*Responses)(nil)
+)
 
 // NewCompletions returns the Chat Completions adapter.
 func NewCompletions() *Completions { return &Completions{} }
 
-// requestOptions are the client options of a call. Services are built from them directly (not through
+// NewResponses returns the Responses adapter.
+func NewResponses() *Responses { return &Responses{} }
+
+// client is what both adapters hold.
+type client struct {
+	// HTTPClient is the client used for requests; nil means a default one (tests set theirs).
+	HTTPClient *http.Client
+}
+
+// options are the client options of a call. Services are built from them directly (not through
 // sdk.NewClient), so nothing from the gateway's environment (OPENAI_* variables) reaches a request.
-func requestOptions(hc *http.Client, call inference.Call) []option.RequestOption {
+func (c client) options(call inference.Call) []option.RequestOption {
 	opts := []option.RequestOption{
 		option.WithBaseURL(call.Model.BaseURL),
 		option.WithMaxRetries(call.Model.MaxRetries),
 	}
+	hc := c.HTTPClient
 	if hc == nil {
 		hc = http.DefaultClient
 	}
@@ -184,22 +201,35 @@ func reasoningDelta(d sdk.ChatCompletionChunkChoiceDelta) string {
 	return ""
 }
 
-// Stream implements inference.Adapter.
-func (a *Completions) Stream(ctx context.Context, call inference.Call, emit inference.Emit) (protocol.Message, error) {
+// streamCall starts the message, builds the request of call with params, opens the provider stream
+// with open and hands it to read; the stream is closed (and the provider's connection with it) when
+// read returns.
+func streamCall[P, E any](ctx context.Context, call inference.Call, emit inference.Emit, params func(inference.Call) (P, error),
+	open func(context.Context, P, ...option.RequestOption) *ssestream.Stream[E],
+	read func(context.Context, *inference.Builder, *ssestream.Stream[E]) (protocol.Message, error)) (protocol.Message, error) {
 	b := inference.NewBuilder(call, emit)
 	if err := b.Start(); err != nil {
 		return protocol.Message{}, err
 	}
-	params, err := CompletionParams(call)
+	p, err := params(call)
 	if err != nil {
 		return b.Fail(ctx, err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	svc := sdk.NewChatCompletionService(requestOptions(a.HTTPClient, call)...)
-	stream := svc.NewStreaming(ctx, params)
+	stream := open(ctx, p)
 	defer stream.Close()
+	return read(ctx, b, stream)
+}
 
+// Stream implements inference.Adapter.
+func (a *Completions) Stream(ctx context.Context, call inference.Call, emit inference.Emit) (protocol.Message, error) {
+	svc := sdk.NewChatCompletionService(a.options(call)...)
+	return streamCall(ctx, call, emit, CompletionParams, svc.NewStreaming, readCompletion)
+}
+
+// readCompletion turns a Chat Completions stream into the events of one message.
+func readCompletion(ctx context.Context, b *inference.Builder, stream *ssestream.Stream[sdk.ChatCompletionChunk]) (protocol.Message, error) {
 	text, thinking, lastTool := -1, -1, -1
 	tools := map[int64]int{} // tool call index → content index
 	finish := ""

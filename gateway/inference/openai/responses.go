@@ -4,30 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 
 	sdk "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/openclaw/cloudworkers/gateway/inference"
 	"github.com/openclaw/cloudworkers/protocol"
 )
-
-// Responses streams calls to the OpenAI Responses API (POST {baseUrl}/responses).
-//
-// Calls are stateless (store: false, no previous_response_id): the whole context is sent each time.
-// Reasoning summaries become thinking blocks; encrypted reasoning is not carried between calls.
-type Responses struct {
-	// HTTPClient is the client used for requests; nil means a default one (tests set theirs).
-	HTTPClient *http.Client
-}
-
-var _ inference.Adapter = (*Responses)(nil)
-
-// NewResponses returns the Responses adapter.
-func NewResponses() *Responses { return &Responses{} }
 
 // ResponseParams builds the Responses request of a call.
 func ResponseParams(call inference.Call) (responses.ResponseNewParams, error) {
@@ -260,20 +246,12 @@ func (s *responseStream) handle(ev responses.ResponseStreamEventUnion) (*termina
 
 // Stream implements inference.Adapter.
 func (a *Responses) Stream(ctx context.Context, call inference.Call, emit inference.Emit) (protocol.Message, error) {
-	b := inference.NewBuilder(call, emit)
-	if err := b.Start(); err != nil {
-		return protocol.Message{}, err
-	}
-	params, err := ResponseParams(call)
-	if err != nil {
-		return b.Fail(ctx, err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	svc := responses.NewResponseService(requestOptions(a.HTTPClient, call)...)
-	stream := svc.NewStreaming(ctx, params)
-	defer stream.Close()
+	svc := responses.NewResponseService(a.options(call)...)
+	return streamCall(ctx, call, emit, ResponseParams, svc.NewStreaming, readResponse)
+}
 
+// readResponse turns a Responses stream into the events of one message.
+func readResponse(ctx context.Context, b *inference.Builder, stream *ssestream.Stream[responses.ResponseStreamEventUnion]) (protocol.Message, error) {
 	s := &responseStream{b: b, blocks: map[string]int{}, streamed: map[string]bool{},
 		summaries: map[string]int64{}}
 	var end *terminal
