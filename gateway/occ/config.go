@@ -113,7 +113,10 @@ func (c *Config) profileFor(name, requested string) (string, bool) {
 	if requested == "" || requested == def {
 		return def, true
 	}
-	return "", listed && slices.Contains(ns.AllowedProfiles, requested)
+	if listed && slices.Contains(ns.AllowedProfiles, requested) {
+		return requested, true
+	}
+	return "", false
 }
 
 // checkEndpointURL requires wss://host[:port][/path], or ws:// for a loopback host.

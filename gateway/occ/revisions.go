@@ -364,7 +364,9 @@ func (c *Compute) observe(ctx context.Context, r revisionRow) (ComputeReadiness,
 				return out, err
 			}
 			continue
-		default: // requested, provisioning, bootstrapping
+		case env.State == envs.Bootstrapping: // leased: the no-capacity reason is over
+			return c.pending(ctx, r, "")
+		default: // requested, provisioning
 			return c.pending(ctx, r, r.PendingReason)
 		}
 	}
