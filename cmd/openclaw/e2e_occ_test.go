@@ -506,3 +506,53 @@ func TestOCCPrepareAdoptsLeaseAfterGatewayKill(t *testing.T) {
 	}
 	g.stop()
 }
+
+// The same contract against real OpenSSH sshd in a network namespace: a revision becomes ready on
+// a netns box, its diagnosis and its log come from that box, and retiring it revokes the worker's
+// credentials and releases the lease.
+func TestOCCComputeNetns(t *testing.T) {
+	profiles, state := netnsProfile(t)
+	g := startGateway(t, filepath.Join(t.TempDir(), "data"), fastWorkerConfig+profiles+"occ:\n  defaultProfile: netns\n")
+	t.Cleanup(func() { stopNetnsLeases(state) })
+	g.occOK("ensureNamespace", map[string]any{"namespace": map[string]any{"id": "ns_n", "name": "team-n"}}, nil)
+	rev := occRevision("ns_n", "agent_n", "rev_n1", nil)
+	r := g.occPrepareUntil(rev, func(r occReadiness) bool { return r.Ready || r.RuntimeFailure != nil })
+	if !r.Ready {
+		t.Fatalf("prepareRevision on a netns box = %+v", r)
+	}
+	g.occOK("activateRevision", rev, nil)
+	e := g.occEnv("ns_n", "agent_n", "rev_n1")
+	binding := map[string]any{"binding": map[string]any{"namespace": map[string]any{"id": "ns_n"}, "agent": map[string]any{"id": "agent_n"},
+		"revision": map[string]any{"id": "rev_n1"}}, "request": map[string]any{"tailLines": 5}}
+	var diag struct{ Checks []struct{ Component, Check, State string } }
+	g.occOK("diagnoseAgentDeployment", binding, &diag)
+	for _, c := range diag.Checks {
+		if c.State != "ok" {
+			t.Errorf("check %s/%s = %s on a serving netns revision", c.Component, c.Check, c.State)
+		}
+	}
+	var logs struct{ Lines []string }
+	g.occOK("readAgentRuntimeLogs", binding, &logs)
+	if len(logs.Lines) == 0 || len(logs.Lines) > 5 {
+		t.Fatalf("worker log lines from the netns box: %q", logs.Lines)
+	}
+	raw, err := os.ReadFile(filepath.Join(e.WorkerHome, ".openclaw-worker/state", e.ID, "launch.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct{ Credential string }
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatal(err)
+	}
+	g.occOK("retireRevision", rev, nil)
+	if n := liveWorkerCredentials(t, g, e.ID); n != 0 {
+		t.Fatalf("%d worker credentials live after retire", n)
+	}
+	if _, err := hub.NewCredentials(openDB(t, g)).Verify(g.ctx(), d.Credential); !errors.Is(err, hub.ErrUnknownCredential) {
+		t.Fatalf("the retired revision's credential: %v; want refused", err)
+	}
+	if v, err := g.client.Environment(g.ctx(), e.ID); err != nil || v.Environment.State != envs.Destroyed {
+		t.Fatalf("the retired revision's environment: %v %s", err, v.Environment.State)
+	}
+	g.stop()
+}
