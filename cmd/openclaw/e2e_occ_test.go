@@ -524,7 +524,9 @@ func TestOCCComputeNetns(t *testing.T) {
 	e := g.occEnv("ns_n", "agent_n", "rev_n1")
 	binding := map[string]any{"binding": map[string]any{"namespace": map[string]any{"id": "ns_n"}, "agent": map[string]any{"id": "agent_n"},
 		"revision": map[string]any{"id": "rev_n1"}}, "request": map[string]any{"tailLines": 5}}
-	var diag struct{ Checks []struct{ Component, Check, State string } }
+	var diag struct {
+		Checks []struct{ Component, Check, State string }
+	}
 	g.occOK("diagnoseAgentDeployment", binding, &diag)
 	for _, c := range diag.Checks {
 		if c.State != "ok" {

@@ -29,7 +29,7 @@ func TestRevisionTransitions(t *testing.T) {
 
 func TestSafeReason(t *testing.T) {
 	cases := map[string]string{
-		"plain words: ok/fine@x-y_z.": "plain words: ok/fine@x-y_z.",
+		"plain words: ok/fine@x-y_z.":  "plain words: ok/fine@x-y_z.",
 		"ctl\x1b[0m and <tags> & $(x)": "ctl  0m and  tags      x",
 		"über":                         "ber",
 		strings.Repeat("a", 400):       strings.Repeat("a", 256),
