@@ -287,7 +287,15 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(newEnvCollector(db))
+	reg.MustRegister(newStateCollector(db, "openclaw_environments", "Environments by state.", "state", stateNames(envs.AllStates),
+		`SELECT state, COUNT(*) FROM environments GROUP BY state`))
+	reg.MustRegister(newStateCollector(db, "openclaw_sessions", "Sessions by placement state (local: on the gateway).", "placement", stateNames(placement.AllStates),
+		`SELECT COALESCE(p.state, 'local'), COUNT(*) FROM sessions s LEFT JOIN placements p ON p.session_id = s.id GROUP BY 1`))
+	reg.MustRegister(tunnels.Collectors()...)
+	reg.MustRegister(catalog.Collectors()...)
+	reg.MustRegister(mgr.Collectors()...)
+	reg.MustRegister(turnSvc.Collectors()...)
+	reg.MustRegister(dispatcher.Collectors()...)
 
 	controlUI, err := ui.New(ui.Config{Token: token, Log: log.With("subsystem", "ui")})
 	if err != nil {
@@ -476,42 +484,6 @@ func EnsureGatewayID(ctx context.Context, db *store.DB) (string, error) {
 	})
 	return id, err
 }
-
-type envCollector struct {
-	db   *store.DB
-	desc *prometheus.Desc
-}
-
-func newEnvCollector(db *store.DB) *envCollector {
-	return &envCollector{db: db, desc: prometheus.NewDesc("openclaw_environments",
-		"Environments by state.", []string{"state"}, nil)}
-}
-
-func (c *envCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
-
-func (c *envCollector) Collect(ch chan<- prometheus.Metric) {
-	counts := map[string]float64{}
-	for _, s := range envs.AllStates {
-		counts[string(s)] = 0
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	rows, err := c.db.R.QueryContext(ctx, `SELECT state, COUNT(*) FROM environments GROUP BY state`)
-	if err == nil {
-		for rows.Next() {
-			var s string
-			var n float64
-			if rows.Scan(&s, &n) == nil {
-				counts[s] = n
-			}
-		}
-		rows.Close()
-	}
-	for s, n := range counts {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, n, s)
-	}
-}
-
 // readWorkerLog returns at most maxBytes of the end of an environment's worker log on its box.
 func readWorkerLog(ctx context.Context, boot *bootstrap.Bootstrapper, env envs.Environment, maxBytes int, timeout time.Duration) ([]byte, error) {
 	if timeout <= 0 {

@@ -65,6 +65,7 @@ type Config struct {
 type Server struct {
 	cfg  Config
 	Echo *echo.Echo
+	http *httpMetrics
 }
 
 // Error is the JSON error body: {"error":{"code","message"}}.
@@ -95,7 +96,11 @@ func New(cfg Config) *Server {
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
-	s := &Server{cfg: cfg, Echo: e}
+	var reg prometheus.Registerer
+	if cfg.Registry != nil {
+		reg = cfg.Registry
+	}
+	s := &Server{cfg: cfg, Echo: e, http: newHTTPMetrics(reg)}
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.recover, s.logRequests, s.checkHost, s.streams)
 
@@ -275,6 +280,8 @@ func (s *Server) recover(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// logRequests writes the access log (one DEBUG line per request) and counts the request by its
+// route template (never the raw path: /sessions/:id, not every session's id) and status.
 func (s *Server) logRequests(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
@@ -282,8 +289,14 @@ func (s *Server) logRequests(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			c.Error(err)
 		}
-		s.cfg.Log.Debug("http", "method", c.Request().Method, "path", c.Request().URL.Path,
-			"status", c.Response().Status, "ms", time.Since(start).Milliseconds())
+		route := c.Path()
+		if route == "" {
+			route = "unmatched"
+		}
+		took := time.Since(start)
+		s.http.observe(c.Request().Method, route, c.Response().Status, took)
+		s.cfg.Log.Debug("http", "method", c.Request().Method, "route", route, "path", c.Request().URL.Path,
+			"status", c.Response().Status, "ms", took.Milliseconds(), "remote", c.Request().RemoteAddr)
 		return nil
 	}
 }

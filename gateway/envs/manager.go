@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/internal/clock"
@@ -106,6 +108,8 @@ type Manager struct {
 	changed  chan struct{}                        // closed and replaced on every state change
 	started  bool
 	stopping bool
+
+	provisionSeconds *prometheus.HistogramVec
 }
 
 // New returns a Manager; call Start to reconcile and run background work.
@@ -114,7 +118,7 @@ func New(cfg Config) *Manager {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{cfg: cfg, db: cfg.DB, log: cfg.Log, ctx: ctx, cancel: cancel,
 		running: map[string]chan struct{}{}, pending: map[string]func(context.Context){}, changed: make(chan struct{}),
-		booting: map[string]context.CancelFunc{}, forced: map[string]bool{}}
+		booting: map[string]context.CancelFunc{}, forced: map[string]bool{}, provisionSeconds: newProvisionHistogram()}
 }
 
 // Start reconciles every non-terminal environment with its provider and starts the periodic sweep.
@@ -554,7 +558,9 @@ func (m *Manager) bootstrap(ctx context.Context, id string) {
 	}
 	if err := m.move(ctx, id, Bootstrapping, Ready, "worker admitted"); err != nil {
 		m.log.Warn("bootstrap: mark ready", "env", id, "err", err)
+		return
 	}
+	m.observeReady(e)
 }
 
 // Note records a progress note (an event without a state change) on an environment.

@@ -262,6 +262,7 @@ type Catalog struct {
 	def      string
 	creds    CredentialSource
 	adapters Adapters
+	metrics  *metrics
 }
 
 // NewCatalog validates cfg (after SetDefaults; an empty cfg is the built-in demo catalog) and checks
@@ -288,6 +289,7 @@ func NewCatalog(cfg CatalogConfig, creds CredentialSource, adapters Adapters) (*
 			c.order = append(c.order, ref)
 		}
 	}
+	c.metrics = newMetrics(c.order)
 	return c, nil
 }
 
@@ -345,7 +347,9 @@ func (c *Catalog) Stream(ctx context.Context, ref string, cx protocol.Context, o
 			return protocol.Message{}, fmt.Errorf("model %s: %w", ref, err)
 		}
 	}
-	return c.adapters[m.API].Stream(ctx, call, emit)
+	msg, err := c.adapters[m.API].Stream(ctx, call, emit)
+	c.metrics.observe(ref, msg, err)
+	return msg, err
 }
 
 func sortedKeys[V any](m map[string]V) []string {

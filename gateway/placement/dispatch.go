@@ -120,6 +120,7 @@ type Dispatcher struct {
 	mu     sync.Mutex
 	active map[string]bool // session ids with a step running
 	force  map[string]bool // session ids whose next reconciliation may pass the deletion brake
+	sync   *syncMetrics
 }
 
 // NewDispatcher returns a Dispatcher; call Resume after the environment manager has started.
@@ -140,7 +141,7 @@ func NewDispatcher(cfg DispatchConfig) *Dispatcher {
 		cfg.ReconcileTimeout = 10 * time.Minute
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &Dispatcher{cfg: cfg, log: cfg.Log, ctx: ctx, cancel: cancel, active: map[string]bool{}}
+	d := &Dispatcher{cfg: cfg, log: cfg.Log, ctx: ctx, cancel: cancel, active: map[string]bool{}, sync: newSyncMetrics()}
 	d.wg.Add(1)
 	go d.reclaimLoop(cfg.ReclaimInterval, cfg.ReclaimGrace)
 	return d

@@ -73,7 +73,9 @@ func (d *Dispatcher) remote(ctx context.Context, e envs.Environment) (stream.Rem
 func (d *Dispatcher) syncOut(ctx context.Context, p Placement) (Change, error) {
 	ctx, cancel, wrap := withStepDeadline(ctx, &StepTimeoutError{Step: "sync", Setting: "box.syncTimeout", Timeout: d.cfg.SyncTimeout})
 	defer cancel()
+	start := time.Now()
 	ch, err := d.syncOutStep(ctx, p)
+	d.sync.observe("out", start, err)
 	return ch, wrap(err)
 }
 
@@ -136,6 +138,7 @@ func (d *Dispatcher) syncOutStep(ctx context.Context, p Placement) (Change, erro
 	if err := cache.Save(cacheFile); err != nil {
 		d.log.Warn("save the anchor's hash cache", "session", p.SessionID, "err", err)
 	}
+	d.sync.bytes.WithLabelValues("out").Add(float64(res.Stats.Bytes))
 	skipped = append(skipped, res.Skipped...)
 	if anchor != nil {
 		// Submodules the anchor holds go to their places, as they are at the recorded commits.
@@ -235,7 +238,9 @@ func anchorName(sessionID string) string { return strings.TrimPrefix(sessionID, 
 func (d *Dispatcher) inbound(ctx context.Context, p Placement, e envs.Environment, force bool) (string, *manifest.Manifest, error) {
 	ctx, cancel, wrap := withStepDeadline(ctx, &StepTimeoutError{Step: "reconcile", Setting: "box.reconcileTimeout", Timeout: d.cfg.ReconcileTimeout})
 	defer cancel()
+	start := time.Now()
 	summary, m, err := d.inboundStep(ctx, p, e, force)
+	d.sync.observe("in", start, err)
 	return summary, m, wrap(err)
 }
 
@@ -275,6 +280,7 @@ func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Enviro
 			return "", nil, fmt.Errorf("fetch the worker's commits: %w", err)
 		}
 		if fi, _ := os.Stat(bundle); fi != nil && fi.Size() > 0 {
+			d.sync.bytes.WithLabelValues("in").Add(float64(fi.Size()))
 			tip, err := a.Adopt(ctx, anchorName(p.SessionID), bundle)
 			if err != nil {
 				return "", nil, err
@@ -310,6 +316,7 @@ func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Enviro
 	if err != nil {
 		return "", nil, fmt.Errorf("reconcile workspace: %w", err)
 	}
+	d.sync.bytes.WithLabelValues("in").Add(float64(res.Stats.Bytes))
 	if summary != "" {
 		summary += "; "
 	}

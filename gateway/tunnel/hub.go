@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/openclaw/cloudworkers/internal/clock"
@@ -160,12 +161,20 @@ type Hub struct {
 	envs     map[string]*tunnel
 	epochs   map[string]uint64 // last epoch handed out per environment, kept for the hub's life
 	queued   map[string]int    // connections waiting for Accept per environment (≤ TunnelBacklog)
+
+	// reconnects counts tunnels connected again after a loss (openclaw_tunnel_reconnects_total).
+	reconnects prometheus.Counter
 }
+
+// Collectors are the hub's metrics, for the gateway's registry.
+func (h *Hub) Collectors() []prometheus.Collector { return []prometheus.Collector{h.reconnects} }
 
 // NewHub returns a hub with no tunnels.
 func NewHub(cfg Config) *Hub {
 	cfg.setDefaults()
 	return &Hub{
+		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "openclaw_tunnel_reconnects_total",
+			Help: "Tunnels to boxes connected again after their connection was lost."}),
 		cfg:    cfg,
 		log:    cfg.Log,
 		queue:  make(chan *Conn, cfg.AcceptBacklog), // bounded by the documented backlog

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/openclaw/cloudworkers/internal/testenv"
 )
 
@@ -185,6 +187,9 @@ func TestHubReconnectsAfterPartition(t *testing.T) {
 	c := acceptOne(t, h)
 	roundTrip(t, w, c, "before")
 	before := c.Epoch
+	if n := reconnects(t, h); n != 0 {
+		t.Fatalf("openclaw_tunnel_reconnects_total = %v before any loss", n)
+	}
 
 	p.pause()
 	testenv.Eventually(t, "status reconnecting", func() bool { return h.Status("env-a") == StatusReconnecting })
@@ -196,6 +201,9 @@ func TestHubReconnectsAfterPartition(t *testing.T) {
 	after := h.Epoch("env-a")
 	if after <= before {
 		t.Fatalf("epoch after reconnect = %d, before %d", after, before)
+	}
+	if n := reconnects(t, h); n != 1 {
+		t.Errorf("openclaw_tunnel_reconnects_total = %v after one reconnect, want 1", n)
 	}
 
 	w2 := dialSocket(t, sock)
@@ -424,4 +432,16 @@ func TestListenerCloseLeavesTunnelsUp(t *testing.T) {
 	if s := h.Status("env-a"); s != StatusStopped {
 		t.Fatalf("tunnel status after Close = %s, want stopped", s)
 	}
+}
+
+// reconnects reads openclaw_tunnel_reconnects_total.
+func reconnects(t *testing.T, h *Hub) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(h.Collectors()...)
+	mfs, err := reg.Gather()
+	if err != nil || len(mfs) != 1 || mfs[0].GetName() != "openclaw_tunnel_reconnects_total" {
+		t.Fatalf("gather: %v %v", mfs, err)
+	}
+	return mfs[0].GetMetric()[0].GetCounter().GetValue()
 }

@@ -117,6 +117,7 @@ func (tn *tunnel) run() {
 			tn.first <- err
 		}
 	}
+	lost := false // a connection of this tunnel was lost: the next one is a reconnect
 	for attempt := 0; tn.ctx.Err() == nil; attempt++ {
 		if attempt > 0 && bo.Wait(tn.ctx) != nil {
 			break
@@ -140,6 +141,9 @@ func (tn *tunnel) run() {
 		}
 		bo.Reset()
 		epoch := tn.hub.nextEpoch(tn.target.EnvironmentID, tn.target.EpochBase)
+		if lost {
+			tn.hub.reconnects.Inc()
+		}
 		tn.transition(StatusConnected, client, epoch)
 		tn.log.Info("tunnel connected", "epoch", epoch)
 		report(nil)
@@ -148,6 +152,7 @@ func (tn *tunnel) run() {
 			break
 		}
 		tn.log.Warn("tunnel lost", "epoch", epoch, "err", err)
+		lost = true
 		tn.transition(StatusReconnecting, nil, 0)
 	}
 	tn.transition(StatusStopped, nil, 0)

@@ -117,6 +117,8 @@ type Service struct {
 
 	mu      sync.Mutex
 	running map[string]context.CancelFunc // session id → cancel of its turn
+
+	metrics *metrics
 }
 
 // New returns the service. Turns left running by a gateway that died are marked failed: a turn
@@ -136,7 +138,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		}
 	}
 	c, cancel := context.WithCancel(context.Background())
-	return &Service{cfg: cfg, log: cfg.Log, ctx: c, cancel: cancel, running: map[string]context.CancelFunc{}}, nil
+	return &Service{cfg: cfg, log: cfg.Log, ctx: c, cancel: cancel, running: map[string]context.CancelFunc{}, metrics: newMetrics()}, nil
 }
 
 // Close cancels running turns and waits for them.
@@ -319,6 +321,7 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 		release()
 		return Turn{}, fmt.Errorf("admit turn: %w", err)
 	}
+	s.metrics.started.WithLabelValues(where).Inc()
 	if where == "worker" {
 		if err := s.startOnWorker(ctx, tctx, sess, t, text, release); err != nil {
 			return Turn{}, err

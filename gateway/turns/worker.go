@@ -131,8 +131,14 @@ func (s *Service) finish(t Turn, status TurnStatus, msg string) {
 		return transitionTurn(ctx, tx, s.clock().Now(), t.RunID, TurnRunning, status, msg)
 	}); err != nil {
 		s.log.Error("record turn outcome", "run", t.RunID, "err", err)
+		return
 	}
-	s.log.Info("turn finished", "session", t.SessionID, "run", t.RunID, "placement", t.Placement, "status", status, "err", msg)
+	s.metrics.finished.WithLabelValues(t.Placement, string(status)).Inc()
+	if status == TurnFailed {
+		s.log.Warn("turn failed", "session", t.SessionID, "run", t.RunID, "placement", t.Placement, "err", msg)
+		return
+	}
+	s.log.Info("turn finished", "session", t.SessionID, "run", t.RunID, "placement", t.Placement, "status", status)
 }
 
 // gatewayToolSchemas are the schemas of the gateway-resident tools offered to worker turns.
