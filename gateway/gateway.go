@@ -484,6 +484,7 @@ func EnsureGatewayID(ctx context.Context, db *store.DB) (string, error) {
 	})
 	return id, err
 }
+
 // readWorkerLog returns at most maxBytes of the end of an environment's worker log on its box.
 func readWorkerLog(ctx context.Context, boot *bootstrap.Bootstrapper, env envs.Environment, maxBytes int, timeout time.Duration) ([]byte, error) {
 	if timeout <= 0 {
