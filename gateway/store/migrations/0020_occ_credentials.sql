@@ -1,0 +1,1 @@
+-- occ credential gateway: sources and per-revision attachments (claimed; filled below)
