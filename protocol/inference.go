@@ -44,6 +44,9 @@ const (
 	CodeInvalidContext   Code = "invalid-context"
 	// CodeBusy answers a request for something already in progress (a turn, a call).
 	CodeBusy Code = "busy"
+	// CodeCredentialUnavailable refuses a call whose environment serves an OCC revision that has no
+	// usable credential for the model's provider (withdrawn, removed or never attached).
+	CodeCredentialUnavailable Code = "credential-unavailable"
 )
 
 // Statuses of a worker.inference.start answer.

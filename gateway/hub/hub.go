@@ -66,6 +66,9 @@ type Config struct {
 	// Models serves worker.inference.start (the inference proxy); nil answers it with
 	// method-not-allowed.
 	Models Models
+	// CallCredentials picks the provider credential of a proxied call when OCC bound one to the
+	// revision the environment serves (gateway/occ); nil: always the catalog's credential.
+	CallCredentials CallCredentials
 	// StreamQueue bounds the requests queued per stream (session + stream kind); a full queue answers
 	// capacity-exceeded. Default DefaultStreamQueue.
 	StreamQueue int

@@ -21,6 +21,15 @@ type Models interface {
 	Stream(ctx context.Context, ref string, cx protocol.Context, opts inference.Options, emit inference.Emit) (protocol.Message, error)
 }
 
+// CallCredentials decides the provider credential of one proxied model call; the OCC credential
+// gateway (*occ.CredentialGateway) is one.
+type CallCredentials interface {
+	// CallCredential returns the key of a call of envID's worker to model m: ok false means the
+	// catalog's own credential applies. An error refuses the call; a *protocol.Error is what the
+	// worker is told (it never carries the key), any other error is answered as internal.
+	CallCredential(ctx context.Context, envID string, m inference.Model) (key string, ok bool, err error)
+}
+
 // ContextBackend serves worker.transcript.context; *sessions.Store implements it.
 type ContextBackend interface {
 	WorkerContext(ctx context.Context, p protocol.TranscriptContextParams) (protocol.TranscriptContextResult, error)
@@ -233,12 +242,18 @@ func (s *Server) runCall(ctx context.Context, wc *workerConn, f protocol.Frame, 
 		wc.answer(ctx, protocol.ErrorResponse(f.ID, e))
 		return
 	}
+	callCtx, e := s.callCredential(ctx, wc.envID, p.ModelRef)
+	if e != nil {
+		s.refused.add("worker.inference.reject", wc.envID, e)
+		wc.answer(ctx, protocol.ErrorResponse(f.ID, e))
+		return
+	}
 	key := p.CallKey()
 	window := p.Credit
 	if window == 0 {
 		window = protocol.DefaultInferenceWindow
 	}
-	cctx, cancel := context.WithCancel(ctx)
+	cctx, cancel := context.WithCancel(callCtx)
 	defer cancel()
 	call := &proxyCall{reqID: f.ID, window: protocol.NewCreditWindow(window), size: window, cancel: cancel}
 	wc.cmu.Lock()
@@ -305,6 +320,30 @@ func (s *Server) runCall(ctx context.Context, wc *workerConn, f protocol.Frame, 
 }
 
 var errConnGone = errors.New("worker connection lost during the call")
+
+// callCredential returns the context the provider call of envID runs under: with the key the
+// CallCredentials bound to the environment's revision, or ctx itself when none is bound.
+func (s *Server) callCredential(ctx context.Context, envID, ref string) (context.Context, *protocol.Error) {
+	if s.cfg.CallCredentials == nil {
+		return ctx, nil
+	}
+	m, err := s.cfg.Models.Resolve(ref)
+	if err != nil {
+		return nil, protocol.Errorf(protocol.CodeModelNotApproved, "%v", err)
+	}
+	key, ok, err := s.cfg.CallCredentials.CallCredential(ctx, envID, m)
+	var pe *protocol.Error
+	switch {
+	case errors.As(err, &pe):
+		return nil, pe
+	case err != nil:
+		s.log.Warn("call credential lookup", "env", envID, "model", ref, "err", err)
+		return nil, &protocol.Error{Code: protocol.CodeInternal, Message: "credential lookup failed", Retryable: true}
+	case ok:
+		return inference.WithAPIKey(ctx, key), nil
+	}
+	return ctx, nil
+}
 
 // terminalFor builds the terminal result of a call from what Stream returned.
 func (s *Server) terminalFor(p protocol.InferenceStartParams, msg protocol.Message, err error) protocol.InferenceTerminal {

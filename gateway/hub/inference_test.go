@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,6 +40,12 @@ func sseChunk(delta, finish string) string {
 
 func newProxyHarness(t *testing.T, provider inferencetest.Handler) *proxyHarness {
 	t.Helper()
+	return newProxyHarnessWith(t, provider, nil)
+}
+
+// newProxyHarnessWith is newProxyHarness with mod applied to the hub's config.
+func newProxyHarnessWith(t *testing.T, provider inferencetest.Handler, mod func(*hub.Config)) *proxyHarness {
+	t.Helper()
 	p := &proxyHarness{srv: inferencetest.NewServer(t, provider)}
 	cat, err := inference.NewCatalog(inference.CatalogConfig{Default: "local/m1", Providers: map[string]inference.ProviderConfig{
 		"local": {API: inference.APIOpenAICompletions, BaseURL: p.srv.URL, Models: []inference.ModelConfig{{ID: "m1", Cost: inference.Cost{Input: 1, Output: 2}}}},
@@ -52,6 +59,9 @@ func newProxyHarness(t *testing.T, provider inferencetest.Handler) *proxyHarness
 			t.Fatal(err)
 		}
 		c.Sessions, c.Models = p.st, cat
+		if mod != nil {
+			mod(c)
+		}
 	})
 	t.Cleanup(func() { _ = p.st.Close(context.Background()) })
 	ctx := testContext(t)
@@ -298,4 +308,62 @@ func TestCancelFrameCancelsInferenceCall(t *testing.T) {
 	}
 	sendFrame(t, c, protocol.Frame{Type: protocol.TypeCancel, ID: "s1"})
 	recvChan(t, "the provider to see its connection close", closed)
+}
+
+// boundCredential is a CallCredentials that binds key to envA's calls of local/m1, or refuses them
+// with refuse once it is set.
+type boundCredential struct {
+	mu     sync.Mutex
+	key    string
+	refuse *protocol.Error
+	asked  []string
+}
+
+func (b *boundCredential) CallCredential(_ context.Context, envID string, m inference.Model) (string, bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.asked = append(b.asked, envID+" "+m.Ref)
+	if b.refuse != nil {
+		return "", false, b.refuse
+	}
+	return b.key, envID == envA && m.Ref == "local/m1", nil
+}
+
+// A call of an environment whose revision has a credential bound goes to the provider with that
+// key (not the catalog's); once the binding refuses, the next call is refused before the provider
+// sees anything, and the refusal is audited.
+func TestInferenceUsesTheCallCredentialAndItsRefusal(t *testing.T) {
+	bc := &boundCredential{key: "sk-bound-to-revision"}
+	p := newProxyHarnessWith(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		inferencetest.SSE(w, sseChunk(`{"role":"assistant","content":"ok"}`, ""), sseChunk(`{}`, "stop"), "data: [DONE]")
+	}, func(c *hub.Config) { c.CallCredentials = bc })
+	ctx := testContext(t)
+	if _, err := p.client.Infer(ctx, "call-1", "local/m1", userContext("go"), protocol.InferenceOptions{}, func(protocol.StreamEvent) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	reqs := p.srv.Requests()
+	if len(reqs) != 1 || reqs[0].APIKey() != "sk-bound-to-revision" {
+		t.Fatalf("provider requests %d, key %q; want one with the bound key", len(reqs), reqs[0].APIKey())
+	}
+	bc.mu.Lock()
+	bc.refuse = protocol.Errorf(protocol.CodeCredentialUnavailable, "credential source s1 was withdrawn from revision r1")
+	bc.mu.Unlock()
+	_, err := p.client.Infer(ctx, "call-2", "local/m1", userContext("go"), protocol.InferenceOptions{}, func(protocol.StreamEvent) error { return nil })
+	var pe *protocol.Error
+	if !errors.As(err, &pe) || pe.Code != protocol.CodeCredentialUnavailable || !strings.Contains(pe.Message, "withdrawn") {
+		t.Fatalf("call after the refusal: %v, want credential-unavailable", err)
+	}
+	if n := len(p.srv.Requests()); n != 1 {
+		t.Fatalf("the provider saw %d requests, want still 1", n)
+	}
+	var rows int
+	if err := p.db.R.QueryRowContext(ctx, `SELECT COUNT(*) FROM inference_calls WHERE turn_id='call-2'`).Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("a refused call left %d accounting rows (%v)", rows, err)
+	}
+	if rows := p.closedAuditRows("worker.inference.reject"); len(rows) != 1 || !strings.Contains(rows[0], "credential-unavailable") {
+		t.Fatalf("refusal audit rows = %q", rows)
+	}
+	if strings.Join(bc.asked, ",") != envA+" local/m1,"+envA+" local/m1" {
+		t.Fatalf("CallCredential asked for %q", bc.asked)
+	}
 }

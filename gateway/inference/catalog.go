@@ -330,16 +330,27 @@ func (c *Catalog) Resolve(ref string) (Model, error) {
 	return m, nil
 }
 
-// Stream makes one model call: it resolves ref and the provider's credential and streams through the
-// adapter of the model's API. See Adapter for the contract; a resolution failure before the call
-// returns an error without emitting anything.
+type apiKeyKey struct{}
+
+// WithAPIKey returns a context under which Stream sends key as the provider credential instead of
+// the one the catalog names for the model's provider (an OCC credential source bound to the
+// revision an environment serves). The value stays in memory; it is never logged.
+func WithAPIKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, apiKeyKey{}, key)
+}
+
+// Stream makes one model call: it resolves ref and the provider's credential (or the one of
+// WithAPIKey) and streams through the adapter of the model's API. See Adapter for the contract; a
+// resolution failure before the call returns an error without emitting anything.
 func (c *Catalog) Stream(ctx context.Context, ref string, cx protocol.Context, opts Options, emit Emit) (protocol.Message, error) {
 	m, err := c.Resolve(ref)
 	if err != nil {
 		return protocol.Message{}, err
 	}
 	call := Call{Model: m, Context: cx, Options: opts}
-	if m.Credential != "" {
+	if key, ok := ctx.Value(apiKeyKey{}).(string); ok {
+		call.APIKey = key
+	} else if m.Credential != "" {
 		if c.creds == nil {
 			return protocol.Message{}, fmt.Errorf("model %s: credential %q: no credential store", ref, m.Credential)
 		}

@@ -3,6 +3,7 @@ package inference_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -165,5 +166,33 @@ func TestSanitize(t *testing.T) {
 	got := inference.Sanitize("bad key sk-123\n\x00 and again sk-123 "+strings.Repeat("x", 2000), "sk-123")
 	if strings.Contains(got, "sk-123") || strings.ContainsAny(got, "\n\x00") || len(got) > 520 {
 		t.Errorf("Sanitize = %q", got)
+	}
+}
+
+// WithAPIKey replaces the provider's credential for one call: the provider sees that key, and a
+// provider whose catalog credential is not even set is callable with it.
+func TestStreamWithAPIKeyOverridesTheCatalogCredential(t *testing.T) {
+	ctx := inferencetest.Context(t)
+	srv := inferencetest.NewServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) { inferencetest.AnthropicText(w, "hello") })
+	cat, err := inference.NewCatalog(inference.CatalogConfig{Providers: map[string]inference.ProviderConfig{
+		"anthropic": {API: inference.APIAnthropicMessages, BaseURL: srv.URL, Credential: "gateway-key", Models: []inference.ModelConfig{{ID: "m"}}},
+	}}, fakeCreds{"gateway-key": "sk-gateway"}, builtin.Adapters())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cx := protocol.Context{Messages: []protocol.Message{{Role: protocol.RoleUser, Content: []protocol.Content{{Type: protocol.ContentText, Text: "hi"}}}}}
+	rec := &inferencetest.Recorder{}
+	if _, err := cat.Stream(inference.WithAPIKey(ctx, "sk-bound"), "anthropic/m", cx, inference.Options{}, rec.Emit); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.Stream(ctx, "anthropic/m", cx, inference.Options{}, rec.Emit); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, r := range srv.Requests() {
+		keys = append(keys, r.APIKey())
+	}
+	if strings.Join(keys, ",") != "sk-bound,sk-gateway" {
+		t.Fatalf("keys the provider saw: %q, want the bound key, then the catalog's", keys)
 	}
 }

@@ -34,6 +34,15 @@ type Request struct {
 	Body   []byte
 }
 
+// APIKey is the credential the request carried: its x-api-key header, else its bearer token
+// (the Anthropic SDK sends either, depending on its version).
+func (r Request) APIKey() string {
+	if k := r.Header.Get("X-Api-Key"); k != "" {
+		return k
+	}
+	return strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+}
+
 // Handler answers the n-th request (0-based).
 type Handler func(n int, w http.ResponseWriter, r *http.Request)
 
@@ -308,4 +317,23 @@ func waitClosed(ctx context.Context, t *testing.T, closed <-chan struct{}) {
 	case <-ctx.Done():
 		t.Fatal("the provider never saw the connection close")
 	}
+}
+
+// AnthropicText answers one Anthropic Messages request with a streamed assistant text (the
+// documented SSE events, end_turn).
+func AnthropicText(w http.ResponseWriter, text string) {
+	t, _ := json.Marshal(text)
+	SSE(w,
+		`event: message_start
+data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"m","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":1}}}`,
+		`event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+		`event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":`+string(t)+`}}`,
+		`event: content_block_stop
+data: {"type":"content_block_stop","index":0}`,
+		`event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}}`,
+		`event: message_stop
+data: {"type":"message_stop"}`)
 }
