@@ -180,6 +180,14 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		return fmt.Errorf("config models: %w", err)
 	}
 
+	// The OCC credential gateway: sources sealed in creds; the hub asks it for the key of each
+	// proxied call of an environment that serves an OCC revision (served under /occ/v1/ below).
+	credGW, err := occ.NewCredentialGateway(occ.CredentialGatewayConfig{DB: db, Secrets: creds, Catalog: catalog,
+		GatewayID: gatewayID, Log: log.With("subsystem", "occ"), Clock: clk})
+	if err != nil {
+		return err
+	}
+
 	workerCreds := hub.NewCredentials(db)
 	workerCreds.Clock = clk
 	var extraTools []tools.Tool
@@ -215,13 +223,14 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			}
 			return err == nil && t.SessionID == sessionID && t.Status == turns.TurnRunning, err
 		},
-		ExpectedBundle: func(envID string) (string, bool) { return mgr.BundleHash(envID) },
-		OnAdmit:        func(envID string) { mgr.Touch(context.Background(), envID) },
-		Sessions:       sess,
-		Models:         catalog,
-		GatewayTools:   hubTools,
-		Spawn:          spawner.WorkerSpawn,
-		Clock:          clk,
+		ExpectedBundle:  func(envID string) (string, bool) { return mgr.BundleHash(envID) },
+		OnAdmit:         func(envID string) { mgr.Touch(context.Background(), envID) },
+		Sessions:        sess,
+		Models:          catalog,
+		CallCredentials: credGW,
+		GatewayTools:    hubTools,
+		Spawn:           spawner.WorkerSpawn,
+		Clock:           clk,
 	})
 	if err != nil {
 		return err
@@ -367,6 +376,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	compute, err := occ.NewCompute(occ.ComputeDeps{
 		DB: db, Config: occCfg, Profiles: profStore, Providers: registry, Envs: mgr, Admitted: workers.Admitted,
 		RevokeWorkerCredentials: workerCreds.RevokeEnv,
+		RevokeCredentialSources: credGW.RevokeRevision,
+		HasSources:              credGW.HasSources,
 		TunnelStatus:            func(envID string) string { return string(tunnels.Status(envID)) },
 		ReadWorkerLog: func(ctx context.Context, env envs.Environment, maxBytes int) ([]byte, error) {
 			return readWorkerLog(ctx, boot, env, maxBytes, cfg.Box.CommandTimeout.D())
@@ -386,6 +397,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		return err
 	}
 	occSrv.RegisterCompute(compute.Driver())
+	credGW.SetRevisions(compute)
+	occSrv.RegisterCredentialGateway(credGW.Driver())
 	srv.Echo.Any("/occ/v1/*", echo.WrapHandler(occSrv))
 	if deps.OnAPI != nil {
 		deps.OnAPI(srv)

@@ -37,6 +37,9 @@ type ComputeDeps struct {
 	// HasSources reports whether the credential gateway holds registered sources of a namespace
 	// (deleteNamespace refuses a namespace that does); nil means none ever.
 	HasSources func(ctx context.Context, namespaceID string) (bool, error)
+	// RevokeCredentialSources revokes every credential source attached to a revision (the
+	// credential gateway); retireRevision calls it with the worker credentials. Nil: none.
+	RevokeCredentialSources func(ctx context.Context, namespaceID, revisionID string) error
 	// ModelKnown reports whether the model catalog serves a model id; nil accepts every model.
 	ModelKnown func(model string) bool
 	// GatewayCommit is the gateway's git commit (a full lowercase SHA, else reported as null).

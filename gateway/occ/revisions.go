@@ -609,6 +609,11 @@ func (c *Compute) destroyEnvs(ctx context.Context, r revisionRow, revoke bool) e
 	if err := rows.Err(); err != nil {
 		return err
 	}
+	if revoke && c.d.RevokeCredentialSources != nil {
+		if err := c.d.RevokeCredentialSources(ctx, r.NamespaceID, r.ID); err != nil {
+			return err
+		}
+	}
 	if revoke && c.d.RevokeWorkerCredentials != nil {
 		for _, id := range ids {
 			n, err := c.d.RevokeWorkerCredentials(ctx, id)
