@@ -124,21 +124,6 @@ type EnvironmentRevisions interface {
 	RevisionOfEnvironment(ctx context.Context, envID string) (namespaceID, revisionID string, ok bool, err error)
 }
 
-// RevisionOfEnvironment is the compute side's answer to EnvironmentRevisions: the revision that
-// was given envID (in any of its attempts).
-func (c *Compute) RevisionOfEnvironment(ctx context.Context, envID string) (string, string, bool, error) {
-	var nsID, revID string
-	err := c.d.DB.R.QueryRowContext(ctx, `SELECT r.namespace_id, r.id FROM occ_revision_environments e
-		JOIN occ_revisions r ON r.id = e.revision_id WHERE e.environment_id=?`, envID).Scan(&nsID, &revID)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", "", false, nil
-	}
-	if err != nil {
-		return "", "", false, fmt.Errorf("revision of environment %s: %w", envID, err)
-	}
-	return nsID, revID, true, nil
-}
-
 var _ EnvironmentRevisions = (*Compute)(nil)
 
 // CredentialGatewayConfig configures the credential gateway.
