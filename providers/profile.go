@@ -247,7 +247,10 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	if err := n.Decode(&s); err != nil {
 		return err
 	}
-	return d.parse(s)
+	if err := d.parse(s); err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	return nil
 }
 
 // MarshalYAML writes the duration as a string.

@@ -11,25 +11,38 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/openclaw/cloudworkers/gateway"
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/internal/console"
 )
 
-// client builds an API client from the global flags.
+// client builds an API client from the global flags (and the context they did not override).
 func (g *globals) client() (*api.Client, error) {
-	url := g.gateway
+	url, err := normalizeGateway(g.gateway)
+	if err != nil {
+		return nil, err
+	}
 	if url == "" {
 		url = "http://" + gateway.DefaultListen
 	}
 	tok := g.token
-	if tok == "" {
+	switch {
+	case tok != "":
+	case g.tokenFile != "":
+		b, err := os.ReadFile(g.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("read API token of the context: %w", err)
+		}
+		if tok = strings.TrimSpace(string(b)); tok == "" {
+			return nil, fmt.Errorf("token file %s is empty", g.tokenFile)
+		}
+	default:
 		dir := g.dataDir
 		if dir == "" {
 			dir = gateway.DefaultDataDir()
 		}
-		var err error
 		if tok, err = gateway.ReadToken(dir); err != nil {
 			return nil, err
 		}
@@ -63,27 +76,45 @@ func listCmd[T any](g *globals, cmd *cobra.Command, fetch func(ctx context.Conte
 	return cmd
 }
 
-// addOutput adds -o/--output to a command; a bad value is refused before the command runs.
+// addOutput adds -o/--output (table, json or yaml) to a command; a bad value is refused before
+// the command runs, naming the flag.
 func addOutput(cmd *cobra.Command, g *globals) {
-	cmd.Flags().StringVarP(&g.output, "output", "o", "table", "output format: table or json")
-	cmd.PreRunE = func(*cobra.Command, []string) error {
-		_, err := g.json()
-		return err
+	cmd.Flags().StringVarP(&g.output, "output", "o", "table", "output format: table, json or yaml")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+	prev := cmd.PreRunE
+	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
+		if err := g.checkOutput(); err != nil {
+			return err
+		}
+		if prev != nil {
+			return prev(cmd, args)
+		}
+		return nil
 	}
 }
 
-func (g *globals) json() (bool, error) {
+func (g *globals) checkOutput() error {
 	switch g.output {
-	case "json":
-		return true, nil
-	case "table", "":
-		return false, nil
+	case "json", "yaml", "table", "":
+		return nil
 	}
-	return false, fmt.Errorf("--output must be table or json, got %q", g.output)
+	return fmt.Errorf("--output must be table, json or yaml, got %q", g.output)
 }
 
-// asJSON reports whether -o json was given (addOutput has checked the value).
+// structured reports whether -o json or -o yaml was given (addOutput has checked the value).
+func (g *globals) structured() bool { return g.output == "json" || g.output == "yaml" }
+
+// asJSON reports whether -o json was given.
 func (g *globals) asJSON() bool { return g.output == "json" }
+
+// emit writes v in the structured format of -o: YAML with -o yaml, else indented JSON. YAML
+// carries the JSON field names (v goes through its JSON form).
+func (g *globals) emit(w io.Writer, v any) error {
+	if g.output == "yaml" {
+		return printYAML(w, v)
+	}
+	return printJSON(w, v)
+}
 
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
@@ -91,11 +122,28 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// printList prints items as JSON with -o json, else as a table: the header, then one row of
+func printYAML(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	var tree any
+	if err := json.Unmarshal(b, &tree); err != nil {
+		return err
+	}
+	enc := yaml.NewEncoder(w)
+	enc.SetIndent(2)
+	if err := enc.Encode(tree); err != nil {
+		return err
+	}
+	return enc.Close()
+}
+
+// printList prints items as JSON or YAML with -o json|yaml, else as a table: the header, then one row of
 // columns per item.
 func printList[T any](g *globals, items []T, header []string, row func(T) []string) error {
-	if g.asJSON() {
-		return printJSON(stdout, items)
+	if g.structured() {
+		return g.emit(stdout, items)
 	}
 	w := table(stdout)
 	fmt.Fprintln(w, strings.Join(header, "\t"))
@@ -105,21 +153,21 @@ func printList[T any](g *globals, items []T, header []string, row func(T) []stri
 	return w.Flush()
 }
 
-// printShow prints v as JSON with -o json, else as the key/value table that fields writes with
+// printShow prints v as JSON or YAML with -o json|yaml, else as the key/value table that fields writes with
 // row (a blank value shows as "-").
 func printShow(g *globals, v any, fields func(row func(k, v string))) error {
-	if g.asJSON() {
-		return printJSON(stdout, v)
+	if g.structured() {
+		return g.emit(stdout, v)
 	}
 	w := table(stdout)
 	fields(func(k, v string) { fmt.Fprintf(w, "%s\t%s\n", k, dash(v)) })
 	return w.Flush()
 }
 
-// printResult prints v as JSON with -o json, else the line.
+// printResult prints v as JSON or YAML with -o json|yaml, else the line.
 func printResult(g *globals, v any, line string) error {
-	if g.asJSON() {
-		return printJSON(stdout, v)
+	if g.structured() {
+		return g.emit(stdout, v)
 	}
 	_, err := fmt.Fprintln(stdout, line)
 	return err

@@ -66,13 +66,13 @@ of the chain with its result and, for a failure, what to do about it. The enviro
 afterwards unless --keep is given. It exits non-zero if a step failed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			asJSON := g.asJSON()
+			asJSON := g.structured()
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			steps := runDoctor(ctx, g, profile, model, keep)
 			failed := 0
 			if asJSON {
-				if err := printJSON(stdout, steps); err != nil {
+				if err := g.emit(stdout, steps); err != nil {
 					return err
 				}
 			}

@@ -30,11 +30,16 @@ const agentWritesScript = `[
 // cli runs the openclaw CLI against the gateway; it returns stdout, stderr and the error.
 func (g *gw) cli(args ...string) (string, string, error) {
 	g.t.Helper()
-	cmd := exec.Command(openclawBin, append(args, "--gateway", g.addr, "--data-dir", g.dataDir)...)
+	cmd := g.cliCmd(args...)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	return out.String(), errb.String(), err
+}
+
+// cliCmd is the openclaw CLI command against the gateway, not started.
+func (g *gw) cliCmd(args ...string) *exec.Cmd {
+	return exec.Command(openclawBin, append(args, "--gateway", g.addr, "--data-dir", g.dataDir)...)
 }
 
 func dirNames(t *testing.T, dir string) []string {

@@ -193,8 +193,8 @@ func newEnvSweepCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.asJSON() {
-				return printJSON(stdout, rep)
+			if g.structured() {
+				return g.emit(stdout, rep)
 			}
 			fmt.Fprintf(stdout, "checked %d leases, destroyed %d, orphaned %d environments\n", rep.Checked, len(rep.Destroyed), len(rep.Orphaned))
 			for _, d := range rep.Destroyed {

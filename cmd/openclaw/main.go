@@ -42,6 +42,7 @@ const (
 	envGateway = "OPENCLAW_GATEWAY"  // gateway URL for CLI commands
 	envToken   = "OPENCLAW_TOKEN"    // API token for CLI commands
 	envDataDir = "OPENCLAW_DATA_DIR" // data dir (gateway and CLI)
+	envContext = "OPENCLAW_CONTEXT"  // context of CLI commands (openclaw context)
 )
 
 // globals are the persistent flags shared by all commands.
@@ -50,6 +51,10 @@ type globals struct {
 	gateway string
 	token   string
 	output  string
+	// context names the context of $XDG_CONFIG_HOME/openclaw/config.yaml to use (--context);
+	// tokenFile is where its token is, when it names no data dir.
+	context   string
+	tokenFile string
 }
 
 func run(ctx context.Context, args []string) error {
@@ -73,14 +78,27 @@ token from <data-dir>/gateway.token, or --token.`,
 		SilenceErrors: true,
 	}
 	root.SetContext(ctx)
+	// --version prints the table of `openclaw version`; the executable is hashed only then.
+	root.Version = "-"
+	cobra.AddTemplateFunc("openclawVersion", versionText)
+	root.SetVersionTemplate("{{openclawVersion}}")
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.dataDir, "data-dir", os.Getenv(envDataDir), "gateway data dir (default $XDG_STATE_HOME/openclaw-gateway; env "+envDataDir+")")
 	pf.StringVar(&g.gateway, "gateway", os.Getenv(envGateway), "gateway URL for CLI commands (default http://127.0.0.1:7420; env "+envGateway+")")
 	pf.StringVar(&g.token, "token", os.Getenv(envToken), "API token (default: read from <data-dir>/gateway.token; env "+envToken+")")
+	pf.StringVar(&g.context, "context", os.Getenv(envContext), "context to use (see openclaw context list; env "+envContext+")")
+	_ = root.RegisterFlagCompletionFunc("context", completeContexts)
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		switch top := topLevel(cmd); top {
+		case "gateway", "context", "localbox", "worker", "version", "completion":
+			return nil // these never talk to a gateway through a context
+		}
+		return g.applyContext()
+	}
 
 	root.AddCommand(
 		newGatewayCmd(g),
-		newVersionCmd(),
+		newVersionCmd(g),
 		newProfileCmd(g),
 		newEnvCmd(g),
 		newLocalboxCmd(),
@@ -94,7 +112,20 @@ token from <data-dir>/gateway.token, or --token.`,
 		newUICmd(g),
 		newMCPCmd(g),
 		newOCCCmd(g),
+		newContextCmd(g),
 	)
+	finishTree(root, g)
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)
+}
+
+// topLevel is the name of cmd's top-level command ("" for the root).
+func topLevel(cmd *cobra.Command) string {
+	for cmd.HasParent() && cmd.Parent().HasParent() {
+		cmd = cmd.Parent()
+	}
+	if !cmd.HasParent() {
+		return ""
+	}
+	return cmd.Name()
 }

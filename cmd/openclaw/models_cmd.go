@@ -26,8 +26,8 @@ func newModelsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.asJSON() {
-				return printJSON(stdout, res)
+			if g.structured() {
+				return g.emit(stdout, res)
 			}
 			return printList(g, res.Models, []string{"MODEL", "API", "CONTEXT", "MAX OUT", "$ IN/OUT PER MTOK", "CREDENTIAL"}, func(m inference.Model) []string {
 				ref := m.Ref

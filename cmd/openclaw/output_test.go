@@ -12,7 +12,7 @@ import (
 )
 
 // TestBadOutputRefusedBeforeAnyRequest: every command with -o refuses a format other than table
-// or json, naming the flag, before it asks the gateway anything (nothing is created, leased or
+// json or yaml, naming the flag, before it asks the gateway anything (nothing is created, leased or
 // destroyed on a typo).
 func TestBadOutputRefusedBeforeAnyRequest(t *testing.T) {
 	var requests atomic.Int32
@@ -43,10 +43,10 @@ func TestBadOutputRefusedBeforeAnyRequest(t *testing.T) {
 		{"doctor"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := run(ctx, append(args, "-o", "yaml", "--gateway", srv.URL, "--token", "t"))
+		err := run(ctx, append(args, "-o", "xml", "--gateway", srv.URL, "--token", "t"))
 		cancel()
-		if err == nil || !strings.Contains(err.Error(), "--output must be table or json") {
-			t.Errorf("%v -o yaml: %v, want the --output refusal", args, err)
+		if err == nil || !strings.Contains(err.Error(), "--output must be table, json or yaml") {
+			t.Errorf("%v -o xml: %v, want the --output refusal", args, err)
 		}
 	}
 	if n := requests.Load(); n != 0 {

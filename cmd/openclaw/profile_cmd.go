@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -109,9 +110,10 @@ func printWarnings(p providers.Profile) {
 
 func newProfileApplyCmd(g *globals) *cobra.Command {
 	var file string
+	var dry bool
 	cmd := &cobra.Command{
-		Use:   "apply -f profiles.yaml",
-		Short: "Create or replace the profiles of a YAML file",
+		Use:   "apply -f profiles.yaml [--dry-run]",
+		Short: "Create or replace the profiles of a YAML file, all or none",
 		Long: `Create or replace every profile listed in a YAML file of the shape
 
   profiles:
@@ -122,7 +124,13 @@ func newProfileApplyCmd(g *globals) *cobra.Command {
       sync: {exclude: [node_modules, .venv]}
       maxEnvironments: 4
 
-All profiles are validated by the gateway; the first bad one stops the apply and is named.`,
+The gateway validates every profile before it writes any: the first bad one stops the apply,
+named with its field (a YAML error names its line), and nothing is written. A profile equal to the
+stored one is reported unchanged and not rewritten. --dry-run prints what would be created, updated
+or left unchanged, and writes nothing.`,
+		Example: `  openclaw profile apply -f profiles.yaml --dry-run
+  openclaw profile apply -f profiles.yaml
+  cat profiles.yaml | openclaw profile apply -f -`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
@@ -145,22 +153,30 @@ All profiles are validated by the gateway; the first bad one stops the apply and
 			if err != nil {
 				return err
 			}
-			for i, p := range list {
-				out, created, err := c.PutProfile(cmd.Context(), p)
-				if err != nil {
-					return fmt.Errorf("%s: profiles[%d] (%s): %w", file, i, p.ID, err)
+			res, err := c.ApplyProfiles(cmd.Context(), api.ApplyProfilesRequest{Profiles: list, DryRun: dry})
+			if err != nil {
+				return fmt.Errorf("%s: %w (nothing was written)", file, err)
+			}
+			if g.structured() {
+				return g.emit(stdout, res)
+			}
+			for _, a := range res {
+				printWarnings(a.Profile)
+				line := fmt.Sprintf("profile %s %s", a.Profile.ID, a.Action)
+				if dry && a.Action != "unchanged" {
+					line = fmt.Sprintf("profile %s would be %s", a.Profile.ID, a.Action)
 				}
-				printWarnings(out)
-				verb := "updated"
-				if created {
-					verb = "created"
-				}
-				fmt.Fprintf(stdout, "profile %s %s\n", out.ID, verb)
+				fmt.Fprintln(stdout, line)
+			}
+			if dry {
+				fmt.Fprintln(stdout, "(dry run: nothing written)")
 			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "YAML file with a top-level profiles: list (- for stdin)")
+	cmd.Flags().BoolVar(&dry, "dry-run", false, "validate and print what would change; write nothing")
+	addOutput(cmd, g)
 	return cmd
 }
 
@@ -176,20 +192,57 @@ func newProfileListCmd(g *globals) *cobra.Command {
 
 func newProfileShowCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "show ID",
-		Short: "Show one profile (JSON)",
-		Args:  cobra.ExactArgs(1),
+		Use:     "show ID",
+		Short:   "Show one profile",
+		Example: "  openclaw profile show local\n  openclaw profile show local -o yaml",
+		Args:    cobra.ExactArgs(1),
 		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
 			p, err := c.Profile(ctx, args[0])
 			if err != nil {
 				return err
 			}
 			printWarnings(p)
-			return printJSON(stdout, p)
+			return printShow(g, p, func(row func(k, v string)) { profileRows(p, row) })
 		}),
 	}
 	addOutput(cmd, g)
 	return cmd
+}
+
+// profileRows are the rows of `profile show`.
+func profileRows(p providers.Profile, row func(k, v string)) {
+	row("id", p.ID)
+	row("provider", p.Provider)
+	row("idle timeout", p.Lifetime.IdleTimeout.String())
+	row("ttl", p.Lifetime.TTL.String())
+	row("max environments", strconv.Itoa(p.MaxEnvironments))
+	row("sync exclude", strings.Join(p.Sync.Exclude, ", "))
+	row("sync include", strings.Join(p.Sync.Include, ", "))
+	if p.Sync.MaxDeleteShare > 0 {
+		row("max delete share", strconv.FormatFloat(p.Sync.MaxDeleteShare, 'g', -1, 64))
+	}
+	keys := make([]string, 0, len(p.Hygiene))
+	for k := range p.Hygiene {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	hyg := make([]string, 0, len(keys))
+	for _, k := range keys {
+		hyg = append(hyg, k+"="+p.Hygiene[k])
+	}
+	row("hygiene", strings.Join(hyg, ", "))
+	var settings map[string]any
+	_ = json.Unmarshal(p.Settings, &settings)
+	keys = keys[:0]
+	for k := range settings {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		b, _ := json.Marshal(settings[k])
+		row("settings."+k, truncate(string(b), 200))
+	}
+	row("warnings", strings.Join(p.Warnings, "; "))
 }
 
 func newProfileRmCmd(g *globals) *cobra.Command {

@@ -25,7 +25,7 @@ func newSessionCmd(g *globals) *cobra.Command {
 		Short:   "List, inspect, follow and export sessions",
 	}
 	cmd.AddCommand(newSessionCreateCmd(g), newSessionSendCmd(g), newSessionDispatchCmd(g), newSessionPullbackCmd(g), newSessionMoveCmd(g), newSessionListCmd(g), newSessionShowCmd(g), newSessionWatchCmd(g),
-		newSessionExportCmd(g))
+		newSessionExportCmd(g), newSessionCancelCmd(g))
 	return cmd
 }
 
@@ -101,7 +101,7 @@ func newSessionShowCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := printShow(g, t, func(row func(k, v string)) { sessionRows(ctx, c, t, row) }); err != nil || g.asJSON() || len(t.Entries) == 0 {
+			if err := printShow(g, t, func(row func(k, v string)) { sessionRows(ctx, c, t, row) }); err != nil || g.structured() || len(t.Entries) == 0 {
 				return err
 			}
 			fmt.Fprintln(stdout)
@@ -179,26 +179,37 @@ func entrySummary(e sessions.Entry) string {
 }
 
 func newSessionExportCmd(g *globals) *cobra.Command {
-	var out string
+	var file, format string
 	cmd := &cobra.Command{
-		Use:   "export ID [-o FILE]",
+		Use:   "export ID [--file FILE]",
 		Short: "Export a transcript as JSONL in the upstream session file layout",
 		Long: `Export a session's transcript tree as JSONL in the upstream (pi) session file layout: a header line
 {"type":"session","version":3,"id","timestamp","cwd"} and then one line per entry
-{"type","id","parentId","timestamp",...}. Without -o the JSONL goes to stdout.`,
-		Args: cobra.ExactArgs(1),
+{"type","id","parentId","timestamp",...}. Without --file the JSONL goes to stdout; a file is written
+whole or not at all (temp file, fsync, rename).`,
+		Example: `  openclaw session export ses_123 --file transcript.jsonl
+  openclaw session export ses_123 | jq -c 'select(.type == "message")'`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeSessions(g),
+		PreRunE: func(*cobra.Command, []string) error {
+			if format != "jsonl" {
+				return fmt.Errorf("--output of session export is always jsonl (got %q); to write a file use --file %s", format, format)
+			}
+			return nil
+		},
 		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
 			t, err := c.Transcript(ctx, args[0])
 			if err != nil {
 				return err
 			}
-			if out == "" || out == "-" {
+			if file == "" || file == "-" {
 				return sessions.WriteJSONL(stdout, t)
 			}
-			return writeFileAtomic(out, func(w io.Writer) error { return sessions.WriteJSONL(w, t) })
+			return writeFileAtomic(file, func(w io.Writer) error { return sessions.WriteJSONL(w, t) })
 		}),
 	}
-	cmd.Flags().StringVarP(&out, "output", "o", "", "file to write (default stdout)")
+	cmd.Flags().StringVarP(&file, "file", "f", "", "file to write (default stdout)")
+	cmd.Flags().StringVarP(&format, "output", "o", "jsonl", "output format: jsonl (the only one)")
 	return cmd
 }
 
@@ -230,20 +241,29 @@ func newSessionWatchCmd(g *globals) *cobra.Command {
 	var cursor uint64
 	var thinking bool
 	cmd := &cobra.Command{
-		Use:   "watch ID [--cursor N]",
+		Use:   "watch ID [--cursor N] [-o json]",
 		Short: "Follow a session's live events: assistant text, tool activity, run lifecycle",
 		Long: `Follow a session's live events. Retained events after --cursor are replayed first (0: all
 retained), then new ones are printed as they happen: assistant text on stdout, tool activity and run
-lifecycle on stderr. A watcher that falls behind is disconnected by the gateway and reconnects from the
-last event it printed.`,
-		Args: cobra.ExactArgs(1),
+lifecycle on stderr. With -o json every event is one line of JSON on stdout, with its cursor (a gap
+of events no longer retained is a {"type":"gap","missed":N} line). A watcher that falls behind is
+disconnected by the gateway and reconnects from the last event it printed.`,
+		Example: `  openclaw session watch ses_123
+  openclaw session watch ses_123 -o json | jq -r 'select(.event.type == "text_delta") | .event.delta'`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeSessions(g),
 		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
-			p := &console.Printer{Out: stdout, Info: stderr, Thinking: thinking}
+			if g.output == "yaml" {
+				return errors.New("session watch prints a stream: -o table or -o json (one JSON line per event)")
+			}
+			p := &console.Printer{Out: stdout, Info: stderr, Thinking: thinking, JSONLines: g.asJSON()}
 			for {
 				err := p.Watch(ctx, c, args[0], &cursor, nil)
 				var ce websocket.CloseError
 				if errors.As(err, &ce) && ce.Code == websocket.StatusTryAgainLater {
-					p.Note("(fell behind; resuming after event %d)", cursor)
+					if !p.JSONLines {
+						p.Note("(fell behind; resuming after event %d)", cursor)
+					}
 					continue
 				}
 				if ctx.Err() != nil {
@@ -255,5 +275,6 @@ last event it printed.`,
 	}
 	cmd.Flags().Uint64Var(&cursor, "cursor", 0, "replay retained events after this cursor")
 	cmd.Flags().BoolVar(&thinking, "thinking", false, "also print thinking deltas (on stderr)")
+	addOutput(cmd, g)
 	return cmd
 }

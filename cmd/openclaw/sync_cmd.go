@@ -60,10 +60,6 @@ the session the environment serves, in that session's sync mode and with its pro
 gateway is needed then.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			asJSON, err := g.json()
-			if err != nil {
-				return err
-			}
 			if workspace == "" {
 				return fmt.Errorf("--workspace is required")
 			}
@@ -134,8 +130,8 @@ gateway is needed then.`,
 				}
 			}
 			w := cmd.OutOrStdout()
-			if asJSON {
-				return printJSON(w, out)
+			if g.structured() {
+				return g.emit(w, out)
 			}
 			if out.Environment != "" {
 				fmt.Fprintf(w, "to %s:%s", out.Environment, out.BoxDir)

@@ -128,6 +128,7 @@ func New(cfg Config) *Server {
 	v1.GET("/gateway", s.gatewayInfo)
 	v1.GET("/profiles", s.listProfiles)
 	v1.POST("/profiles", s.createProfile)
+	v1.POST("/profiles/apply", s.applyProfiles)
 	v1.GET("/profiles/:id", s.getProfile)
 	v1.PUT("/profiles/:id", s.putProfile)
 	v1.DELETE("/profiles/:id", s.deleteProfile)

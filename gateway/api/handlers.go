@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -247,4 +249,89 @@ func (s *Server) sweep(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, rep)
+}
+
+// ApplyProfilesRequest is the body of POST /profiles/apply: profiles to create or replace
+// together. Every one is validated before any is written; with DryRun none is.
+type ApplyProfilesRequest struct {
+	Profiles []providers.Profile `json:"profiles"`
+	DryRun   bool                `json:"dryRun,omitempty"`
+}
+
+// AppliedProfile is what POST /profiles/apply did (or, dry, would do) to one profile:
+// created, updated or unchanged.
+type AppliedProfile struct {
+	Profile providers.Profile `json:"profile"`
+	Action  string            `json:"action"`
+}
+
+func (s *Server) applyProfiles(c echo.Context) error {
+	var req ApplyProfilesRequest
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	if len(req.Profiles) == 0 {
+		return providers.Fieldf("profiles", "is empty")
+	}
+	ctx := c.Request().Context()
+	out := make([]AppliedProfile, len(req.Profiles))
+	seen := map[string]bool{}
+	for i := range req.Profiles {
+		p := &req.Profiles[i]
+		if err := s.cfg.Profiles.Prepare(p); err != nil {
+			var fe *providers.FieldError
+			if errors.As(err, &fe) {
+				return &providers.FieldError{Field: fmt.Sprintf("profiles[%d].%s", i, fe.Field), Message: fe.Message}
+			}
+			return err
+		}
+		if seen[p.ID] {
+			return providers.Fieldf(fmt.Sprintf("profiles[%d].id", i), "duplicate id %q", p.ID)
+		}
+		seen[p.ID] = true
+		out[i] = AppliedProfile{Profile: *p, Action: "created"}
+		old, err := s.cfg.Profiles.Get(ctx, p.ID)
+		switch {
+		case err == nil && sameProfile(old, *p):
+			out[i].Action = "unchanged"
+		case err == nil:
+			out[i].Action = "updated"
+		case !errors.Is(err, store.ErrNotFound):
+			return err
+		}
+	}
+	if !req.DryRun {
+		for i := range req.Profiles {
+			if out[i].Action == "unchanged" {
+				continue
+			}
+			if _, err := s.cfg.Profiles.Put(ctx, &req.Profiles[i]); err != nil {
+				return fmt.Errorf("profiles[%d] (%s): %w", i, req.Profiles[i].ID, err)
+			}
+		}
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// sameProfile compares two profiles by their JSON form (settings canonicalised, warnings aside).
+func sameProfile(a, b providers.Profile) bool {
+	canon := func(p providers.Profile) string {
+		p.Warnings = nil
+		var settings any
+		if len(p.Settings) > 0 && json.Unmarshal(p.Settings, &settings) == nil {
+			p.Settings, _ = json.Marshal(settings)
+		}
+		if len(p.Hygiene) == 0 {
+			p.Hygiene = nil
+		}
+		if len(p.Sync.Include) == 0 {
+			p.Sync.Include = nil
+		}
+		if len(p.Sync.Exclude) == 0 {
+			p.Sync.Exclude = nil
+		}
+		b, _ := json.Marshal(p)
+		return string(b)
+	}
+	return canon(a) == canon(b)
 }

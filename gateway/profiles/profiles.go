@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 
@@ -189,29 +190,79 @@ type File struct {
 	Profiles []providers.Profile `yaml:"profiles"`
 }
 
-// ParseYAML decodes a profiles file strictly, naming the bad field of the bad profile.
+// ParseYAML decodes a profiles file strictly, naming the bad field of the bad profile and the
+// line it is on.
 func ParseYAML(r io.Reader) ([]providers.Profile, error) {
 	dec := yaml.NewDecoder(r)
-	dec.KnownFields(true)
-	var f File
-	if err := dec.Decode(&f); err != nil {
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil, errors.New("profiles file is empty")
 		}
 		return nil, fmt.Errorf("profiles file: %w", err)
 	}
-	if len(f.Profiles) == 0 {
+	top := &doc
+	if top.Kind == yaml.DocumentNode && len(top.Content) == 1 {
+		top = top.Content[0]
+	}
+	if top.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("line %d: profiles file must be a mapping with a top-level 'profiles:' list", top.Line)
+	}
+	var list *yaml.Node
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		if k := top.Content[i]; k.Value != "profiles" {
+			return nil, fmt.Errorf("line %d: unknown top-level field %q (expected 'profiles:')", k.Line, k.Value)
+		}
+		list = top.Content[i+1]
+	}
+	if list == nil || len(list.Content) == 0 {
 		return nil, errors.New("profiles file has no profiles (expected a top-level 'profiles:' list)")
 	}
+	if list.Kind != yaml.SequenceNode {
+		return nil, fmt.Errorf("line %d: profiles must be a list", list.Line)
+	}
+	out := make([]providers.Profile, len(list.Content))
 	seen := map[string]bool{}
-	for i := range f.Profiles {
-		p := &f.Profiles[i]
+	for i, item := range list.Content {
+		p := &out[i]
+		if err := item.Decode(p); err != nil {
+			if strings.Contains(err.Error(), "line ") {
+				return nil, fmt.Errorf("profiles[%d]: %w", i, err)
+			}
+			return nil, fmt.Errorf("line %d: profiles[%d]: %w", fieldLine(item, err), i, err)
+		}
 		if seen[p.ID] {
-			return nil, providers.Fieldf(fmt.Sprintf("profiles[%d].id", i), "duplicate id %q", p.ID)
+			return nil, fmt.Errorf("line %d: %w", item.Line, providers.Fieldf(fmt.Sprintf("profiles[%d].id", i), "duplicate id %q", p.ID))
 		}
 		seen[p.ID] = true
 	}
-	return f.Profiles, nil
+	return out, nil
+}
+
+// fieldLine is the line of the field a *providers.FieldError names inside a profile's node (the
+// profile's own line when it is not found).
+func fieldLine(n *yaml.Node, err error) int {
+	var fe *providers.FieldError
+	if !errors.As(err, &fe) {
+		return n.Line
+	}
+	line := n.Line
+	for _, part := range strings.Split(fe.Field, ".") {
+		if n.Kind != yaml.MappingNode {
+			break
+		}
+		found := false
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == part {
+				line, n, found = n.Content[i].Line, n.Content[i+1], true
+				break
+			}
+		}
+		if !found {
+			break
+		}
+	}
+	return line
 }
 
 func nonNil(s []string) []string {

@@ -21,13 +21,17 @@ func RegisterAPI(g *echo.Group, s *Service) {
 	g.POST("/sessions/:id/messages", func(c echo.Context) error {
 		var req SendRequest
 		if err := (&echo.DefaultBinder{}).BindBody(c, &req); err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return mbe // 413 too-large
+			}
 			return providers.Fieldf("body", "invalid JSON: %v", err)
 		}
 		if req.Text == "" {
 			return providers.Fieldf("text", "is required")
 		}
 		if len(req.Text) > 1<<20 {
-			return providers.Fieldf("text", "is larger than 1 MiB")
+			return &http.MaxBytesError{Limit: 1 << 20}
 		}
 		t, err := s.Send(c.Request().Context(), c.Param("id"), req.Text, req.IdempotencyKey)
 		if errors.Is(err, ErrWorkerUnavailable) {
@@ -60,6 +64,9 @@ func RegisterAPI(g *echo.Group, s *Service) {
 		return c.JSON(http.StatusOK, t)
 	})
 	g.POST("/sessions/:id/cancel", func(c echo.Context) error {
+		if _, err := s.cfg.Sessions.Get(c.Request().Context(), c.Param("id")); err != nil {
+			return err // an unknown session is not-found
+		}
 		return c.JSON(http.StatusOK, map[string]bool{"canceled": s.Cancel(c.Param("id"))})
 	})
 }

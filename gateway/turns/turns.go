@@ -256,7 +256,7 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 	s.mu.Lock()
 	if _, busy := s.running[sessionID]; busy {
 		s.mu.Unlock()
-		return Turn{}, fmt.Errorf("session %s: %w", sessionID, placement.ErrBusy)
+		return Turn{}, fmt.Errorf("session %s: %w; wait for it to end, or stop it with: openclaw session cancel %s", sessionID, placement.ErrBusy, sessionID)
 	}
 	if s.cfg.Placements != nil {
 		p, err := s.cfg.Placements.Get(ctx, sessionID)

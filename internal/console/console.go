@@ -4,6 +4,7 @@ package console
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,7 +24,10 @@ type Printer struct {
 	Out, Info io.Writer
 	// Thinking also prints thinking deltas (on Info).
 	Thinking bool
-	midLine  bool // the last text delta did not end a line
+	// JSONLines writes each stream message (live records with their cursor, gaps) to Out as one
+	// line of JSON instead of rendering it.
+	JSONLines bool
+	midLine   bool // the last text delta did not end a line
 }
 
 // Note prints one line on Info, after ending a text line left open on Out.
@@ -78,7 +82,18 @@ func (p *Printer) Watch(ctx context.Context, c *api.Client, sessionID string, cu
 		if err != nil {
 			return err
 		}
+		if p.JSONLines {
+			if err := json.NewEncoder(p.Out).Encode(m); err != nil {
+				return err
+			}
+		}
 		switch {
+		case p.JSONLines && m.LiveRecord != nil:
+			*cursor = m.Cursor
+			if until != nil && until(m.LiveRecord) {
+				return nil
+			}
+		case p.JSONLines:
 		case m.Type == "gap":
 			p.Note("(%d earlier events are no longer retained)", m.Missed)
 		case m.LiveRecord != nil:
