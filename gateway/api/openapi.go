@@ -73,6 +73,7 @@ var Operations = []Operation{
 
 	{Method: "GET", Path: "/api/v1/profiles", Summary: "List the worker profiles.", Status: 200, Response: []providers.Profile{}},
 	{Method: "POST", Path: "/api/v1/profiles", Summary: "Create a profile (JSON, or one YAML document with Content-Type application/yaml); 409 exists when the id is taken.", Body: providers.Profile{}, Status: 201, Response: providers.Profile{}},
+	{Method: "POST", Path: "/api/v1/profiles/apply", Summary: "Create or replace profiles together: all validated before any is written (none with dryRun); each reported created, updated or unchanged.", Body: ApplyProfilesRequest{}, Status: 200, Response: []AppliedProfile{}},
 	{Method: "GET", Path: "/api/v1/profiles/:id", Summary: "One profile (as YAML with Accept: application/yaml).", Status: 200, Response: providers.Profile{}},
 	{Method: "PUT", Path: "/api/v1/profiles/:id", Summary: "Create or replace a profile (201 when created).", Body: providers.Profile{}, Status: 200, Response: providers.Profile{}},
 	{Method: "DELETE", Path: "/api/v1/profiles/:id", Summary: "Delete a profile (409 conflict while an environment uses it).", Status: 204},
