@@ -104,13 +104,15 @@ func (e *ProviderError) Error() string {
 	return e.Message
 }
 
-// NewProviderError describes a refused request from its status, headers and the provider's message.
-func NewProviderError(status int, h http.Header, message string) *ProviderError {
+// NewProviderError describes a refused request from its status, the provider's message and the
+// headers of its response (nil when there was none).
+func NewProviderError(status int, resp *http.Response, message string) *ProviderError {
 	e := &ProviderError{Status: status, Message: message}
 	if e.Message == "" {
 		e.Message = http.StatusText(status)
 	}
-	if h != nil {
+	if resp != nil {
+		h := resp.Header
 		if ms, err := strconv.ParseFloat(h.Get("Retry-After-Ms"), 64); err == nil && ms >= 0 {
 			e.RetryAfter = time.Duration(ms * float64(time.Millisecond))
 		} else if s, err := strconv.ParseFloat(h.Get("Retry-After"), 64); err == nil && s >= 0 {

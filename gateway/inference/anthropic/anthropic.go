@@ -2,6 +2,7 @@
 package anthropic
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -368,27 +369,17 @@ func (a *Adapter) stream(ctx context.Context, call inference.Call, sigs *signatu
 // describe turns SDK errors into provider errors with status, retry hint and the provider's message
 // (never the request, whose headers carry the credential).
 func describe(err error) error {
-	var ae *sdk.Error
-	if errors.As(err, &ae) {
-		msg := ae.Message
-		if msg == "" {
-			msg = string(ae.Type())
-		}
-		if msg == "" {
-			msg = ae.RawJSON()
-		}
-		var h http.Header
-		if ae.Response != nil {
-			h = ae.Response.Header
-		}
-		status := ae.StatusCode
-		if status == http.StatusOK { // an error event inside a started stream
-			status = 0
-			if t := string(ae.Type()); t != "" && t != msg {
-				msg = t + ": " + msg
-			}
-		}
-		return inference.NewProviderError(status, h, msg)
+	ae, ok := errors.AsType[*sdk.Error](err)
+	if !ok {
+		return err
 	}
-	return err
+	msg := cmp.Or(ae.Message, string(ae.Type()), ae.RawJSON())
+	status := ae.StatusCode
+	if status == http.StatusOK { // an error event inside a started stream
+		status = 0
+		if t := string(ae.Type()); t != "" && t != msg {
+			msg = t + ": " + msg
+		}
+	}
+	return inference.NewProviderError(status, ae.Response, msg)
 }

@@ -98,6 +98,21 @@ func parseSchema(t protocol.Tool) (map[string]any, error) {
 
 func dataURL(c protocol.Content) string { return "data:" + c.MimeType + ";base64," + c.Data }
 
+// toolCalls are the tool calls of an assistant message, with empty arguments sent as {}.
+func toolCalls(m protocol.Message) []protocol.Content {
+	var out []protocol.Content
+	for _, c := range m.Content {
+		if c.Type != protocol.ContentToolCall {
+			continue
+		}
+		if len(c.Arguments) == 0 {
+			c.Arguments = json.RawMessage("{}")
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
 func resultText(m protocol.Message) string {
 	var parts []string
 	for _, c := range m.Content {
@@ -152,16 +167,9 @@ func CompletionParams(call inference.Call) (sdk.ChatCompletionNewParams, error) 
 			if text := m.Text(); strings.TrimSpace(text) != "" {
 				am.Content.OfString = sdk.String(text)
 			}
-			for _, c := range m.Content {
-				if c.Type != protocol.ContentToolCall {
-					continue
-				}
-				args := string(c.Arguments)
-				if args == "" {
-					args = "{}"
-				}
+			for _, c := range toolCalls(m) {
 				am.ToolCalls = append(am.ToolCalls, sdk.ChatCompletionMessageToolCallUnionParam{OfFunction: &sdk.ChatCompletionMessageFunctionToolCallParam{
-					ID: c.ID, Function: sdk.ChatCompletionMessageFunctionToolCallFunctionParam{Name: c.Name, Arguments: args},
+					ID: c.ID, Function: sdk.ChatCompletionMessageFunctionToolCallFunctionParam{Name: c.Name, Arguments: string(c.Arguments)},
 				}})
 			}
 			if am.Content.OfString.Valid() || len(am.ToolCalls) > 0 {
@@ -324,17 +332,12 @@ func readCompletion(ctx context.Context, b *inference.Builder, stream *ssestream
 
 // describe turns SDK errors into provider errors with status, retry hint and the provider's message.
 func describe(err error) error {
-	var ae *sdk.Error
-	if errors.As(err, &ae) {
+	if ae, ok := errors.AsType[*sdk.Error](err); ok {
 		msg := ae.Message
 		if msg == "" {
 			msg = ae.Type
 		}
-		var h http.Header
-		if ae.Response != nil {
-			h = ae.Response.Header
-		}
-		return inference.NewProviderError(ae.StatusCode, h, msg)
+		return inference.NewProviderError(ae.StatusCode, ae.Response, msg)
 	}
 	return err
 }

@@ -58,15 +58,8 @@ func ResponseParams(call inference.Call) (responses.ResponseNewParams, error) {
 			if text := m.Text(); strings.TrimSpace(text) != "" {
 				input = append(input, responses.ResponseInputItemParamOfMessage(text, responses.EasyInputMessageRoleAssistant))
 			}
-			for _, c := range m.Content {
-				if c.Type != protocol.ContentToolCall {
-					continue
-				}
-				args := string(c.Arguments)
-				if args == "" {
-					args = "{}"
-				}
-				input = append(input, responses.ResponseInputItemParamOfFunctionCall(args, c.ID, c.Name))
+			for _, c := range toolCalls(m) {
+				input = append(input, responses.ResponseInputItemParamOfFunctionCall(string(c.Arguments), c.ID, c.Name))
 			}
 		case protocol.RoleToolResult:
 			out := responses.ResponseInputItemParamOfFunctionCallOutput(resultText(m))
