@@ -16,14 +16,15 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/openclaw/cloudworkers/examples/internal/boxproc"
+	"github.com/openclaw/cloudworkers/internal/atomicfile"
 )
 
 const usage = `lease-crabbox: an imitation of the Crabbox CLI for tests.
@@ -338,13 +339,12 @@ func (c *cli) loadCoord(ident string) (*stored, bool) {
 	return nil, false
 }
 
-func (c *cli) saveCoord(s *stored) error {
-	b, _ := json.MarshalIndent(s, "", "  ")
-	tmp := c.coordPath(s.ID) + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, c.coordPath(s.ID))
+func (c *cli) saveCoord(s *stored) error { return saveJSON(c.coordPath(s.ID), s) }
+
+// saveJSON writes v as indented JSON to path (temp, fsync, rename).
+func saveJSON(path string, v any) error {
+	b, _ := json.MarshalIndent(v, "", "  ")
+	return atomicfile.Write(path, b, 0o600)
 }
 
 func terminal(state string) bool { // statusTerminalState, internal/cli/status.go
@@ -434,43 +434,13 @@ func (c *cli) startBox(s *stored) error {
 		return exit(1, "LEASE_CRABBOX_LOCALBOX is not set: no machine to lease")
 	}
 	s.BoxDir = filepath.Join(c.dir, "boxes", s.ID)
-	cmd := exec.Command(bin, "localbox", "--dir", s.BoxDir, "--lease-id", s.ID)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start localbox: %w", err)
+	st, err := boxproc.Start(bin, s.BoxDir, s.ID)
+	if err != nil {
+		return err
 	}
-	go func() { _ = cmd.Wait() }()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		var st struct {
-			PID           int    `json:"pid"`
-			Port          int    `json:"port"`
-			User          string `json:"user"`
-			HostKey       string `json:"hostKey"`
-			ClientKeyPath string `json:"clientKeyPath"`
-		}
-		b, err := os.ReadFile(filepath.Join(s.BoxDir, ".localbox", "state.json"))
-		if err == nil && json.Unmarshal(b, &st) == nil && st.Port > 0 {
-			s.BoxPID, s.KeyPath, s.HostKey = st.PID, st.ClientKeyPath, st.HostKey
-			s.Host, s.SSHPort, s.SSHUser, s.SSHHostKey = "127.0.0.1", strconv.Itoa(st.Port), st.User, st.HostKey
-			return nil
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			return errors.New("localbox did not start within 15s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func stopBox(pid int) {
-	if pid <= 0 || syscall.Kill(pid, syscall.SIGTERM) != nil {
-		return
-	}
-	for i := 0; i < 250 && syscall.Kill(pid, 0) == nil; i++ {
-		time.Sleep(20 * time.Millisecond)
-	}
-	_ = syscall.Kill(pid, syscall.SIGKILL)
+	s.BoxPID, s.KeyPath, s.HostKey = st.PID, st.ClientKeyPath, st.HostKey
+	s.Host, s.SSHPort, s.SSHUser, s.SSHHostKey = "127.0.0.1", strconv.Itoa(st.Port), st.User, st.HostKey
+	return nil
 }
 
 // reachable is probeSSHReady reduced to a TCP connect (loopback only in tests).
@@ -639,7 +609,7 @@ func (c *cli) stop(args []string) error {
 		return notFound("POST", "/v1/leases/"+id+"/release")
 	}
 	if s.State != "released" {
-		stopBox(s.BoxPID)
+		boxproc.Stop(s.BoxPID)
 		s.State = "released"
 		if err := c.saveCoord(s); err != nil {
 			return err

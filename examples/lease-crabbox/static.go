@@ -30,14 +30,7 @@ func (c *cli) claimPath(leaseID string) string {
 	return filepath.Join(c.dir, "claims", leaseID+".json")
 }
 
-func (c *cli) saveClaim(cl *claim) error {
-	b, _ := json.MarshalIndent(cl, "", "  ")
-	tmp := c.claimPath(cl.LeaseID) + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, c.claimPath(cl.LeaseID))
-}
+func (c *cli) saveClaim(cl *claim) error { return saveJSON(c.claimPath(cl.LeaseID), cl) }
 
 // findClaim is resolveLeaseClaim: a claim by lease id, else by slug.
 func (c *cli) findClaim(ident string) (*claim, bool) {

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -23,6 +22,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/openclaw/cloudworkers/examples/internal/boxproc"
 	"github.com/openclaw/cloudworkers/internal/atomicfile"
 )
 
@@ -299,47 +299,16 @@ func (d *leaseDir) create(l *lease, w warmupArgs) error {
 // takes its port, user, host key and client key from the state file it writes.
 func (d *leaseDir) startBox(l *lease, w warmupArgs, bin string) error {
 	l.BoxDir = filepath.Join(d.dir, l.ID+".box")
-	args := []string{"localbox", "--dir", l.BoxDir, "--lease-id", l.ID}
+	var labels []string
 	for k, v := range w.labels {
-		args = append(args, "--label", k+"="+v)
+		labels = append(labels, "--label", k+"="+v)
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start localbox: %w", err)
+	st, err := boxproc.Start(bin, l.BoxDir, l.ID, labels...)
+	if err != nil {
+		return err
 	}
-	go func() { _ = cmd.Wait() }()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		var st struct {
-			PID           int    `json:"pid"`
-			Port          int    `json:"port"`
-			User          string `json:"user"`
-			HostKey       string `json:"hostKey"`
-			ClientKeyPath string `json:"clientKeyPath"`
-		}
-		b, err := os.ReadFile(filepath.Join(l.BoxDir, ".localbox", "state.json"))
-		if err == nil && json.Unmarshal(b, &st) == nil && st.Port > 0 {
-			l.BoxPID, l.Port, l.User, l.HostKey, l.KeyPath = st.PID, st.Port, st.User, st.HostKey, st.ClientKeyPath
-			return nil
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			return errors.New("localbox did not start within 15s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// stopBox stops a localbox process and waits (bounded) for it to exit.
-func stopBox(pid int) {
-	if syscall.Kill(pid, syscall.SIGTERM) != nil {
-		return
-	}
-	for i := 0; i < 250 && syscall.Kill(pid, 0) == nil; i++ {
-		time.Sleep(20 * time.Millisecond)
-	}
-	_ = syscall.Kill(pid, syscall.SIGKILL)
+	l.BoxPID, l.Port, l.User, l.HostKey, l.KeyPath = st.PID, st.Port, st.User, st.HostKey, st.ClientKeyPath
+	return nil
 }
 
 // view is what inspect and list print, in Crabbox's inspect --json shape.
@@ -413,7 +382,7 @@ func (d *leaseDir) stop(id string) error {
 		return err
 	}
 	if l.BoxPID != 0 {
-		stopBox(l.BoxPID)
+		boxproc.Stop(l.BoxPID)
 		if err := os.RemoveAll(l.BoxDir); err != nil {
 			return err
 		}

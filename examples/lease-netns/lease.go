@@ -261,15 +261,23 @@ func (m *manager) allocate(doc *stateDoc, l *lease, first int) (int, error) {
 	return 0, errors.New("198.18.0.0/15 is exhausted")
 }
 
-func (m *manager) inspect(ctx context.Context, id string) (leaseJSON, error) {
+// lookup loads the state, reaps expired leases first when reap is set, and returns lease id.
+func (m *manager) lookup(ctx context.Context, id string, reap bool) (*stateDoc, *lease, error) {
 	doc, err := m.load()
 	if err != nil {
-		return leaseJSON{}, err
+		return nil, nil, err
 	}
-	if err := m.reapExpired(ctx, doc); err != nil {
-		return leaseJSON{}, err
+	if reap {
+		if err := m.reapExpired(ctx, doc); err != nil {
+			return nil, nil, err
+		}
 	}
 	l, err := m.get(doc, id)
+	return doc, l, err
+}
+
+func (m *manager) inspect(ctx context.Context, id string) (leaseJSON, error) {
+	_, l, err := m.lookup(ctx, id, true)
 	if err != nil {
 		return leaseJSON{}, err
 	}
@@ -277,14 +285,7 @@ func (m *manager) inspect(ctx context.Context, id string) (leaseJSON, error) {
 }
 
 func (m *manager) heartbeat(ctx context.Context, id string) (leaseJSON, error) {
-	doc, err := m.load()
-	if err != nil {
-		return leaseJSON{}, err
-	}
-	if err := m.reapExpired(ctx, doc); err != nil {
-		return leaseJSON{}, err
-	}
-	l, err := m.get(doc, id)
+	doc, l, err := m.lookup(ctx, id, true)
 	if err != nil {
 		return leaseJSON{}, err
 	}
@@ -317,11 +318,7 @@ func (m *manager) list(ctx context.Context) ([]leaseJSON, error) {
 
 // stop releases a lease. Stopping a released lease succeeds; a never-seen id is an error.
 func (m *manager) stop(ctx context.Context, id string) error {
-	doc, err := m.load()
-	if err != nil {
-		return err
-	}
-	l, err := m.get(doc, id)
+	doc, l, err := m.lookup(ctx, id, false)
 	if err != nil {
 		return err
 	}
@@ -332,11 +329,7 @@ func (m *manager) stop(ctx context.Context, id string) error {
 }
 
 func (m *manager) link(ctx context.Context, id string, up bool) error {
-	doc, err := m.load()
-	if err != nil {
-		return err
-	}
-	l, err := m.get(doc, id)
+	_, l, err := m.lookup(ctx, id, false)
 	if err != nil {
 		return err
 	}
@@ -354,11 +347,7 @@ func (m *manager) link(ctx context.Context, id string, up bool) error {
 // reloaded): the box still completes handshakes and answers keepalives, but no command, sftp
 // included, ever ends. Connections already open keep their old behaviour.
 func (m *manager) hang(ctx context.Context, id string) error {
-	doc, err := m.load()
-	if err != nil {
-		return err
-	}
-	l, err := m.get(doc, id)
+	_, l, err := m.lookup(ctx, id, false)
 	if err != nil {
 		return err
 	}
