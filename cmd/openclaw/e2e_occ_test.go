@@ -186,6 +186,12 @@ occ:
 			t.Fatalf("repeat leased again: %d warmup calls (was %d), %d live leases", n, calls, len(liveLeases(t, leaseDir)))
 		}
 		env1 = g.occEnv("ns_a", "agent_1", "rev_1")
+		if env1.State != envs.Attached {
+			t.Fatalf("a ready revision's environment is %s; want attached (never reused as a warm lease, never idle-stopped)", env1.State)
+		}
+		if _, err := g.destroy(env1.ID, false, 0); err == nil || !strings.Contains(err.Error(), "attached") {
+			t.Fatalf("an unforced destroy of a serving revision's environment: %v; want it refused as attached", err)
+		}
 		if !strings.HasPrefix(env1.IdempotencyKey, "occ:ns_a:rev_1:") {
 			t.Fatalf("the revision's environment does not carry its namespace: key %q", env1.IdempotencyKey)
 		}
@@ -268,7 +274,7 @@ occ:
 		if l := liveLeases(t, leaseDir); len(l) != 1 {
 			t.Fatalf("live leases after stopping rev_1: %v", l)
 		}
-		if e, _ := g.client.Environment(g.ctx(), env2.ID); e.State != envs.Ready && e.State != envs.Idle {
+		if e, _ := g.client.Environment(g.ctx(), env2.ID); e.State != envs.Attached {
 			t.Fatalf("stopping rev_1 touched rev_2's environment: %s", e.State)
 		}
 		var ep string

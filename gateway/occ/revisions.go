@@ -331,6 +331,13 @@ func (c *Compute) observe(ctx context.Context, r revisionRow) (ComputeReadiness,
 			if !c.d.Admitted(env.ID) {
 				return c.pending(ctx, r, "") // a worker reconnecting after a restart
 			}
+			if env.State != envs.Attached {
+				// attached to the agent's session: never reused for another session's dispatch
+				// (warm leases), never stopped for idleness or TTL, never destroyed unforced
+				if err := c.d.Envs.Attach(ctx, env.ID, c.agentSession(ctx, r.AgentID)); err != nil {
+					return out, err
+				}
+			}
 			if r.State == RevPreparing {
 				err := c.d.DB.InTx(ctx, func(tx *sql.Tx) error {
 					return c.moveRev(ctx, tx, r.ID, RevPreparing, RevReady, "worker admitted on "+env.ID, "pending_reason=''")
@@ -669,4 +676,14 @@ func (c *Compute) RevisionOfEnvironment(ctx context.Context, envID string) (name
 		return "", "", false, nil
 	}
 	return namespaceID, revisionID, err == nil, err
+}
+
+// agentSession names the session an agent's revisions serve (its id, or the agent's when the
+// gateway created none).
+func (c *Compute) agentSession(ctx context.Context, agentID string) string {
+	var session string
+	if err := c.d.DB.R.QueryRowContext(ctx, `SELECT session_id FROM occ_agents WHERE id=?`, agentID).Scan(&session); err != nil || session == "" {
+		return "occ agent " + agentID
+	}
+	return session
 }
