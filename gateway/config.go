@@ -48,6 +48,8 @@ type Config struct {
 	// Box bounds every operation on a box (zero means the default).
 	Box    BoxConfig    `yaml:"box"`
 	Worker WorkerConfig `yaml:"worker"`
+	// Capacity bounds what the whole gateway holds (zero means the default); see docs/operations.md.
+	Capacity CapacityConfig `yaml:"capacity"`
 	// Models is the model catalog; empty means the built-in scripted demo catalog.
 	Models inference.CatalogConfig `yaml:"models"`
 	// WebSearch configures the gateway-resident web_search tool; unset means no such tool.
@@ -168,6 +170,43 @@ func (l WorkerLimits) HubLimits() hub.Limits {
 		RejectAuditWindow: l.RefusalAuditWindow.D()}
 }
 
+// CapacityConfig bounds the gateway's load: over a limit, new work is refused with capacity-exceeded
+// (a new environment with HTTP 429 and Retry-After) and nothing already admitted is dropped.
+type CapacityConfig struct {
+	MaxWorkers                 int   `yaml:"maxWorkers"`                           // default 500: environments with a connected worker; also live environments
+	MaxInflightInference       int   `yaml:"maxInflightInference"`                 // default 512: model calls in flight, gateway-wide
+	MaxInflightInferencePerEnv int   `yaml:"maxInflightInferencePerEnvironment"`   // default 8: model calls in flight per environment
+	MaxRelayBytesPerSecond     int64 `yaml:"maxRelayBytesPerSecondPerEnvironment"` // default 4 MiB/s: inference event bytes relayed per environment
+}
+
+// HubCapacity converts c for the hub (zero fields take the hub's defaults).
+func (c CapacityConfig) HubCapacity() hub.Capacity {
+	return hub.Capacity{MaxWorkers: c.MaxWorkers, MaxInflightInference: c.MaxInflightInference,
+		MaxInflightInferencePerEnv: c.MaxInflightInferencePerEnv, MaxRelayBytesPerSecond: c.MaxRelayBytesPerSecond}
+}
+
+func (c CapacityConfig) validate() error {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"capacity.maxWorkers", int64(c.MaxWorkers)}, {"capacity.maxInflightInference", int64(c.MaxInflightInference)},
+		{"capacity.maxInflightInferencePerEnvironment", int64(c.MaxInflightInferencePerEnv)},
+		{"capacity.maxRelayBytesPerSecondPerEnvironment", c.MaxRelayBytesPerSecond}} {
+		if f.v < 0 {
+			return providers.Fieldf(f.name, "must not be negative (0: the default), got %d", f.v)
+		}
+	}
+	inflight := c.MaxInflightInference
+	if inflight == 0 {
+		inflight = hub.DefaultMaxInflightInference
+	}
+	if c.MaxInflightInferencePerEnv > inflight {
+		return providers.Fieldf("capacity.maxInflightInferencePerEnvironment", "must not be above capacity.maxInflightInference (%d), got %d",
+			inflight, c.MaxInflightInferencePerEnv)
+	}
+	return nil
+}
+
 // DefaultListen is where the gateway listens unless told otherwise.
 const DefaultListen = "127.0.0.1:7420"
 
@@ -233,6 +272,9 @@ func (c *Config) Validate() error {
 		return providers.Fieldf("sync.checkpointKeep", "must be at least 1 (0: the default, %d), got %d", checkpoint.DefaultKeep, c.Sync.CheckpointKeep)
 	}
 	if err := c.Worker.Limits.validate(); err != nil {
+		return err
+	}
+	if err := c.Capacity.validate(); err != nil {
 		return err
 	}
 	if err := c.Retention.validate(); err != nil {

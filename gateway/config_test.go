@@ -28,6 +28,11 @@ func TestConfigSyncCompression(t *testing.T) {
 		{"sync:\n  reserveFreePercent: .nan\n", "sync.reserveFreePercent"},
 		{"sync:\n  snapshotAuthor: {name: Build Bot, email: bot@example.com}\n", ""},
 		{"sync:\n  snapshotAuthor: {name: \"Bot <x>\", email: bot@example.com}\n", "sync.snapshotAuthor"},
+		{"capacity:\n  maxWorkers: 200\n  maxInflightInference: 64\n  maxInflightInferencePerEnvironment: 4\n  maxRelayBytesPerSecondPerEnvironment: 1048576\n", ""},
+		{"capacity:\n  maxWorkers: -1\n", "capacity.maxWorkers"},
+		{"capacity:\n  maxInflightInference: -2\n", "capacity.maxInflightInference"},
+		{"capacity:\n  maxInflightInference: 4\n  maxInflightInferencePerEnvironment: 8\n", "capacity.maxInflightInferencePerEnvironment"},
+		{"capacity:\n  maxRelayBytesPerSecondPerEnvironment: -1\n", "capacity.maxRelayBytesPerSecondPerEnvironment"},
 	} {
 		file := filepath.Join(dir, "gateway.yaml")
 		if err := os.WriteFile(file, []byte(tc.yaml), 0o600); err != nil {

@@ -213,9 +213,13 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		}
 	}
 	var turnSvc *turns.Service // built below; workers ask it only once turns run
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
 	workers, err := hub.New(hub.Config{
 		DB: db, Credentials: workerCreds, Log: log.With("subsystem", "hub"), HeartbeatTimeout: cfg.Worker.HeartbeatTimeout.D(),
 		Limits: cfg.Worker.Limits.HubLimits(), AdmissionTimeout: cfg.Worker.Limits.AdmissionTimeout.D(),
+		Capacity: cfg.Capacity.HubCapacity(), Registerer: reg,
 		TurnRunning: func(ctx context.Context, sessionID, runID string) (bool, error) {
 			t, err := turnSvc.Get(ctx, runID)
 			if errors.Is(err, store.ErrNotFound) {
@@ -258,6 +262,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		LifecycleInterval: cfg.Lifecycle.D(), Bootstrapper: boot,
 		TunnelStatus: func(envID string) string { return string(tunnels.Status(envID)) },
 		Clock:        clk,
+		// each environment holds one worker: beyond capacity.maxWorkers, a new one is refused up front
+		MaxEnvironments: workers.Capacity().MaxWorkers,
+		OnRefused:       workers.CountRejection,
 	})
 	closers.Push("environments", mgr.Close)
 	boot.SetEnvs(mgr)
@@ -294,8 +301,6 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	spawner.Start(agents.Deps{DB: db, Sessions: sess, Turns: turnSvc, Dispatcher: dispatcher, Placements: placements,
 		Envs: mgr, Admitted: workers.Admitted, DataDir: dataDir, Log: log.With("subsystem", "agents")})
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(newStateCollector(db, "openclaw_environments", "Environments by state.", "state", stateNames(envs.AllStates),
 		`SELECT state, COUNT(*) FROM environments GROUP BY state`))
 	reg.MustRegister(newStateCollector(db, "openclaw_sessions", "Sessions by placement state (local: on the gateway).", "placement", stateNames(placement.AllStates),
@@ -345,7 +350,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 				log.Warn("inference totals", "env", envID, "err", err)
 			}
 			return api.WorkerInfo{Admitted: workers.Admitted(envID), TunnelStatus: string(tunnels.Status(envID)), TunnelEpoch: tunnels.Epoch(envID),
-				Backpressure: bp.Active, Queued: bp.Queued, CapacityRejections: bp.Rejected, Inference: api.InferenceTotals(it)}
+				Backpressure: bp.Active, Queued: bp.Queued, CapacityRejections: bp.Rejected, Inference: api.InferenceTotals(it),
+				Shedding: (*api.Shedding)(bp.Shedding)}
 		},
 	})
 	ln, err := net.Listen("tcp", cfg.Listen)

@@ -111,7 +111,10 @@ func newEnvShowCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printShow(g, v.Environment, func(row func(k, v string)) { envRows(v.Environment, row) })
+			return printShow(g, v, func(row func(k, v string)) {
+				envRows(v.Environment, row)
+				row("shedding", sheddingText(v.Shedding))
+			})
 		}),
 	}
 	addOutput(cmd, g)
@@ -137,6 +140,14 @@ func envRows(e envs.Environment, row func(k, v string)) {
 	row("sessions", strings.Join(e.AttachedSessionIDs, ", "))
 	row("age", humanMs(e.AgeMs))
 	row("idle", humanMs(e.IdleMs))
+}
+
+// sheddingText says which capacity limit sheds the environment's load and since when ("" when none).
+func sheddingText(s *api.Shedding) string {
+	if s == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s (since %s)", s.Reason, s.Since.Local().Format(time.RFC3339))
 }
 
 func newEnvEventsCmd(g *globals) *cobra.Command {

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -74,6 +75,8 @@ type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
+	// Reason names the limit of a capacity-exceeded refusal.
+	Reason string `json:"reason,omitempty"`
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -312,8 +315,13 @@ func (s *Server) handleError(err error, c echo.Context) {
 	var te *envs.TransitionError
 	var he *echo.HTTPError
 	var mbe *http.MaxBytesError
+	var ce *envs.CapacityError
 	switch {
 	case errors.As(err, &ae):
+	case errors.As(err, &ce):
+		// Shedding load: nothing was recorded; the client retries after the hint.
+		c.Response().Header().Set("Retry-After", strconv.Itoa(int(max(ce.RetryAfter.Round(time.Second)/time.Second, 1))))
+		ae = &Error{Status: http.StatusTooManyRequests, Code: "capacity-exceeded", Message: ce.Message, Reason: ce.Reason}
 	case errors.As(err, &fe):
 		ae = &Error{Status: http.StatusBadRequest, Code: "invalid-field", Message: fe.Error(), Field: fe.Field}
 	case errors.As(err, &mbe):
@@ -379,8 +387,17 @@ type WorkerInfo struct {
 	Queued int `json:"queued"`
 	// CapacityRejections counts capacity-exceeded answers to this worker since the gateway started.
 	CapacityRejections uint64 `json:"capacityRejections"`
+	// Shedding, when set, says which capacity limit refused or paced this environment's load last
+	// (reason) and since when it has been shed.
+	Shedding *Shedding `json:"shedding,omitempty"`
 	// Inference is the running total of the model calls the gateway proxied for this environment.
 	Inference InferenceTotals `json:"inference"`
+}
+
+// Shedding is why an environment's load is being refused or paced, and since when.
+type Shedding struct {
+	Reason string    `json:"reason"`
+	Since  time.Time `json:"since"`
 }
 
 // InferenceTotals are an environment's running totals of proxied model calls.

@@ -96,6 +96,8 @@ func (c *Client) Environments(ctx context.Context, all bool) ([]envs.Environment
 type EnvironmentView struct {
 	envs.Environment
 	Inference *InferenceTotals `json:"inference,omitempty"`
+	// Shedding, when set, says which capacity limit is refusing or pacing the environment's load.
+	Shedding *Shedding `json:"shedding,omitempty"`
 }
 
 // Environment returns one environment with its running inference totals.

@@ -199,8 +199,8 @@ func (s *Server) getEnv(c echo.Context) error {
 	s.served(c.Request().Context(), &e)
 	out := EnvironmentView{Environment: e}
 	if s.cfg.WorkerInfo != nil {
-		t := s.cfg.WorkerInfo(e.ID).Inference
-		out.Inference = &t
+		w := s.cfg.WorkerInfo(e.ID)
+		out.Inference, out.Shedding = &w.Inference, w.Shedding
 	}
 	return c.JSON(http.StatusOK, out)
 }

@@ -22,7 +22,21 @@ import (
 var (
 	ErrCapacity = errors.New("profile is at its maxEnvironments limit")
 	ErrConflict = errors.New("conflict")
+	// ErrCapacityExceeded: the gateway is at a capacity limit; a *CapacityError says which and when
+	// to retry.
+	ErrCapacityExceeded = errors.New("capacity-exceeded")
 )
+
+// CapacityError refuses a new environment because the gateway is at a capacity limit. Nothing was
+// recorded or leased.
+type CapacityError struct {
+	Reason     string        // the limit, as in openclaw_capacity_rejections_total{reason}
+	Message    string        // what is at its limit, naming the config field
+	RetryAfter time.Duration // when asking again makes sense
+}
+
+func (e *CapacityError) Error() string { return e.Message }
+func (e *CapacityError) Unwrap() error { return ErrCapacityExceeded }
 
 // Bootstrapper brings a leased machine from bootstrapping to ready (installs and admits the worker).
 // Until one is configured, environments stay in bootstrapping: readiness is never faked.
@@ -66,6 +80,11 @@ type Config struct {
 	TunnelStatus func(envID string) string
 	// Clock tells the time of lifecycle policy and paces destroy retries; the real clock when nil.
 	Clock clock.Clock
+	// MaxEnvironments bounds the live environments of the gateway (capacity.maxWorkers: each holds
+	// a worker); a new one beyond it is refused with a *CapacityError. 0 means unbounded.
+	MaxEnvironments int
+	// OnRefused is told the reason of each new environment refused with a *CapacityError.
+	OnRefused func(reason string)
 }
 
 func (c *Config) setDefaults() {
@@ -349,6 +368,9 @@ func (m *Manager) CreateClass(ctx context.Context, profileID, idempotencyKey, cl
 				return err
 			}
 		}
+		if err := m.admitNew(ctx, tx); err != nil {
+			return err
+		}
 		var live int
 		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM environments WHERE profile_id=? AND state NOT IN ('destroyed','failed','orphaned')`, profileID).Scan(&live); err != nil {
 			return err
@@ -386,6 +408,33 @@ func (m *Manager) CreateClass(ctx context.Context, profileID, idempotencyKey, cl
 	env, err = m.Get(ctx, id)
 	return env, created, err
 }
+
+// admitNew refuses a new environment while the gateway is at a capacity limit, before anything is
+// recorded; tx is the transaction that would record it.
+func (m *Manager) admitNew(ctx context.Context, tx *sql.Tx) error {
+	var ce *CapacityError
+	if m.cfg.MaxEnvironments > 0 {
+		var live int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM environments WHERE state NOT IN ('destroyed','failed','orphaned')`).Scan(&live); err != nil {
+			return err
+		}
+		if live >= m.cfg.MaxEnvironments {
+			ce = &CapacityError{Reason: EnvironmentsReason, RetryAfter: 30 * time.Second,
+				Message: fmt.Sprintf("the gateway holds %d live environments, at most %d (capacity.maxWorkers)", live, m.cfg.MaxEnvironments)}
+		}
+	}
+	if ce == nil {
+		return nil
+	}
+	if m.cfg.OnRefused != nil {
+		m.cfg.OnRefused(ce.Reason)
+	}
+	m.log.Warn("new environment refused", "reason", ce.Reason, "detail", ce.Message)
+	return ce
+}
+
+// EnvironmentsReason is the CapacityError reason of a gateway at its MaxEnvironments.
+const EnvironmentsReason = "max-workers-environments"
 
 // move applies one checked transition in its own transaction.
 func (m *Manager) move(ctx context.Context, id string, from, to State, reason string) error {

@@ -472,3 +472,48 @@ func TestDestroyStopsAHangingBootstrap(t *testing.T) {
 		t.Fatalf("leases left: %v", prov.Leases())
 	}
 }
+
+// A gateway holding MaxEnvironments live environments (capacity.maxWorkers) refuses a new one,
+// whatever its profile, with a *CapacityError and before anything is recorded or leased; a
+// repeated idempotency key still returns the environment it created.
+func TestGatewayCapacityRefusesNewEnvironmentBeforeAnySideEffect(t *testing.T) {
+	h := newHarness(t, fake.New())
+	ctx := testenv.Context(t, 20*time.Second)
+	if _, err := h.prof.Put(ctx, &providers.Profile{ID: "p2", Provider: "fake", MaxEnvironments: 5}); err != nil {
+		t.Fatal(err)
+	}
+	var refused []string
+	mgr := envs.New(envs.Config{DB: h.db, Profiles: h.prof, Providers: providers.Registry{"fake": h.prov},
+		GatewayID: gwID, SweepInterval: -1, Clock: h.clock, MaxEnvironments: 1,
+		OnRefused: func(reason string) { refused = append(refused, reason) }})
+	if err := mgr.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mgr.Close(context.Background()) })
+	_ = h.mgr.Close(ctx) // the harness's own manager stays out of the way
+	first, _, err := mgr.Create(ctx, "p1", "k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mgr.WaitFor(ctx, first.ID, func(e envs.Environment) bool { return e.State == envs.Bootstrapping }); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = mgr.Create(ctx, "p2", "k2")
+	var ce *envs.CapacityError
+	if !errors.As(err, &ce) || !errors.Is(err, envs.ErrCapacityExceeded) || ce.RetryAfter <= 0 ||
+		ce.Reason != envs.EnvironmentsReason || !strings.Contains(ce.Message, "capacity.maxWorkers") {
+		t.Fatalf("create beyond the gateway's capacity: %v, want a CapacityError naming capacity.maxWorkers with a retry hint", err)
+	}
+	list, err := mgr.List(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || h.prov.Calls(fake.MethodProvision) != 1 || len(refused) != 1 || refused[0] != envs.EnvironmentsReason {
+		t.Fatalf("after the refusal: %d environments (want 1), %d provisions (want 1), refusals %v",
+			len(list), h.prov.Calls(fake.MethodProvision), refused)
+	}
+	again, created, err := mgr.Create(ctx, "p1", "k1")
+	if err != nil || created || again.ID != first.ID {
+		t.Fatalf("repeated key at capacity: %v created=%v id=%s, want %s", err, created, again.ID, first.ID)
+	}
+}

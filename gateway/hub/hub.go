@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/internal/clock"
@@ -81,6 +82,10 @@ type Config struct {
 	// Limits bound calls and bytes in flight, credential refreshes, pre-admission connections and
 	// the audit of refusals.
 	Limits Limits
+	// Capacity bounds what the whole gateway holds: workers, model calls in flight, relay rates.
+	Capacity Capacity
+	// Registerer, when set, gets the hub's metrics (openclaw_workers_connected, …; see metrics.go).
+	Registerer prometheus.Registerer
 	// TurnRunning reports whether the turn runID of sessionID is still running (the turns table);
 	// nil trusts the hub's own record of the worker.turn.start it sent. An inference or tool call
 	// must name the run of such a turn (see Server.Request), else it is refused with unknown-run.
@@ -121,6 +126,7 @@ func (c *Config) setDefaults() {
 		c.RetryAfter = DefaultRetryAfter
 	}
 	c.Limits.setDefaults()
+	c.Capacity.setDefaults()
 }
 
 // Validate reports a missing dependency.
@@ -132,6 +138,9 @@ func (c *Config) Validate() error {
 		return errors.New("hub config: ExpectedBundle is required")
 	case c.FrameLimit < protocol.PreAdmissionFrameLimit:
 		return fmt.Errorf("hub config: FrameLimit must be at least %d", protocol.PreAdmissionFrameLimit)
+	}
+	if err := c.Capacity.validate(); err != nil {
+		return err
 	}
 	return c.Limits.validate(c.FrameLimit)
 }
@@ -148,6 +157,8 @@ type Server struct {
 	conns map[*workerConn]struct{} // every live connection, admitted or not
 	// workers maps an environment to its admitted connection.
 	workers map[string]*workerConn
+	// admitting counts connections past the Capacity.MaxWorkers check and not yet registered.
+	admitting int
 	// sessionConns maps environment+"\x00"+session to a connection admitted for one session only
 	// (a worker's per-turn client); they neither replace nor count as the environment's worker.
 	sessionConns map[string]*workerConn
@@ -164,8 +175,12 @@ type Server struct {
 	refreshBuckets map[string]*bucket   // environment → credential refresh tokens
 	preAdmission   map[string]int       // tunnel environment ("" untagged) → connections not admitted yet
 	refused        refusals             // refusals counted for the next audit window
-	refusalsStop   chan struct{}        // closed by Close once every connection ended
-	refusalsDone   chan struct{}        // closed when refusalLoop has flushed for the last time
+	inference      int                  // model calls in flight on the gateway
+	envInference   map[string]int       // environment → model calls in flight
+	relay          map[string]*relayBucket
+	metrics        *metrics
+	refusalsStop   chan struct{} // closed by Close once every connection ended
+	refusalsDone   chan struct{} // closed when refusalLoop has flushed for the last time
 	closeOnce      sync.Once
 }
 
@@ -188,6 +203,7 @@ func New(cfg Config) (*Server, error) {
 		changed:  make(chan struct{}),
 		pressure: map[string]*pressure{}, turns: map[string]startedTurn{},
 		envInflight: map[string]*inflight{}, refreshBuckets: map[string]*bucket{}, preAdmission: map[string]int{},
+		envInference: map[string]int{}, relay: map[string]*relayBucket{},
 		refused:      refusals{clock: cfg.Clock},
 		refusalsStop: make(chan struct{}), refusalsDone: make(chan struct{}),
 	}
@@ -198,6 +214,12 @@ func New(cfg Config) (*Server, error) {
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ConnContext:       connContext,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	s.metrics = newMetrics(s)
+	if cfg.Registerer != nil {
+		if err := s.metrics.register(cfg.Registerer); err != nil {
+			return nil, fmt.Errorf("hub metrics: %w", err)
+		}
 	}
 	go s.refusalLoop()
 	return s, nil
@@ -404,6 +426,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, wc)
+		s.dropSlotLocked(wc)
 		s.mu.Unlock()
 		_ = ws.CloseNow()
 		close(wc.done)
@@ -431,6 +454,8 @@ type workerConn struct {
 	pre *preConn
 	// inflight counts the calls of this connection in flight (guarded by Server.bmu).
 	inflight inflight
+	// slot: the connection holds a Capacity.MaxWorkers reservation (guarded by Server.mu).
+	slot bool
 
 	mu      sync.Mutex
 	seq     uint64
@@ -565,6 +590,10 @@ func (s *Server) admit(ctx context.Context, wc *workerConn) bool {
 			s.reject(ctx, wc, reqID, env, e)
 			return false
 		}
+	} else if e := s.takeWorkerSlot(wc, env); e != nil {
+		// Nothing is recorded for a worker the gateway has no room for; it retries after the hint.
+		s.reject(ctx, wc, reqID, env, e)
+		return false
 	}
 	if wc.pre != nil && !wc.pre.admit() {
 		s.log.Info("worker connection reached admission after its deadline", "env", env)
@@ -612,8 +641,11 @@ func (s *Server) reject(ctx context.Context, wc *workerConn, reqID, envID string
 		s.log.Debug("answer rejected worker", "err", err)
 	}
 	status := websocket.StatusPolicyViolation
-	if e.Code == protocol.CodeFrameTooLarge {
+	switch e.Code {
+	case protocol.CodeFrameTooLarge:
 		status = websocket.StatusMessageTooBig
+	case protocol.CodeCapacityExceeded:
+		status = websocket.StatusTryAgainLater
 	}
 	_ = wc.ws.Close(status, string(e.Code))
 }
@@ -641,6 +673,7 @@ func (s *Server) register(wc *workerConn) {
 	s.mu.Lock()
 	old := s.workers[wc.envID]
 	s.workers[wc.envID] = wc
+	s.dropSlotLocked(wc)
 	s.notifyLocked()
 	s.mu.Unlock()
 	if old != nil {

@@ -144,6 +144,13 @@ func (s *Server) serveInferenceStart(ctx context.Context, wc *workerConn, f prot
 	if e != nil {
 		return protocol.ErrorResponse(f.ID, e), true
 	}
+	releaseInference, e := s.reserveInference(wc)
+	if e != nil {
+		release()
+		return protocol.ErrorResponse(f.ID, e), true
+	}
+	releaseCall := release
+	release = func() { releaseInference(); releaseCall() }
 	started := false
 	defer func() {
 		if !started {
@@ -170,7 +177,7 @@ func (s *Server) serveInferenceStart(ctx context.Context, wc *workerConn, f prot
 	bytesIn := len(f.Params)
 	f.Params = nil // the decoded context is what the call keeps
 	started = true
-	wc.spawn(release, func() { s.runCall(ctx, wc, f, p, bytesIn) })
+	wc.spawn(release, func() { s.runCall(ctx, wc, f, p, bytesIn, release) })
 	return protocol.Frame{}, false
 }
 
@@ -233,13 +240,19 @@ func (s *Server) bindingError(ctx context.Context, envID, sessionID string, owne
 
 // runCall serves one worker.inference.start after its shape was checked: fencing, replay, then the
 // provider call, its events under the worker's credit, the terminal result and the accounting row.
-func (s *Server) runCall(ctx context.Context, wc *workerConn, f protocol.Frame, p protocol.InferenceStartParams, bytesIn int) {
+// The call's budgets are released (release) before its last answer is sent, so a worker that starts
+// its next call on that answer finds them free.
+func (s *Server) runCall(ctx context.Context, wc *workerConn, f protocol.Frame, p protocol.InferenceStartParams, bytesIn int, release func()) {
+	last := func(fr protocol.Frame) {
+		release()
+		wc.answer(ctx, fr)
+	}
 	if e := s.checkBinding(ctx, wc, p.SessionID, p.OwnerEpoch); e != nil {
-		wc.answer(ctx, protocol.ErrorResponse(f.ID, e))
+		last(protocol.ErrorResponse(f.ID, e))
 		return
 	}
 	if e := s.checkRun(ctx, wc, p.SessionID, p.RunID, p.RunEpoch); e != nil {
-		wc.answer(ctx, protocol.ErrorResponse(f.ID, e))
+		last(protocol.ErrorResponse(f.ID, e))
 		return
 	}
 	callCtx, e := s.callCredential(ctx, wc.envID, p.ModelRef)
@@ -259,7 +272,7 @@ func (s *Server) runCall(ctx context.Context, wc *workerConn, f protocol.Frame, 
 	wc.cmu.Lock()
 	if wc.calls[key] != nil {
 		wc.cmu.Unlock()
-		wc.answer(ctx, protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeBusy, "call %s is in progress", p.TurnID)))
+		last(protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeBusy, "call %s is in progress", p.TurnID)))
 		return
 	}
 	wc.calls[key] = call
@@ -274,12 +287,12 @@ func (s *Server) runCall(ctx context.Context, wc *workerConn, f protocol.Frame, 
 	started := s.cfg.Clock.Now()
 	cached, err := s.claimCall(ctx, wc.envID, p, bytesIn, started)
 	if err != nil {
-		wc.answer(ctx, s.errorFrame(wc, f, err))
+		last(s.errorFrame(wc, f, err))
 		return
 	}
 	if cached != nil {
 		r, _ := protocol.Response(f.ID, protocol.InferenceStartResult{Status: protocol.InferenceReplayed, Terminal: cached})
-		wc.answer(ctx, r)
+		last(r)
 		return
 	}
 	r, _ := protocol.Response(f.ID, protocol.InferenceStartResult{Status: protocol.InferenceAccepted})
@@ -291,17 +304,27 @@ func (s *Server) runCall(ctx context.Context, wc *workerConn, f protocol.Frame, 
 	msg, err := s.cfg.Models.Stream(cctx, p.ModelRef, p.Context, inference.Options{
 		Temperature: p.Options.Temperature, MaxTokens: p.Options.MaxTokens, Reasoning: p.Options.Reasoning,
 	}, func(ev protocol.StreamEvent) error {
+		start := time.Now() // the relay's own latency: encoding and writing, not waiting for credit or rate
 		seq++
 		fr, err := protocol.NewEvent(protocol.MethodInferenceEvent, seq, protocol.InferenceEventPayload{
 			SessionID: p.SessionID, RunID: p.RunID, TurnID: p.TurnID, Seq: seq, Event: ev})
 		if err != nil {
 			return err
 		}
+		waitFrom := time.Now()
 		if err := call.window.Wait(cctx, protocol.InferenceCreditCost(len(fr.Payload), call.size)); err != nil {
 			return err
 		}
+		if err := s.paceRelay(cctx, wc.envID, len(fr.Payload)); err != nil {
+			return err
+		}
+		waited := time.Since(waitFrom)
 		bytesOut += uint64(len(fr.Payload))
-		return wc.write(cctx, fr)
+		if err := wc.write(cctx, fr); err != nil {
+			return err
+		}
+		s.metrics.relayed(len(fr.Payload), time.Since(start)-waited)
+		return nil
 	})
 	if err != nil && cctx.Err() != nil && !errors.Is(err, context.Canceled) {
 		// the call was cancelled (worker cancel, cancel frame, lost connection): whatever error the
@@ -315,7 +338,7 @@ func (s *Server) runCall(ctx context.Context, wc *workerConn, f protocol.Frame, 
 	}
 	s.finishCall(wc.envID, p, started, bytesOut, t)
 	if ferr == nil && ctx.Err() == nil {
-		wc.answer(ctx, fr)
+		last(fr)
 	}
 }
 

@@ -114,11 +114,7 @@ func (s *Server) reserve(wc *workerConn, n int) (release func(), _ *protocol.Err
 			delete(s.envInflight, wc.envID)
 		}
 		s.bmu.Unlock()
-		p := s.pressureOf(wc.envID)
-		p.rejected.Add(1)
-		p.lastReject.Store(s.cfg.Clock.Now().UnixNano())
-		return nil, &protocol.Error{Code: protocol.CodeCapacityExceeded, Message: why, Retryable: true,
-			RetryAfterMs: s.cfg.RetryAfter.Milliseconds()}
+		return nil, s.capacityError(wc.envID, ReasonCalls, s.cfg.RetryAfter, "%s", why)
 	}
 	wc.inflight.calls++
 	wc.inflight.bytes += int64(n)

@@ -42,12 +42,38 @@ type Backpressure struct {
 	Queued int `json:"queued"`
 	// Rejected counts capacity-exceeded answers since the gateway started.
 	Rejected uint64 `json:"rejected"`
+	// Shedding says which limit refused or paced the environment's load last, and since when the
+	// environment has been shed without a pause; nil when it is not being shed.
+	Shedding *Shedding `json:"shedding,omitempty"`
 }
 
 // pressure is the per-environment record behind Backpressure; it outlives connections.
 type pressure struct {
-	rejected   atomic.Uint64
-	lastReject atomic.Int64 // unix nanos
+	rejected atomic.Uint64
+	mu       sync.Mutex
+	last     time.Time // the last refusal or pacing
+	since    time.Time // the first of the current run of them (none more than backpressureHold apart)
+	reason   string    // the reason of the last
+}
+
+// shed records a refusal or pacing of reason at now.
+func (p *pressure) shed(now time.Time, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.last.IsZero() || now.Sub(p.last) >= backpressureHold {
+		p.since = now
+	}
+	p.last, p.reason = now, reason
+}
+
+// shedding is the current shedding, nil when the last refusal is older than backpressureHold.
+func (p *pressure) shedding(now time.Time) *Shedding {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.last.IsZero() || now.Sub(p.last) >= backpressureHold {
+		return nil
+	}
+	return &Shedding{Reason: p.reason, Since: p.since}
 }
 
 func (s *Server) pressureOf(envID string) *pressure {
@@ -69,7 +95,8 @@ func (s *Server) Backpressure(envID string) Backpressure {
 	var b Backpressure
 	if p != nil {
 		b.Rejected = p.rejected.Load()
-		b.Active = s.cfg.Clock.Now().Sub(time.Unix(0, p.lastReject.Load())) < backpressureHold
+		b.Shedding = p.shedding(s.cfg.Clock.Now())
+		b.Active = b.Shedding != nil
 	}
 	if wc != nil {
 		wc.smu.Lock()
@@ -152,11 +179,7 @@ func (s *Server) enqueue(ctx context.Context, wc *workerConn, f protocol.Frame,
 	}
 	size := len(f.Params)
 	capacity := func(why string) (protocol.Frame, bool) {
-		p := s.pressureOf(wc.envID)
-		p.rejected.Add(1)
-		p.lastReject.Store(s.cfg.Clock.Now().UnixNano())
-		return protocol.ErrorResponse(f.ID, &protocol.Error{Code: protocol.CodeCapacityExceeded, Message: why,
-			Retryable: true, RetryAfterMs: s.cfg.RetryAfter.Milliseconds()}), true
+		return protocol.ErrorResponse(f.ID, s.capacityError(wc.envID, ReasonStreamQueue, s.cfg.RetryAfter, "%s", why)), true
 	}
 	if wc.queuedBytes.Add(int64(size)) > int64(s.cfg.ConnQueueBytes) {
 		wc.queuedBytes.Add(-int64(size))
@@ -237,11 +260,14 @@ func (s *Server) serveStream(ctx context.Context, wc *workerConn, it queued) pro
 			"lifecycle revision %d is not the session's revision %d", scope.LifecycleRevision, rev))
 	}
 	var out any
+	start := time.Now()
 	switch p := it.params.(type) {
 	case *protocol.TranscriptCommitParams:
 		out, err = b.WorkerCommit(ctx, *p)
+		s.metrics.committed(commitTranscript, time.Since(start))
 	case *protocol.LiveEventParams:
 		out, err = b.WorkerLive(ctx, *p)
+		s.metrics.committed(commitLive, time.Since(start))
 	case *protocol.ResumeParams:
 		out, err = b.WorkerResume(ctx, *p)
 	}

@@ -370,7 +370,8 @@ function chatPage(id) {
         $('#tunnel').textContent = 'tunnel ' + w.tunnelStatus;
         if (w.backpressure) {
           $('#pressure').hidden = false;
-          $('#pressure').textContent = 'The worker is shedding load: ' + w.queued + ' requests queued, ' + w.capacityRejections + ' refused for capacity.';
+          $('#pressure').textContent = 'The worker is shedding load: ' + w.queued + ' requests queued, ' + w.capacityRejections + ' refused for capacity' +
+            (w.shedding ? ' (' + sheddingText(w.shedding) + ')' : '') + '.';
         }
       } catch { /* the environment may be gone */ }
     }
@@ -610,6 +611,11 @@ function environmentsPage() {
   setInterval(() => load().catch(() => {}), 3000);
 }
 
+// sheddingText says which capacity limit sheds an environment's load, and since when.
+function sheddingText(sh) {
+  return 'yes, ' + sh.reason + ' since ' + new Date(sh.since).toLocaleTimeString();
+}
+
 function environmentPage(id) {
   const path = '/environments/' + encodeURIComponent(id);
   let timer = null;
@@ -617,9 +623,10 @@ function environmentPage(id) {
     const [e, evs, w] = await Promise.all([api('GET', path), api('GET', path + '/events'), api('GET', path + '/worker').catch(() => null)]);
     const dl = $('#env-detail');
     const pressure = !w ? '' : (w.backpressure ? 'shedding load: ' : 'none: ') + w.queued + ' queued, ' + w.capacityRejections + ' refused for capacity';
+    const shedding = w && w.shedding ? sheddingText(w.shedding) : 'no';
     const rows = [['State', e.state], ['Profile', e.profileId], ['Provider', e.providerId], ['Lease', e.leaseId], ['Tunnel', e.tunnelStatus],
       ['Age', ago(e.ageMs)], ['Idle', ago(e.idleMs)], ['Sessions', (e.attachedSessionIds || []).join(', ') || 'none'],
-      ['Inference', inferenceText(e.inference)], ['Backpressure', pressure], ['Error', e.error || '']];
+      ['Inference', inferenceText(e.inference)], ['Backpressure', pressure], ['Shedding', shedding], ['Error', e.error || '']];
     dl.replaceChildren(...rows.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', { 'data-field': k.toLowerCase(), text: v })]));
     let prev = null;
     $('#timeline').replaceChildren(...evs.map((ev) => {
