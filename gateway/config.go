@@ -18,6 +18,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/inference"
 	"github.com/openclaw/cloudworkers/gateway/mcp"
 	"github.com/openclaw/cloudworkers/gateway/occ"
+	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/websearch"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/providers"
@@ -113,6 +114,9 @@ type SyncConfig struct {
 	// SnapshotAuthor signs the commit "openclaw: working tree at dispatch" that carries a git
 	// checkout's uncommitted work to a box (default OpenClaw <openclaw@openclaw.invalid>).
 	SnapshotAuthor GitIdentity `yaml:"snapshotAuthor"`
+	// MaxAllowedSecrets bounds the secret scan's false positives (`pullback --allow-secret`)
+	// one session may let through (0: 100).
+	MaxAllowedSecrets int `yaml:"maxAllowedSecrets"`
 }
 
 // GitIdentity is a git author: name and email.
@@ -296,6 +300,9 @@ func (c *Config) Validate() error {
 	}
 	if !(c.Sync.ReserveFreePercent >= 0 && c.Sync.ReserveFreePercent < 100) { // NaN too
 		return providers.Fieldf("sync.reserveFreePercent", "must be from 0 to under 100 (0: the default, %d), got %v", stream.DefaultReservePercent, c.Sync.ReserveFreePercent)
+	}
+	if c.Sync.MaxAllowedSecrets < 0 {
+		return providers.Fieldf("sync.maxAllowedSecrets", "must be at least 1 (0: the default, %d), got %d", placement.DefaultMaxAllowedSecrets, c.Sync.MaxAllowedSecrets)
 	}
 	if err := (gitsync.Identity{Name: c.Sync.SnapshotAuthor.Name, Email: c.Sync.SnapshotAuthor.Email}).Validate(); err != nil {
 		return providers.Fieldf("sync.snapshotAuthor", "%v", err)

@@ -27,6 +27,8 @@ func TestConfigSyncCompression(t *testing.T) {
 		{"sync:\n  reserveFreePercent: 100\n", "sync.reserveFreePercent"},
 		{"sync:\n  reserveFreePercent: .nan\n", "sync.reserveFreePercent"},
 		{"sync:\n  snapshotAuthor: {name: Build Bot, email: bot@example.com}\n", ""},
+		{"sync:\n  maxAllowedSecrets: 5\n", ""},
+		{"sync:\n  maxAllowedSecrets: -1\n", "sync.maxAllowedSecrets"},
 		{"sync:\n  snapshotAuthor: {name: \"Bot <x>\", email: bot@example.com}\n", "sync.snapshotAuthor"},
 		{"capacity:\n  maxWorkers: 200\n  maxInflightInference: 64\n  maxInflightInferencePerEnvironment: 4\n  maxRelayBytesPerSecondPerEnvironment: 1048576\n", ""},
 		{"capacity:\n  maxWorkers: -1\n", "capacity.maxWorkers"},

@@ -294,8 +294,16 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		Compression: stream.Compression(cfg.Sync.Compression), Channels: cfg.Sync.Channels, CheckpointKeep: cfg.Sync.CheckpointKeep,
 		ReserveFreeBytes: cfg.Sync.ReserveFreeBytes, ReserveFreePercent: cfg.Sync.ReserveFreePercent,
 		SyncTimeout: cfg.Box.SyncTimeout.D(), ReconcileTimeout: cfg.Box.ReconcileTimeout.D(),
-		SnapshotAuthor: gitsync.Identity{Name: cfg.Sync.SnapshotAuthor.Name, Email: cfg.Sync.SnapshotAuthor.Email},
-		Clock:          clk,
+		SnapshotAuthor:    gitsync.Identity{Name: cfg.Sync.SnapshotAuthor.Name, Email: cfg.Sync.SnapshotAuthor.Email},
+		MaxAllowedSecrets: cfg.Sync.MaxAllowedSecrets,
+		Secrets: func(ctx context.Context) (map[string]string, error) {
+			v, err := creds.Values(ctx)
+			if err == nil {
+				v["@gateway-token"] = token // the API bearer token ("@": no stored credential has that name)
+			}
+			return v, err
+		},
+		Clock: clk,
 	})
 	closers.Push("dispatcher", func(context.Context) error { dispatcher.Close(); return nil })
 	spawner.Start(agents.Deps{DB: db, Sessions: sess, Turns: turnSvc, Dispatcher: dispatcher, Placements: placements,

@@ -75,6 +75,7 @@ func awaitDispatch(ctx context.Context, c *api.Client, id string, skip int) erro
 
 func newSessionPullbackCmd(g *globals) *cobra.Command {
 	var noWait, force bool
+	var allowSecrets []string
 	cmd := &cobra.Command{
 		Use:   "pullback ID",
 		Short: "Bring a session home from its worker, with the worker's results",
@@ -91,7 +92,7 @@ results stay on the box until then.`,
 		Args: cobra.ExactArgs(1),
 		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
 			skip := placementEvents(ctx, c, args[0])
-			p, err := c.PullBack(ctx, args[0], placement.PullBackRequest{Force: force})
+			p, err := c.PullBack(ctx, args[0], placement.PullBackRequest{Force: force, AllowSecrets: allowSecrets})
 			if err != nil {
 				return err
 			}
@@ -112,6 +113,7 @@ results stay on the box until then.`,
 	}
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the pull-back is recorded")
 	cmd.Flags().BoolVar(&force, "force", false, "apply the worker's deletions even beyond the deletion brake (profile sync.maxDeleteShare, default half of the files)")
+	cmd.Flags().StringArrayVar(&allowSecrets, "allow-secret", nil, "let a known false positive of the secret scan through: RULE:PATH as the refusal named it (repeatable)")
 	return cmd
 }
 

@@ -176,3 +176,28 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 		return store.Audit(ctx, tx, "credential.delete", "", name)
 	})
 }
+
+// Values returns every stored credential's value by name, for the gateway's own secret scan of
+// what workers bring back (which looks for them, and reports names only). Never return, log or
+// store what it gives.
+func (s *Store) Values(ctx context.Context) (map[string]string, error) {
+	rows, err := s.db.R.QueryContext(ctx, `SELECT name, sealed FROM credentials`)
+	if err != nil {
+		return nil, fmt.Errorf("read credentials: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var name string
+		var sealed []byte
+		if err := rows.Scan(&name, &sealed); err != nil {
+			return nil, err
+		}
+		v, err := s.open(name, sealed)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = v
+	}
+	return out, rows.Err()
+}

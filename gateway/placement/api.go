@@ -16,6 +16,10 @@ type PullBackRequest struct {
 	// Force lets the reconciliation delete more than the deletion brake allows (the operator has
 	// seen the worker's deletions and confirms them).
 	Force bool `json:"force,omitempty"`
+	// AllowSecrets lets known false positives of the secret scan through, each RULE:PATH as a
+	// refusal named it (a credential the gateway holds: gateway-credential:NAME:PATH); they hold
+	// for the session's later pull-backs and checkpoints too, until the gateway restarts.
+	AllowSecrets []string `json:"allowSecrets,omitempty"`
 }
 
 // DispatchRequest is the body of POST /sessions/:id/dispatch.
@@ -60,6 +64,9 @@ func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 			if err := (&echo.DefaultBinder{}).BindBody(c, &req); err != nil {
 				return providers.Fieldf("body", "invalid JSON: %v", err)
 			}
+		}
+		if err := d.allowSecrets(c.Request().Context(), c.Param("id"), req.AllowSecrets); err != nil {
+			return err
 		}
 		p, err := d.PullBack(c.Request().Context(), c.Param("id"), req.Force)
 		if err != nil {

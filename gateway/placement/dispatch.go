@@ -13,6 +13,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/sync/gitsync"
+	"github.com/openclaw/cloudworkers/sync/secretscan"
 	"github.com/openclaw/cloudworkers/sync/stream"
 )
 
@@ -51,6 +52,12 @@ type DispatchConfig struct {
 	// SnapshotAuthor signs the commit that carries a git checkout's uncommitted work at dispatch
 	// (gitsync.DefaultIdentity when empty).
 	SnapshotAuthor gitsync.Identity
+	// Secrets returns the credential values the gateway holds (name → value), which the secret
+	// scan of every pull-back and checkpoint looks for; nil: none (the patterns still apply).
+	Secrets func(ctx context.Context) (map[string]string, error)
+	// MaxAllowedSecrets bounds the secret scan's false positives let through for one session
+	// (default DefaultMaxAllowedSecrets).
+	MaxAllowedSecrets int
 	// Clock paces the dispatcher's polls (a worker's admission, a turn's end); the real clock
 	// when nil.
 	Clock clock.Clock
@@ -121,6 +128,9 @@ type Dispatcher struct {
 	active map[string]bool // session ids with a step running
 	force  map[string]bool // session ids whose next reconciliation may pass the deletion brake
 	sync   *syncMetrics
+	// allowed: the secret scan's false positives each session's operator let through (in memory:
+	// after a restart they are named again)
+	allowed map[string][]secretscan.Allow
 }
 
 // NewDispatcher returns a Dispatcher; call Resume after the environment manager has started.
@@ -139,6 +149,9 @@ func NewDispatcher(cfg DispatchConfig) *Dispatcher {
 	}
 	if cfg.ReconcileTimeout == 0 {
 		cfg.ReconcileTimeout = 10 * time.Minute
+	}
+	if cfg.MaxAllowedSecrets == 0 {
+		cfg.MaxAllowedSecrets = DefaultMaxAllowedSecrets
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Dispatcher{cfg: cfg, log: cfg.Log, ctx: ctx, cancel: cancel, active: map[string]bool{}, sync: newSyncMetrics()}

@@ -256,6 +256,11 @@ func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Enviro
 	}
 	defer c.Close()
 	mode := manifest.Mode(p.SyncMode)
+	// Nothing is adopted that holds a credential the gateway holds or looks like one.
+	scan, err := d.scanner(ctx, p.SessionID, e.ID)
+	if err != nil {
+		return "", nil, err
+	}
 	summary := ""
 	if mode == manifest.ModeGit {
 		sess, err := d.cfg.Sessions.Get(ctx, p.SessionID)
@@ -281,7 +286,7 @@ func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Enviro
 		}
 		if fi, _ := os.Stat(bundle); fi != nil && fi.Size() > 0 {
 			d.sync.bytes.WithLabelValues("in").Add(float64(fi.Size()))
-			tip, err := a.Adopt(ctx, anchorName(p.SessionID), bundle)
+			tip, err := a.AdoptChecked(ctx, anchorName(p.SessionID), bundle, scan.commits)
 			if err != nil {
 				return "", nil, err
 			}
@@ -310,6 +315,7 @@ func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Enviro
 	res, err := mirror.Pull(ctx, mirror.Config{Anchor: p.AnchorDir, Base: base, Box: boxM, Mode: mode,
 		Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include, Force: force, MaxDeleteShare: e.Profile.Sync.MaxDeleteShare,
 		Limits: lim, Space: &stream.SpaceCheck{Keep: []string{d.cfg.DataDir}, ReserveBytes: d.cfg.ReserveFreeBytes, ReservePercent: d.cfg.ReserveFreePercent},
+		Inspect: scan.files(ctx),
 		Fetch: func(ctx context.Context, plan stream.Plan, root string, opts stream.ApplyOptions) (stream.Stats, error) {
 			return r.Pack(ctx, p.BoxWorkspace, plan, root, opts)
 		}})

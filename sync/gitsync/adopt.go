@@ -28,6 +28,13 @@ const MaxBundleBytes = 2 << 30
 // leaves refs, index and worktree as they were — a fast-forward that stopped midway is undone
 // (unreferenced objects may remain until gc).
 func (a *Anchor) Adopt(ctx context.Context, session, bundle string) (string, error) {
+	return a.AdoptChecked(ctx, session, bundle, nil)
+}
+
+// AdoptChecked is Adopt with one more check of the worker's commits (a secret scan), run after
+// CheckCommits and before anything changes: check sees the anchor's objects (the bundle's
+// unbundled), the branch head and the tip; an error it returns stops the adoption as it is.
+func (a *Anchor) AdoptChecked(ctx context.Context, session, bundle string, check func(ctx context.Context, g *gitexec.Untrusted, head, tip string) error) (string, error) {
 	if !ValidName(session) {
 		return "", fmt.Errorf("invalid session name %q", session)
 	}
@@ -89,6 +96,11 @@ func (a *Anchor) Adopt(ctx context.Context, session, bundle string) (string, err
 	}
 	if err := CheckCommits(ctx, g, head, tip); err != nil {
 		return "", err
+	}
+	if check != nil {
+		if err := check(ctx, g, head, tip); err != nil {
+			return "", err
+		}
 	}
 	defer a.lockSubmodules()()
 	restore, done, err := a.setAsideReplaced(ctx, tip)

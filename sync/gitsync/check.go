@@ -37,20 +37,9 @@ const maxLinkTarget = 4095
 // the gateway can give, and a place a later `git submodule update` would fetch from). The
 // first refusal is a *TreeError naming the commit and the path. g runs in the repository.
 func CheckCommits(ctx context.Context, g *gitexec.Untrusted, have, tip string) error {
-	revs, err := g.Run(ctx, "rev-list", "--parents", tip, "--not", have)
-	if err != nil {
-		return fmt.Errorf("list the worker's commits: %w", err)
-	}
-	// "<commit> <first parent>": diff-tree compares a commit with the parents given after it; a
-	// root commit alone, with --root, against the empty tree.
-	var in bytes.Buffer
-	for _, line := range strings.Split(strings.TrimSpace(string(revs)), "\n") {
-		if f := strings.Fields(line); len(f) > 0 {
-			in.WriteString(strings.Join(f[:min(len(f), 2)], " ") + "\n")
-		}
-	}
-	if in.Len() == 0 {
-		return nil
+	revs, err := workerCommits(ctx, g, have, tip)
+	if err != nil || revs.Len() == 0 {
+		return err
 	}
 	haveURLs, err := submoduleURLs(ctx, g, have+":.gitmodules")
 	if err != nil {
@@ -62,14 +51,7 @@ func CheckCommits(ctx context.Context, g *gitexec.Untrusted, have, tip string) e
 	}
 	links := map[string][]linkAt{} // symlink blob → where it is
 	var modules []linkAt           // .gitmodules blobs
-	pr, pw := io.Pipe()
-	listed := make(chan error, 1)
-	go func() {
-		err := g.Stream(ctx, &in, pw, "diff-tree", "--stdin", "-r", "-z", "--root", "--no-renames")
-		pw.CloseWithError(err)
-		listed <- err
-	}()
-	err = scanDiff(pr, func(commit, mode, blob, status, path string) error {
+	err = diffCommits(ctx, g, revs, func(commit, mode, blob, status, path string) error {
 		if status == "D" {
 			return nil
 		}
@@ -105,10 +87,6 @@ func CheckCommits(ctx context.Context, g *gitexec.Untrusted, have, tip string) e
 		}
 		return nil
 	})
-	pr.CloseWithError(io.ErrClosedPipe)
-	if lerr := <-listed; err == nil && lerr != nil {
-		err = fmt.Errorf("list the worker's changes: %w", lerr)
-	}
 	if err != nil {
 		return err
 	}
@@ -131,6 +109,42 @@ func CheckCommits(ctx context.Context, g *gitexec.Untrusted, have, tip string) e
 }
 
 type linkAt struct{ commit, path string }
+
+// workerCommits is the diff-tree --stdin input for the commits reachable from tip and not from
+// have: "<commit> <first parent>" lines (a root commit alone).
+func workerCommits(ctx context.Context, g *gitexec.Untrusted, have, tip string) (*bytes.Buffer, error) {
+	revs, err := g.Run(ctx, "rev-list", "--parents", tip, "--not", have)
+	if err != nil {
+		return nil, fmt.Errorf("list the worker's commits: %w", err)
+	}
+	var in bytes.Buffer
+	for _, line := range strings.Split(strings.TrimSpace(string(revs)), "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			in.WriteString(strings.Join(f[:min(len(f), 2)], " ") + "\n")
+		}
+	}
+	return &in, nil
+}
+
+// diffCommits streams each entry that the commits of revs (workerCommits) change against their
+// first parent (the empty tree for a root commit) to each.
+func diffCommits(ctx context.Context, g *gitexec.Untrusted, revs *bytes.Buffer, each func(commit, mode, blob, status, path string) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	listed := make(chan error, 1)
+	go func() {
+		err := g.Stream(ctx, revs, pw, "diff-tree", "--stdin", "-r", "-z", "--root", "--no-renames")
+		pw.CloseWithError(err)
+		listed <- err
+	}()
+	err := scanDiff(pr, each)
+	pr.CloseWithError(io.ErrClosedPipe)
+	if lerr := <-listed; err == nil && lerr != nil {
+		err = fmt.Errorf("list the worker's changes: %w", lerr)
+	}
+	return err
+}
 
 // scanDiff reads `diff-tree --stdin -r -z` output: a commit id, then its ":<mode> <mode> <blob>
 // <blob> <status>" NUL <path> NUL records.

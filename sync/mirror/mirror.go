@@ -40,6 +40,9 @@ type Config struct {
 	// (stream.ApplyOptions.Space).
 	Space *stream.SpaceCheck
 	Cache *manifest.Cache
+	// Inspect, when set, sees what the box sent, staged and verified, before it is committed
+	// (stream.ApplyOptions.Inspect): an error leaves the anchor untouched.
+	Inspect func(staging string, plan *stream.Plan) error
 }
 
 // DriftError reports that the anchor no longer matches the base manifest; nothing was changed.
@@ -148,7 +151,7 @@ func Pull(ctx context.Context, cfg Config) (Result, error) {
 	if plan.Empty() {
 		return res, nil
 	}
-	st, err := cfg.Fetch(ctx, plan, cfg.Anchor, stream.ApplyOptions{Limits: cfg.Limits, Space: cfg.Space, Fsync: true})
+	st, err := cfg.Fetch(ctx, plan, cfg.Anchor, stream.ApplyOptions{Limits: cfg.Limits, Space: cfg.Space, Fsync: true, Inspect: cfg.Inspect})
 	res.Stats = st
 	if err != nil {
 		return res, fmt.Errorf("mirror into %s: %w", cfg.Anchor, err)

@@ -211,6 +211,13 @@ func ApplyParts(ctx context.Context, rs []io.Reader, root string, opts ApplyOpti
 			return st, err
 		}
 	}
+	if opts.Inspect != nil {
+		// Every entry is staged and verified: the caller looks at the content before any of it
+		// is committed (a refusal removes the staging, leaving root untouched).
+		if err := opts.Inspect(staging, plan); err != nil {
+			return st, err
+		}
+	}
 	st.Deleted = len(plan.Deletes)
 	if cold {
 		// Every staged file's stat was taken while staging and stays valid through the commit

@@ -407,6 +407,10 @@ type ApplyOptions struct {
 	// Space.Keep names: an archive whose content would leave less than the reserve free is
 	// refused (*SpaceError) before anything is staged, and checked again before the commit.
 	Space *SpaceCheck
+	// Inspect, when set, sees the staged tree (staging mirrors root, holding the plan's entries)
+	// once every entry is verified and before anything is committed; an error refuses the
+	// archive with root untouched. Local use only: it is never sent.
+	Inspect func(staging string, plan *Plan) error `json:"-"`
 }
 
 // ValidatePlan checks a plan's paths, types, order and limits, and symlink containment unless

@@ -1,0 +1,131 @@
+package gitsync
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/openclaw/cloudworkers/sync/gitexec"
+	"github.com/openclaw/cloudworkers/sync/secretscan"
+)
+
+// MessagePath names a commit's message (its whole object: headers and message) in secret scan
+// findings: "commit <id> message".
+func MessagePath(commit string) string { return "commit " + short(commit) + " message" }
+
+// ScanCommits scans what the commits reachable from tip and not from have bring: every commit
+// object (its message), and every file and symlink blob a commit adds or changes against its
+// first parent, at each path it is found — so that a secret added in one commit and removed in
+// the next is found too, as it would be pushed. It returns the hits sc does not allow. The
+// objects are streamed from one `cat-file --batch`; nothing is held whole in memory.
+func ScanCommits(ctx context.Context, g *gitexec.Untrusted, have, tip string, sc *secretscan.Scanner) ([]secretscan.Finding, error) {
+	revs, err := workerCommits(ctx, g, have, tip)
+	if err != nil || revs.Len() == 0 {
+		return nil, err
+	}
+	var commits []string
+	for _, line := range strings.Split(strings.TrimSpace(revs.String()), "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			commits = append(commits, f[0])
+		}
+	}
+	paths := map[string][]string{} // blob → its paths
+	err = diffCommits(ctx, g, revs, func(commit, mode, blob, status, path string) error {
+		if status == "D" {
+			return nil
+		}
+		switch mode {
+		case "100644", "100755", "100664", "120000":
+			for _, p := range paths[blob] {
+				if p == path {
+					return nil
+				}
+			}
+			paths[blob] = append(paths[blob], path)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	blobs := make([]string, 0, len(paths))
+	for b := range paths {
+		blobs = append(blobs, b)
+	}
+	sort.Strings(blobs)
+	where := map[string][]string{}
+	for _, c := range commits {
+		where[c] = []string{MessagePath(c)}
+	}
+	for _, b := range blobs {
+		where[b] = paths[b]
+	}
+	var found []secretscan.Finding
+	err = catBatch(ctx, g, append(commits, blobs...), func(id string, r io.Reader) error {
+		hits, err := sc.ScanShared(where[id], r)
+		found = append(found, hits...)
+		return err
+	})
+	return found, err
+}
+
+// catBatch streams the objects ids from `git cat-file --batch` to each, one reader per object
+// (each must be read to its end or left: the rest is drained).
+func catBatch(ctx context.Context, g *gitexec.Untrusted, ids []string, each func(id string, r io.Reader) error) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	var in bytes.Buffer
+	for _, id := range ids {
+		in.WriteString(id + "\n")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	read := make(chan error, 1)
+	go func() {
+		err := g.Stream(ctx, &in, pw, "cat-file", "--batch")
+		pw.CloseWithError(err)
+		read <- err
+	}()
+	err := func() error {
+		br := bufio.NewReaderSize(pr, 64<<10)
+		for _, id := range ids {
+			head, err := br.ReadString('\n')
+			if err != nil {
+				return fmt.Errorf("cat-file: %w", err)
+			}
+			f := strings.Fields(head)
+			if len(f) != 3 || f[0] != id {
+				return fmt.Errorf("cat-file: unexpected header %q for %s", strings.TrimSpace(head), id)
+			}
+			size, err := strconv.ParseInt(f[2], 10, 64)
+			if err != nil || size < 0 {
+				return fmt.Errorf("cat-file: bad size in %q", strings.TrimSpace(head))
+			}
+			body := io.LimitReader(br, size)
+			if err := each(id, body); err != nil {
+				return err
+			}
+			if _, err := io.Copy(io.Discard, body); err != nil {
+				return err
+			}
+			if b, err := br.ReadByte(); err != nil || b != '\n' {
+				return errors.New("cat-file: object not followed by a newline")
+			}
+		}
+		return nil
+	}()
+	// cat-file stops at the closed pipe (or has written everything and exits).
+	pr.CloseWithError(io.ErrClosedPipe)
+	if rerr := <-read; err == nil && rerr != nil {
+		err = fmt.Errorf("read the worker's objects: %w", rerr)
+	}
+	return err
+}
