@@ -273,7 +273,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	placements.Clock = clk
 	var dispatcher *placement.Dispatcher // built below; turns call it only after Run has started
 	turnSvc, err = turns.New(ctx, turns.Config{Clock: clk, DB: db, Sessions: sess, Catalog: catalog, DataDir: dataDir,
-		Log: log.With("subsystem", "placement"), Workers: workers, Placements: placements, ExtraTools: extraTools,
+		Log: log.With("subsystem", "turns"), Workers: workers, Placements: placements, ExtraTools: extraTools,
 		AfterWorkerTurn: func(id string) { dispatcher.AfterTurn(id) },
 		Redispatch:      func(ctx context.Context, id string) error { return dispatcher.Redispatch(ctx, id) },
 	})

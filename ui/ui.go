@@ -195,6 +195,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	}
 	token = strings.TrimSpace(token)
 	if h.cfg.Token == "" || subtle.ConstantTimeCompare([]byte(token), []byte(h.cfg.Token)) != 1 {
+		h.cfg.Log.Warn("authentication failed", "reason", "wrong token at the sign-in page", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
 		h.render(w, http.StatusUnauthorized, "login", pageData{Page: "login", Title: "Sign in",
 			Error: "That token is not this gateway's token (see <data-dir>/gateway.token, or run `openclaw ui`)."})
 		return

@@ -171,13 +171,28 @@ func (s *Server) auth(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		if len(got) == 0 && ValidSession(r, s.cfg.Token) {
 			if (!SafeMethod(r.Method) || r.Header.Get("Upgrade") != "") && !SameOrigin(r) {
+				s.authFailed(c, "UI session cookie from another origin "+strconv.Quote(r.Header.Get("Origin")))
 				return apiErr(http.StatusForbidden, "origin-mismatch",
 					"a request signed in by the UI session cookie must come from this gateway's own pages (Origin %q, Host %q)", r.Header.Get("Origin"), r.Host)
 			}
 			return next(c)
 		}
+		switch _, cookieErr := r.Cookie(SessionCookie); {
+		case len(got) > 0:
+			s.authFailed(c, "wrong bearer token")
+		case cookieErr == nil:
+			s.authFailed(c, "wrong UI session cookie")
+		default:
+			s.authFailed(c, "no credentials")
+		}
 		return apiErr(http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token (see <data-dir>/gateway.token)")
 	}
+}
+
+// authFailed logs a refused authentication at WARN: what was wrong, never what was presented.
+func (s *Server) authFailed(c echo.Context, why string) {
+	r := c.Request()
+	s.cfg.Log.Warn("authentication failed", "reason", why, "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
 }
 
 // SessionCookie is the name of the Control UI's session cookie.

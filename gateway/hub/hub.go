@@ -198,7 +198,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	s := &Server{
-		cfg: cfg, log: cfg.Log.With("subsystem", "hub"), ctx: ctx, stop: stop,
+		cfg: cfg, log: cfg.Log, ctx: ctx, stop: stop,
 		conns: map[*workerConn]struct{}{}, workers: map[string]*workerConn{}, sessionConns: map[string]*workerConn{},
 		changed:  make(chan struct{}),
 		pressure: map[string]*pressure{}, turns: map[string]startedTurn{},
@@ -439,7 +439,21 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.release(wc)
 	err = s.serveAdmitted(ctx, wc)
-	s.log.Info("worker disconnected", "env", wc.envID, "err", err)
+	if normalEnd(err) || s.ctx.Err() != nil {
+		s.log.Info("worker disconnected", "env", wc.envID)
+		return
+	}
+	s.log.Warn("worker connection lost", "env", wc.envID, "err", err)
+}
+
+// normalEnd reports whether a worker connection ended the ordinary way: the worker closed it
+// (normal closure, going away) or the gateway did.
+func normalEnd(err error) bool {
+	switch websocket.CloseStatus(err) {
+	case websocket.StatusNormalClosure, websocket.StatusGoingAway:
+		return true
+	}
+	return err == nil || errors.Is(err, context.Canceled) || errors.Is(err, net.ErrClosed)
 }
 
 // workerConn is one WebSocket connection.
@@ -625,7 +639,7 @@ func (s *Server) admit(ctx context.Context, wc *workerConn) bool {
 		err = wc.write(ctx, res)
 	}
 	if err != nil {
-		s.log.Info("worker lost during admission", "env", env, "err", err)
+		s.log.Warn("worker lost during admission", "env", env, "err", err)
 		return false
 	}
 	s.register(wc)

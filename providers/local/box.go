@@ -267,7 +267,7 @@ func (c *conn) handleGlobalRequests(reqs <-chan *ssh.Request) {
 		case "streamlocal-forward@openssh.com":
 			err := c.startForward(req.Payload)
 			if err != nil {
-				c.log.Info("streamlocal forward refused", "err", err)
+				c.log.Warn("streamlocal forward refused", "err", err)
 			}
 			_ = req.Reply(err == nil, nil)
 		case "cancel-streamlocal-forward@openssh.com":
@@ -340,7 +340,7 @@ func (c *conn) handleSession(ch ssh.Channel, reqs <-chan *ssh.Request) {
 			}
 			p, err := c.startProcess(ch, m.Command, env)
 			if err != nil {
-				c.log.Info("exec", "err", err)
+				c.log.Warn("exec refused", "err", err)
 				break
 			}
 			started, ok, run = true, true, p

@@ -68,12 +68,28 @@ func (w *worker) connect(ctx context.Context, opts connOptions) (admitted bool, 
 		}
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return c.readLoop(gctx) })
+	// The read loop's reads are not cut by ctx (a cut read drops the link): when ctx ends, this
+	// side closes the connection with a normal closure, which ends the read, so the gateway sees
+	// the connection end rather than a lost worker. Any other end of the group stops the reads.
+	readCtx, stopRead := context.WithCancel(context.WithoutCancel(gctx))
+	defer stopRead()
+	closed := make(chan struct{})
+	stopClose := context.AfterFunc(gctx, func() {
+		defer close(closed)
+		if ctx.Err() != nil {
+			_ = ws.Close(websocket.StatusNormalClosure, "closed")
+		}
+		stopRead()
+	})
+	g.Go(func() error { return c.readLoop(readCtx) })
 	g.Go(func() error { return c.heartbeatLoop(gctx) })
 	if opts.work != nil {
 		g.Go(func() error { return opts.work(gctx, c) })
 	}
 	err = g.Wait()
+	if !stopClose() {
+		<-closed
+	}
 	if errors.Is(err, errShutdown) {
 		_ = ws.Close(websocket.StatusNormalClosure, "shutdown")
 	}
