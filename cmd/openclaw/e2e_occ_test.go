@@ -25,13 +25,19 @@ import (
 // token and decodes the answer into out; it returns the HTTP status and the raw body.
 func (g *gw) occ(method string, in any, out any) (int, string) {
 	g.t.Helper()
+	return g.occSide("compute", method, in, out)
+}
+
+// occSide is occ on either side: "compute" or "credential-gateway".
+func (g *gw) occSide(side, method string, in any, out any) (int, string) {
+	g.t.Helper()
 	tok, err := os.ReadFile(filepath.Join(g.dataDir, "occ.token"))
 	if err != nil {
 		g.t.Fatal(err)
 	}
-	verb, url, body := http.MethodPost, "http://"+g.addr+"/occ/v1/compute/"+method, []byte(nil)
+	verb, url, body := http.MethodPost, "http://"+g.addr+"/occ/v1/"+side+"/"+method, []byte(nil)
 	if method == "" {
-		verb, url = http.MethodGet, "http://"+g.addr+"/occ/v1/compute"
+		verb, url = http.MethodGet, "http://"+g.addr+"/occ/v1/"+side
 	} else if body, err = json.Marshal(in); err != nil {
 		g.t.Fatal(err)
 	}
