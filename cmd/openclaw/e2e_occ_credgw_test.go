@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/inference/inferencetest"
 	"github.com/openclaw/cloudworkers/gateway/placement"
@@ -54,13 +55,16 @@ func TestOCCCredentialSourceReachesTheRevisionsModelCalls(t *testing.T) {
 	if len(atts) != 1 || atts[0].SourceID != "src_c" || atts[0].Ref == "" {
 		t.Fatalf("attachForRevision = %+v, want one ref for src_c", atts)
 	}
-	if r := g.occPrepareUntil(rev, func(r occReadiness) bool { return r.Ready || r.RuntimeFailure != nil }); !r.Ready {
-		t.Fatalf("prepareRevision = %+v", r)
+	// Turns of the agent's session are not routed onto the revision's environment yet (docs/occ.md,
+	// known gaps), so a session with a workspace is placed on it the one way the gateway has: the
+	// dispatcher's reuse of a ready environment, before prepareRevision first sees the revision
+	// ready (from then on the environment is attached to the agent and never reused).
+	var first occReadiness
+	g.occOK("prepareRevision", rev, &first)
+	if first.Ready || first.RuntimeFailure != nil {
+		t.Fatalf("the first prepareRevision = %+v, want it pending", first)
 	}
-	g.occOK("activateRevision", rev, nil)
-	env := g.occEnv("ns_c", "agent_c", "rev_c")
-
-	// a session placed on the revision's environment (its warm, ready lease)
+	env := g.waitReady(g.occEnv("ns_c", "agent_c", "rev_c").ID)
 	ws := filepath.Join(root, "ws")
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		t.Fatal(err)
@@ -70,6 +74,10 @@ func TestOCCCredentialSourceReachesTheRevisionsModelCalls(t *testing.T) {
 	if p := g.mustRest(ses, placement.Active).Placement; p.EnvironmentID != env.ID {
 		t.Fatalf("session placed on %s, want the revision's environment %s", p.EnvironmentID, env.ID)
 	}
+	if r := g.occPrepareUntil(rev, func(r occReadiness) bool { return r.Ready || r.RuntimeFailure != nil }); !r.Ready {
+		t.Fatalf("prepareRevision = %+v", r)
+	}
+	g.occOK("activateRevision", rev, nil)
 	g.runTurn(ses, "hello", "worker")
 	reqs := provider.Requests()
 	if len(reqs) != 1 || reqs[0].APIKey() != key {
@@ -95,6 +103,12 @@ func TestOCCCredentialSourceReachesTheRevisionsModelCalls(t *testing.T) {
 	g.cgOK("withdraw", withdraw, &w)
 	if w.State != "revoked" {
 		t.Fatalf("withdraw = %+v", w)
+	}
+	// the worker turn's checkpoint holds the session until it is done
+	for deadline := time.Now().Add(40 * time.Second); g.placement(ses).Placement.TurnRunID != ""; time.Sleep(20 * time.Millisecond) { // polling the API
+		if time.Now().After(deadline) {
+			t.Fatalf("the session is still held after its turn:\n%s", g.placement(ses))
+		}
 	}
 	refused, code, err := g.send(ses, "again")
 	if err != nil {
