@@ -415,7 +415,7 @@ func (c *Compute) bind(ctx context.Context, namespaceID, agentID, principal stri
 		return "", err
 	}
 	if c.d.CreateSession != nil && session == "" {
-		if session, err = c.d.CreateSession(ctx, "occ agent "+agentID); err != nil {
+		if session, err = c.d.CreateSession(ctx, "occ agent "+agentID+" in namespace "+namespaceID); err != nil {
 			return "", err
 		}
 	}

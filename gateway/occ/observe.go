@@ -85,6 +85,14 @@ func (c *Compute) revisionEnv(ctx context.Context, rev AgentRevision) (revisionR
 	return r, e, err == nil, err
 }
 
+// bindingEnv checks a binding and returns its revision and the revision's current environment.
+func (c *Compute) bindingEnv(ctx context.Context, b *binding) (revisionRow, envs.Environment, bool, error) {
+	if err := b.check("binding"); err != nil {
+		return revisionRow{}, envs.Environment{}, false, err
+	}
+	return c.revisionEnv(ctx, b.Revision)
+}
+
 func (c *Compute) diagnoseAgentDeployment(ctx context.Context, body json.RawMessage) (any, error) {
 	var in struct {
 		Binding binding `json:"binding"`
@@ -92,10 +100,7 @@ func (c *Compute) diagnoseAgentDeployment(ctx context.Context, body json.RawMess
 	if err := Bind(body, &in); err != nil {
 		return nil, err
 	}
-	if err := in.Binding.check("binding"); err != nil {
-		return nil, err
-	}
-	r, e, found, err := c.revisionEnv(ctx, in.Binding.Revision)
+	r, e, found, err := c.bindingEnv(ctx, &in.Binding)
 	if err != nil {
 		return nil, err
 	}
@@ -184,10 +189,7 @@ func (c *Compute) describeAgentRuntime(ctx context.Context, body json.RawMessage
 	if err := Bind(body, &in); err != nil {
 		return nil, err
 	}
-	if err := in.Binding.check("binding"); err != nil {
-		return nil, err
-	}
-	r, e, found, err := c.revisionEnv(ctx, in.Binding.Revision)
+	r, e, found, err := c.bindingEnv(ctx, &in.Binding)
 	if err != nil {
 		return nil, err
 	}
@@ -234,9 +236,6 @@ func (c *Compute) readAgentRuntimeLogs(ctx context.Context, body json.RawMessage
 	if err := Bind(body, &in); err != nil {
 		return nil, err
 	}
-	if err := in.Binding.check("binding"); err != nil {
-		return nil, err
-	}
 	req := in.Request
 	switch {
 	case req.TailLines < 0 || req.TailLines > MaxLogLines:
@@ -252,7 +251,7 @@ func (c *Compute) readAgentRuntimeLogs(ctx context.Context, body json.RawMessage
 	if req.LimitBytes == 0 {
 		req.LimitBytes = MaxLogBytes
 	}
-	_, e, found, err := c.revisionEnv(ctx, in.Binding.Revision)
+	_, e, found, err := c.bindingEnv(ctx, &in.Binding)
 	if err != nil {
 		return nil, err
 	}
