@@ -435,6 +435,40 @@ occ:
 			t.Error("requiresStoppedPredecessors defaults to true")
 		}
 	})
+	t.Run("token rotation", func(t *testing.T) {
+		old, err := os.ReadFile(filepath.Join(g.dataDir, "occ.token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		printed, err := exec.Command(openclawBin, "occ", "token", "--data-dir", g.dataDir).Output()
+		if err != nil || strings.TrimSpace(string(printed)) != strings.TrimSpace(string(old)) {
+			t.Fatalf("occ token printed %q, %v; want the token in occ.token", printed, err)
+		}
+		operator, err := os.ReadFile(filepath.Join(g.dataDir, "gateway.token"))
+		if err != nil || strings.TrimSpace(string(operator)) == strings.TrimSpace(string(old)) {
+			t.Fatal("OCC's token is the operator's token")
+		}
+		if out, err := exec.Command(openclawBin, "occ", "token", "--rotate", "--data-dir", g.dataDir).CombinedOutput(); err != nil {
+			t.Fatalf("occ token --rotate: %v %s", err, out)
+		}
+		status := func(tok string) int {
+			req, _ := http.NewRequestWithContext(g.ctx(), http.MethodGet, "http://"+g.addr+"/occ/v1/compute", nil)
+			req.Header.Set("Authorization", "Bearer "+tok)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		if st := status(strings.TrimSpace(string(old))); st != 401 {
+			t.Fatalf("the old OCC token after --rotate: %d; want 401 from the running gateway", st)
+		}
+		if st := status(strings.TrimSpace(string(operator))); st != 401 {
+			t.Fatalf("the operator's token on /occ/v1: %d; want 401", st)
+		}
+		g.occOK("", nil, nil) // the new token, read from occ.token
+	})
 	g.stop()
 }
 
