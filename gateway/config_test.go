@@ -35,6 +35,12 @@ func TestConfigSyncCompression(t *testing.T) {
 		{"capacity:\n  maxInflightInference: -2\n", "capacity.maxInflightInference"},
 		{"capacity:\n  maxInflightInference: 4\n  maxInflightInferencePerEnvironment: 8\n", "capacity.maxInflightInferencePerEnvironment"},
 		{"capacity:\n  maxRelayBytesPerSecondPerEnvironment: -1\n", "capacity.maxRelayBytesPerSecondPerEnvironment"},
+		{"occ:\n  defaultProfile: local\n  endpointURL: wss://gw.internal:7420\n  namespaces:\n    team-a: {profile: hetzner, allowedProfiles: [hetzner-big]}\n", ""},
+		{"occ:\n  namespaces:\n    team-a: {profile: hetzner, allowedProfiles: [ok, \"Bad One\"]}\n", "occ.namespaces.team-a.allowedProfiles[1]"},
+		{"occ:\n  namespaces:\n    team-a: {allowedProfiles: [x]}\n", "occ.namespaces.team-a.profile"},
+		{"occ:\n  endpointURL: ws://gw.example.com/\n", "occ.endpointURL"},
+		{"occ:\n  maxRequestBytes: -1\n", "occ.maxRequestBytes"},
+		{"occ:\n  capacityPattern: \"(\"\n", "occ.capacityPattern"},
 	} {
 		file := filepath.Join(dir, "gateway.yaml")
 		if err := os.WriteFile(file, []byte(tc.yaml), 0o600); err != nil {
