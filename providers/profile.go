@@ -2,6 +2,8 @@ package providers
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -26,6 +28,169 @@ type Profile struct {
 	Hygiene map[string]string `json:"hygiene,omitempty" yaml:"hygiene"`
 	// Warnings are shown to the operator (for example for development-only providers). Not stored.
 	Warnings []string `json:"warnings,omitempty" yaml:"-"`
+	// Setup is run on every new box after bootstrap and sync, before the worker takes the session.
+	Setup *Setup `json:"setup,omitempty" yaml:"setup"`
+	// Fallback names the profiles tried, in order, when this profile's lease CLI reports a
+	// capacity-type failure (one matched by CapacityPattern).
+	Fallback []string `json:"fallback,omitempty" yaml:"fallback"`
+	// CapacityPattern is the regular expression a provisioning error must match to fall back
+	// (default DefaultCapacityPattern). It is matched against the whole error, "lease CLI
+	// provision exited 3: capacity exhausted", so an exit code can be matched too ("exited 75\b").
+	CapacityPattern string `json:"capacityPattern,omitempty" yaml:"capacityPattern"`
+	// Checkpoint is the cadence of a dispatched session's checkpoints.
+	Checkpoint Checkpoint `json:"checkpoint,omitzero" yaml:"checkpoint"`
+}
+
+// Setup is a profile's setup phase: steps run on the box with a clean environment and no gateway
+// credentials, each under its own timeout, before the agent runs.
+type Setup struct {
+	Steps []SetupStep `json:"steps" yaml:"steps"`
+	// CacheKey names what the steps install; a warm box whose setup succeeded with the same key
+	// skips it. Default: a hash of the steps.
+	CacheKey string `json:"cacheKey,omitempty" yaml:"cacheKey"`
+	// CloseNetwork is an argv run on the gateway after setup (for example the lease CLI's command
+	// that drops the box's egress); {leaseId} and {envId} are expanded. The gateway does not
+	// enforce egress itself.
+	CloseNetwork []string `json:"closeNetwork,omitempty" yaml:"closeNetwork"`
+}
+
+// SetupStep is one shell command of a setup phase.
+type SetupStep struct {
+	Name string `json:"name" yaml:"name"`
+	Run  string `json:"run" yaml:"run"`
+	// Timeout bounds the step (default DefaultSetupStepTimeout, at most MaxSetupStepTimeout).
+	Timeout Duration `json:"timeout,omitempty" yaml:"timeout"`
+}
+
+// Checkpoint is a profile's checkpoint cadence: after every worker turn ("turn", the default) or
+// after a turn once the last checkpoint is older than a duration ("10m"); Keep is how many of a
+// session's newest checkpoints are kept (0: the gateway's sync.checkpointKeep).
+type Checkpoint struct {
+	Every string `json:"every,omitempty" yaml:"every"`
+	Keep  int    `json:"keep,omitempty" yaml:"keep"`
+}
+
+// Interval is the checkpoint interval: 0 for "turn" (after every turn).
+func (c Checkpoint) Interval() time.Duration {
+	if c.Every == "" || c.Every == CheckpointEveryTurn {
+		return 0
+	}
+	d, _ := time.ParseDuration(c.Every)
+	return d
+}
+
+// Limits and defaults of the setup phase, fallback and checkpoint policy.
+const (
+	DefaultSetupStepTimeout = 10 * time.Minute
+	MaxSetupStepTimeout     = 6 * time.Hour
+	MaxSetupSteps           = 32
+	MaxSetupRunBytes        = 64 << 10
+	MaxFallbacks            = 8
+	MaxCheckpointKeep       = 1000
+	MinCheckpointEvery      = time.Minute
+	CheckpointEveryTurn     = "turn"
+	DefaultCapacityPattern  = `(?i)capacity|quota|insufficient|exhausted|no available`
+)
+
+var setupStepNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9 _.:-]{0,63}$`)
+
+// SetupCacheKey is the cache key of the profile's setup: its cacheKey, or a hash of its steps and
+// closeNetwork; "" when the profile has no setup.
+func (p Profile) SetupCacheKey() string {
+	s := p.Setup
+	if s == nil || (len(s.Steps) == 0 && len(s.CloseNetwork) == 0) {
+		return ""
+	}
+	if s.CacheKey != "" {
+		return s.CacheKey
+	}
+	b, _ := json.Marshal(struct {
+		Steps        []SetupStep
+		CloseNetwork []string
+	}{s.Steps, s.CloseNetwork})
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:12])
+}
+
+// IsCapacityError reports whether a provisioning error is capacity-type by the profile's pattern.
+func (p Profile) IsCapacityError(err error) bool {
+	if err == nil {
+		return false
+	}
+	pat := p.CapacityPattern
+	if pat == "" {
+		pat = DefaultCapacityPattern
+	}
+	re, rerr := regexp.Compile(pat)
+	return rerr == nil && re.MatchString(err.Error())
+}
+
+func (p *Profile) validatePolicy() error {
+	if s := p.Setup; s != nil {
+		if len(s.Steps) > MaxSetupSteps {
+			return Fieldf("setup.steps", "at most %d steps, got %d", MaxSetupSteps, len(s.Steps))
+		}
+		seen := map[string]bool{}
+		for i, st := range s.Steps {
+			f := fmt.Sprintf("setup.steps[%d]", i)
+			switch {
+			case !setupStepNamePattern.MatchString(st.Name):
+				return Fieldf(f+".name", "%q must be 1-64 letters, digits, spaces or _.:- (starting with a letter or digit)", st.Name)
+			case seen[st.Name]:
+				return Fieldf(f+".name", "%q is used by an earlier step", st.Name)
+			case strings.TrimSpace(st.Run) == "":
+				return Fieldf(f+".run", "is required")
+			case len(st.Run) > MaxSetupRunBytes:
+				return Fieldf(f+".run", "must be at most %d bytes, got %d", MaxSetupRunBytes, len(st.Run))
+			case strings.ContainsRune(st.Run, 0):
+				return Fieldf(f+".run", "must not contain NUL bytes")
+			case st.Timeout < 0 || st.Timeout.D() > MaxSetupStepTimeout:
+				return Fieldf(f+".timeout", "must be from 1s to %s (0: the default, %s), got %s", MaxSetupStepTimeout, DefaultSetupStepTimeout, st.Timeout)
+			case st.Timeout > 0 && st.Timeout.D() < time.Second:
+				return Fieldf(f+".timeout", "must be at least 1s, got %s", st.Timeout)
+			}
+			seen[st.Name] = true
+		}
+		if len(s.CacheKey) > 128 || strings.ContainsFunc(s.CacheKey, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			return Fieldf("setup.cacheKey", "must be at most 128 printable characters")
+		}
+		for i, a := range s.CloseNetwork {
+			if a == "" || strings.ContainsRune(a, 0) {
+				return Fieldf(fmt.Sprintf("setup.closeNetwork[%d]", i), "must be a non-empty argument without NUL bytes")
+			}
+		}
+	}
+	if len(p.Fallback) > MaxFallbacks {
+		return Fieldf("fallback", "at most %d profiles, got %d", MaxFallbacks, len(p.Fallback))
+	}
+	for i, f := range p.Fallback {
+		switch {
+		case !profileIDPattern.MatchString(f):
+			return Fieldf(fmt.Sprintf("fallback[%d]", i), "%q is not a profile id", f)
+		case f == p.ID:
+			return Fieldf(fmt.Sprintf("fallback[%d]", i), "a profile cannot fall back to itself")
+		case slices.Contains(p.Fallback[:i], f):
+			return Fieldf(fmt.Sprintf("fallback[%d]", i), "%q is listed twice", f)
+		}
+	}
+	if p.CapacityPattern != "" {
+		if len(p.CapacityPattern) > 1024 {
+			return Fieldf("capacityPattern", "must be at most 1024 bytes")
+		}
+		if _, err := regexp.Compile(p.CapacityPattern); err != nil {
+			return Fieldf("capacityPattern", "%v", err)
+		}
+	}
+	if e := p.Checkpoint.Every; e != "" && e != CheckpointEveryTurn {
+		d, err := time.ParseDuration(e)
+		if err != nil || d < MinCheckpointEvery {
+			return Fieldf("checkpoint.every", "must be %q or a duration of at least %s (e.g. \"10m\"), got %q", CheckpointEveryTurn, MinCheckpointEvery, e)
+		}
+	}
+	if k := p.Checkpoint.Keep; k < 0 || k > MaxCheckpointKeep {
+		return Fieldf("checkpoint.keep", "must be from 1 to %d (0: the gateway's default), got %d", MaxCheckpointKeep, k)
+	}
+	return nil
 }
 
 // Lifetime is the profile's policy for how long machines live.
@@ -179,7 +344,7 @@ func (p *Profile) Validate() error {
 	if len(p.Settings) > 0 && !json.Valid(p.Settings) {
 		return Fieldf("settings", "is not valid JSON")
 	}
-	return nil
+	return p.validatePolicy()
 }
 
 // UnmarshalYAML decodes a profile, converting its free-form settings to JSON.
@@ -187,7 +352,7 @@ func (p *Profile) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind == yaml.MappingNode {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			switch k := n.Content[i].Value; k {
-			case "id", "provider", "settings", "lifetime", "sync", "maxEnvironments", "hygiene":
+			case "id", "provider", "settings", "lifetime", "sync", "maxEnvironments", "hygiene", "setup", "fallback", "capacityPattern", "checkpoint":
 			default:
 				return Fieldf(k, "unknown field (line %d)", n.Content[i].Line)
 			}

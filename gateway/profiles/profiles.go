@@ -63,6 +63,7 @@ func (s *Store) Put(ctx context.Context, p *providers.Profile) (created bool, er
 	if p.Hygiene == nil {
 		hyg = []byte("{}")
 	}
+	policy, _ := json.Marshal(storedPolicy{Setup: p.Setup, Fallback: p.Fallback, CapacityPattern: p.CapacityPattern, Checkpoint: p.Checkpoint})
 	inc, _ := json.Marshal(nonNil(p.Sync.Include))
 	exc, _ := json.Marshal(nonNil(p.Sync.Exclude))
 	now := store.FormatTime(clock.Or(s.Clock).Now())
@@ -73,17 +74,17 @@ func (s *Store) Put(ctx context.Context, p *providers.Profile) (created bool, er
 		}
 		created = exists == 0
 		_, err := tx.ExecContext(ctx, `INSERT INTO profiles(id, provider, settings, idle_timeout_ns, ttl_ns, sync_include, sync_exclude,
-			sync_max_delete_share, sync_max_inbound_bytes, sync_max_inbound_entries, sync_max_inbound_file_bytes, max_environments, hygiene, created_at, updated_at)
-			VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+			sync_max_delete_share, sync_max_inbound_bytes, sync_max_inbound_entries, sync_max_inbound_file_bytes, max_environments, hygiene, policy, created_at, updated_at)
+			VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 			ON CONFLICT(id) DO UPDATE SET provider=excluded.provider, settings=excluded.settings,
 			idle_timeout_ns=excluded.idle_timeout_ns, ttl_ns=excluded.ttl_ns, sync_include=excluded.sync_include,
 			sync_exclude=excluded.sync_exclude, sync_max_delete_share=excluded.sync_max_delete_share,
 			sync_max_inbound_bytes=excluded.sync_max_inbound_bytes, sync_max_inbound_entries=excluded.sync_max_inbound_entries,
 			sync_max_inbound_file_bytes=excluded.sync_max_inbound_file_bytes, max_environments=excluded.max_environments, hygiene=excluded.hygiene,
-			updated_at=excluded.updated_at`,
+			policy=excluded.policy, updated_at=excluded.updated_at`,
 			p.ID, p.Provider, string(p.Settings), int64(p.Lifetime.IdleTimeout), int64(p.Lifetime.TTL),
 			string(inc), string(exc), p.Sync.MaxDeleteShare, p.Sync.MaxInboundBytes, p.Sync.MaxInboundEntries, p.Sync.MaxInboundFileBytes,
-			p.MaxEnvironments, string(hyg), now, now)
+			p.MaxEnvironments, string(hyg), string(policy), now, now)
 		if err != nil {
 			return err
 		}
@@ -113,16 +114,27 @@ func (s *Store) EnsureBuiltin(ctx context.Context, p providers.Profile) error {
 }
 
 const cols = `id, provider, settings, idle_timeout_ns, ttl_ns, sync_include, sync_exclude, sync_max_delete_share,
-	sync_max_inbound_bytes, sync_max_inbound_entries, sync_max_inbound_file_bytes, max_environments, hygiene`
+	sync_max_inbound_bytes, sync_max_inbound_entries, sync_max_inbound_file_bytes, max_environments, hygiene, policy`
+
+// storedPolicy is the policy column: the setup phase, fallback and checkpoint cadence.
+type storedPolicy struct {
+	Setup           *providers.Setup     `json:"setup,omitempty"`
+	Fallback        []string             `json:"fallback,omitempty"`
+	CapacityPattern string               `json:"capacityPattern,omitempty"`
+	Checkpoint      providers.Checkpoint `json:"checkpoint,omitzero"`
+}
 
 func (s *Store) scan(row interface{ Scan(...any) error }) (providers.Profile, error) {
 	var p providers.Profile
-	var settings, inc, exc, hyg string
+	var settings, inc, exc, hyg, policy string
 	var idle, ttl int64
 	if err := row.Scan(&p.ID, &p.Provider, &settings, &idle, &ttl, &inc, &exc, &p.Sync.MaxDeleteShare,
-		&p.Sync.MaxInboundBytes, &p.Sync.MaxInboundEntries, &p.Sync.MaxInboundFileBytes, &p.MaxEnvironments, &hyg); err != nil {
+		&p.Sync.MaxInboundBytes, &p.Sync.MaxInboundEntries, &p.Sync.MaxInboundFileBytes, &p.MaxEnvironments, &hyg, &policy); err != nil {
 		return p, err
 	}
+	var pol storedPolicy
+	_ = json.Unmarshal([]byte(policy), &pol)
+	p.Setup, p.Fallback, p.CapacityPattern, p.Checkpoint = pol.Setup, pol.Fallback, pol.CapacityPattern, pol.Checkpoint
 	p.Settings = json.RawMessage(settings)
 	p.Lifetime = providers.Lifetime{IdleTimeout: providers.Duration(idle), TTL: providers.Duration(ttl)}
 	_ = json.Unmarshal([]byte(inc), &p.Sync.Include)

@@ -26,3 +26,32 @@ func (b *Buffer) Write(p []byte) (int, error) {
 	}
 	return b.Buffer.Write(p)
 }
+
+// Tail keeps the last Max bytes written to it (an output tail); earlier bytes are dropped and
+// counted in Dropped. Every Write reports success.
+type Tail struct {
+	Max     int
+	Dropped int64
+	buf     []byte
+}
+
+// NewTail returns a Tail that keeps max bytes.
+func NewTail(max int) *Tail { return &Tail{Max: max} }
+
+func (t *Tail) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(p) >= t.Max {
+		t.Dropped += int64(len(t.buf) + len(p) - t.Max)
+		t.buf = append(t.buf[:0], p[len(p)-t.Max:]...)
+		return n, nil
+	}
+	if over := len(t.buf) + len(p) - t.Max; over > 0 {
+		t.Dropped += int64(over)
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	t.buf = append(t.buf, p...)
+	return n, nil
+}
+
+// Bytes returns the kept tail.
+func (t *Tail) Bytes() []byte { return t.buf }

@@ -1,0 +1,116 @@
+package profiles_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/openclaw/cloudworkers/gateway/profiles"
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/providers"
+	"github.com/openclaw/cloudworkers/providers/fake"
+)
+
+const policyExample = `profiles:
+  - id: gpu
+    provider: fake
+    setup:
+      steps:
+        - {name: toolchain, run: "apt-get install -y build-essential", timeout: 20m}
+        - {name: deps, run: "npm ci"}
+      cacheKey: node20-v1
+      closeNetwork: [lease-cli, egress, --drop, "{leaseId}"]
+    fallback: [gpu-b, gpu-c]
+    capacityPattern: "(?i)no capacity|exited 75\\b"
+    checkpoint: {every: 10m, keep: 5}
+`
+
+// A profile's setup, fallback, capacity pattern and checkpoint cadence survive the store.
+func TestPolicyRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "gateway.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s := profiles.New(db, providers.Registry{"fake": fake.New()}, nil)
+	ps, err := profiles.ParseYAML(strings.NewReader(policyExample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, &ps[0]); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get(ctx, "gpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Setup == nil || len(got.Setup.Steps) != 2 || got.Setup.Steps[0].Timeout.String() != "20m0s" ||
+		got.Setup.Steps[1].Run != "npm ci" || got.Setup.CacheKey != "node20-v1" || strings.Join(got.Setup.CloseNetwork, " ") != "lease-cli egress --drop {leaseId}" {
+		t.Fatalf("setup read back as %+v", got.Setup)
+	}
+	if strings.Join(got.Fallback, ",") != "gpu-b,gpu-c" || got.CapacityPattern != `(?i)no capacity|exited 75\b` ||
+		got.Checkpoint.Interval().String() != "10m0s" || got.Checkpoint.Keep != 5 {
+		t.Fatalf("policy read back as fallback %v pattern %q checkpoint %+v", got.Fallback, got.CapacityPattern, got.Checkpoint)
+	}
+	if !got.IsCapacityError(errors.New("lease CLI provision exited 75: try later")) || got.IsCapacityError(errors.New("permission denied")) {
+		t.Fatal("the profile's capacity pattern does not decide as written")
+	}
+}
+
+func TestPolicyValidationNamesTheField(t *testing.T) {
+	long := strings.Repeat("x", providers.MaxSetupRunBytes+1)
+	for in, field := range map[string]string{
+		"setup: {steps: [{name: '', run: x}]}":                         "setup.steps[0].name",
+		"setup: {steps: [{name: a, run: x}, {name: a, run: y}]}":       "setup.steps[1].name",
+		"setup: {steps: [{name: a, run: '  '}]}":                       "setup.steps[0].run",
+		"setup: {steps: [{name: a, run: " + long + "}]}":               "setup.steps[0].run",
+		"setup: {steps: [{name: a, run: x, timeout: 7h}]}":             "setup.steps[0].timeout",
+		"setup: {steps: [{name: a, run: x, timeout: 10ms}]}":           "setup.steps[0].timeout",
+		"setup: {steps: [{name: \"a\\nb\", run: x}]}":                  "setup.steps[0].name",
+		"setup: {steps: [{name: a, run: x}], cacheKey: \"k\\u0007\"}":  "setup.cacheKey",
+		"setup: {steps: [{name: a, run: x}], closeNetwork: [cli, '']}": "setup.closeNetwork[1]",
+		"fallback: [a]":                         "fallback[0]",
+		"fallback: [b, b]":                      "fallback[1]",
+		"fallback: [B!]":                        "fallback[0]",
+		"capacityPattern: '('":                  "capacityPattern",
+		"checkpoint: {every: sometimes}":        "checkpoint.every",
+		"checkpoint: {every: 10s}":              "checkpoint.every",
+		"checkpoint: {keep: -1}":                "checkpoint.keep",
+		"checkpoint: {every: turn, keep: 1001}": "checkpoint.keep",
+		"fallback: [b, c, d, e, f, g, h, i, j]": "fallback",
+	} {
+		ps, err := profiles.ParseYAML(strings.NewReader("profiles:\n  - id: a\n    provider: fake\n    " + in + "\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		err = ps[0].Validate()
+		var fe *providers.FieldError
+		if !errors.As(err, &fe) || fe.Field != field {
+			t.Errorf("%s: error %v, want one naming %s", in, err, field)
+		}
+	}
+	ok := "setup: {steps: [{name: a, run: x, timeout: 1s}]}\n    fallback: [b]\n    checkpoint: {every: turn, keep: 3}"
+	ps, err := profiles.ParseYAML(strings.NewReader("profiles:\n  - id: a\n    provider: fake\n    " + ok + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ps[0].Validate(); err != nil {
+		t.Fatalf("a good policy is refused: %v", err)
+	}
+}
+
+// The default cache key changes with the steps and is stable for the same steps.
+func TestSetupCacheKeyFollowsTheSteps(t *testing.T) {
+	a := providers.Profile{Setup: &providers.Setup{Steps: []providers.SetupStep{{Name: "a", Run: "make"}}}}
+	b := providers.Profile{Setup: &providers.Setup{Steps: []providers.SetupStep{{Name: "a", Run: "make all"}}}}
+	a2 := providers.Profile{Setup: &providers.Setup{Steps: []providers.SetupStep{{Name: "a", Run: "make"}}}}
+	if a.SetupCacheKey() == "" || a.SetupCacheKey() == b.SetupCacheKey() || a.SetupCacheKey() != a2.SetupCacheKey() {
+		t.Fatalf("cache keys %q %q %q", a.SetupCacheKey(), b.SetupCacheKey(), a2.SetupCacheKey())
+	}
+	if (providers.Profile{}).SetupCacheKey() != "" {
+		t.Fatal("a profile without setup has a cache key")
+	}
+}
