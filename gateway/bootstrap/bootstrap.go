@@ -29,6 +29,14 @@ import (
 type Recorder interface {
 	Note(ctx context.Context, id, text string)
 	SetWorker(ctx context.Context, id, bundleHash, socket, home string) error
+	// RecordStep adds an entry to the environment's timeline.
+	RecordStep(ctx context.Context, id string, s envs.Step)
+	// SetSetupKey records the cache key of a setup phase that succeeded; Fail fails the
+	// environment (and releases its lease) when one did not.
+	SetSetupKey(ctx context.Context, id, key string) error
+	Fail(ctx context.Context, id, reason string)
+	// Hold keeps the environment counted as in use (not idle) until release is called.
+	Hold(id string) (release func())
 }
 
 // Config configures a Bootstrapper.
@@ -178,12 +186,29 @@ func (b *Bootstrapper) Bootstrap(ctx context.Context, env envs.Environment) (err
 			b.cfg.Tunnels.CloseEnv(env.ID)
 		}
 	}()
+	// Each step is a timeline entry: its name, start, duration and result.
+	stepName, stepStart := "ssh", b.cfg.Clock.Now()
+	step := func(next string, err error) {
+		st := envs.Step{Kind: envs.StepBootstrap, Name: stepName, StartedAt: stepStart, Result: envs.ResultOK}
+		st.DurationMs = b.cfg.Clock.Now().Sub(stepStart).Milliseconds()
+		if err != nil {
+			st.Result, st.Detail = envs.ResultFailed, err.Error()
+		}
+		b.cfg.Envs.RecordStep(context.WithoutCancel(ctx), env.ID, st)
+		stepName, stepStart = next, b.cfg.Clock.Now()
+	}
+	defer func() {
+		if err != nil && stepName != "" {
+			step("", err)
+		}
+	}()
 	c, err := b.Dial(ctx, env)
 	if err != nil {
 		return fmt.Errorf("ssh %s@%s:%d: %w", env.Lease.SSHUser, env.Lease.SSHHost, env.Lease.SSHPort, err)
 	}
 	defer c.Close()
 	note("ssh: connected to %s:%d, host key pinned", env.Lease.SSHHost, env.Lease.SSHPort)
+	step("platform", nil)
 
 	out, err := b.runOK(ctx, c, "detect platform", `uname -s -m; printf '%s\n' "$HOME"`)
 	if err != nil {
@@ -202,6 +227,7 @@ func (b *Bootstrapper) Bootstrap(ctx context.Context, env envs.Environment) (err
 	if err != nil {
 		return err
 	}
+	step("bundle", nil)
 	start := b.cfg.Clock.Now()
 	inst, err := Install(ctx, c, home, bundle, b.cfg.KeepBundles)
 	if err != nil {
@@ -212,6 +238,7 @@ func (b *Bootstrapper) Bootstrap(ctx context.Context, env envs.Environment) (err
 	} else {
 		note("bundle: %s/%s %s uploaded, %d bytes in %s", goos, goarch, bundle.SHA256[:12], inst.Uploaded, b.cfg.Clock.Now().Sub(start).Round(time.Millisecond))
 	}
+	step("hygiene", nil)
 
 	hctx, hcancel := b.command(ctx)
 	checks, herr := CheckHygiene(hctx, c, env.Profile)
@@ -222,6 +249,7 @@ func (b *Bootstrapper) Bootstrap(ctx context.Context, env envs.Environment) (err
 	if herr != nil {
 		return herr
 	}
+	step("tunnel", nil)
 
 	sock := socketPath(home, env.ID)
 	if err := b.cfg.Envs.SetWorker(ctx, env.ID, bundle.SHA256, sock, home); err != nil {
@@ -232,10 +260,12 @@ func (b *Bootstrapper) Bootstrap(ctx context.Context, env envs.Environment) (err
 		return fmt.Errorf("tunnel: %w", err)
 	}
 	note("tunnel: reverse forward of %s connected", sock)
+	step("launch", nil)
 
 	if err := b.launch(ctx, c, env, inst.RemotePath); err != nil {
 		return err
 	}
+	step("admission", nil)
 	actx, cancel := context.WithTimeout(ctx, b.cfg.AdmitTimeout)
 	defer cancel()
 	if err := b.cfg.Workers.WaitAdmitted(actx, env.ID); err != nil {
@@ -243,6 +273,7 @@ func (b *Bootstrapper) Bootstrap(ctx context.Context, env envs.Environment) (err
 		return fmt.Errorf("worker not admitted within %s: %v; worker log: %s", b.cfg.AdmitTimeout, err, strings.TrimSpace(tail))
 	}
 	note("worker: admitted")
+	step("", nil)
 	b.supervise(env)
 	return nil
 }

@@ -385,7 +385,7 @@ func (m *Manager) recordedOrphanReason(ctx context.Context, prov providers.Provi
 		}
 		return "environment " + e.ID + " is " + string(e.State), e.ID
 	}
-	return "", ""
+	return m.attemptOrphanReason(ctx, prov, provider, id, slug)
 }
 
 // orphanReason says why a lease labelled as ours should be destroyed, or "" to keep it.
@@ -404,6 +404,13 @@ func (m *Manager) orphanReason(ctx context.Context, provider, leaseID, labelledE
 		return "", ""
 	case e.State.Dead():
 		return "environment " + e.ID + " is " + string(e.State), e.ID
+	case e.LeaseID != leaseID || e.ProviderID != provider:
+		// labelled for an environment that holds another lease: one of its abandoned attempts
+		for _, a := range e.Attempts {
+			if a.ProviderID == provider && a.LeaseID == leaseID {
+				return fmt.Sprintf("left by environment %s's attempt on profile %s (%s), which fell back", e.ID, a.ProfileID, a.Reason), e.ID
+			}
+		}
 	}
 	return "", e.ID
 }

@@ -37,7 +37,14 @@ type Environment struct {
 	BundleHash   string            `json:"bundleHash,omitempty"`
 	WorkerSocket string            `json:"workerSocket,omitempty"`
 	WorkerHome   string            `json:"workerHome,omitempty"`
-	Profile      providers.Profile `json:"-"`
+	// SetupKey is the cache key of the setup phase that last succeeded on the box ("" = none).
+	SetupKey string `json:"setupKey,omitempty"`
+	// LeasedProfileID is the profile the lease came from: a fallback of ProfileID when the
+	// first choice had no capacity. Derived from the profile snapshot.
+	LeasedProfileID string `json:"leasedProfileId,omitempty"`
+	// Attempts are the earlier provisioning attempts of an environment that fell back.
+	Attempts []Attempt        `json:"attempts,omitempty"`
+	Profile  providers.Profile `json:"-"`
 	// Derived when presented; never stored.
 	AgeMs              int64    `json:"ageMs"`
 	IdleMs             int64    `json:"idleMs"`
@@ -64,6 +71,15 @@ func (e Environment) ProviderLease() providers.Lease {
 	}
 }
 
+// Attempt is an earlier provisioning attempt of an environment, on a profile that had no capacity.
+type Attempt struct {
+	ProfileID   string `json:"profileId"`
+	ProviderID  string `json:"providerId"`
+	OperationID string `json:"operationId"`
+	LeaseID     string `json:"leaseId"`
+	Reason      string `json:"reason"`
+}
+
 // Event is one recorded state change.
 type Event struct {
 	ID     int64     `json:"id"`
@@ -71,23 +87,26 @@ type Event struct {
 	From   State     `json:"from"`
 	To     State     `json:"to"`
 	Reason string    `json:"reason,omitempty"`
+	// Step is set on timeline entries (provisioning attempts, bootstrap and setup steps).
+	Step *Step `json:"step,omitempty"`
 }
 
 const envCols = `id, profile_id, provider_id, COALESCE(idempotency_key,''), operation_id, lease_id, state, error,
 	ssh_host, ssh_port, ssh_user, ssh_key_path, host_keys, lease_labels, lease_expires_at, profile_snapshot,
-	created_at, updated_at, last_activity_at, bundle_hash, worker_socket, worker_home`
+	created_at, updated_at, last_activity_at, bundle_hash, worker_socket, worker_home, setup_key, lease_attempts`
 
 type scanner interface{ Scan(...any) error }
 
 func scanEnv(row scanner) (Environment, error) {
 	var e Environment
-	var hostKeys, labels, expires, snapshot, created, updated, activity string
+	var hostKeys, labels, expires, snapshot, created, updated, activity, attempts string
 	err := row.Scan(&e.ID, &e.ProfileID, &e.ProviderID, &e.IdempotencyKey, &e.OperationID, &e.LeaseID, &e.State, &e.Error,
 		&e.Lease.SSHHost, &e.Lease.SSHPort, &e.Lease.SSHUser, &e.Lease.SSHKeyPath, &hostKeys, &labels, &expires, &snapshot,
-		&created, &updated, &activity, &e.BundleHash, &e.WorkerSocket, &e.WorkerHome)
+		&created, &updated, &activity, &e.BundleHash, &e.WorkerSocket, &e.WorkerHome, &e.SetupKey, &attempts)
 	if err != nil {
 		return e, err
 	}
+	_ = json.Unmarshal([]byte(attempts), &e.Attempts)
 	_ = json.Unmarshal([]byte(hostKeys), &e.Lease.HostKeys)
 	_ = json.Unmarshal([]byte(labels), &e.Lease.Labels)
 	_ = json.Unmarshal([]byte(snapshot), &e.Profile)
@@ -99,6 +118,7 @@ func scanEnv(row scanner) (Environment, error) {
 	e.UpdatedAt = store.ParseTime(updated)
 	e.LastActivityAt = store.ParseTime(activity)
 	e.AttachedSessionIDs = []string{}
+	e.LeasedProfileID = e.Profile.ID
 	return e, nil
 }
 

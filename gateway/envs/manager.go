@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -85,6 +86,10 @@ type Config struct {
 	MaxEnvironments int
 	// OnRefused is told the reason of each new environment refused with a *CapacityError.
 	OnRefused func(reason string)
+	// Busy reports whether an environment is in use right now although nothing may pass through
+	// the gateway (a session attached to it has a turn in flight: a long tool run); nil means
+	// never. A busy environment counts as active for idle policy and provider heartbeats.
+	Busy func(envID string) bool
 }
 
 func (c *Config) setDefaults() {
@@ -124,6 +129,7 @@ type Manager struct {
 	pending  map[string]func(ctx context.Context) // env id → job asked for while another ran
 	booting  map[string]context.CancelFunc        // env id → cancels its running bootstrap
 	forced   map[string]bool                      // env ids whose destroy skips box-side cleanup
+	act      map[string]*activity                 // env id → activity seen at the gateway
 	changed  chan struct{}                        // closed and replaced on every state change
 	started  bool
 	stopping bool
@@ -137,7 +143,7 @@ func New(cfg Config) *Manager {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{cfg: cfg, db: cfg.DB, log: cfg.Log, ctx: ctx, cancel: cancel,
 		running: map[string]chan struct{}{}, pending: map[string]func(context.Context){}, changed: make(chan struct{}),
-		booting: map[string]context.CancelFunc{}, forced: map[string]bool{}, provisionSeconds: newProvisionHistogram()}
+		booting: map[string]context.CancelFunc{}, forced: map[string]bool{}, act: map[string]*activity{}, provisionSeconds: newProvisionHistogram()}
 }
 
 // Start reconciles every non-terminal environment with its provider and starts the periodic sweep.
@@ -293,7 +299,8 @@ func (m *Manager) Events(ctx context.Context, id string) ([]Event, error) {
 	if _, err := getEnv(ctx, m.db.R, id); err != nil {
 		return nil, err
 	}
-	rows, err := m.db.R.QueryContext(ctx, `SELECT id, at, from_state, to_state, reason FROM environment_events WHERE environment_id=? ORDER BY id`, id)
+	rows, err := m.db.R.QueryContext(ctx, `SELECT id, at, from_state, to_state, reason, step, step_kind, started_at, duration_ms,
+		result, exit_code, output FROM environment_events WHERE environment_id=? ORDER BY id`, id)
 	if err != nil {
 		return nil, err
 	}
@@ -301,11 +308,18 @@ func (m *Manager) Events(ctx context.Context, id string) ([]Event, error) {
 	out := []Event{}
 	for rows.Next() {
 		var ev Event
-		var at string
-		if err := rows.Scan(&ev.ID, &at, &ev.From, &ev.To, &ev.Reason); err != nil {
+		var at, started string
+		var st Step
+		if err := rows.Scan(&ev.ID, &at, &ev.From, &ev.To, &ev.Reason, &st.Name, &st.Kind, &started, &st.DurationMs,
+			&st.Result, &st.ExitCode, &st.Output); err != nil {
 			return nil, err
 		}
 		ev.At = store.ParseTime(at)
+		if st.Kind != "" {
+			st.StartedAt = store.ParseTime(started)
+			st.Detail = strings.TrimPrefix(strings.TrimPrefix(ev.Reason, st.Summary()), ": ")
+			ev.Step = &st
+		}
 		out = append(out, ev)
 	}
 	return out, rows.Err()
@@ -512,37 +526,43 @@ func (m *Manager) provision(ctx context.Context, id string) {
 	if e.State != Provisioning && e.State != Draining {
 		return
 	}
-	pctx, cancel := context.WithTimeout(ctx, m.cfg.ProvisionTimeout)
-	defer cancel()
-	m.log.Info("provisioning", "env", id, "provider", e.ProviderID, "op", e.OperationID, "lease", leaseID)
-	lease, err := prov.Provision(pctx, e.Profile, e.OperationID, providers.ProvisionRequest{
-		EnvironmentID: id, GatewayID: m.cfg.GatewayID, LeaseID: leaseID,
-		// A lease CLI that chooses its own ids reports one mid-provision: it is recorded at once, so
-		// teardown, the sweep and a restart know the lease even if this gateway dies before the call returns.
-		Reported: func(reported string, labels map[string]string) error {
-			lb, _ := json.Marshal(labels)
-			_, err := m.db.W.ExecContext(ctx, `UPDATE environments SET lease_id=?, lease_labels=?, updated_at=? WHERE id=? AND state IN ('provisioning','draining','destroying')`,
-				reported, string(lb), store.FormatTime(m.cfg.Clock.Now()), id)
-			if err == nil {
-				m.log.Info("lease reported", "env", id, "lease", reported)
-			}
-			return err
-		},
-	})
-	if ctx.Err() != nil {
-		return // gateway stopping: resumed on restart with the same operation id
-	}
-	if err == nil {
-		err = lease.Validate()
-		if lease.ID == "" {
-			lease.ID = leaseID
+	var lease providers.Lease
+	for {
+		start := m.cfg.Clock.Now()
+		lease, err = m.provisionOnce(ctx, id, prov, e, leaseID)
+		if ctx.Err() != nil {
+			return // gateway stopping: resumed on restart with the same operation id
 		}
-	}
-	if err != nil {
+		if err == nil {
+			err = lease.Validate()
+			if lease.ID == "" {
+				lease.ID = leaseID
+			}
+		}
+		step := Step{Kind: StepProvision, Name: e.Profile.ID, StartedAt: start, DurationMs: m.cfg.Clock.Now().Sub(start).Milliseconds(), Result: ResultOK}
+		if err == nil {
+			step.Detail = fmt.Sprintf("lease %s at %s:%d", lease.ID, lease.SSHHost, lease.SSHPort)
+			m.RecordStep(ctx, id, step)
+			break
+		}
+		step.Result, step.Detail = ResultFailed, err.Error()
+		next, fb := m.nextFallback(ctx, e, err)
+		if fb != "" {
+			step.Detail += " — " + fb
+		}
+		m.RecordStep(ctx, id, step)
 		// Release first, so an operator who sees "failed" is not paying for the machine any more.
 		m.releaseLease(ctx, id, prov, e.Profile, providers.Lease{ID: leaseID}, "provisioning failed")
-		m.fail(ctx, id, "provision: "+err.Error())
-		return
+		if next == nil {
+			m.fail(ctx, id, "provision: "+err.Error())
+			return
+		}
+		if e, prov, leaseID, err = m.fallBack(ctx, e, *next, err); err != nil {
+			if ctx.Err() == nil && !errors.Is(err, errNotProvisioning) {
+				m.fail(ctx, id, "provision: fall back to profile "+next.ID+": "+err.Error())
+			}
+			return
+		}
 	}
 	hostKeys, _ := json.Marshal(lease.HostKeys)
 	labels, _ := json.Marshal(lease.Labels)
@@ -573,6 +593,27 @@ func (m *Manager) provision(ctx context.Context, id string) {
 	if moved {
 		m.bootstrap(ctx, id)
 	}
+}
+
+// provisionOnce is one provider call for an environment (e is its row as the call starts).
+func (m *Manager) provisionOnce(ctx context.Context, id string, prov providers.Provider, e Environment, leaseID string) (providers.Lease, error) {
+	pctx, cancel := context.WithTimeout(ctx, m.cfg.ProvisionTimeout)
+	defer cancel()
+	m.log.Info("provisioning", "env", id, "provider", e.ProviderID, "profile", e.Profile.ID, "op", e.OperationID, "lease", leaseID)
+	return prov.Provision(pctx, e.Profile, e.OperationID, providers.ProvisionRequest{
+		EnvironmentID: id, GatewayID: m.cfg.GatewayID, LeaseID: leaseID,
+		// A lease CLI that chooses its own ids reports one mid-provision: it is recorded at once, so
+		// teardown, the sweep and a restart know the lease even if this gateway dies before the call returns.
+		Reported: func(reported string, labels map[string]string) error {
+			lb, _ := json.Marshal(labels)
+			_, err := m.db.W.ExecContext(ctx, `UPDATE environments SET lease_id=?, lease_labels=?, updated_at=? WHERE id=? AND state IN ('provisioning','draining','destroying')`,
+				reported, string(lb), store.FormatTime(m.cfg.Clock.Now()), id)
+			if err == nil {
+				m.log.Info("lease reported", "env", id, "lease", reported)
+			}
+			return err
+		},
+	})
 }
 
 // bootstrap hands a leased machine to the bootstrapper, if one is configured.

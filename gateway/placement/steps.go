@@ -128,6 +128,17 @@ func (d *Dispatcher) start(ctx context.Context, p Placement) (Change, error) {
 			return Change{}, err
 		}
 	}
+	// The profile's setup phase runs after bootstrap and sync, before the worker takes the session
+	// (a warm box that already ran it with the same cache key skips it).
+	if d.cfg.Boot != nil {
+		e, err := d.cfg.Envs.Get(ctx, p.EnvironmentID)
+		if err != nil {
+			return Change{}, err
+		}
+		if err := d.cfg.Boot.Setup(ctx, e, p.BoxWorkspace); err != nil {
+			return Change{}, fmt.Errorf("environment %s: %w", e.ID, err)
+		}
+	}
 	// The session is bound, the environment attached and the placement active in one transaction.
 	return Change{To: Active, Also: func(ctx context.Context, tx *sql.Tx, c *Change) (func(), error) {
 		epoch, err := d.cfg.Sessions.BindTx(ctx, tx, p.SessionID, p.EnvironmentID)

@@ -11,6 +11,8 @@ ALTER TABLE environment_events ADD COLUMN duration_ms INTEGER NOT NULL DEFAULT 0
 ALTER TABLE environment_events ADD COLUMN result TEXT NOT NULL DEFAULT '';
 ALTER TABLE environment_events ADD COLUMN exit_code INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE environment_events ADD COLUMN output TEXT NOT NULL DEFAULT '';
--- The cache key of the setup that last succeeded on the environment's box ('' = none), and the
--- profile the environment was actually leased from when a fallback was used.
+-- The cache key of the setup that last succeeded on the environment's box ('' = none).
 ALTER TABLE environments ADD COLUMN setup_key TEXT NOT NULL DEFAULT '';
+-- Earlier provisioning attempts of an environment that fell back to another profile
+-- ([{"profileId","providerId","operationId","leaseId","reason"}]), so the sweep still knows their leases.
+ALTER TABLE environments ADD COLUMN lease_attempts TEXT NOT NULL DEFAULT '[]';
