@@ -216,6 +216,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	var envBusy func(envID string) bool // set once the dispatcher is built
 	workers, err := hub.New(hub.Config{
 		DB: db, Credentials: workerCreds, Log: log.With("subsystem", "hub"), HeartbeatTimeout: cfg.Worker.HeartbeatTimeout.D(),
 		Limits: cfg.Worker.Limits.HubLimits(), AdmissionTimeout: cfg.Worker.Limits.AdmissionTimeout.D(),
@@ -229,6 +230,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		},
 		ExpectedBundle:  func(envID string) (string, bool) { return mgr.BundleHash(envID) },
 		OnAdmit:         func(envID string) { mgr.Touch(context.Background(), envID) },
+		OnActivity:      func(envID string) { mgr.Seen(envID) },
 		Sessions:        sess,
 		Models:          catalog,
 		CallCredentials: credGW,
@@ -265,6 +267,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		// each environment holds one worker: beyond capacity.maxWorkers, a new one is refused up front
 		MaxEnvironments: workers.Capacity().MaxWorkers,
 		OnRefused:       workers.CountRejection,
+		// an environment whose session has a turn in flight is working, whatever passes through
+		Busy: func(envID string) bool { return envBusy != nil && envBusy(envID) },
 	})
 	closers.Push("environments", mgr.Close)
 	boot.SetEnvs(mgr)
@@ -306,6 +310,18 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		Clock: clk,
 	})
 	closers.Push("dispatcher", func(context.Context) error { dispatcher.Close(); return nil })
+	envBusy = func(envID string) bool {
+		ps, err := placements.ServedBy(context.Background(), envID)
+		if err != nil {
+			return false
+		}
+		for _, p := range ps {
+			if turnSvc.Busy(p.SessionID) || p.TurnRunID != "" {
+				return true
+			}
+		}
+		return false
+	}
 	spawner.Start(agents.Deps{DB: db, Sessions: sess, Turns: turnSvc, Dispatcher: dispatcher, Placements: placements,
 		Envs: mgr, Admitted: workers.Admitted, DataDir: dataDir, Log: log.With("subsystem", "agents")})
 

@@ -40,6 +40,8 @@ type fakeAPI struct {
 	// query of each DELETE.
 	env     map[string]any
 	deletes chan string
+	// events, when set, is what GET /environments/:id/events answers.
+	events []map[string]any
 	// parents, when set, maps a session's index to its parent's (sessions spawned by an agent).
 	parents map[int]int
 }
@@ -107,6 +109,9 @@ func (f *fakeAPI) start(t testing.TB) string {
 		g.GET("/environments/:id/worker", func(c echo.Context) error { return c.JSON(http.StatusOK, f.worker) })
 		g.GET("/environments/:id", func(c echo.Context) error { return c.JSON(http.StatusOK, f.env) })
 		g.GET("/environments/:id/events", func(c echo.Context) error {
+			if f.events != nil {
+				return c.JSON(http.StatusOK, f.events)
+			}
 			return c.JSON(http.StatusOK, []map[string]any{{"at": now, "from": "idle", "to": "destroying", "reason": "destroy requested"},
 				{"at": now.Add(time.Second), "from": "destroying", "to": "destroying", "reason": "provider destroy failed: temporary error; retrying"}})
 		})
@@ -339,6 +344,43 @@ func TestForceDestroyWhenStuck(t *testing.T) {
 		}
 	case <-wait.Done():
 		t.Fatal("no DELETE")
+	}
+}
+
+// The environment page shows the timeline's steps: kind and name, result, duration, and the output
+// tail of a failed setup step (open); the profile a fallback leased from is named.
+func TestEnvironmentTimelineSteps(t *testing.T) {
+	browser := shared.Get(t)
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	f := &fakeAPI{sessions: 1,
+		env: map[string]any{"id": "env_1", "state": "failed", "profileId": "gpu", "leasedProfileId": "gpu-b", "providerId": "command",
+			"leaseId": "l-1", "tunnelStatus": "stopped", "error": `setup step "deps" failed with exit status 3`},
+		events: []map[string]any{
+			{"at": at, "from": "provisioning", "to": "provisioning", "reason": "provision gpu: failed",
+				"step": map[string]any{"kind": "provision", "name": "gpu", "startedAt": at, "durationMs": 300, "result": "failed", "detail": "capacity exhausted — falling back to profile gpu-b"}},
+			{"at": at.Add(time.Second), "from": "bootstrapping", "to": "bootstrapping", "reason": "bootstrap bundle: ok",
+				"step": map[string]any{"kind": "bootstrap", "name": "bundle", "startedAt": at, "durationMs": 1200, "result": "ok"}},
+			{"at": at.Add(2 * time.Second), "from": "ready", "to": "ready", "reason": "setup deps: failed",
+				"step": map[string]any{"kind": "setup", "name": "deps", "startedAt": at, "durationMs": 4000, "result": "failed", "exitCode": 3, "output": "fetching\nE404 <b>no such</b> package"}},
+		}}
+	base := f.start(t)
+	p := browsertest.NewPage(t, browser, "timeline", false)
+	signIn(t, p, base)
+	p.Do("open", chromedp.Navigate(base+"/environments/env_1"), chromedp.WaitVisible(`#timeline li[data-step="setup:deps"]`))
+	got := browsertest.Eval[string](p, `document.querySelector('#timeline li[data-step="setup:deps"]').textContent`)
+	for _, want := range []string{"setup deps", "failed", "4.0 s", "E404 <b>no such</b> package"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the failed setup step reads %q, want %q in it", got, want)
+		}
+	}
+	if !browsertest.Eval[bool](p, `document.querySelector('#timeline li[data-step="setup:deps"]').classList.contains('error') && document.querySelector('#timeline li[data-step="setup:deps"] details').open`) {
+		t.Error("a failed step is not marked as an error with its output open")
+	}
+	if got := browsertest.Eval[string](p, `document.querySelector('#timeline li[data-step="provision:gpu"]').textContent`); !strings.Contains(got, "falling back to profile gpu-b") {
+		t.Errorf("the provisioning attempt reads %q", got)
+	}
+	if got := browsertest.Eval[string](p, `document.querySelector('[data-field="leased from"]').textContent`); got != "gpu-b (fallback)" {
+		t.Errorf("leased from: %q", got)
 	}
 }
 

@@ -26,13 +26,7 @@ func newEnvCmd(g *globals) *cobra.Command {
 // watchStates prints each state an environment reaches until done(e) holds or ctx ends.
 // The first skip events (already shown) are not printed.
 func watchStates(ctx context.Context, c *api.Client, id string, skip int, done func(envs.Environment) bool) (envs.Environment, error) {
-	return c.WaitEnvironment(ctx, id, skip, func(ev envs.Event) {
-		line := fmt.Sprintf("%s  %-13s", ev.At.Local().Format("15:04:05.000"), ev.To)
-		if ev.Reason != "" {
-			line += "  " + ev.Reason
-		}
-		fmt.Fprintln(stderr, line)
-	}, done)
+	return c.WaitEnvironment(ctx, id, skip, func(ev envs.Event) { fmt.Fprintln(stderr, eventLine(ev)) }, done)
 }
 
 func newEnvCreateCmd(g *globals) *cobra.Command {
@@ -111,10 +105,23 @@ func newEnvShowCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printShow(g, v, func(row func(k, v string)) {
+			steps, err := c.EnvironmentTimeline(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if g.asJSON() {
+				return printJSON(stdout, struct {
+					api.EnvironmentView
+					Timeline []envs.Step `json:"timeline"`
+				}{v, steps})
+			}
+			if err := printShow(g, v, func(row func(k, v string)) {
 				envRows(v.Environment, row)
 				row("shedding", sheddingText(v.Shedding))
-			})
+			}); err != nil {
+				return err
+			}
+			return printTimeline(steps)
 		}),
 	}
 	addOutput(cmd, g)
@@ -140,6 +147,57 @@ func envRows(e envs.Environment, row func(k, v string)) {
 	row("sessions", strings.Join(e.AttachedSessionIDs, ", "))
 	row("age", humanMs(e.AgeMs))
 	row("idle", humanMs(e.IdleMs))
+	if e.LeasedProfileID != "" && e.LeasedProfileID != e.ProfileID {
+		row("leased from", e.LeasedProfileID+" (fallback)")
+	}
+	if e.SetupKey != "" {
+		row("setup", "done (cache key "+e.SetupKey+")")
+	}
+}
+
+// printTimeline prints the timeline: one line per step (kind, name, start, duration, result,
+// detail), then the last lines of the output of a step that failed.
+func printTimeline(steps []envs.Step) error {
+	if len(steps) == 0 {
+		return nil
+	}
+	fmt.Fprintln(stdout, "\ntimeline")
+	w := table(stdout)
+	fmt.Fprintln(w, "  KIND\tSTEP\tSTART\tDURATION\tRESULT\tDETAIL")
+	for _, s := range steps {
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\t%s\n", s.Kind, s.Name, s.StartedAt.Local().Format("15:04:05"),
+			(time.Duration(s.DurationMs) * time.Millisecond).String(), s.Result, dash(truncate(s.Detail, 80)))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	for _, s := range steps {
+		if s.Result == envs.ResultFailed && s.Output != "" {
+			fmt.Fprintf(stdout, "\noutput tail of %s %s:\n%s\n", s.Kind, s.Name, tailLines(s.Output, 20))
+		}
+	}
+	return nil
+}
+
+// tailLines is the last n lines of s.
+func tailLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "  " + strings.Join(lines, "\n  ")
+}
+
+// eventLine is one event as env events --follow and env create --wait print it.
+func eventLine(ev envs.Event) string {
+	line := fmt.Sprintf("%s  %-13s", ev.At.Local().Format("15:04:05.000"), ev.To)
+	if ev.Reason != "" {
+		line += "  " + ev.Reason
+	}
+	if s := ev.Step; s != nil && s.Result == envs.ResultFailed && s.Output != "" {
+		line += "\n" + tailLines(s.Output, 10)
+	}
+	return line
 }
 
 // sheddingText says which capacity limit sheds the environment's load and since when ("" when none).
@@ -151,13 +209,36 @@ func sheddingText(s *api.Shedding) string {
 }
 
 func newEnvEventsCmd(g *globals) *cobra.Command {
-	return listCmd(g, &cobra.Command{Use: "events ID", Short: "Show the state changes of an environment", Args: cobra.ExactArgs(1)},
+	var follow bool
+	cmd := listCmd(g, &cobra.Command{Use: "events ID [--follow]", Short: "Show the state changes and timeline steps of an environment",
+		Long: `Show the state changes of an environment and its timeline steps (provisioning attempts, bootstrap
+and setup steps with their duration and result). With --follow, events are printed as they happen
+until the environment is destroyed (or interrupted); a failed step's output tail is printed under it.`,
+		Args: cobra.ExactArgs(1)},
 		func(ctx context.Context, c *api.Client, args []string) ([]envs.Event, error) {
 			return c.EnvironmentEvents(ctx, args[0])
 		},
 		[]string{"TIME", "FROM", "TO", "REASON"}, func(ev envs.Event) []string {
 			return []string{ev.At.Local().Format(time.RFC3339), dash(string(ev.From)), string(ev.To), ev.Reason}
 		})
+	list := cmd.RunE
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		if !follow {
+			return list(c, args)
+		}
+		return g.withClient(func(ctx context.Context, cl *api.Client, args []string) error {
+			_, err := cl.WaitEnvironment(ctx, args[0], 0, func(ev envs.Event) {
+				if g.asJSON() {
+					_ = printJSON(stdout, ev)
+					return
+				}
+				fmt.Fprintln(stdout, eventLine(ev))
+			}, func(e envs.Environment) bool { return e.State == envs.Destroyed })
+			return err
+		})(c, args)
+	}
+	cmd.Flags().BoolVar(&follow, "follow", false, "print events as they happen until the environment is destroyed")
+	return cmd
 }
 
 func newEnvDestroyCmd(g *globals) *cobra.Command {

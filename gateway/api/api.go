@@ -140,6 +140,7 @@ func New(cfg Config) *Server {
 	v1.POST("/environments/sweep", s.sweep)
 	v1.GET("/environments/:id", s.getEnv)
 	v1.GET("/environments/:id/events", s.envEvents)
+	v1.GET("/environments/:id/timeline", s.envTimeline)
 	v1.DELETE("/environments/:id", s.destroyEnv)
 	v1.GET("/environments/:id/worker", s.envWorker)
 	v1.GET("/audit", s.audit)

@@ -114,6 +114,14 @@ func (c *Client) EnvironmentEvents(ctx context.Context, id string) ([]envs.Event
 	return evs, err
 }
 
+// EnvironmentTimeline returns the timeline of an environment: its provisioning attempts,
+// bootstrap and setup steps, oldest first.
+func (c *Client) EnvironmentTimeline(ctx context.Context, id string) ([]envs.Step, error) {
+	var steps []envs.Step
+	err := c.get(ctx, v1("environments", id, "timeline"), &steps)
+	return steps, err
+}
+
 // EnvironmentWorker returns the worker side of an environment.
 func (c *Client) EnvironmentWorker(ctx context.Context, id string) (WorkerInfo, error) {
 	var wi WorkerInfo

@@ -213,6 +213,16 @@ func (s *Server) envEvents(c echo.Context) error {
 	return c.JSON(http.StatusOK, evs)
 }
 
+// envTimeline answers the environment's timeline: its provisioning attempts, bootstrap and
+// setup steps (name, start, duration, result, output tail).
+func (s *Server) envTimeline(c echo.Context) error {
+	steps, err := s.cfg.Envs.Timeline(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, steps)
+}
+
 // destroyEnv starts teardown and waits up to ?wait= (default 0) for proof of it: 200 with the
 // destroyed environment, or 202 while the gateway keeps retrying in the background.
 func (s *Server) destroyEnv(c echo.Context) error {

@@ -34,16 +34,16 @@ type Environment struct {
 	Lease          LeaseInfo `json:"lease"`
 	// BundleHash is the worker bundle installed on the box; WorkerSocket and WorkerHome say where
 	// the worker lives there. Set by bootstrap.
-	BundleHash   string            `json:"bundleHash,omitempty"`
-	WorkerSocket string            `json:"workerSocket,omitempty"`
-	WorkerHome   string            `json:"workerHome,omitempty"`
+	BundleHash   string `json:"bundleHash,omitempty"`
+	WorkerSocket string `json:"workerSocket,omitempty"`
+	WorkerHome   string `json:"workerHome,omitempty"`
 	// SetupKey is the cache key of the setup phase that last succeeded on the box ("" = none).
 	SetupKey string `json:"setupKey,omitempty"`
 	// LeasedProfileID is the profile the lease came from: a fallback of ProfileID when the
 	// first choice had no capacity. Derived from the profile snapshot.
 	LeasedProfileID string `json:"leasedProfileId,omitempty"`
 	// Attempts are the earlier provisioning attempts of an environment that fell back.
-	Attempts []Attempt        `json:"attempts,omitempty"`
+	Attempts []Attempt         `json:"attempts,omitempty"`
 	Profile  providers.Profile `json:"-"`
 	// Derived when presented; never stored.
 	AgeMs              int64    `json:"ageMs"`

@@ -461,7 +461,10 @@ func (m *Manager) move(ctx context.Context, id string, from, to State, reason st
 }
 
 // fail moves the environment to failed from whatever live state it is in.
-func (m *Manager) fail(ctx context.Context, id, reason string) {
+func (m *Manager) fail(ctx context.Context, id, reason string) { m.failStep(ctx, id, reason, nil) }
+
+// failStep is fail with the timeline entry of the step that failed on the transition's event.
+func (m *Manager) failStep(ctx context.Context, id, reason string, step *Step) {
 	reason = Sanitize(reason)
 	err := m.db.InTx(ctx, func(tx *sql.Tx) error {
 		e, err := getEnv(ctx, tx, id)
@@ -472,6 +475,9 @@ func (m *Manager) fail(ctx context.Context, id, reason string) {
 			return nil
 		}
 		if err := m.transition(ctx, tx, id, e.State, Failed, reason); err != nil {
+			return err
+		}
+		if err := attachStep(ctx, tx, id, step); err != nil {
 			return err
 		}
 		return store.Audit(ctx, tx, "environment.failed", id, reason)
@@ -527,6 +533,7 @@ func (m *Manager) provision(ctx context.Context, id string) {
 		return
 	}
 	var lease providers.Lease
+	var step Step
 	for {
 		start := m.cfg.Clock.Now()
 		lease, err = m.provisionOnce(ctx, id, prov, e, leaseID)
@@ -539,24 +546,23 @@ func (m *Manager) provision(ctx context.Context, id string) {
 				lease.ID = leaseID
 			}
 		}
-		step := Step{Kind: StepProvision, Name: e.Profile.ID, StartedAt: start, DurationMs: m.cfg.Clock.Now().Sub(start).Milliseconds(), Result: ResultOK}
+		step = Step{Kind: StepProvision, Name: e.Profile.ID, StartedAt: start, DurationMs: m.cfg.Clock.Now().Sub(start).Milliseconds(), Result: ResultOK}
 		if err == nil {
 			step.Detail = fmt.Sprintf("lease %s at %s:%d", lease.ID, lease.SSHHost, lease.SSHPort)
-			m.RecordStep(ctx, id, step)
-			break
+			break // recorded with the move to bootstrapping
 		}
 		step.Result, step.Detail = ResultFailed, err.Error()
 		next, fb := m.nextFallback(ctx, e, err)
 		if fb != "" {
 			step.Detail += " — " + fb
 		}
-		m.RecordStep(ctx, id, step)
 		// Release first, so an operator who sees "failed" is not paying for the machine any more.
 		m.releaseLease(ctx, id, prov, e.Profile, providers.Lease{ID: leaseID}, "provisioning failed")
 		if next == nil {
-			m.fail(ctx, id, "provision: "+err.Error())
+			m.failStep(ctx, id, "provision: "+err.Error(), &step)
 			return
 		}
+		m.RecordStep(ctx, id, step)
 		if e, prov, leaseID, err = m.fallBack(ctx, e, *next, err); err != nil {
 			if ctx.Err() == nil && !errors.Is(err, errNotProvisioning) {
 				m.fail(ctx, id, "provision: fall back to profile "+next.ID+": "+err.Error())
@@ -583,7 +589,10 @@ func (m *Manager) provision(ctx context.Context, id string) {
 			return nil // destroy was requested meanwhile; the lease is recorded for it
 		}
 		moved = true
-		return m.transition(ctx, tx, id, Provisioning, Bootstrapping, fmt.Sprintf("lease %s at %s:%d", lease.ID, lease.SSHHost, lease.SSHPort))
+		if err := m.transition(ctx, tx, id, Provisioning, Bootstrapping, fmt.Sprintf("lease %s at %s:%d", lease.ID, lease.SSHHost, lease.SSHPort)); err != nil {
+			return err
+		}
+		return attachStep(ctx, tx, id, &step)
 	})
 	if err != nil {
 		m.log.Error("provision: record lease", "env", id, "err", err)

@@ -153,3 +153,15 @@ func (m *Manager) Fail(ctx context.Context, id, reason string) {
 		}
 	}
 }
+
+// attachStep puts a timeline entry on the environment's newest event (the transition just
+// written in tx), so that a step that changes the state is one event.
+func attachStep(ctx context.Context, tx *sql.Tx, id string, s *Step) error {
+	if s == nil {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, `UPDATE environment_events SET step=?, step_kind=?, started_at=?, duration_ms=?, result=?, exit_code=?,
+		output=? WHERE id=(SELECT MAX(id) FROM environment_events WHERE environment_id=?)`,
+		Sanitize(s.Name), s.Kind, store.FormatTime(s.StartedAt), s.DurationMs, s.Result, s.ExitCode, SanitizeOutput(s.Output, MaxOutputTail), id)
+	return err
+}

@@ -61,6 +61,10 @@ type Config struct {
 	Spawn        SpawnFunc
 	OnAdmit      func(envID string)
 	OnDisconnect func(envID string)
+	// OnActivity is called for every request of an admitted worker other than heartbeats and
+	// credential refreshes (transcript commits, live events, inference, tool calls): the
+	// environment's activity as the gateway sees it. It must be cheap.
+	OnActivity func(envID string)
 	// Sessions serves worker.transcript.commit, worker.live-event and worker.resume; nil answers
 	// them with method-not-allowed.
 	Sessions SessionBackend

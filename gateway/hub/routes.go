@@ -47,6 +47,9 @@ func (s *Server) serveRequest(ctx context.Context, wc *workerConn, f protocol.Fr
 	if !ok || !wc.cred.Allows(f.Method) {
 		return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeMethodNotAllowed, "method %.128q is not allowed", f.Method)), true
 	}
+	if s.cfg.OnActivity != nil && f.Method != protocol.MethodHeartbeat && f.Method != protocol.MethodCredentialRefresh {
+		s.cfg.OnActivity(wc.envID)
+	}
 	switch {
 	case r.inline != nil:
 		return r.inline(s, ctx, wc, f), true

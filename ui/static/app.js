@@ -627,12 +627,24 @@ function environmentPage(id) {
     const rows = [['State', e.state], ['Profile', e.profileId], ['Provider', e.providerId], ['Lease', e.leaseId], ['Tunnel', e.tunnelStatus],
       ['Age', ago(e.ageMs)], ['Idle', ago(e.idleMs)], ['Sessions', (e.attachedSessionIds || []).join(', ') || 'none'],
       ['Inference', inferenceText(e.inference)], ['Backpressure', pressure], ['Shedding', shedding], ['Error', e.error || '']];
+    if (e.leasedProfileId && e.leasedProfileId !== e.profileId) rows.splice(2, 0, ['Leased from', e.leasedProfileId + ' (fallback)']);
+    if (e.setupKey) rows.push(['Setup', 'done (cache key ' + e.setupKey + ')']);
     dl.replaceChildren(...rows.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', { 'data-field': k.toLowerCase(), text: v })]));
     let prev = null;
     $('#timeline').replaceChildren(...evs.map((ev) => {
       const took = prev ? ' (' + ((new Date(ev.at) - new Date(prev)) / 1000).toFixed(1) + ' s)' : '';
       prev = ev.at;
       const step = ev.from === ev.to ? ev.to : ev.from + ' → ' + ev.to;
+      const st = ev.step;
+      if (st) {
+        // a timeline step: its kind and name, result, start and duration, detail and output tail
+        const failed = st.result === 'failed';
+        const out = st.output ? [el('details', failed ? { open: '' } : {}, el('summary', { text: 'output' }), el('pre', { class: 'output', text: st.output }))] : [];
+        return el('li', { class: failed ? 'error' : '', 'data-step': st.kind + ':' + st.name },
+          el('strong', { text: st.kind + ' ' + st.name }), ' ', el('span', { 'data-result': st.result, text: st.result }),
+          el('span', { class: 'muted', text: ' · ' + new Date(st.startedAt).toLocaleTimeString() + (st.result === 'skipped (cache)' ? '' : ' · ' + (st.durationMs / 1000).toFixed(1) + ' s') }),
+          st.detail ? ' ' + st.detail : '', ...out);
+      }
       return el('li', { class: /fail|error|refused/i.test(ev.reason || '') ? 'error' : '' }, el('strong', { text: step }), ' ', ev.reason || '', el('span', { class: 'muted', text: took }));
     }));
     const gone = e.state === 'destroyed';
