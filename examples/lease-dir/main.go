@@ -46,6 +46,9 @@ Fault injection:
   LEASE_DIR_LOCALBOX=PATH      back each lease with a real machine: PATH is the openclaw binary,
                                whose localbox serves SSH for the lease (stop ends it)
   LEASE_DIR_STOP_FAILS=N       the first N stop calls exit 1 with "temporary error"
+  LEASE_DIR_HEARTBEAT_FAIL=msg heartbeat exits 4 with this message (a provider refusing renewal)
+
+heartbeat calls are logged to calls.log too.
 `
 
 // lease is the state file of one lease.
@@ -345,6 +348,19 @@ func (d *leaseDir) heartbeat(id string) error {
 		return err
 	}
 	defer unlock()
+	line, _ := json.Marshal(map[string]any{"at": time.Now().UTC(), "command": "heartbeat", "leaseId": id})
+	f, err := os.OpenFile(filepath.Join(d.dir, "calls.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(f, "%s\n", line)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	if msg := os.Getenv("LEASE_DIR_HEARTBEAT_FAIL"); msg != "" {
+		return &exitError{4, msg}
+	}
 	l, err := d.load(id)
 	if err != nil {
 		return err

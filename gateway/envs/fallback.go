@@ -108,7 +108,11 @@ func (m *Manager) attemptOrphanReason(ctx context.Context, prov providers.Provid
 			}
 			derived := DefaultLeaseID(a.OperationID)
 			if d, ok := prov.(providers.LeaseIDer); ok {
-				derived = d.LeaseID(providers.Profile{ID: a.ProfileID, Provider: a.ProviderID}, a.OperationID)
+				prof, err := m.cfg.Profiles.Get(ctx, a.ProfileID)
+				if err != nil {
+					prof = providers.Profile{ID: a.ProfileID, Provider: a.ProviderID}
+				}
+				derived = d.LeaseID(prof, a.OperationID)
 			}
 			if derived != a.LeaseID {
 				continue // a lease id the CLI chose: only its labels can prove it ours

@@ -559,7 +559,7 @@ func (m *Manager) provision(ctx context.Context, id string) {
 		// Release first, so an operator who sees "failed" is not paying for the machine any more.
 		m.releaseLease(ctx, id, prov, e.Profile, providers.Lease{ID: leaseID}, "provisioning failed")
 		if next == nil {
-			m.failStep(ctx, id, "provision: "+err.Error(), &step)
+			m.failStep(ctx, id, "provision: "+step.Detail, &step)
 			return
 		}
 		m.RecordStep(ctx, id, step)
