@@ -165,10 +165,40 @@ func (d *Dispatcher) AfterTurn(sessionID string) {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
+		if !d.checkpointDue(d.ctx, sessionID) {
+			return
+		}
 		if err := d.Checkpoint(d.ctx, sessionID); err != nil && d.ctx.Err() == nil {
 			d.log.Warn("checkpoint", "session", sessionID, "err", err)
 		}
 	}()
+}
+
+// checkpointDue applies the profile's checkpoint cadence after a worker turn: "turn" (the
+// default) checkpoints after every turn; a duration ("10m") only once the last checkpoint is at
+// least that old.
+func (d *Dispatcher) checkpointDue(ctx context.Context, sessionID string) bool {
+	p, err := d.cfg.Placements.Get(ctx, sessionID)
+	if err != nil || p.EnvironmentID == "" {
+		return true
+	}
+	e, err := d.cfg.Envs.Get(ctx, p.EnvironmentID)
+	if err != nil {
+		return true
+	}
+	every := e.Profile.Checkpoint.Interval()
+	if every <= 0 {
+		return true
+	}
+	age, ok := d.cfg.Placements.checkpointAge(ctx, sessionID)
+	if !ok {
+		return true
+	}
+	if age < every {
+		d.log.Debug("checkpoint not due", "session", sessionID, "age", age, "every", every)
+		return false
+	}
+	return true
 }
 
 // Close stops background steps; they resume on the next start.

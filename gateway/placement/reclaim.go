@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -66,7 +67,7 @@ func (d *Dispatcher) Checkpoint(ctx context.Context, sessionID string) error {
 		return unrecorded(err)
 	}
 	cs, cerr := checkpoint.New(checkpoint.Config{Mode: manifest.Mode(p.SyncMode), Anchor: p.AnchorDir, Session: anchorName(sessionID),
-		DataDir: d.cfg.DataDir, Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include, Keep: d.cfg.CheckpointKeep})
+		DataDir: d.cfg.DataDir, Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include, Keep: cmp.Or(e.Profile.Checkpoint.Keep, d.cfg.CheckpointKeep)})
 	var cp checkpoint.Checkpoint
 	if cerr == nil {
 		cp, _, cerr = cs.Create(ctx)

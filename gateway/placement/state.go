@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/internal/clock"
@@ -364,6 +365,17 @@ func (ps *Placements) RecordBase(ctx context.Context, sessionID, claim string, g
 			sessionID, ps.now(), st, st, gen, reason)
 		return err
 	})
+}
+
+// checkpointAge is how long ago the session's last checkpoint was recorded (ok false: none yet).
+func (ps *Placements) checkpointAge(ctx context.Context, sessionID string) (time.Duration, bool) {
+	var at string
+	err := ps.db.R.QueryRowContext(ctx, `SELECT at FROM placement_events WHERE session_id=?
+		AND (reason GLOB 'checkpoint [0-9]*:*' OR instr(reason, ?) > 0) ORDER BY id DESC LIMIT 1`, sessionID, anchorSaved).Scan(&at)
+	if err != nil {
+		return 0, false
+	}
+	return clock.Or(ps.Clock).Now().Sub(store.ParseTime(at)), true
 }
 
 // LastCheckpoint names the last time the anchor took in the session's worker workspace: its last
