@@ -363,20 +363,12 @@ func (m *Manager) Sweep(ctx context.Context) (SweepReport, error) {
 // lease before the CLI was called, and that row's own derivation (operation id → lease id or
 // slug) gives the same name: a static box re-leased under another slug is not ours any more.
 func (m *Manager) recordedOrphanReason(ctx context.Context, prov providers.Provider, provider, id, slug string) (reason, envID string) {
-	rows, err := m.db.R.QueryContext(ctx, `SELECT `+envCols+` FROM environments WHERE provider_id=? AND lease_id IN (?,?) ORDER BY created_at DESC LIMIT 100`, provider, id, slug)
+	list, err := m.queryEnvs(ctx, `WHERE provider_id=? AND lease_id IN (?,?) ORDER BY created_at DESC LIMIT 100`, provider, id, slug)
 	if err != nil {
 		return "", ""
 	}
-	defer rows.Close()
-	for rows.Next() {
-		e, err := scanEnv(rows)
-		if err != nil {
-			return "", ""
-		}
-		derived := DefaultLeaseID(e.OperationID)
-		if d, ok := prov.(providers.LeaseIDer); ok {
-			derived = d.LeaseID(e.Profile, e.OperationID)
-		}
+	for _, e := range list {
+		derived := derivedLeaseID(prov, e.Profile, e.OperationID)
 		if derived != id && (slug == "" || derived != slug) {
 			continue
 		}
@@ -386,6 +378,32 @@ func (m *Manager) recordedOrphanReason(ctx context.Context, prov providers.Provi
 		return "environment " + e.ID + " is " + string(e.State), e.ID
 	}
 	return m.attemptOrphanReason(ctx, prov, provider, id, slug)
+}
+
+// queryEnvs returns the environments a WHERE (and ORDER, LIMIT) clause selects.
+func (m *Manager) queryEnvs(ctx context.Context, where string, args ...any) ([]Environment, error) {
+	rows, err := m.db.R.QueryContext(ctx, `SELECT `+envCols+` FROM environments `+where, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Environment
+	for rows.Next() {
+		e, err := scanEnv(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// derivedLeaseID is the lease id (or slug) the gateway derives for an operation of a profile.
+func derivedLeaseID(prov providers.Provider, prof providers.Profile, opID string) string {
+	if d, ok := prov.(providers.LeaseIDer); ok {
+		return d.LeaseID(prof, opID)
+	}
+	return DefaultLeaseID(opID)
 }
 
 // orphanReason says why a lease labelled as ours should be destroyed, or "" to keep it.

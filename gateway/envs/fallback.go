@@ -91,29 +91,21 @@ func (m *Manager) fallBack(ctx context.Context, e Environment, next providers.Pr
 // provisioning attempt of an environment derived should be destroyed ("" to keep it): the
 // environment moved to another profile, so that lease serves nothing.
 func (m *Manager) attemptOrphanReason(ctx context.Context, prov providers.Provider, provider, id, slug string) (reason, envID string) {
-	rows, err := m.db.R.QueryContext(ctx, `SELECT `+envCols+` FROM environments WHERE lease_attempts LIKE ? ESCAPE '\' OR (? != '' AND lease_attempts LIKE ? ESCAPE '\')
+	list, err := m.queryEnvs(ctx, `WHERE lease_attempts LIKE ? ESCAPE '\' OR (? != '' AND lease_attempts LIKE ? ESCAPE '\')
 		ORDER BY created_at DESC LIMIT 100`, "%"+likeEscape(`"leaseId":"`+id+`"`)+"%", slug, "%"+likeEscape(`"leaseId":"`+slug+`"`)+"%")
 	if err != nil {
 		return "", ""
 	}
-	defer rows.Close()
-	for rows.Next() {
-		e, err := scanEnv(rows)
-		if err != nil {
-			return "", ""
-		}
+	for _, e := range list {
 		for _, a := range e.Attempts {
 			if a.ProviderID != provider || (a.LeaseID != id && (slug == "" || a.LeaseID != slug)) {
 				continue
 			}
-			derived := DefaultLeaseID(a.OperationID)
-			if d, ok := prov.(providers.LeaseIDer); ok {
-				prof, err := m.cfg.Profiles.Get(ctx, a.ProfileID)
-				if err != nil {
-					prof = providers.Profile{ID: a.ProfileID, Provider: a.ProviderID}
-				}
-				derived = d.LeaseID(prof, a.OperationID)
+			prof, err := m.cfg.Profiles.Get(ctx, a.ProfileID)
+			if err != nil {
+				prof = providers.Profile{ID: a.ProfileID, Provider: a.ProviderID}
 			}
+			derived := derivedLeaseID(prov, prof, a.OperationID)
 			if derived != a.LeaseID {
 				continue // a lease id the CLI chose: only its labels can prove it ours
 			}

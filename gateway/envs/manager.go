@@ -494,10 +494,7 @@ func (m *Manager) leaseIDFor(prov providers.Provider, e Environment) string {
 	if e.LeaseID != "" {
 		return e.LeaseID
 	}
-	if d, ok := prov.(providers.LeaseIDer); ok {
-		return d.LeaseID(e.Profile, e.OperationID)
-	}
-	return DefaultLeaseID(e.OperationID)
+	return derivedLeaseID(prov, e.Profile, e.OperationID)
 }
 
 // provision runs (or resumes, with the same operation id) the provider call for an environment.
