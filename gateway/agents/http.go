@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/openclaw/cloudworkers/internal/jsonbody"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -24,8 +25,8 @@ func RegisterAPI(g *echo.Group, s *Spawner) {
 	})
 	g.POST("/agents/spawn", func(c echo.Context) error {
 		var req OperatorSpawnRequest
-		if err := (&echo.DefaultBinder{}).BindBody(c, &req); err != nil {
-			return providers.Fieldf("body", "invalid JSON: %v", err)
+		if err := jsonbody.Decode(c.Request().Body, &req); err != nil {
+			return err
 		}
 		r := req.SpawnRequest
 		r.Dir = req.Dir
@@ -38,8 +39,8 @@ func RegisterAPI(g *echo.Group, s *Spawner) {
 	})
 	g.POST("/agents/:id/send", func(c echo.Context) error {
 		var req OperatorSendRequest
-		if err := (&echo.DefaultBinder{}).BindBody(c, &req); err != nil {
-			return providers.Fieldf("body", "invalid JSON: %v", err)
+		if err := jsonbody.Decode(c.Request().Body, &req); err != nil {
+			return err
 		}
 		res, err := s.Send(c.Request().Context(), "", c.Param("id"), req.Message, req.Wait == nil || *req.Wait)
 		return answer(c, res, err)
@@ -81,7 +82,7 @@ func answer(c echo.Context, res SpawnResult, err error) error {
 	case errors.Is(err, ErrNotChild):
 		return echo.NewHTTPError(http.StatusNotFound, err.Error())
 	case errors.Is(err, ErrNoDefaultProfile):
-		return echo.NewHTTPError(http.StatusBadRequest, err.Error())
+		return providers.Fieldf("profile", "is required: %v", err)
 	}
 	return err
 }

@@ -140,7 +140,9 @@ func (s *Spawner) spawn(ctx context.Context, parentID string, req SpawnRequest) 
 			return SpawnResult{}, errNoWorkspace
 		}
 	}
-	if err := d.Dispatcher.CheckTarget(ctx, req.Profile, req.MachineClass); err != nil {
+	if err := d.Dispatcher.CheckTarget(ctx, req.Profile, req.MachineClass); errors.Is(err, store.ErrNotFound) {
+		return SpawnResult{}, fieldf("profile", "no profile %q (see `openclaw profile list`)", req.Profile)
+	} else if err != nil {
 		return SpawnResult{}, fmt.Errorf("profile %q: %w", req.Profile, err)
 	}
 

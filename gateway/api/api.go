@@ -376,6 +376,9 @@ func bind(c echo.Context, v any) error {
 		}
 		var ute *json.UnmarshalTypeError
 		if errors.As(err, &ute) {
+			if ute.Field == "" { // the body itself is not the object the route takes
+				return &providers.FieldError{Field: "body", Message: fmt.Sprintf("must be a JSON object, got %s", ute.Value)}
+			}
 			return &providers.FieldError{Field: ute.Field, Message: fmt.Sprintf("must be %s", ute.Type)}
 		}
 		msg := err.Error()

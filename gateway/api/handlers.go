@@ -159,6 +159,9 @@ func (s *Server) createEnv(c echo.Context) error {
 	if len(req.IdempotencyKey) > 200 {
 		return providers.Fieldf("idempotencyKey", "must be at most 200 characters")
 	}
+	if _, err := s.cfg.Profiles.Get(c.Request().Context(), req.ProfileID); errors.Is(err, store.ErrNotFound) {
+		return providers.Fieldf("profileId", "no profile %q (see `openclaw profile list`)", req.ProfileID)
+	}
 	env, created, err := s.cfg.Envs.Create(c.Request().Context(), req.ProfileID, req.IdempotencyKey)
 	if err != nil {
 		return err

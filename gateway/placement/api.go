@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/openclaw/cloudworkers/internal/jsonbody"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 )
@@ -43,8 +44,8 @@ const MaxListedPlacements = 10000
 func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 	g.POST("/sessions/:id/dispatch", func(c echo.Context) error {
 		var req DispatchRequest
-		if err := (&echo.DefaultBinder{}).BindBody(c, &req); err != nil {
-			return providers.Fieldf("body", "invalid JSON: %v", err)
+		if err := jsonbody.Decode(c.Request().Body, &req); err != nil {
+			return err
 		}
 		if req.ProfileID == "" {
 			return providers.Fieldf("profileId", "is required")
@@ -60,10 +61,8 @@ func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 	})
 	g.POST("/sessions/:id/pullback", func(c echo.Context) error {
 		var req PullBackRequest
-		if c.Request().ContentLength != 0 {
-			if err := (&echo.DefaultBinder{}).BindBody(c, &req); err != nil {
-				return providers.Fieldf("body", "invalid JSON: %v", err)
-			}
+		if err := jsonbody.DecodeOptional(c.Request().Body, &req); err != nil {
+			return err
 		}
 		if err := d.allowSecrets(c.Request().Context(), c.Param("id"), req.AllowSecrets); err != nil {
 			return err
@@ -76,8 +75,8 @@ func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 	})
 	g.POST("/sessions/:id/move", func(c echo.Context) error {
 		var req MoveRequest
-		if err := (&echo.DefaultBinder{}).BindBody(c, &req); err != nil {
-			return providers.Fieldf("body", "invalid JSON: %v", err)
+		if err := jsonbody.Decode(c.Request().Body, &req); err != nil {
+			return err
 		}
 		if req.To != "local" {
 			return providers.Fieldf("to", "must be \"local\" (a session goes to a worker with POST /sessions/{id}/dispatch), got %q", req.To)

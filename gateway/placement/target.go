@@ -2,10 +2,16 @@ package placement
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
 
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/providers"
 )
 
 // CheckTarget refuses a dispatch target before anything is written or leased: the profile must
@@ -32,10 +38,14 @@ func (d *Dispatcher) checkDispatch(ctx context.Context, sessionID, profileID, ma
 		return err
 	}
 	if sess.Workspace == "" {
-		return fmt.Errorf("session %s has no workspace to send to a worker", sessionID)
+		return echo.NewHTTPError(http.StatusConflict, fmt.Sprintf("session %s has no workspace to send to a worker", sessionID))
 	}
 	if err := sessions.CheckWorkspace(ctx, sess.Workspace, false); err != nil {
 		return fmt.Errorf("session %s: %w", sessionID, err)
 	}
-	return d.CheckTarget(ctx, profileID, machineClass)
+	err = d.CheckTarget(ctx, profileID, machineClass)
+	if errors.Is(err, store.ErrNotFound) {
+		return providers.Fieldf("profileId", "no profile %q (see `openclaw profile list`)", profileID)
+	}
+	return err
 }

@@ -1,12 +1,9 @@
 package sessions
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -17,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/jsonbody"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -129,14 +127,16 @@ func (h *handlers) fail(c echo.Context, err error) error {
 // machine class. A bad request leaves no session and leases nothing.
 func (h *handlers) create(c echo.Context) error {
 	var req CreateRequest
-	body, err := io.ReadAll(c.Request().Body)
-	if err != nil {
-		return apiError(c, http.StatusBadRequest, "bad-request", "read body: %v", err)
-	}
-	if len(body) > 0 {
-		if err := strictJSON(body, &req); err != nil {
-			return apiError(c, http.StatusBadRequest, "bad-request", "%v", err)
+	if err := jsonbody.DecodeOptional(c.Request().Body, &req); err != nil {
+		var fe *providers.FieldError
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			return apiError(c, http.StatusRequestEntityTooLarge, "too-large", "request body larger than %d bytes", mbe.Limit)
+		case errors.As(err, &fe):
+			return fieldError(c, fe)
 		}
+		return apiError(c, http.StatusBadRequest, "bad-request", "%v", err)
 	}
 	p := req.CreateParams
 	if t := req.Target; t != nil {
@@ -186,18 +186,6 @@ func (h *handlers) create(c echo.Context) error {
 		}
 	}
 	return c.JSON(http.StatusCreated, ses)
-}
-
-func strictJSON(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("trailing data after JSON value")
-	}
-	return nil
 }
 
 func (h *handlers) list(c echo.Context) error {

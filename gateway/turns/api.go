@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/openclaw/cloudworkers/gateway/placement"
+	"github.com/openclaw/cloudworkers/internal/jsonbody"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -20,12 +21,8 @@ type SendRequest struct {
 func RegisterAPI(g *echo.Group, s *Service) {
 	g.POST("/sessions/:id/messages", func(c echo.Context) error {
 		var req SendRequest
-		if err := (&echo.DefaultBinder{}).BindBody(c, &req); err != nil {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				return mbe // 413 too-large
-			}
-			return providers.Fieldf("body", "invalid JSON: %v", err)
+		if err := jsonbody.Decode(c.Request().Body, &req); err != nil {
+			return err // a *http.MaxBytesError is 413 too-large
 		}
 		if req.Text == "" {
 			return providers.Fieldf("text", "is required")
