@@ -40,6 +40,8 @@ func TestConfigSyncCompression(t *testing.T) {
 		{"occ:\n  namespaces:\n    team-a: {allowedProfiles: [x]}\n", "occ.namespaces.team-a.profile"},
 		{"occ:\n  endpointURL: ws://gw.example.com/\n", "occ.endpointURL"},
 		{"occ:\n  maxRequestBytes: -1\n", "occ.maxRequestBytes"},
+		{"occ:\n  teardownTimeout: -1s\n", "occ.teardownTimeout"},
+		{"occ:\n  providerCheckTimeout: -1s\n", "occ.providerCheckTimeout"},
 		{"occ:\n  capacityPattern: \"(\"\n", "occ.capacityPattern"},
 	} {
 		file := filepath.Join(dir, "gateway.yaml")

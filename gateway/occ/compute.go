@@ -211,9 +211,6 @@ type queryer interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-// providerCheckTimeout bounds ensureNamespace's provider check (the lease CLI's list).
-const providerCheckTimeout = 30 * time.Second
-
 func (c *Compute) ensureNamespace(ctx context.Context, body json.RawMessage) (any, error) {
 	var in struct {
 		Namespace Namespace `json:"namespace"`
@@ -249,7 +246,7 @@ func (c *Compute) ensureNamespace(ctx context.Context, body json.RawMessage) (an
 		return fail(FailurePermanent, "worker profile "+profileID+" names provider "+prof.Provider+" which this gateway lacks")
 	}
 	if l, ok := prov.(providers.Lister); ok {
-		lctx, cancel := context.WithTimeout(ctx, providerCheckTimeout)
+		lctx, cancel := context.WithTimeout(ctx, c.d.Config.ProviderCheckTimeout.D())
 		_, err := l.List(lctx, prof)
 		cancel()
 		if err != nil {

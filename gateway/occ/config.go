@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/openclaw/cloudworkers/providers"
 )
@@ -26,7 +27,18 @@ type Config struct {
 	// a match means the provider had no capacity (pendingReason WORKLOAD_UNSCHEDULABLE, and the
 	// next prepareRevision tries a new lease) instead of a runtime failure.
 	CapacityPattern string `yaml:"capacityPattern"`
+	// TeardownTimeout bounds how long stopRevision and retireRevision wait for the provider's
+	// proof of teardown before answering a retryable TEARDOWN_PENDING (0: 90s; teardown goes on).
+	TeardownTimeout providers.Duration `yaml:"teardownTimeout"`
+	// ProviderCheckTimeout bounds ensureNamespace's provider check, the lease CLI's list (0: 30s).
+	ProviderCheckTimeout providers.Duration `yaml:"providerCheckTimeout"`
 }
+
+// Defaults of the occ timeouts.
+const (
+	DefaultTeardownTimeout      = 90 * time.Second
+	DefaultProviderCheckTimeout = 30 * time.Second
+)
 
 // DefaultCapacityPattern recognises the usual "no capacity" answers of lease CLIs and clouds.
 const DefaultCapacityPattern = `(?i)capacity|quota|insufficient|exhausted|out of stock|no (machines|hosts|instances|servers) available`
@@ -57,6 +69,12 @@ func (c *Config) SetDefaults() {
 	if c.CapacityPattern == "" {
 		c.CapacityPattern = DefaultCapacityPattern
 	}
+	if c.TeardownTimeout == 0 {
+		c.TeardownTimeout = providers.Duration(DefaultTeardownTimeout)
+	}
+	if c.ProviderCheckTimeout == 0 {
+		c.ProviderCheckTimeout = providers.Duration(DefaultProviderCheckTimeout)
+	}
 }
 
 // Validate names the first bad field (as occ.…).
@@ -66,6 +84,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxRequestBytes < 0 || c.MaxRequestBytes > MaxRequestBytesLimit {
 		return providers.Fieldf("occ.maxRequestBytes", "must be from 1 to %d (0: the default, %d), got %d", MaxRequestBytesLimit, DefaultMaxRequestBytes, c.MaxRequestBytes)
+	}
+	if c.TeardownTimeout < 0 {
+		return providers.Fieldf("occ.teardownTimeout", "must not be negative (0: the default, %s)", DefaultTeardownTimeout)
+	}
+	if c.ProviderCheckTimeout < 0 {
+		return providers.Fieldf("occ.providerCheckTimeout", "must not be negative (0: the default, %s)", DefaultProviderCheckTimeout)
 	}
 	if _, err := regexp.Compile(c.CapacityPattern); err != nil {
 		return providers.Fieldf("occ.capacityPattern", "must be a regular expression: %v", err)

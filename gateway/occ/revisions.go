@@ -527,9 +527,6 @@ func (c *Compute) deactivateRevision(ctx context.Context, body json.RawMessage) 
 	return nil, c.d.DB.InTx(ctx, func(tx *sql.Tx) error { return c.unroute(ctx, tx, r, "deactivated") })
 }
 
-// stopTimeout bounds how long stopRevision and retireRevision wait for proof of teardown.
-const stopTimeout = 90 * time.Second
-
 func (c *Compute) stopRevision(ctx context.Context, body json.RawMessage) (any, error) {
 	rev, err := decodeRevision(body)
 	if err != nil {
@@ -634,7 +631,7 @@ func (c *Compute) destroyEnvs(ctx context.Context, r revisionRow, revoke bool) e
 			}
 		}
 	}
-	dctx, cancel := context.WithTimeout(ctx, stopTimeout)
+	dctx, cancel := context.WithTimeout(ctx, c.d.Config.TeardownTimeout.D())
 	defer cancel()
 	for _, id := range ids {
 		e, err := c.d.Envs.Get(ctx, id)
