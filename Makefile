@@ -8,7 +8,7 @@ LDFLAGS   := -s -w -X github.com/openclaw/cloudworkers/internal/version.Version=
 RACE_PKGS := ./gateway/... ./providers/... ./internal/... ./protocol/... ./worker/... ./sync/...
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build test race lint bench demo run bundles examples clean
+.PHONY: help build test race lint bench demo run bundles examples clean occ-driver-test
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -28,6 +28,13 @@ test: ## run every test (race detector on concurrent packages); integration test
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 15m ./...
 	$(GO) test -count=1 -race -timeout 15m $(RACE_PKGS)
+
+occ-driver-test: ## run examples/occ-compute-driver's node --test against a freshly built gateway (skipped without node >= 20)
+	@if command -v node >/dev/null 2>&1 && node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)'; then \
+	  tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	  CGO_ENABLED=0 $(GO) build -o "$$tmp/openclaw" ./cmd/openclaw && \
+	  cd examples/occ-compute-driver && OPENCLAW_BIN="$$tmp/openclaw" node --test; \
+	else echo "occ-driver-test: skipped: node >= 20 is not installed (Debian: apt-get install nodejs)"; fi
 
 race: ## run the concurrent packages under the race detector
 	$(GO) test -count=1 -race -timeout 15m $(RACE_PKGS)

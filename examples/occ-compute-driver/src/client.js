@@ -256,7 +256,8 @@ function errorFrom(status, body, method) {
 /**
  * Builds a method's body from its arguments: each argument under its TypeScript parameter name; an
  * AbortSignal argument is the call's signal, not a body key; undefined arguments are left out.
- * @param {readonly string[]} params parameter names ('' marks a signal position)
+ * @param {readonly string[]} params parameter names ('' marks a signal position, '...' an object
+ *   parameter whose keys are spread into the body)
  * @param {unknown[]} args
  */
 export function positionalBody(params, args) {
@@ -267,7 +268,8 @@ export function positionalBody(params, args) {
   params.forEach((name, i) => {
     const v = args[i];
     if (v instanceof AbortSignal) signal = v;
-    else if (name !== '' && v !== undefined) body[name] = v;
+    else if (name === '...' && v !== null && typeof v === 'object') Object.assign(body, v);
+    else if (name !== '' && name !== '...' && v !== undefined) body[name] = v;
   });
   return { body, signal };
 }

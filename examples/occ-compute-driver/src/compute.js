@@ -11,13 +11,14 @@ import { Client, GatewayError, configurationSchema, positionalBody, validateConf
 
 /**
  * The methods of the OCC ComputeDriver contract this package can call, with their parameter names
- * in TypeScript order ('' is an AbortSignal position, never sent).
+ * in TypeScript order ('' is an AbortSignal position, never sent; '...' a destructured object
+ * parameter, `bindAgent({ namespace, agent })`, whose keys are the body's).
  * @type {Readonly<Record<string, {params: readonly string[], result: ResultKind}>>}
  */
 export const computeMethods = Object.freeze({
   ensureNamespace: { params: ['namespace'], result: 'value' },
   deleteNamespace: { params: ['namespace'], result: 'value' },
-  bindAgent: { params: ['binding'], result: 'void' },
+  bindAgent: { params: ['...'], result: 'void' },
   prepareRevision: { params: ['revision', 'context'], result: 'value' },
   activateRevision: { params: ['revision', 'context'], result: 'void' },
   deactivateRevision: { params: ['revision'], result: 'void' },

@@ -85,6 +85,7 @@ test('compute methods post their TypeScript parameter names and the bearer token
   await d.describeAgentRuntime({ namespace: ns }, signal, { source: 'worker' });
   await d.validateHarnessAuth({ mode: 'embedded' }, { method: 'api_key' }, {});
   await d.describePrepareRevisionFailure(Object.assign(new Error('boom'), { code: 'X' }));
+  await d.bindAgent({ namespace: ns, agent: { id: 'a1' } });
   assert.deepEqual(
     seen.map((s) => [s.method, s.url, s.auth, s.body]),
     [
@@ -95,6 +96,7 @@ test('compute methods post their TypeScript parameter names and the bearer token
       ['POST', '/occ/v1/compute/describeAgentRuntime', 'Bearer tok', { binding: { namespace: ns }, options: { source: 'worker' } }],
       ['POST', '/occ/v1/compute/validateHarnessAuth', 'Bearer tok', { harness: { mode: 'embedded' }, auth: { method: 'api_key' }, configuration: {} }],
       ['POST', '/occ/v1/compute/describePrepareRevisionFailure', 'Bearer tok', { error: { name: 'Error', message: 'boom', code: 'X' } }],
+      ['POST', '/occ/v1/compute/bindAgent', 'Bearer tok', { namespace: ns, agent: { id: 'a1' } }],
     ],
   );
 });
