@@ -69,28 +69,25 @@ func spawnResult(t *testing.T, m protocol.Message) agents.SpawnResult {
 
 func (g *gw) children(id string) []agents.Child {
 	g.t.Helper()
-	list, err := g.client.Children(g.ctx(), id)
-	if err != nil {
-		g.t.Fatal(err)
-	}
-	return list
+	return must(g.client.Children(g.ctx(), id))(g.t)
 }
 
 // waitChild polls a parent's children until the child's status is want.
 func (g *gw) waitChild(parent, child, want string) agents.Child {
 	g.t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	var got agents.Child
+	waitUntil(g.t, 90*time.Second, func() string {
+		return fmt.Sprintf("child %s of %s is not %s: %+v", child, parent, want, g.children(parent))
+	}, func() bool {
 		for _, c := range g.children(parent) {
 			if c.SessionID == child && c.Status == want {
-				return c
+				got = c
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			g.t.Fatalf("child %s of %s is not %s: %+v", child, parent, want, g.children(parent))
-		}
-		time.Sleep(50 * time.Millisecond) // polling the API
-	}
+		return false
+	})
+	return got
 }
 
 // kidsEnvironments returns every environment of the profile kids, dead ones included.
@@ -112,20 +109,12 @@ func (g *gw) kidsEnvironments() []envs.Environment {
 // untouched.
 func TestSessionsSpawnWaits(t *testing.T) {
 	testenv.RequireCommands(t, "git")
-	root := t.TempDir()
-	cfg := agentsConfig(t, root, 2, "agents: {defaultProfile: kids}\n", map[string]string{
+	g, ws := startAgents(t, 2, "agents: {defaultProfile: kids}\n", map[string]string{
 		"parent": `[{"toolCalls": [{"name": "sessions_spawn", "arguments": {"task": "record what you see and commit it", "label": "helper", "model": "child/m", "cleanup": "delete"}}]},
 		            {"text": "Parent turn done."}]`,
 		"child": `[{"toolCalls": [{"name": "exec", "arguments": {"command": "cat README.md notes.txt > seen.txt && git add -A && git -c user.name=c -c user.email=c@example.com commit -qm 'child: what I saw'"}}]},
 		           {"text": "Child turn done."}]`,
 	})
-	g := startGateway(t, filepath.Join(root, "data"), cfg)
-	t.Cleanup(func() { destroyAll(g) })
-
-	ws := filepath.Join(root, "user")
-	if err := os.MkdirAll(ws, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	if err := os.WriteFile(filepath.Join(ws, "README.md"), []byte("hello\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -221,8 +210,7 @@ func TestSessionsSpawnWaits(t *testing.T) {
 // TestSessionsSpawnNoWait: wait false returns the child's id at once (the child not yet run); a
 // later parent turn's sessions_status reports it done and sessions_pullback brings its file home.
 func TestSessionsSpawnNoWait(t *testing.T) {
-	root := t.TempDir()
-	cfg := agentsConfig(t, root, 2, "agents: {defaultProfile: kids}\n", map[string]string{
+	g, ws := startAgents(t, 2, "agents: {defaultProfile: kids}\n", map[string]string{
 		"parent": `[{"toolCalls": [{"name": "sessions_spawn", "arguments": {"task": "write out.txt", "model": "child/m", "workspace": "empty", "wait": false}}]},
 		            {"text": "Spawned turn done."},
 		            {"toolCalls": [{"name": "sessions_status", "arguments": {"sessionId": "{{last.sessionId}}"}}]},
@@ -231,12 +219,6 @@ func TestSessionsSpawnNoWait(t *testing.T) {
 		"child": `[{"toolCalls": [{"name": "write", "arguments": {"path": "out.txt", "content": "made by the child\n"}}]},
 		           {"text": "Child turn done."}]`,
 	})
-	g := startGateway(t, filepath.Join(root, "data"), cfg)
-	t.Cleanup(func() { destroyAll(g) })
-	ws := filepath.Join(root, "user")
-	if err := os.MkdirAll(ws, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	parent := g.newSession(ws, "parent/m")
 	g.runTurn(parent, "start a helper", "local")
 	spawned := spawnResult(t, toolResults(t, g, parent, "sessions_spawn")[0])
@@ -281,13 +263,7 @@ func TestSessionsSpawnDepth(t *testing.T) {
 		{"maxSpawnDepth2", "agents: {defaultProfile: kids, maxSpawnDepth: 2}\n", 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			root := t.TempDir()
-			g := startGateway(t, filepath.Join(root, "data"), agentsConfig(t, root, 3, c.extra, depthScripts))
-			t.Cleanup(func() { destroyAll(g) })
-			ws := filepath.Join(root, "user")
-			if err := os.MkdirAll(ws, 0o755); err != nil {
-				t.Fatal(err)
-			}
+			g, ws := startAgents(t, 3, c.extra, depthScripts)
 			parent := g.newSession(ws, "parent/m")
 			g.runTurn(parent, "delegate", "local")
 			child := spawnResult(t, toolResults(t, g, parent, "sessions_spawn")[0])
@@ -332,20 +308,13 @@ func TestSessionsSpawnDepth(t *testing.T) {
 func TestSessionsSpawnTwoAtOnce(t *testing.T) {
 	for _, maxEnvs := range []int{1, 2} {
 		t.Run(fmt.Sprintf("maxEnvironments%d", maxEnvs), func(t *testing.T) {
-			root := t.TempDir()
-			cfg := agentsConfig(t, root, maxEnvs, "agents: {defaultProfile: kids}\n", map[string]string{
+			g, ws := startAgents(t, maxEnvs, "agents: {defaultProfile: kids}\n", map[string]string{
 				"parent": `[{"toolCalls": [
 				              {"name": "sessions_spawn", "arguments": {"task": "one", "label": "a", "model": "child/m", "workspace": "empty", "wait": false}},
 				              {"name": "sessions_spawn", "arguments": {"task": "two", "label": "b", "model": "child/m", "workspace": "empty", "wait": false}}]},
 				            {"text": "Parent turn done."}]`,
 				"child": `[{"text": "Child turn done."}]`,
 			})
-			g := startGateway(t, filepath.Join(root, "data"), cfg)
-			t.Cleanup(func() { destroyAll(g) })
-			ws := filepath.Join(root, "user")
-			if err := os.MkdirAll(ws, 0o755); err != nil {
-				t.Fatal(err)
-			}
 			parent := g.newSession(ws, "parent/m")
 			g.runTurn(parent, "two helpers", "local")
 			res := toolResults(t, g, parent, "sessions_spawn")
@@ -386,37 +355,26 @@ func TestSessionsSpawnTwoAtOnce(t *testing.T) {
 // TestSessionsSpawnCancelParent: cancelling the parent's turn while it waits on its child cancels
 // the child's turn.
 func TestSessionsSpawnCancelParent(t *testing.T) {
-	root := t.TempDir()
-	cfg := agentsConfig(t, root, 1, "agents: {defaultProfile: kids}\n", map[string]string{
+	g, ws := startAgents(t, 1, "agents: {defaultProfile: kids}\n", map[string]string{
 		"parent": `[{"toolCalls": [{"name": "sessions_spawn", "arguments": {"task": "take long", "model": "child/m", "workspace": "empty"}}]},
 		            {"text": "Parent turn done."}]`,
 		"child": `[{"toolCalls": [{"name": "exec", "arguments": {"command": "sleep 120", "timeout": 300, "yieldMs": 600000}}]},
 		           {"text": "Child turn done."}]`,
 	})
-	g := startGateway(t, filepath.Join(root, "data"), cfg)
-	t.Cleanup(func() { destroyAll(g) })
-	ws := filepath.Join(root, "user")
-	if err := os.MkdirAll(ws, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	parent := g.newSession(ws, "parent/m")
 	turn, code, err := g.send(parent, "wait on a slow helper")
 	if err != nil {
 		t.Fatalf("send: %d %v", code, err)
 	}
 	var kid string
-	deadline := time.Now().Add(60 * time.Second)
-	for kid == "" {
+	waitUntil(t, 60*time.Second, func() string { return fmt.Sprintf("no running child: %+v", g.children(parent)) }, func() bool {
 		for _, c := range g.children(parent) {
 			if c.Status == agents.StatusRunning {
 				kid = c.SessionID
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no running child: %+v", g.children(parent))
-		}
-		time.Sleep(50 * time.Millisecond) // polling the API
-	}
+		return kid != ""
+	})
 	if _, err := g.do("POST", "/api/v1/sessions/"+parent+"/cancel", nil, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -437,8 +395,7 @@ var _ = sessions.CreateParams{}
 // TestSessionsSpawnCancelWorkerParent: a child on a worker waiting on its own child (maxSpawnDepth
 // 2, worker.sessions.spawn) has its turn cancelled: the grandchild's turn is cancelled with it.
 func TestSessionsSpawnCancelWorkerParent(t *testing.T) {
-	root := t.TempDir()
-	cfg := agentsConfig(t, root, 2, "agents: {defaultProfile: kids, maxSpawnDepth: 2}\n", map[string]string{
+	g, ws := startAgents(t, 2, "agents: {defaultProfile: kids, maxSpawnDepth: 2}\n", map[string]string{
 		"parent": `[{"toolCalls": [{"name": "sessions_spawn", "arguments": {"task": "delegate", "model": "child/m", "workspace": "empty"}}]},
 		            {"text": "Parent turn done."}]`,
 		"child": `[{"toolCalls": [{"name": "sessions_spawn", "arguments": {"task": "take long", "model": "grand/m", "workspace": "empty"}}]},
@@ -446,20 +403,13 @@ func TestSessionsSpawnCancelWorkerParent(t *testing.T) {
 		"grand": `[{"toolCalls": [{"name": "exec", "arguments": {"command": "sleep 120", "timeout": 300, "yieldMs": 600000}}]},
 		           {"text": "Grandchild turn done."}]`,
 	})
-	g := startGateway(t, filepath.Join(root, "data"), cfg)
-	t.Cleanup(func() { destroyAll(g) })
-	ws := filepath.Join(root, "user")
-	if err := os.MkdirAll(ws, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	parent := g.newSession(ws, "parent/m")
 	turn, code, err := g.send(parent, "delegate twice")
 	if err != nil {
 		t.Fatalf("send: %d %v", code, err)
 	}
 	var child, grand string
-	deadline := time.Now().Add(60 * time.Second)
-	for grand == "" {
+	waitUntil(t, 60*time.Second, func() string { return fmt.Sprintf("no running grandchild (child %q)", child) }, func() bool {
 		for _, c := range g.children(parent) {
 			child = c.SessionID
 		}
@@ -470,11 +420,8 @@ func TestSessionsSpawnCancelWorkerParent(t *testing.T) {
 				}
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no running grandchild (child %q)", child)
-		}
-		time.Sleep(50 * time.Millisecond) // polling the API
-	}
+		return grand != ""
+	})
 	if _, err := g.do("POST", "/api/v1/sessions/"+child+"/cancel", nil, nil); err != nil {
 		t.Fatal(err)
 	}

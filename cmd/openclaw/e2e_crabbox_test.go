@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -453,19 +452,8 @@ func TestCrabboxVersionIsChecked(t *testing.T) {
 			}
 			body, _ := json.Marshal(map[string]any{"id": "cbx-" + c.name, "provider": "crabbox",
 				"settings": map[string]any{"binary": c.binary, "provider": "hetzner", "env": env}})
-			req, _ := http.NewRequest("POST", "http://"+g.addr+"/api/v1/profiles", strings.NewReader(string(body)))
-			req.Header.Set("Authorization", "Bearer "+g.client.Token)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var eb struct {
-				Error struct{ Code, Message, Field string } `json:"error"`
-			}
-			_ = json.NewDecoder(resp.Body).Decode(&eb)
-			resp.Body.Close()
-			if resp.StatusCode != 400 || eb.Error.Field != "settings.binary" || !strings.Contains(eb.Error.Message, c.want) {
-				t.Fatalf("got %d %+v, want 400 on settings.binary saying %q", resp.StatusCode, eb.Error, c.want)
+			if code, e := g.postRaw("/api/v1/profiles", string(body)); code != 400 || e.Field != "settings.binary" || !strings.Contains(e.Message, c.want) {
+				t.Fatalf("got %d %+v, want 400 on settings.binary saying %q", code, e, c.want)
 			}
 		})
 	}

@@ -199,11 +199,7 @@ func (g *gw) runTurn(id, text, wantPlacement string) turns.Turn {
 
 func (g *gw) turns(id string) []turns.Turn {
 	g.t.Helper()
-	list, err := g.client.Turns(g.ctx(), id)
-	if err != nil {
-		g.t.Fatal(err)
-	}
-	return list
+	return must(g.client.Turns(g.ctx(), id))(g.t)
 }
 
 // roles returns the roles of the session's transcript messages, in order, and the assistant texts.

@@ -338,15 +338,7 @@ func TestDurableNetnsLinkCuts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	stop := make(chan struct{})
-	type result struct {
-		last  uint64
-		texts []string
-	}
-	done := make(chan result, 1)
-	go func() {
-		last, texts := load(ctx, t, c, stop, 3000, 60)
-		done <- result{last, texts}
-	}()
+	done := goLoad(ctx, t, c, stop, 3000, 60)
 	link := func(dir string) {
 		if out, err := exec.Command(leaseNetnsBin, "--state-dir", state, "link", "--id", e.LeaseID, dir).CombinedOutput(); err != nil {
 			t.Fatalf("link %s: %v %s", dir, err, out)
@@ -360,13 +352,9 @@ func TestDurableNetnsLinkCuts(t *testing.T) {
 		link("down")
 		g.waitEnv(e.ID, func(e envs.Environment) bool { return e.TunnelStatus == "reconnecting" })
 		link("up")
-		deadline := time.Now().Add(30 * time.Second)
-		for c.Stats().Connects == before {
-			if time.Now().After(deadline) {
-				t.Fatalf("worker client did not reconnect after link up (stats %+v)", c.Stats())
-			}
-			time.Sleep(20 * time.Millisecond) // polling interval
-		}
+		waitUntil(t, 30*time.Second, func() string {
+			return fmt.Sprintf("worker client did not reconnect after link up (stats %+v)", c.Stats())
+		}, func() bool { return c.Stats().Connects != before })
 	}
 	close(stop)
 	res := recvOrFail(t, done, 60*time.Second)
@@ -383,6 +371,22 @@ func TestDurableNetnsLinkCuts(t *testing.T) {
 		t.Fatalf("subscriber missed %d events although the gateway stayed up", sub.missed)
 	}
 	t.Logf("%d live events, %d messages, client stats %+v", res.last, len(res.texts), c.Stats())
+}
+
+// loadResult is what a load ended with: the last live event's sequence and the committed texts.
+type loadResult struct {
+	last  uint64
+	texts []string
+}
+
+// goLoad runs load on its own goroutine; its result arrives on the channel returned.
+func goLoad(ctx context.Context, t *testing.T, c *remote.Client, stop <-chan struct{}, minEvents, minCommits int) <-chan loadResult {
+	done := make(chan loadResult, 1)
+	go func() {
+		last, texts := load(ctx, t, c, stop, minEvents, minCommits)
+		done <- loadResult{last, texts}
+	}()
+	return done
 }
 
 func recvOrFail[T any](t *testing.T, ch <-chan T, d time.Duration) T {
@@ -413,33 +417,16 @@ func TestDurableGatewayKilledLocalBox(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	stop := make(chan struct{})
-	type result struct {
-		last  uint64
-		texts []string
-	}
-	done := make(chan result, 1)
-	go func() {
-		last, texts := load(ctx, t, c, stop, 1500, 40)
-		done <- result{last, texts}
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for c.LiveAcked() < 300 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no progress before the kill: %+v", c.Stats())
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval
-	}
+	done := goLoad(ctx, t, c, stop, 1500, 40)
+	waitUntil(t, 30*time.Second, func() string { return fmt.Sprintf("no progress before the kill: %+v", c.Stats()) },
+		func() bool { return c.LiveAcked() >= 300 })
 	g.kill()
 	sub.mu.Lock() // the subscriber reads g.addr under its lock
 	g.start()
 	sub.mu.Unlock()
-	deadline = time.Now().Add(30 * time.Second)
-	for c.Stats().Connects < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("worker client did not resume after the gateway restart: %+v", c.Stats())
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval
-	}
+	waitUntil(t, 30*time.Second, func() string {
+		return fmt.Sprintf("worker client did not resume after the gateway restart: %+v", c.Stats())
+	}, func() bool { return c.Stats().Connects >= 2 })
 	close(stop)
 	res := recvOrFail(t, done, 60*time.Second)
 	if t.Failed() {

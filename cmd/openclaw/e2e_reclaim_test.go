@@ -58,17 +58,13 @@ func TestReclaimRestoresFromCheckpoint(t *testing.T) {
 	}
 	waitPlacement := func(what string, cond func(placement.Placement, []placement.Event) bool) placement.Placement {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			p, evs := placementOf()
-			if cond(p, evs) {
-				return p
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("placement never %s: %+v", what, p)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		var p placement.Placement
+		waitUntil(t, 60*time.Second, func() string { return fmt.Sprintf("placement never %s: %+v", what, p) }, func() bool {
+			var evs []placement.Event
+			p, evs = placementOf()
+			return cond(p, evs)
+		})
+		return p
 	}
 	if _, err := g.client.Dispatch(g.ctx(), s.ID, placement.DispatchRequest{ProfileID: "local"}); err != nil {
 		t.Fatal(err)
@@ -125,18 +121,11 @@ func TestReclaimRestoresFromCheckpoint(t *testing.T) {
 	if second.EnvironmentID == first.EnvironmentID || second.EnvironmentID == "" {
 		t.Fatalf("not a fresh box: %s then %s", first.EnvironmentID, second.EnvironmentID)
 	}
-	deadline := time.Now().Add(60 * time.Second)
 	var got turns.Turn
-	for {
+	waitUntil(t, 60*time.Second, func() string { return fmt.Sprintf("queued turn never ran: %+v", got) }, func() bool {
 		got, _ = g.client.Turn(g.ctx(), turn.RunID)
-		if got.Status == turns.TurnDone || got.Status == turns.TurnFailed {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queued turn never ran: %+v", got)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return got.Status == turns.TurnDone || got.Status == turns.TurnFailed
+	})
 	if got.Status != turns.TurnDone || got.Placement != "worker" {
 		t.Fatalf("second turn %+v", got)
 	}
@@ -233,19 +222,11 @@ func TestMachineClassTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
 	var p placement.Placement
-	for {
-		v, err := g.client.Placement(g.ctx(), s.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p = v.Placement
-		if p.State == placement.Active || p.State == placement.Failed || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitUntil(t, 60*time.Second, func() string { return fmt.Sprintf("placement %+v", p) }, func() bool {
+		p = g.placement(s.ID).Placement
+		return p.State == placement.Active || p.State == placement.Failed
+	})
 	if p.State != placement.Active || p.MachineClass != "cx42" {
 		t.Fatalf("placement %+v", p)
 	}

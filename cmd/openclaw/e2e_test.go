@@ -173,11 +173,7 @@ func (g *gw) ctx() context.Context { return testenv.Context(g.t, 30*time.Second)
 
 func (g *gw) createEnv(profile string) envs.Environment {
 	g.t.Helper()
-	e, err := g.client.CreateEnvironment(g.ctx(), profile, "")
-	if err != nil {
-		g.t.Fatal(err)
-	}
-	return e
+	return must(g.client.CreateEnvironment(g.ctx(), profile, ""))(g.t)
 }
 
 // destroy destroys an environment (forced if force), waiting up to wait for proof of teardown.
@@ -351,19 +347,8 @@ func TestAPIAuthAndValidation(t *testing.T) {
 		{`{"id":"x","provider":"static","settings":{"hosts":[{"host":"h","user":"u","keyPath":"/k","hostKey":"garbage"}]}}`, "settings.hosts[0].hostKey"},
 	}
 	for _, b := range bad {
-		req, _ := http.NewRequest("POST", "http://"+g.addr+"/api/v1/profiles", strings.NewReader(b.body))
-		req.Header.Set("Authorization", "Bearer "+g.client.Token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var eb struct {
-			Error struct{ Code, Message, Field string } `json:"error"`
-		}
-		_ = json.NewDecoder(resp.Body).Decode(&eb)
-		resp.Body.Close()
-		if resp.StatusCode != 400 || !strings.Contains(eb.Error.Field+" "+eb.Error.Message, b.field) {
-			t.Errorf("%s: got %d %+v, want 400 naming %s", b.body, resp.StatusCode, eb.Error, b.field)
+		if code, e := g.postRaw("/api/v1/profiles", b.body); code != 400 || !strings.Contains(e.Field+" "+e.Message, b.field) {
+			t.Errorf("%s: got %d %+v, want 400 naming %s", b.body, code, e, b.field)
 		}
 	}
 	// a second gateway on the same data dir refuses to start
@@ -432,14 +417,7 @@ func TestSweepDestroysUnknownLabelledLease(t *testing.T) {
 func TestNetnsLeaseThroughCommandProvider(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "ip", "sshd", "useradd")
-	state, err := os.MkdirTemp("", "ocw-e2e-netns-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(state) })
-	if err := os.Chmod(state, 0o711); err != nil {
-		t.Fatal(err)
-	}
+	state := netnsState(t, "ocw-e2e-netns-")
 	l := leaseNetnsBin
 	cfg := fmt.Sprintf(`profiles:
   - id: netns

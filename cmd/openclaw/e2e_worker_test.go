@@ -24,11 +24,7 @@ worker: {heartbeatTimeout: 1500ms, relaunchGrace: 1s, admitTimeout: 30s}
 
 func (g *gw) events(id string) []envs.Event {
 	g.t.Helper()
-	evs, err := g.client.EnvironmentEvents(g.ctx(), id)
-	if err != nil {
-		g.t.Fatal(err)
-	}
-	return evs
+	return must(g.client.EnvironmentEvents(g.ctx(), id))(g.t)
 }
 
 // countNotes counts progress notes of an environment that contain s.
@@ -44,17 +40,13 @@ func (g *gw) countNotes(id, s string) int {
 
 func (g *gw) waitNotes(id, s string, n int) {
 	g.t.Helper()
-	deadline := time.Now().Add(45 * time.Second)
-	for g.countNotes(id, s) < n {
-		if time.Now().After(deadline) {
-			var lines []string
-			for _, ev := range g.events(id) {
-				lines = append(lines, string(ev.To)+": "+ev.Reason)
-			}
-			g.t.Fatalf("environment %s: fewer than %d notes %q:\n%s", id, n, s, strings.Join(lines, "\n"))
+	waitUntil(g.t, 45*time.Second, func() string {
+		var lines []string
+		for _, ev := range g.events(id) {
+			lines = append(lines, string(ev.To)+": "+ev.Reason)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Sprintf("environment %s: fewer than %d notes %q:\n%s", id, n, s, strings.Join(lines, "\n"))
+	}, func() bool { return g.countNotes(id, s) >= n })
 }
 
 func (g *gw) waitReady(id string) envs.Environment {
@@ -242,14 +234,7 @@ func netnsProfile(t *testing.T) (cfg, state string) {
 	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "ip", "sshd", "useradd", "setsid", "sha256sum")
-	state, err := os.MkdirTemp("", "ocw-e2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(state) })
-	if err := os.Chmod(state, 0o711); err != nil {
-		t.Fatal(err)
-	}
+	state = netnsState(t, "ocw-e2e-")
 	l := leaseNetnsBin
 	return fmt.Sprintf(`profiles:
   - id: netns
@@ -292,17 +277,10 @@ func TestNetnsPartitionAndRestart(t *testing.T) {
 	link("up")
 	g.waitEnv(e.ID, func(e envs.Environment) bool { return e.TunnelStatus == "connected" })
 	// the same worker process comes back through the new forward
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitUntil(t, 30*time.Second, func() string { return "worker not re-admitted after link up" }, func() bool {
 		info, _ := g.client.EnvironmentWorker(g.ctx(), e.ID)
-		if info.Admitted {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("worker not re-admitted after link up")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return info.Admitted
+	})
 	if workerPID(t, e) != pid || !alive(pid) || g.countNotes(e.ID, "worker: launched") != 1 {
 		t.Fatalf("worker was restarted (pid %d → %d, launches %d)", pid, workerPID(t, e), g.countNotes(e.ID, "worker: launched"))
 	}

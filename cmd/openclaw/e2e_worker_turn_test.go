@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -62,20 +63,15 @@ func shapeOf(t *testing.T, g *gw, id string) []string {
 
 func waitTurn(t *testing.T, g *gw, runID string) turns.Turn {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		turn, err := g.client.Turn(g.ctx(), runID)
-		if err != nil {
+	var turn turns.Turn
+	waitUntil(t, 90*time.Second, func() string { return fmt.Sprintf("turn %s still running", runID) }, func() bool {
+		var err error
+		if turn, err = g.client.Turn(g.ctx(), runID); err != nil {
 			t.Fatal(err)
 		}
-		if turn.Status != turns.TurnRunning {
-			return turn
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("turn %s still running", runID)
-		}
-		time.Sleep(50 * time.Millisecond) // polling the API for the outcome
-	}
+		return turn.Status != turns.TurnRunning
+	})
+	return turn
 }
 
 func readFiles(t *testing.T, dir string, names ...string) map[string]string {
