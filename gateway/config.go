@@ -263,11 +263,14 @@ func (c *Config) Validate() error {
 			return providers.Fieldf(fmt.Sprintf("allowedHosts[%d]", i), "must be a host name without port or scheme, got %q", h)
 		}
 	}
-	for name, d := range map[string]providers.Duration{"box.commandTimeout": c.Box.CommandTimeout, "box.bootstrapTimeout": c.Box.BootstrapTimeout,
-		"box.releaseTimeout": c.Box.ReleaseTimeout, "box.syncTimeout": c.Box.SyncTimeout, "box.reconcileTimeout": c.Box.ReconcileTimeout} {
-		if d < 0 {
-			return providers.Fieldf(name, "must not be negative (0: the default), got %s", d.D())
-		}
+	if err := providers.FirstBad([]providers.Field[providers.Duration]{{Name: "box.commandTimeout", Value: c.Box.CommandTimeout},
+		{Name: "box.bootstrapTimeout", Value: c.Box.BootstrapTimeout}, {Name: "box.releaseTimeout", Value: c.Box.ReleaseTimeout},
+		{Name: "box.syncTimeout", Value: c.Box.SyncTimeout}, {Name: "box.reconcileTimeout", Value: c.Box.ReconcileTimeout}},
+		func(d providers.Duration) bool { return d < 0 },
+		func(d providers.Duration) string {
+			return fmt.Sprintf("must not be negative (0: the default), got %s", d.D())
+		}); err != nil {
+		return err
 	}
 	if c.Sync.Channels < 0 || c.Sync.Channels > stream.MaxParts {
 		return providers.Fieldf("sync.channels", "must be from 1 to %d (0: the default, %d), got %d", stream.MaxParts, stream.DefaultChannels, c.Sync.Channels)
@@ -315,14 +318,13 @@ func (c *Config) Validate() error {
 
 func (l WorkerLimits) validate() error {
 	hl := l.HubLimits()
-	for name, v := range map[string]int64{"worker.limits.callsPerConnection": int64(hl.ConnCalls), "worker.limits.bytesPerConnection": hl.ConnBytes,
-		"worker.limits.callsPerEnvironment": int64(hl.EnvCalls), "worker.limits.bytesPerEnvironment": hl.EnvBytes,
-		"worker.limits.credentialRefreshInterval": int64(hl.RefreshInterval), "worker.limits.credentialRefreshBurst": int64(hl.RefreshBurst),
-		"worker.limits.preAdmissionConnections": int64(hl.PreAdmission), "worker.limits.admissionTimeout": int64(l.AdmissionTimeout),
-		"worker.limits.refusalAuditWindow": int64(l.RefusalAuditWindow)} {
-		if v < 0 {
-			return providers.Fieldf(name, "must not be negative (0: the default)")
-		}
+	if err := providers.FirstBad([]providers.Field[int64]{{Name: "worker.limits.callsPerConnection", Value: int64(hl.ConnCalls)},
+		{Name: "worker.limits.bytesPerConnection", Value: hl.ConnBytes}, {Name: "worker.limits.callsPerEnvironment", Value: int64(hl.EnvCalls)},
+		{Name: "worker.limits.bytesPerEnvironment", Value: hl.EnvBytes}, {Name: "worker.limits.credentialRefreshInterval", Value: int64(hl.RefreshInterval)},
+		{Name: "worker.limits.credentialRefreshBurst", Value: int64(hl.RefreshBurst)}, {Name: "worker.limits.preAdmissionConnections", Value: int64(hl.PreAdmission)},
+		{Name: "worker.limits.admissionTimeout", Value: int64(l.AdmissionTimeout)}, {Name: "worker.limits.refusalAuditWindow", Value: int64(l.RefusalAuditWindow)}},
+		func(v int64) bool { return v < 0 }, func(int64) string { return "must not be negative (0: the default)" }); err != nil {
+		return err
 	}
 	if l.BytesPerConnection != 0 && l.BytesPerConnection < protocol.DefaultFrameLimit {
 		return providers.Fieldf("worker.limits.bytesPerConnection", "must be at least the frame limit, %d bytes (0: the default, %d)",
@@ -341,15 +343,12 @@ func (r RetentionConfig) validate() error {
 	if r.Interval < 0 {
 		return providers.Fieldf("retention.interval", "must not be negative (0: the default, %s)", DefaultRetentionInterval)
 	}
-	for _, f := range []struct {
-		name string
-		d    providers.Duration
-	}{{"retention.audit", r.Audit}, {"retention.credentials", r.Credentials}, {"retention.inferenceCalls", r.InferenceCalls}} {
-		if f.d != 0 && f.d.D() < minRetention {
-			return providers.Fieldf(f.name, "must be at least %s (0: the default), got %s", minRetention, f.d.D())
-		}
-	}
-	return nil
+	return providers.FirstBad([]providers.Field[providers.Duration]{{Name: "retention.audit", Value: r.Audit},
+		{Name: "retention.credentials", Value: r.Credentials}, {Name: "retention.inferenceCalls", Value: r.InferenceCalls}},
+		func(d providers.Duration) bool { return d != 0 && d.D() < minRetention },
+		func(d providers.Duration) string {
+			return fmt.Sprintf("must be at least %s (0: the default), got %s", minRetention, d.D())
+		})
 }
 
 func validLevel(l string) bool {

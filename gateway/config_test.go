@@ -9,11 +9,37 @@ import (
 	"github.com/openclaw/cloudworkers/providers"
 )
 
+// configCase is a gateway.yaml and the field its Validate error must name ("" for a valid one).
+type configCase struct{ yaml, field string }
+
+// checkConfigs loads each case's YAML, sets the defaults and validates it, and checks the field
+// named by the error.
+func checkConfigs(t *testing.T, cases []configCase) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "gateway.yaml")
+	for _, tc := range cases {
+		if err := os.WriteFile(file, []byte(tc.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var c Config
+		if err := LoadConfigFile(file, &c); err != nil {
+			t.Fatalf("%q: %v", tc.yaml, err)
+		}
+		c.SetDefaults()
+		err := c.Validate()
+		var fe *providers.FieldError
+		switch {
+		case tc.field == "" && err != nil:
+			t.Errorf("%q: %v", tc.yaml, err)
+		case tc.field != "" && (!errors.As(err, &fe) || fe.Field != tc.field):
+			t.Errorf("%q: error %v, want one naming %s", tc.yaml, err, tc.field)
+		}
+	}
+}
+
 func TestConfigSyncCompression(t *testing.T) {
 	dir := t.TempDir()
-	for _, tc := range []struct {
-		yaml, field string
-	}{
+	checkConfigs(t, []configCase{
 		{"sync:\n  compression: none\n", ""},
 		{"sync:\n  compression: zstd\n", ""},
 		{"logLevel: info\n", ""},
@@ -43,30 +69,24 @@ func TestConfigSyncCompression(t *testing.T) {
 		{"occ:\n  teardownTimeout: -1s\n", "occ.teardownTimeout"},
 		{"occ:\n  providerCheckTimeout: -1s\n", "occ.providerCheckTimeout"},
 		{"occ:\n  capacityPattern: \"(\"\n", "occ.capacityPattern"},
-	} {
-		file := filepath.Join(dir, "gateway.yaml")
-		if err := os.WriteFile(file, []byte(tc.yaml), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		var c Config
-		if err := LoadConfigFile(file, &c); err != nil {
-			t.Fatal(err)
-		}
-		c.SetDefaults()
-		err := c.Validate()
-		var fe *providers.FieldError
-		switch {
-		case tc.field == "" && err != nil:
-			t.Errorf("%q: %v", tc.yaml, err)
-		case tc.field != "" && (!errors.As(err, &fe) || fe.Field != tc.field):
-			t.Errorf("%q: error %v, want one naming %s", tc.yaml, err, tc.field)
-		}
-	}
+	})
 	var c Config
 	if err := os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte("sync:\n  compresion: none\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := LoadConfigFile(filepath.Join(dir, "bad.yaml"), &c); err == nil {
 		t.Error("a misspelt sync field was accepted")
+	}
+}
+
+// With several bad fields in a section, the first in the section's order is named, every time
+// (the checks once ran over a map).
+func TestConfigNamesTheFirstBadFieldInOrder(t *testing.T) {
+	for range 20 {
+		checkConfigs(t, []configCase{
+			{"worker:\n  limits:\n    callsPerConnection: -1\n    bytesPerEnvironment: -1\n    refusalAuditWindow: -1s\n", "worker.limits.callsPerConnection"},
+			{"box:\n  commandTimeout: -1s\n  syncTimeout: -1s\n  reconcileTimeout: -1s\n", "box.commandTimeout"},
+			{"retention:\n  audit: 1s\n  inferenceCalls: 1s\n", "retention.audit"},
+		})
 	}
 }

@@ -122,6 +122,24 @@ func Fieldf(field, format string, args ...any) error {
 	return &FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
 }
 
+// Field is a named value of a config section, for FirstBad.
+type Field[T any] struct {
+	Name  string
+	Value T
+}
+
+// FirstBad returns a FieldError naming the first of fields, in order, whose value bad holds for,
+// with the message msg(value); nil when none is bad. The order (unlike a map's) names the same field
+// every time several are bad.
+func FirstBad[T any](fields []Field[T], bad func(T) bool, msg func(T) string) error {
+	for _, f := range fields {
+		if bad(f.Value) {
+			return &FieldError{Field: f.Name, Message: msg(f.Value)}
+		}
+	}
+	return nil
+}
+
 // Registry maps provider names (a profile's "provider" field) to providers. It is filled
 // explicitly in cmd/openclaw.
 type Registry map[string]Provider
