@@ -87,6 +87,29 @@ func (db *DB) Close() error {
 	return errors.Join(db.R.Close(), db.W.Close())
 }
 
+// Querier is what a query runs on: the read pool, the writer or a transaction.
+type Querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// Strings runs a query of one text column and returns its values in order.
+func Strings(ctx context.Context, q Querier, query string, args ...any) ([]string, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
 // InTx runs fn in one write transaction, committing when fn returns nil.
 func (db *DB) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := db.W.BeginTx(ctx, nil)

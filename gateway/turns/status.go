@@ -92,21 +92,8 @@ func turnEvent(ctx context.Context, tx *sql.Tx, runID, at string, from, to TurnS
 // gateway died mid-call is retried as a new turn, never replayed into the provider.
 func failRunningTurns(ctx context.Context, db *store.DB, clk clock.Clock) error {
 	return db.InTx(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT run_id FROM turns WHERE status=?`, string(TurnRunning))
+		ids, err := store.Strings(ctx, tx, `SELECT run_id FROM turns WHERE status=?`, string(TurnRunning))
 		if err != nil {
-			return err
-		}
-		var ids []string
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
-			ids = append(ids, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		for _, id := range ids {
