@@ -103,7 +103,7 @@ func NewPlacements(db *store.DB) *Placements { return &Placements{db: db} }
 const placementCols = `session_id, state, generation, profile_id, machine_class, environment_id, anchor_dir, box_workspace, sync_mode, owner_epoch,
 	base_manifest_id, bundle_hash, barrier_step, turn_run_id, error, updated_at`
 
-func scanPlacement(row interface{ Scan(...any) error }) (Placement, error) {
+func scanPlacement(row store.Scanner) (Placement, error) {
 	var p Placement
 	err := row.Scan(&p.SessionID, &p.State, &p.Generation, &p.ProfileID, &p.MachineClass, &p.EnvironmentID, &p.AnchorDir, &p.BoxWorkspace, &p.SyncMode,
 		&p.OwnerEpoch, &p.BaseManifestID, &p.BundleHash,
@@ -120,20 +120,7 @@ func (ps *Placements) ServedBy(ctx context.Context, envID string) ([]Placement, 
 
 // query returns the placement rows that the rest of a SELECT (where, order, limit) picks.
 func (ps *Placements) query(ctx context.Context, rest string, args ...any) ([]Placement, error) {
-	rows, err := ps.db.R.QueryContext(ctx, `SELECT `+placementCols+` FROM placements `+rest, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []Placement{}
-	for rows.Next() {
-		p, err := scanPlacement(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, rows.Err()
+	return store.Query(ctx, ps.db.R, scanPlacement, `SELECT `+placementCols+` FROM placements `+rest, args...)
 }
 
 // List returns every placement row (sessions never dispatched have none), most recently updated

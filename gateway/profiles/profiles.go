@@ -160,20 +160,7 @@ func (s *Store) Get(ctx context.Context, id string) (providers.Profile, error) {
 
 // List returns all profiles ordered by id.
 func (s *Store) List(ctx context.Context) ([]providers.Profile, error) {
-	rows, err := s.db.R.QueryContext(ctx, `SELECT `+cols+` FROM profiles ORDER BY id`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []providers.Profile{}
-	for rows.Next() {
-		p, err := s.scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, rows.Err()
+	return store.Query(ctx, s.db.R, s.scan, `SELECT `+cols+` FROM profiles ORDER BY id`)
 }
 
 // Delete removes a profile that has no live environment.

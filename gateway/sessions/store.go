@@ -223,7 +223,7 @@ func (s *Store) Create(ctx context.Context, p CreateParams) (Session, error) {
 const sessionCols = `id, title, agent, model, workspace, leaf_id, environment_id, owner_epoch,
 	lifecycle_revision, parent_session_id, spawn_tool_call_id, spawn_depth, created_at, updated_at`
 
-type scanner interface{ Scan(...any) error }
+type scanner = store.Scanner
 
 func scanSession(r scanner) (Session, error) {
 	var ses Session
@@ -250,20 +250,11 @@ func (s *Store) Get(ctx context.Context, id string) (Session, error) {
 
 // List returns every session, most recently updated first.
 func (s *Store) List(ctx context.Context) ([]Session, error) {
-	rows, err := s.db.R.QueryContext(ctx, `SELECT `+sessionCols+` FROM sessions ORDER BY updated_at DESC, id`)
+	out, err := store.Query(ctx, s.db.R, scanSession, `SELECT `+sessionCols+` FROM sessions ORDER BY updated_at DESC, id`)
 	if err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)
 	}
-	defer rows.Close()
-	out := []Session{}
-	for rows.Next() {
-		ses, err := scanSession(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list sessions: %w", err)
-		}
-		out = append(out, ses)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // AdvanceOwnerEpoch fences the session's current owner: frames carrying the old epoch are rejected with

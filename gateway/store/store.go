@@ -92,22 +92,34 @@ type Querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-// Strings runs a query of one text column and returns its values in order.
-func Strings(ctx context.Context, q Querier, query string, args ...any) ([]string, error) {
+// Scanner is a row being read: *sql.Row or *sql.Rows.
+type Scanner = interface{ Scan(dest ...any) error }
+
+// Query runs a query and returns every row read with scan, in order (an empty, non-nil slice when
+// there is none, so that it encodes as []).
+func Query[T any](ctx context.Context, q Querier, scan func(Scanner) (T, error), query string, args ...any) ([]T, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []string
+	out := []T{}
 	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
+		v, err := scan(rows)
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, s)
+		out = append(out, v)
 	}
 	return out, rows.Err()
+}
+
+// Strings runs a query of one text column and returns its values in order.
+func Strings(ctx context.Context, q Querier, query string, args ...any) ([]string, error) {
+	return Query(ctx, q, func(r Scanner) (string, error) {
+		var s string
+		return s, r.Scan(&s)
+	}, query, args...)
 }
 
 // InTx runs fn in one write transaction, committing when fn returns nil.

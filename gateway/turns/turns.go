@@ -384,7 +384,7 @@ func (s *Service) Cancel(sessionID string) bool {
 
 const turnCols = `session_id, run_epoch, run_id, COALESCE(idempotency_key,''), placement, model, status, error, created_at, finished_at`
 
-func scanTurn(row interface{ Scan(...any) error }) (Turn, error) {
+func scanTurn(row store.Scanner) (Turn, error) {
 	var t Turn
 	err := row.Scan(&t.SessionID, &t.RunEpoch, &t.RunID, &t.IdempotencyKey, &t.Placement, &t.Model, &t.Status, &t.Error, &t.CreatedAt, &t.FinishedAt)
 	return t, err
@@ -405,20 +405,7 @@ func (s *Service) Get(ctx context.Context, runID string) (Turn, error) {
 
 // List returns a session's turns, oldest first.
 func (s *Service) List(ctx context.Context, sessionID string) ([]Turn, error) {
-	rows, err := s.cfg.DB.R.QueryContext(ctx, `SELECT `+turnCols+` FROM turns WHERE session_id=? ORDER BY run_epoch`, sessionID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []Turn{}
-	for rows.Next() {
-		t, err := scanTurn(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return store.Query(ctx, s.cfg.DB.R, scanTurn, `SELECT `+turnCols+` FROM turns WHERE session_id=? ORDER BY run_epoch`, sessionID)
 }
 
 // catalogModel makes the gateway's catalog a runner.Model (local placement calls it directly).
