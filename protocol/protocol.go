@@ -83,8 +83,13 @@ func WorkerMethods() []string {
 	return out
 }
 
-// GatewayMethods are the methods and events the gateway sends to a worker.
-var GatewayMethods = map[string]bool{
+// IsGatewayMethod reports whether method is one of the methods and events the gateway sends to a
+// worker.
+func IsGatewayMethod(method string) bool { return gatewayMethods[method] }
+
+// gatewayMethods are the methods and events the gateway sends to a worker (behind IsGatewayMethod,
+// so that no one can change the set).
+var gatewayMethods = map[string]bool{
 	MethodShutdown:          true,
 	MethodInferenceEvent:    true,
 	MethodInferenceTerminal: true,

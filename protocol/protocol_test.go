@@ -156,3 +156,16 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestIsGatewayMethod(t *testing.T) {
+	for _, m := range []string{MethodShutdown, MethodInferenceEvent, MethodInferenceTerminal, MethodTurnStart, MethodTurnCancel} {
+		if !IsGatewayMethod(m) {
+			t.Errorf("%s is not a gateway method", m)
+		}
+	}
+	for _, m := range append(WorkerMethods(), "", "worker.bogus") {
+		if m != MethodShutdown && IsGatewayMethod(m) {
+			t.Errorf("%q is taken for a gateway method", m)
+		}
+	}
+}

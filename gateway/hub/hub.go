@@ -331,7 +331,7 @@ func (s *Server) Shutdown(ctx context.Context, envID, reason string) error {
 // answer arrives) as the session's running turn, the one run whose inference and tool calls the
 // gateway serves; a refused or failed start is forgotten.
 func (s *Server) Request(ctx context.Context, envID, method string, params any) (_ json.RawMessage, err error) {
-	if !protocol.GatewayMethods[method] {
+	if !protocol.IsGatewayMethod(method) {
 		return nil, fmt.Errorf("request %s: not a gateway method", method)
 	}
 	s.mu.Lock()

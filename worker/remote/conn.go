@@ -20,7 +20,7 @@ var errConnLost = errors.New("gateway connection lost")
 
 // connOptions are what the owner of a connection (Run's worker, or a Client) adds to it.
 type connOptions struct {
-	// serve answers the gateway's requests in protocol.GatewayMethods other than worker.shutdown; nil
+	// serve answers the gateway's requests that protocol.IsGatewayMethod accepts, other than worker.shutdown; nil
 	// answers them with method-not-allowed. It runs on the read loop, so it must not block.
 	serve func(ctx context.Context, method string, params json.RawMessage) (any, *protocol.Error)
 	// onEvent receives the gateway's event frames other than worker.shutdown, on the read loop; nil
@@ -199,7 +199,7 @@ func (c *conn) readLoop(ctx context.Context) error {
 // answer serves one request of the gateway.
 func (c *conn) answer(ctx context.Context, f protocol.Frame) protocol.Frame {
 	serve := c.opts.serve
-	if serve == nil || !protocol.GatewayMethods[f.Method] {
+	if serve == nil || !protocol.IsGatewayMethod(f.Method) {
 		return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeMethodNotAllowed, "worker does not serve %.128q", f.Method))
 	}
 	out, e := serve(ctx, f.Method, f.Params)
