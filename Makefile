@@ -46,8 +46,12 @@ lint: ## gofmt, go vet, staticcheck, go mod tidy check
 	cp go.mod /tmp/.openclaw-go.mod; cp go.sum /tmp/.openclaw-go.sum; $(GO) mod tidy; \
 	  if ! cmp -s go.mod /tmp/.openclaw-go.mod || ! cmp -s go.sum /tmp/.openclaw-go.sum; then echo "go mod tidy changed go.mod/go.sum"; exit 1; fi
 
-bench: ## sync of $(go env GOROOT)/src vs rsync -a/-az to a netns sshd box (needs root, rsync), then the Go benchmarks
+BENCH_PROFILE ?= $(CURDIR)/bench-gateway.pprof
+
+bench: ## sync vs rsync to a netns sshd box (root, rsync); workers held and durable writes (gateway/bench); Go benchmarks
 	OPENCLAW_BENCH=1 OPENCLAW_REQUIRE_INTEGRATION=1 $(GO) test -count=1 -timeout 30m -run '^TestSyncVsRsync$$' -v ./sync/bench
+	OPENCLAW_BENCH=1 OPENCLAW_BENCH_GATEWAY_CPUPROFILE=$(BENCH_PROFILE) $(GO) test -count=1 -timeout 20m -run '^(TestWorkersHeld|TestDurableWrites)$$' -v ./gateway/bench
+	$(GO) tool pprof -top -nodecount=30 $(BENCH_PROFILE) 2>/dev/null | head -40
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
 
 demo: build examples ## run the product end to end on a temp data dir
@@ -57,4 +61,4 @@ run: build ## run a gateway on the default data dir
 	$(BIN) gateway
 
 clean: ## remove build output
-	rm -rf bin dist examples/lease-dir/lease-dir examples/lease-netns/lease-netns
+	rm -rf bin dist examples/lease-dir/lease-dir examples/lease-netns/lease-netns bench-gateway.pprof
