@@ -165,7 +165,9 @@ func (s *Store) PublishLive(ctx context.Context, p LiveParams) (uint64, error) {
 	}
 	var acked uint64
 	var rec *LiveRecord
-	err = s.db.InTx(ctx, func(tx *sql.Tx) error {
+	// Group commit: the events of sessions streaming at once share a transaction and its fsync;
+	// each is acknowledged only once that transaction committed.
+	err = s.db.GroupTx(ctx, func(tx *sql.Tx) error {
 		var owner uint64
 		err := tx.QueryRowContext(ctx, `SELECT owner_epoch FROM sessions WHERE id = ?`, p.SessionID).Scan(&owner)
 		if errors.Is(err, sql.ErrNoRows) {

@@ -28,6 +28,8 @@ type DB struct {
 	// R is the read pool.
 	R    *sql.DB
 	path string
+	// group queues the callers of GroupTx.
+	group group
 }
 
 // ErrNotFound is returned when a row does not exist.
