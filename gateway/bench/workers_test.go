@@ -75,7 +75,7 @@ func startChild(t *testing.T, profile string) *childGateway {
 				continue
 			}
 			if o.Turn != "" {
-				close(g.turn(o.Turn))
+				g.started(o.Turn) // again after a worker reconnected: the turn is started once more
 				continue
 			}
 			g.lines <- o
@@ -103,6 +103,18 @@ func (g *childGateway) turn(env string) chan struct{} {
 		g.turns[env] = ch
 	}
 	return ch
+}
+
+// started marks env's turn started (once; later starts after a reconnect change nothing).
+func (g *childGateway) started(env string) {
+	ch := g.turn(env)
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
 }
 
 func (g *childGateway) send(cmd string) {
