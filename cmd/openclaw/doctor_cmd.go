@@ -2,14 +2,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/openclaw/cloudworkers/gateway"
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/providers"
@@ -107,6 +111,50 @@ afterwards unless --keep is given. It exits non-zero if a step failed.`,
 	return cmd
 }
 
+// gatewayStep reaches the gateway and, when that fails, says how to fix the gateway itself: start
+// it, point the CLI at the right address, or use its token (the chain's other fixes are about boxes).
+func gatewayStep(ctx context.Context, g *globals) (*api.Client, api.GatewayInfo, doctorStep) {
+	step := doctorStep{Name: "gateway"}
+	dataDir := g.dataDir
+	if dataDir == "" {
+		dataDir = gateway.DefaultDataDir()
+	}
+	listen := ""
+	if base, err := normalizeGateway(g.gateway); err == nil && base != "" {
+		if u, err := url.Parse(base); err == nil && u.Host != gateway.DefaultListen {
+			listen = " --listen " + u.Host
+		}
+	}
+	start := fmt.Sprintf("start the gateway (`openclaw gateway --data-dir %s%s`) or point the CLI at the one that runs (--gateway URL and --data-dir, or `openclaw context use`)", dataDir, listen)
+	c, err := g.client()
+	if err != nil {
+		step.Detail = err.Error()
+		step.Fix = "no gateway token: " + start
+		if errors.Is(err, fs.ErrNotExist) && g.token == "" && g.tokenFile == "" {
+			step.Fix = fmt.Sprintf("no gateway has run with data dir %s (it has no gateway.token): %s", dataDir, start)
+		}
+		return nil, api.GatewayInfo{}, step
+	}
+	info, err := c.Gateway(ctx)
+	var ae *api.Error
+	var ue *url.Error
+	switch {
+	case err == nil:
+		step.OK = true
+		return c, info, step
+	case errors.As(err, &ae) && ae.Status == http.StatusUnauthorized:
+		step.Fix = fmt.Sprintf("the gateway at %s refused the token: use the token of its data dir (--data-dir) or --token, or that gateway's context (`openclaw context use`)", c.BaseURL)
+	case errors.As(err, &ae) && ae.Status == http.StatusMisdirectedRequest:
+		step.Fix = "the gateway refused this host name: reach it by IP or localhost, or add the name to the gateway's allowedHosts"
+	case errors.As(err, &ue):
+		step.Fix = fmt.Sprintf("nothing answers at %s: %s", c.BaseURL, start)
+	default:
+		step.Fix = fmt.Sprintf("something that is not an OpenClaw gateway (or an older one) answers at %s: check --gateway", c.BaseURL)
+	}
+	step.Detail = err.Error()
+	return nil, api.GatewayInfo{}, step
+}
+
 func runDoctor(ctx context.Context, g *globals, profile, model string, keep bool) (steps []doctorStep) {
 	add := func(name string, ok bool, detail string) {
 		s := doctorStep{Name: name, OK: ok, Detail: detail}
@@ -115,14 +163,9 @@ func runDoctor(ctx context.Context, g *globals, profile, model string, keep bool
 		}
 		steps = append(steps, s)
 	}
-	c, err := g.client()
-	if err != nil {
-		add("gateway", false, err.Error())
-		return steps
-	}
-	info, err := c.Gateway(ctx)
-	if err != nil {
-		add("gateway", false, err.Error())
+	c, info, step := gatewayStep(ctx, g)
+	steps = append(steps, step)
+	if !step.OK {
 		return steps
 	}
 	add("gateway", true, fmt.Sprintf("%s (%s) at %s, token accepted", info.ID, info.Version, c.BaseURL))

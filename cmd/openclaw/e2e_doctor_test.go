@@ -116,3 +116,40 @@ func TestDoctorInferenceMakesARealCall(t *testing.T) {
 		})
 	}
 }
+
+// TestDoctorFixesTheGatewayItself: when the gateway cannot be reached, doctor's one failed step
+// says how to fix the gateway (start it, on its address; use its token), never a box's SSH fix.
+func TestDoctorFixesTheGatewayItself(t *testing.T) {
+	root := t.TempDir()
+	g := startGateway(t, filepath.Join(root, "data"), "")
+	doctor := func(args ...string) map[string]any {
+		t.Helper()
+		out, err := exec.Command(openclawBin, append([]string{"doctor", "-o", "json"}, args...)...).Output()
+		if err == nil {
+			t.Fatalf("doctor %v succeeded: %s", args, out)
+		}
+		var steps []map[string]any
+		if jerr := json.Unmarshal(out, &steps); jerr != nil || len(steps) != 1 || steps[0]["name"] != "gateway" || steps[0]["ok"] != false {
+			t.Fatalf("doctor %v: %s (%v), want one failed gateway step", args, out, jerr)
+		}
+		return steps[0]
+	}
+	fix := func(s map[string]any) string { f, _ := s["fix"].(string); return f }
+
+	if f := fix(doctor("--gateway", g.addr, "--token", "not-this-gateways-token")); !strings.Contains(f, "refused the token") {
+		t.Errorf("wrong token: fix %q", f)
+	}
+	never := filepath.Join(root, "never-started")
+	if f := fix(doctor("--gateway", g.addr, "--data-dir", never)); !strings.Contains(f, "no gateway has run with data dir "+never) ||
+		!strings.Contains(f, "openclaw gateway --data-dir "+never) {
+		t.Errorf("data dir of no gateway: fix %q", f)
+	}
+	g.stop()
+	f := fix(doctor("--gateway", g.addr, "--data-dir", g.dataDir))
+	if !strings.Contains(f, "nothing answers at http://"+g.addr) || !strings.Contains(f, "openclaw gateway --data-dir "+g.dataDir+" --listen "+g.addr) {
+		t.Errorf("gateway down: fix %q", f)
+	}
+	if strings.Contains(f, "SSH") {
+		t.Errorf("gateway down: a box's fix %q", f)
+	}
+}
