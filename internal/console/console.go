@@ -51,7 +51,7 @@ func (p *Printer) Print(r *sessions.LiveRecord) {
 			fmt.Fprint(p.Info, e.Delta)
 		}
 	case protocol.LiveToolStart:
-		p.Note("→ %s %s", e.ToolName, Truncate(string(e.Args), 120))
+		p.Note("→ %s %s", e.ToolName, Truncate(Readable(e.Args), 120))
 	case protocol.LiveToolUpdate:
 	case protocol.LiveToolResult:
 		status := "ok"
@@ -151,6 +151,23 @@ func Dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// Readable writes JSON for a person: compact, with &, < and > as they are (no \u0026).
+func Readable(raw []byte) string {
+	var v any
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.UseNumber()
+	if dec.Decode(&v) != nil {
+		return string(raw)
+	}
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(v) != nil {
+		return string(raw)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // Truncate cuts s to n bytes, marking the cut with "…".
