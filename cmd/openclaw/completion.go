@@ -33,6 +33,7 @@ func completeFlag(g *globals, list func(context.Context, *api.Client) ([]string,
 }
 
 func names(cmd *cobra.Command, g *globals, list func(context.Context, *api.Client) ([]string, error), prefix string) ([]string, cobra.ShellCompDirective) {
+	g.fromEnv()
 	if g.applyContext() != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}

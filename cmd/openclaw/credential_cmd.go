@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/credentials"
@@ -19,7 +20,9 @@ var stdin io.Reader = os.Stdin
 
 func newCredentialCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:     "credential",
+		Use: "credential",
+		Example: `  printf %s "$ANTHROPIC_API_KEY" | openclaw credential set anthropic
+  openclaw credential list`,
 		Aliases: []string{"credentials"},
 		Short:   "Store provider credentials (API keys) on the gateway, encrypted at rest",
 		Long: `Provider credentials are stored by the gateway, encrypted with a key in <data-dir>/credentials.key.
@@ -51,10 +54,8 @@ func newCredentialSetCmd(g *globals) *cobra.Command {
 				}
 				value = v
 			} else {
-				if f, ok := stdin.(*os.File); ok {
-					if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-						fmt.Fprintf(stderr, "paste the value of %s, then press Enter and Ctrl-D:\n", name)
-					}
+				if f, ok := stdin.(*os.File); ok && isTerminal(f) {
+					fmt.Fprintf(stderr, "paste the value of %s, then press Enter and Ctrl-D:\n", name)
 				}
 				b, err := io.ReadAll(io.LimitReader(stdin, credentials.MaxValueBytes+2))
 				if err != nil {
@@ -84,7 +85,8 @@ func newCredentialSetCmd(g *globals) *cobra.Command {
 }
 
 func newCredentialListCmd(g *globals) *cobra.Command {
-	return listCmd(g, &cobra.Command{Use: "list", Short: "List credential names (never values)", Args: cobra.NoArgs},
+	return listCmd(g, &cobra.Command{Use: "list", Example: `  openclaw credential list
+  openclaw credential list -o json`, Short: "List credential names (never values)", Args: cobra.NoArgs},
 		func(ctx context.Context, c *api.Client, _ []string) ([]inference.CredentialInfo, error) {
 			return c.Credentials(ctx)
 		},
@@ -96,6 +98,7 @@ func newCredentialListCmd(g *globals) *cobra.Command {
 func newCredentialRmCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:     "rm NAME",
+		Example: `  openclaw credential rm anthropic`,
 		Aliases: []string{"delete", "remove"},
 		Short:   "Delete a credential",
 		Args:    cobra.ExactArgs(1),
@@ -107,4 +110,10 @@ func newCredentialRmCmd(g *globals) *cobra.Command {
 			return nil
 		}),
 	}
+}
+
+// isTerminal reports whether f is a terminal (not merely a character device such as /dev/null).
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }

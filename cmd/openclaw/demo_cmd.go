@@ -14,7 +14,9 @@ func newDemoCmd(g *globals) *cobra.Command {
 	var o demo.Options
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "demo",
+		Use: "demo",
+		Example: `  openclaw demo
+  openclaw demo --keep`,
 		Short: "Run the product end to end on a temp data dir: gateway, worker session, turn, pull-back, teardown",
 		Long: `demo runs the whole product once on this machine, with nothing to set up but git:
 

@@ -28,7 +28,9 @@ func newSessionDispatchCmd(g *globals) *cobra.Command {
 	var profile, class string
 	var noWait bool
 	cmd := &cobra.Command{
-		Use:   "dispatch ID --profile P",
+		Use: "dispatch ID --profile P",
+		Example: `  openclaw session dispatch ses_123 --profile local
+  openclaw session dispatch ses_123 --profile hetzner --class cx32 --no-wait`,
 		Short: "Move a session to a worker of a profile (provision or reuse, sync, start)",
 		Long: `Move a session to a cloud worker: lease (or reuse a warm, idle) machine of the profile, sync the
 session's workspace to it (a managed git worktree for a git workspace, a gateway-owned copy otherwise),
@@ -36,13 +38,17 @@ attach the worker and fence the previous owner. Each step is recorded, so a gate
 Later turns run on the worker. The user's own checkout is never written.`,
 		Args: cobra.ExactArgs(1),
 		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
+			if profile == "" {
+				return errors.New("--profile P is required: the worker profile (see openclaw profile list)")
+			}
 			return dispatchSession(ctx, c, args[0], profile, class, !noWait)
 		}),
 	}
-	cmd.Flags().StringVar(&profile, "profile", "", "profile of the worker (see `openclaw profile list`)")
+	cmd.Flags().StringVar(&profile, "profile", "", "profile of the worker (see openclaw profile list)")
+	cmd.Flags().StringVar(&profile, "worker", "", "same as --profile")
+	_ = cmd.Flags().MarkHidden("worker")
 	cmd.Flags().StringVar(&class, "class", "", "machine class for this session (overrides the profile's settings.class; lease-CLI providers)")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the dispatch is recorded")
-	_ = cmd.MarkFlagRequired("profile")
 	return cmd
 }
 
@@ -77,7 +83,9 @@ func newSessionPullbackCmd(g *globals) *cobra.Command {
 	var noWait, force bool
 	var allowSecrets []string
 	cmd := &cobra.Command{
-		Use:   "pullback ID",
+		Use: "pullback ID",
+		Example: `  openclaw session pullback ses_123
+  openclaw session pullback ses_123 --force`,
 		Short: "Bring a session home from its worker, with the worker's results",
 		Long: `Pass the migration barrier: stop new turns, drain the running one, fence the worker (owner epoch),
 reconcile the workspace (the worker's commits fast-forward the managed branch openclaw/<session>;
@@ -120,8 +128,9 @@ results stay on the box until then.`,
 func newSessionMoveCmd(g *globals) *cobra.Command {
 	var local, force bool
 	cmd := &cobra.Command{
-		Use:   "move ID --local [--force]",
-		Short: "Move a session whose worker placement failed (or whose worker was lost) back to the gateway",
+		Use:     "move ID --local [--force]",
+		Example: `  openclaw session move ses_123 --local`,
+		Short:   "Move a session whose worker placement failed (or whose worker was lost) back to the gateway",
 		Long: `A session asked for a worker never runs on the gateway by itself: when its dispatch failed, its
 messages are refused until it is dispatched again (session dispatch) or moved here explicitly with
 --local. It then runs on the gateway in its workspace, or, when its last worker's work never came home

@@ -60,7 +60,9 @@ func newDoctorCmd(g *globals) *cobra.Command {
 	var keep bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "doctor [--profile P]",
+		Use: "doctor [--profile P]",
+		Example: `  openclaw doctor
+  openclaw doctor --profile hetzner --model anthropic/claude-sonnet-4-5`,
 		Short: "Check the whole chain: gateway → inference → provider → SSH → bundle → hygiene → tunnel → worker → sync",
 		Long: `doctor makes one real, minimal call through the gateway's inference proxy to the default model (or
 --model): a 16-token answer to a one-line prompt, with the provider's credential; a scripted model is

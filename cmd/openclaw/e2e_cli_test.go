@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -431,6 +433,50 @@ func TestCLI(t *testing.T) {
 		env := r.createEnv("local")
 		if out := complete("env", "show", ""); !strings.Contains(out, env.ID) {
 			t.Errorf("env show completion %q lacks %s", out, env.ID)
+		}
+	})
+
+	t.Run("errors", func(t *testing.T) {
+		r.sub(t)
+		for _, args := range [][]string{{"session", "show", "ses_missing"}, {"session", "send", "ses_missing", "hi"}, {"session", "pullback", "ses_missing"}, {"session", "export", "ses_missing"}} {
+			e := r.failCLI(args...)
+			if !strings.Contains(e, "not-found") || strings.Contains(e, "session-not-attached") || strings.Contains(e, "is local") {
+				t.Errorf("%v: %s, want not-found alone", args, e)
+			}
+		}
+		plain := filepath.Join(r.root, "not-git")
+		if err := os.MkdirAll(plain, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if e := r.failCLI("session", "new", "--workspace", plain, "--git"); strings.Count(strings.TrimSpace(e), "\n") != 0 || !strings.Contains(e, "not a git work tree") || strings.Contains(e, "fatal:") {
+			t.Errorf("--git on a plain directory: %q, want one line of our own", e)
+		}
+		// a server that is not a gateway answers with an HTML page
+		html := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(http.StatusBadGateway)
+			fmt.Fprint(w, "<!DOCTYPE html><html><head><title>502 Bad Gateway</title></head><body>"+strings.Repeat("<p>nginx</p>", 200)+"</body></html>")
+		}))
+		t.Cleanup(html.Close)
+		out, err := exec.Command(openclawBin, "session", "list", "--gateway", html.URL, "--token", "t").CombinedOutput()
+		if err == nil || strings.Contains(string(out), "<p>") || !strings.Contains(string(out), "502 Bad Gateway") || len(out) > 400 {
+			t.Errorf("HTML error page: %v %q, want a one-line summary", err, out)
+		}
+		// credential set with no terminal on stdin does not prompt
+		cmd := r.cliCmd("credential", "set", "k")
+		devnull, err := os.Open(os.DevNull)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer devnull.Close()
+		cmd.Stdin = devnull
+		if out, err := cmd.CombinedOutput(); err == nil || strings.Contains(string(out), "paste") || !strings.Contains(string(out), "empty value") {
+			t.Errorf("credential set < /dev/null: %v %q", err, out)
+		}
+		// sync plan against a box that serves no session names --box-dir
+		envID := strings.TrimSpace(r.mustCLI("env", "create", "--profile", "local", "--wait"))
+		if e := r.failCLI("sync", "plan", envID, "--workspace", plain); !strings.Contains(e, "--box-dir DIR") || strings.Contains(e, "invalid-field") {
+			t.Errorf("sync plan of an environment with no session: %s", e)
 		}
 	})
 }

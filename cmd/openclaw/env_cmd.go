@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -14,7 +15,9 @@ import (
 
 func newEnvCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:     "env",
+		Use: "env",
+		Example: `  openclaw env create --profile local --wait
+  openclaw env list`,
 		Aliases: []string{"environment", "environments"},
 		Short:   "Lease, inspect and destroy environments (leased machines)",
 	}
@@ -34,7 +37,9 @@ func newEnvCreateCmd(g *globals) *cobra.Command {
 	var wait bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "create --profile P [--wait]",
+		Use: "create --profile P [--wait]",
+		Example: `  openclaw env create --profile local --wait
+  openclaw env create --profile hetzner --idempotency-key nightly-1 -o json`,
 		Short: "Lease a machine through a profile",
 		Long: `Lease a machine through a profile. The intent is recorded before the provider is called, so a
 gateway restart adopts the lease instead of leasing twice. With --wait, each state is printed as it is
@@ -72,7 +77,7 @@ reached and the command exits non-zero if the environment fails.`,
 		}),
 	}
 	f := cmd.Flags()
-	f.StringVar(&profile, "profile", "", "profile id (see `openclaw profile list`)")
+	f.StringVar(&profile, "profile", "", "profile id (see openclaw profile list)")
 	f.StringVar(&key, "idempotency-key", "", "a repeated key returns the same environment")
 	f.BoolVar(&wait, "wait", false, "wait and print each state until the environment is up or failed")
 	f.DurationVar(&timeout, "timeout", 30*time.Minute, "how long --wait waits")
@@ -83,7 +88,8 @@ reached and the command exits non-zero if the environment fails.`,
 
 func newEnvListCmd(g *globals) *cobra.Command {
 	var all bool
-	cmd := listCmd(g, &cobra.Command{Use: "list", Short: "List environments (destroyed ones with --all)", Args: cobra.NoArgs},
+	cmd := listCmd(g, &cobra.Command{Use: "list", Example: `  openclaw env list
+  openclaw env list --all -o yaml`, Short: "List environments (destroyed ones with --all)", Args: cobra.NoArgs},
 		func(ctx context.Context, c *api.Client, _ []string) ([]envs.Environment, error) {
 			return c.Environments(ctx, all)
 		},
@@ -97,7 +103,9 @@ func newEnvListCmd(g *globals) *cobra.Command {
 
 func newEnvShowCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "show ID",
+		Use: "show ID",
+		Example: `  openclaw env show env_123
+  openclaw env show env_123 -o json`,
 		Short: "Show one environment",
 		Args:  cobra.ExactArgs(1),
 		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
@@ -210,7 +218,7 @@ func sheddingText(s *api.Shedding) string {
 
 func newEnvEventsCmd(g *globals) *cobra.Command {
 	var follow bool
-	cmd := listCmd(g, &cobra.Command{Use: "events ID [--follow]", Short: "Show the state changes and timeline steps of an environment",
+	cmd := listCmd(g, &cobra.Command{Use: "events ID [--follow]", Example: "  openclaw env events env_123\n  openclaw env events env_123 --follow", Short: "Show the state changes and timeline steps of an environment",
 		Long: `Show the state changes of an environment and its timeline steps (provisioning attempts, bootstrap
 and setup steps with their duration and result). With --follow, events are printed as they happen
 until the environment is destroyed (or interrupted); a failed step's output tail is printed under it.`,
@@ -245,7 +253,9 @@ func newEnvDestroyCmd(g *globals) *cobra.Command {
 	var force, noWait bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "destroy ID [--force]",
+		Use: "destroy ID [--force]",
+		Example: `  openclaw env destroy env_123
+  openclaw env destroy env_123 --force --no-wait`,
 		Short: "Destroy an environment; returns on proof of teardown",
 		Long: `Destroy an environment. The command returns only when the provider's inspect proves the lease is gone;
 until then the environment stays in destroying and the gateway retries with backoff (also across restarts).
@@ -253,6 +263,11 @@ until then the environment stays in destroying and the gateway retries with back
 		Args: cobra.ExactArgs(1),
 		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
 			e, err := c.DestroyEnvironment(ctx, args[0], api.DestroyOptions{Force: force})
+			var ae *api.Error
+			if errors.As(err, &ae) && ae.Code == "conflict" && !force {
+				return fmt.Errorf("%s: %s; openclaw env destroy %s --force destroys it anyway (its sessions lose their worker)",
+					ae.Code, strings.TrimSuffix(ae.Message, " (use force)"), args[0])
+			}
 			if err != nil {
 				return err
 			}
@@ -277,7 +292,9 @@ until then the environment stays in destroying and the gateway retries with back
 
 func newEnvSweepCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "sweep",
+		Use: "sweep",
+		Example: `  openclaw env sweep
+  openclaw env sweep -o json`,
 		Short: "Run the orphan sweep now: destroy leases of this gateway that no live environment owns",
 		Args:  cobra.NoArgs,
 		RunE: g.withClient(func(ctx context.Context, c *api.Client, _ []string) error {

@@ -16,7 +16,9 @@ func newGatewayCmd(g *globals) *cobra.Command {
 	var configPath string
 	var cfg gateway.Config
 	cmd := &cobra.Command{
-		Use:   "gateway",
+		Use: "gateway",
+		Example: `  openclaw gateway
+  openclaw gateway --listen 127.0.0.1:7421 --data-dir /srv/openclaw --config gateway.yaml`,
 		Short: "Run the gateway daemon",
 		Long: `Run the gateway daemon: the HTTP API under /api/v1, /healthz, /readyz and /metrics (with the token;
 metricsListen serves it without), the environment state machine with restart reconciliation and

@@ -19,8 +19,9 @@ func newLocalboxCmd() *cobra.Command {
 		labels               []string
 	)
 	cmd := &cobra.Command{
-		Use:   "localbox",
-		Short: "Run the built-in development machine (an SSH server rooted in a directory)",
+		Use:     "localbox",
+		Example: `  openclaw localbox --dir /tmp/box --lease-id dev-box`,
+		Short:   "Run the built-in development machine (an SSH server rooted in a directory)",
 		Long: `localbox is the built-in development machine: an SSH server that serves one box directory,
 which is the box user's HOME and the working directory of every command.
 

@@ -83,12 +83,15 @@ token from <data-dir>/gateway.token, or --token.`,
 	cobra.AddTemplateFunc("openclawVersion", versionText)
 	root.SetVersionTemplate("{{openclawVersion}}")
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.dataDir, "data-dir", os.Getenv(envDataDir), "gateway data dir (default $XDG_STATE_HOME/openclaw-gateway; env "+envDataDir+")")
-	pf.StringVar(&g.gateway, "gateway", os.Getenv(envGateway), "gateway URL for CLI commands (default http://127.0.0.1:7420; env "+envGateway+")")
-	pf.StringVar(&g.token, "token", os.Getenv(envToken), "API token (default: read from <data-dir>/gateway.token; env "+envToken+")")
-	pf.StringVar(&g.context, "context", os.Getenv(envContext), "context to use (see openclaw context list; env "+envContext+")")
+	// The environment variables are read after parsing (fromEnv), not as flag defaults: help
+	// would print a value set in the shell as the default besides the one written here.
+	pf.StringVar(&g.dataDir, "data-dir", "", "gateway data dir (default $XDG_STATE_HOME/openclaw-gateway; env "+envDataDir+")")
+	pf.StringVar(&g.gateway, "gateway", "", "gateway URL for CLI commands (default http://127.0.0.1:7420; env "+envGateway+")")
+	pf.StringVar(&g.token, "token", "", "API token (default: read from <data-dir>/gateway.token; env "+envToken+")")
+	pf.StringVar(&g.context, "context", "", "context to use (see openclaw context list; env "+envContext+")")
 	_ = root.RegisterFlagCompletionFunc("context", completeContexts)
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		g.fromEnv()
 		switch top := topLevel(cmd); top {
 		case "gateway", "context", "localbox", "worker", "version", "completion":
 			return nil // these never talk to a gateway through a context
@@ -115,9 +118,27 @@ token from <data-dir>/gateway.token, or --token.`,
 		newContextCmd(g),
 	)
 	finishTree(root, g)
+	if buildRoot != nil {
+		buildRoot(root)
+	}
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)
 }
+
+// fromEnv fills the global options the flags left unset from the environment.
+func (g *globals) fromEnv() {
+	for _, o := range []struct {
+		v   *string
+		env string
+	}{{&g.dataDir, envDataDir}, {&g.gateway, envGateway}, {&g.token, envToken}, {&g.context, envContext}} {
+		if *o.v == "" {
+			*o.v = os.Getenv(o.env)
+		}
+	}
+}
+
+// buildRoot, when set (by tests), sees the command tree before it runs.
+var buildRoot func(*cobra.Command)
 
 // topLevel is the name of cmd's top-level command ("" for the root).
 func topLevel(cmd *cobra.Command) string {

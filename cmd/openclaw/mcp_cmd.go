@@ -20,7 +20,9 @@ func newMCPCmd(g *globals) *cobra.Command {
 	var cfg mcp.Config
 	var logLevel string
 	cmd := &cobra.Command{
-		Use:   "mcp",
+		Use: "mcp",
+		Example: `  openclaw mcp --profile local
+  claude mcp add openclaw -- openclaw mcp`,
 		Short: "Serve cloud workers to an MCP client (Claude Code, Codex CLI, Cursor) over stdio",
 		Long: `Run an MCP server on stdin/stdout for an agent we did not write. Its tools (dispatch, status, send,
 pullback, list_sessions, list_environments, destroy_environment) drive a running gateway's API at
@@ -60,7 +62,9 @@ HTTP at /mcp (see openclaw mcp token). Logs go to stderr.`,
 func newMCPTokenCmd(g *globals) *cobra.Command {
 	var rotate bool
 	cmd := &cobra.Command{
-		Use:   "token [--rotate]",
+		Use: "token [--rotate]",
+		Example: `  openclaw mcp token
+  openclaw mcp token --rotate`,
 		Short: "Print (creating it on first use) the token that opens the gateway's /mcp endpoint",
 		Long: `Print the MCP token of the gateway's data dir (<data-dir>/` + mcp.TokenFile + `, mode 0600), creating it when
 missing. The token opens the gateway's streamable-HTTP MCP endpoint /mcp and nothing else: an MCP

@@ -14,11 +14,14 @@ import (
 func newModelsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "models",
+		Example: `  openclaw models list`,
 		Aliases: []string{"model"},
 		Short:   "Show the gateway's model catalog (models: in the gateway config)",
 	}
 	list := &cobra.Command{
-		Use:   "list",
+		Use: "list",
+		Example: `  openclaw models list
+  openclaw models list -o json`,
 		Short: "List the approved models (provider/model refs)",
 		Args:  cobra.NoArgs,
 		RunE: g.withClient(func(ctx context.Context, c *api.Client, _ []string) error {

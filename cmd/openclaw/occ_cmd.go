@@ -12,8 +12,9 @@ import (
 
 func newOCCCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "occ",
-		Short: "The OCC Compute side of this gateway (/occ/v1/, see docs/occ.md)",
+		Use:     "occ",
+		Example: `  openclaw occ token`,
+		Short:   "The OCC Compute side of this gateway (/occ/v1/, see docs/occ.md)",
 	}
 	cmd.AddCommand(newOCCTokenCmd(g))
 	return cmd
@@ -22,7 +23,9 @@ func newOCCCmd(g *globals) *cobra.Command {
 func newOCCTokenCmd(g *globals) *cobra.Command {
 	var rotate bool
 	cmd := &cobra.Command{
-		Use:   "token [--rotate]",
+		Use: "token [--rotate]",
+		Example: `  openclaw occ token
+  openclaw occ token --rotate`,
 		Short: "Print OCC's bearer token (<data-dir>/occ.token), or replace it",
 		Long: `OCC calls /occ/v1/ with its own bearer token, kept in <data-dir>/occ.token (mode 0600) and separate
 from the operator's gateway.token. It is generated on the gateway's first start (or here, if missing).

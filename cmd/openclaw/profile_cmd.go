@@ -18,7 +18,9 @@ import (
 
 func newProfileCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "profile",
+		Use: "profile",
+		Example: `  openclaw profile apply -f profiles.yaml
+  openclaw profile list`,
 		Short: "Manage provider profiles (how to lease machines and how to treat them)",
 	}
 	cmd.AddCommand(newProfileAddCmd(g), newProfileApplyCmd(g), newProfileListCmd(g), newProfileShowCmd(g), newProfileRmCmd(g))
@@ -181,7 +183,8 @@ or left unchanged, and writes nothing.`,
 }
 
 func newProfileListCmd(g *globals) *cobra.Command {
-	return listCmd(g, &cobra.Command{Use: "list", Short: "List profiles", Args: cobra.NoArgs},
+	return listCmd(g, &cobra.Command{Use: "list", Example: `  openclaw profile list
+  openclaw profile list -o yaml`, Short: "List profiles", Args: cobra.NoArgs},
 		func(ctx context.Context, c *api.Client, _ []string) ([]providers.Profile, error) {
 			return c.Profiles(ctx)
 		},
@@ -247,9 +250,10 @@ func profileRows(p providers.Profile, row func(k, v string)) {
 
 func newProfileRmCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:   "rm ID",
-		Short: "Delete a profile that has no live environments",
-		Args:  cobra.ExactArgs(1),
+		Use:     "rm ID",
+		Example: `  openclaw profile rm hetzner`,
+		Short:   "Delete a profile that has no live environments",
+		Args:    cobra.ExactArgs(1),
 		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
 			if err := c.DeleteProfile(ctx, args[0]); err != nil {
 				return err

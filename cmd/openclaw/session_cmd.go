@@ -20,7 +20,10 @@ import (
 
 func newSessionCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:     "session",
+		Use: "session",
+		Example: `  openclaw session new --workspace . --git --profile local
+  openclaw session send ses_123 "fix the failing test" --follow
+  openclaw session pullback ses_123`,
 		Aliases: []string{"sessions"},
 		Short:   "List, inspect, follow and export sessions",
 	}
@@ -34,12 +37,14 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 	p := &req.CreateParams
 	var worker, class string
 	cmd := &cobra.Command{
-		Use:     "create [--title T] [--model provider/model] [--workspace DIR [--git]] [--worker PROFILE [--class C]]",
+		Use: "create [--title T] [--model provider/model] [--workspace DIR [--git]] [--profile P [--class C]]",
+		Example: `  openclaw session new --workspace . --git --profile local
+  openclaw session new --title triage --model anthropic/claude-sonnet-4-5 --workspace ~/src/app`,
 		Aliases: []string{"new"},
 		Short:   "Create a session",
 		Long: `Create a session. The gateway checks everything before it writes the session or leases a machine:
 the workspace must exist and be a directory (it is never created), with --git it must be inside a git
-work tree, and with --worker the profile (and --class) must exist. A session created with --worker runs
+work tree, and with --profile the worker profile (and --class) must exist. A session created with --profile runs
 its turns on a worker only: if its dispatch fails, its messages are refused until it is dispatched
 again or moved to the gateway with ` + "`openclaw session move ID --local`" + `.`,
 		Args: cobra.NoArgs,
@@ -51,7 +56,7 @@ again or moved to the gateway with ` + "`openclaw session move ID --local`" + `.
 				}
 			}
 			if class != "" && worker == "" {
-				return errors.New("--class needs --worker")
+				return errors.New("--class needs --profile (the worker profile)")
 			}
 			if worker != "" {
 				req.Target = &sessions.Target{Kind: "profile", ProfileID: worker, MachineClass: class}
@@ -74,14 +79,17 @@ again or moved to the gateway with ` + "`openclaw session move ID --local`" + `.
 	f.StringVar(&p.Model, "model", "", "model reference, provider/model")
 	f.StringVar(&p.Workspace, "workspace", "", "workspace directory (must exist)")
 	f.BoolVar(&req.Git, "git", false, "the workspace must be inside a git work tree (git mode); refused otherwise")
-	f.StringVar(&worker, "worker", "", "run the session on a worker of this profile (dispatches it right away)")
-	f.StringVar(&class, "class", "", "with --worker: machine class (overrides the profile's settings.class)")
+	f.StringVar(&worker, "profile", "", "run the session on a worker of this profile (dispatches it right away; see openclaw profile list)")
+	f.StringVar(&worker, "worker", "", "same as --profile")
+	_ = f.MarkHidden("worker")
+	f.StringVar(&class, "class", "", "with --profile: machine class (overrides the profile's settings.class)")
 	addOutput(cmd, g)
 	return cmd
 }
 
 func newSessionListCmd(g *globals) *cobra.Command {
-	return listCmd(g, &cobra.Command{Use: "list", Short: "List sessions, most recently updated first", Args: cobra.NoArgs},
+	return listCmd(g, &cobra.Command{Use: "list", Example: `  openclaw session list
+  openclaw session list -o json | jq -r '.[].id'`, Short: "List sessions, most recently updated first", Args: cobra.NoArgs},
 		func(ctx context.Context, c *api.Client, _ []string) ([]sessions.Session, error) {
 			return c.Sessions(ctx)
 		},
@@ -93,7 +101,9 @@ func newSessionListCmd(g *globals) *cobra.Command {
 
 func newSessionShowCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "show ID",
+		Use: "show ID",
+		Example: `  openclaw session show ses_123
+  openclaw session show ses_123 -o yaml`,
 		Short: "Show a session and its transcript tree",
 		Args:  cobra.ExactArgs(1),
 		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {

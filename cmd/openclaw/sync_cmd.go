@@ -1,12 +1,15 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 	"github.com/openclaw/cloudworkers/sync/stream"
@@ -15,8 +18,9 @@ import (
 // newSyncCmd is `openclaw sync …`, operator commands for workspace sync.
 func newSyncCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "sync",
-		Short: "Inspect workspace sync (what would be sent to a box)",
+		Use:     "sync",
+		Example: `  openclaw sync plan --workspace . --git`,
+		Short:   "Inspect workspace sync (what would be sent to a box)",
 	}
 	cmd.AddCommand(newSyncPlanCmd(g))
 	return cmd
@@ -47,7 +51,9 @@ func newSyncPlanCmd(g *globals) *cobra.Command {
 		exclude, include        []string
 	)
 	cmd := &cobra.Command{
-		Use:   "plan [ENV] --workspace DIR [--box-dir D | --manifest FILE]",
+		Use: "plan [ENV] --workspace DIR [--box-dir D | --manifest FILE]",
+		Example: `  openclaw sync plan --workspace . --git
+  openclaw sync plan env_123 --workspace . --box-dir /home/worker/src`,
 		Short: "Print what a sync of a workspace would send to a box",
 		Long: `Builds the workspace's sync manifest (git mode with --git: tracked plus eligible untracked
 files; plain mode otherwise, minus --exclude unless --include) and prints what a sync would send,
@@ -86,6 +92,13 @@ gateway is needed then.`,
 					mode = manifest.ModeGit
 				}
 				if tree, err = c.BoxManifest(cmd.Context(), args[0], boxDir, mode); err != nil {
+					var ae *api.Error
+					if errors.As(err, &ae) && ae.Field == "dir" {
+						// the API's field is this command's --box-dir
+						msg := strings.TrimPrefix(ae.Message, "dir: ")
+						msg, _, _ = strings.Cut(msg, ": name a directory on the box")
+						return fmt.Errorf("%s: name a directory on the box with --box-dir DIR", msg)
+					}
 					return err
 				}
 				if tree.Manifest == nil {

@@ -16,7 +16,9 @@ import (
 func newUICmd(g *globals) *cobra.Command {
 	var open bool
 	cmd := &cobra.Command{
-		Use:   "ui [--open]",
+		Use: "ui [--open]",
+		Example: `  openclaw ui
+  openclaw ui --open`,
 		Short: "Print (or open) the Control UI's sign-in link",
 		Long: `Print the Control UI's sign-in link, http://<gateway>/login?token=<token>. Visiting it exchanges
 the operator token for a session cookie and leaves the token out of the address bar. The gateway

@@ -15,8 +15,9 @@ func newUnpackCmd() *cobra.Command {
 	var dir, socket string
 	var parts int
 	cmd := &cobra.Command{
-		Use:   "unpack --dir DIR",
-		Short: "Apply a workspace sync archive from stdin (run by the gateway on a box)",
+		Use:     "unpack --dir DIR",
+		Example: `  openclaw worker unpack --dir ~/.openclaw-worker/work/ses_123 < stream`,
+		Short:   "Apply a workspace sync archive from stdin (run by the gateway on a box)",
 		Long: `Reads one tar+zstd sync archive on stdin and applies it below DIR. Every file is staged in a
 temporary directory inside DIR (next to it when DIR does not exist yet) and checked against the
 plan at the head of the archive (paths, types, sizes, content: each file's sha256, or in a
@@ -53,9 +54,10 @@ a new 0700 directory, removed at the end). All parts are checked before anything
 func newFeedCmd() *cobra.Command {
 	var socket string
 	cmd := &cobra.Command{
-		Use:   "feed --socket S",
-		Short: "Pass one part of a sync archive from stdin to an 'unpack --parts' (run by the gateway on a box)",
-		Args:  cobra.NoArgs,
+		Use:     "feed --socket S",
+		Example: `  openclaw worker feed --socket /run/openclaw/feed.sock < stream`,
+		Short:   "Pass one part of a sync archive from stdin to an 'unpack --parts' (run by the gateway on a box)",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if socket == "" {
 				return fmt.Errorf("--socket is required")
@@ -75,9 +77,10 @@ func newFeedCmd() *cobra.Command {
 func newPackCmd() *cobra.Command {
 	var dir string
 	cmd := &cobra.Command{
-		Use:   "pack --dir DIR",
-		Short: "Write a sync archive of the files a plan on stdin asks for (run by the gateway on a box)",
-		Args:  cobra.NoArgs,
+		Use:     "pack --dir DIR",
+		Example: `  openclaw worker pack --dir ~/.openclaw-worker/work/ses_123 > stream`,
+		Short:   "Write a sync archive of the files a plan on stdin asks for (run by the gateway on a box)",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" {
 				return fmt.Errorf("--dir is required")
@@ -96,9 +99,10 @@ func newManifestCmd() *cobra.Command {
 	var exclude, include []string
 	var cacheFile, rulePrefix string
 	cmd := &cobra.Command{
-		Use:   "manifest [--git] DIR",
-		Short: "Print the sync manifest of DIR as JSON (run by the gateway on a box)",
-		Args:  cobra.ExactArgs(1),
+		Use:     "manifest [--git] DIR",
+		Example: `  openclaw worker manifest --git ~/src/app`,
+		Short:   "Print the sync manifest of DIR as JSON (run by the gateway on a box)",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := manifest.Options{Mode: manifest.ModePlain, Exclude: exclude, Include: include, RulePrefix: rulePrefix}
 			if git {

@@ -53,8 +53,9 @@ func newWorkerCmd() *cobra.Command {
 	var descriptorPath, logPath string
 	var logMax int64
 	cmd := &cobra.Command{
-		Use:   "worker",
-		Short: "Run as a worker on a box (started by the gateway; never by hand in production)",
+		Use:     "worker",
+		Example: `  openclaw worker --help`,
+		Short:   "Run as a worker on a box (started by the gateway; never by hand in production)",
 		Long: `openclaw worker is the box side of a cloud worker. The gateway pushes this binary to a
 leased machine and starts it there; it is never started by hand in production.
 

@@ -26,6 +26,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -343,7 +344,12 @@ func (s *Server) handleError(err error, c echo.Context) {
 	case errors.As(err, &mbe):
 		ae = apiErr(http.StatusRequestEntityTooLarge, "too-large", "request body larger than %d bytes", mbe.Limit)
 	case errors.Is(err, store.ErrNotFound):
-		ae = apiErr(http.StatusNotFound, "not-found", "%v", err)
+		msg := err.Error()
+		var pe interface{ Protocol() *protocol.Error }
+		if errors.As(err, &pe) && pe.Protocol().Message != "" {
+			msg = pe.Protocol().Message // the worker protocol's code (session-not-attached) is not the API's
+		}
+		ae = apiErr(http.StatusNotFound, "not-found", "%s", msg)
 	case errors.Is(err, envs.ErrCapacity):
 		ae = apiErr(http.StatusConflict, "capacity", "%v", err)
 	case errors.Is(err, envs.ErrAttached), errors.Is(err, envs.ErrConflict), errors.Is(err, profiles.ErrInUse):

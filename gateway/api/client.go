@@ -62,7 +62,7 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) (int,
 			eb.Error.Status = resp.StatusCode
 			return resp.StatusCode, eb.Error
 		}
-		return resp.StatusCode, &Error{Status: resp.StatusCode, Code: "http", Message: strings.TrimSpace(string(b))}
+		return resp.StatusCode, &Error{Status: resp.StatusCode, Code: "http", Message: summarizeBody(c.BaseURL, resp, b)}
 	}
 	if out != nil && len(b) > 0 {
 		if err := json.Unmarshal(b, out); err != nil {
@@ -70,4 +70,37 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) (int,
 		}
 	}
 	return resp.StatusCode, nil
+}
+
+// summarizeBody is the message of an error reply that is not the gateway's JSON: a short body as
+// it is, an HTML page (a proxy's, another server's) as its title, anything long cut.
+func summarizeBody(base string, resp *http.Response, b []byte) string {
+	text := strings.TrimSpace(string(b))
+	ct := resp.Header.Get("Content-Type")
+	if strings.HasPrefix(ct, "text/html") || strings.HasPrefix(strings.ToLower(text), "<!doctype html") || strings.HasPrefix(strings.ToLower(text), "<html") {
+		title := ""
+		low := strings.ToLower(text)
+		if i := strings.Index(low, "<title>"); i >= 0 {
+			if j := strings.Index(low[i:], "</title>"); j > 0 {
+				title = strings.Join(strings.Fields(text[i+len("<title>"):i+j]), " ")
+			}
+		}
+		if title == "" {
+			title = "untitled"
+		}
+		return fmt.Sprintf("%s answered %s with an HTML page (%q), not the gateway's API: is --gateway the gateway's address?", base, resp.Status, truncateRunes(title, 100))
+	}
+	text = strings.Join(strings.Fields(text), " ")
+	if text == "" {
+		return resp.Status
+	}
+	return truncateRunes(text, 300)
+}
+
+func truncateRunes(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
 }

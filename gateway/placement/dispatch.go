@@ -293,6 +293,11 @@ func (d *Dispatcher) Dispatch(ctx context.Context, sessionID, profileID, machine
 
 // PullBack starts bringing a session home: drain, reconcile the workspace, activate local.
 func (d *Dispatcher) PullBack(ctx context.Context, sessionID string, force bool) (Placement, error) {
+	if d.cfg.Sessions != nil {
+		if _, err := d.cfg.Sessions.Get(ctx, sessionID); err != nil {
+			return Placement{}, err // an unknown session is not-found, not "local"
+		}
+	}
 	p, err := d.cfg.Placements.Get(ctx, sessionID)
 	if err != nil {
 		return p, err

@@ -111,6 +111,8 @@ func fieldError(c echo.Context, fe *providers.FieldError) error {
 func (h *handlers) fail(c echo.Context, err error) error {
 	var se *Error
 	switch {
+	case errors.Is(err, store.ErrNotFound) && errors.As(err, &se):
+		return apiError(c, http.StatusNotFound, "not-found", "%s", se.Message) // the worker protocol's code is not the API's
 	case errors.Is(err, store.ErrNotFound):
 		return apiError(c, http.StatusNotFound, "not-found", "%v", err)
 	case errors.As(err, &se):

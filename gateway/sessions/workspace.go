@@ -54,6 +54,10 @@ func CheckWorkspace(ctx context.Context, dir string, git bool) error {
 	}
 	if git {
 		if err := gitWorkTree(ctx, dir); err != nil {
+			if strings.Contains(err.Error(), "not a git repository") {
+				// git's own words add nothing but a second sentence
+				return providers.Fieldf("git", "workspace %s is not a git work tree (run git init there, or leave out --git)", dir)
+			}
 			return providers.Fieldf("git", "workspace %s is not a git work tree: %v", dir, err)
 		}
 	}
