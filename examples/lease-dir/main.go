@@ -47,6 +47,7 @@ Fault injection:
                                whose localbox serves SSH for the lease (stop ends it)
   LEASE_DIR_STOP_FAILS=N       the first N stop calls exit 1 with "temporary error"
   LEASE_DIR_HEARTBEAT_FAIL=msg heartbeat exits 4 with this message (a provider refusing renewal)
+  LEASE_DIR_TTL=15s            the default of warmup's --ttl
 
 heartbeat calls are logged to calls.log too.
 `
@@ -154,7 +155,11 @@ func (d *leaseDir) dispatch(cmd string, args []string) error {
 		fs.StringVar(&w.fail, "fail", os.Getenv("LEASE_DIR_WARMUP_FAIL"), "fail with this message")
 		fs.StringVar(&w.provider, "provider", "", "recorded only")
 		fs.StringVar(&w.class, "class", "", "recorded only")
-		fs.DurationVar(&w.ttl, "ttl", 24*time.Hour, "lease lifetime")
+		ttl := 24 * time.Hour
+		if d, err := time.ParseDuration(os.Getenv("LEASE_DIR_TTL")); err == nil {
+			ttl = d
+		}
+		fs.DurationVar(&w.ttl, "ttl", ttl, "lease lifetime")
 		fs.String("idle-timeout", "30m", "ignored")
 	}
 	if err := fs.Parse(args); err != nil {

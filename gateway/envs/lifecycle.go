@@ -133,6 +133,7 @@ type activity struct {
 	touched   time.Time // last time seen was written to the row
 	holds     int       // Hold calls not yet released
 	heartbeat time.Time // last successful renew (expiry or heartbeat)
+	refused   string    // the last renewal refusal noted ("" after a success)
 }
 
 // touchEvery bounds how often Seen writes an environment's activity to its row.
@@ -236,7 +237,8 @@ func (m *Manager) keepAlive(ctx context.Context, e Environment, now, last time.T
 		return
 	}
 	m.mu.Lock()
-	m.activityLocked(e.ID).heartbeat = now
+	a := m.activityLocked(e.ID)
+	a.heartbeat, a.refused = now, ""
 	m.mu.Unlock()
 	if !expiring {
 		m.log.Debug("provider heartbeat", "env", e.ID, "lease", e.LeaseID, "active", now.Sub(last))
@@ -271,7 +273,14 @@ func (m *Manager) renewRefused(ctx context.Context, e Environment, now time.Time
 			e.LeaseID, e.Lease.ExpiresAt.UTC().Format(time.RFC3339), msg))
 		return
 	}
-	m.Note(ctx, e.ID, "renew lease: "+msg+" (retried at the next lifecycle pass)")
+	m.mu.Lock()
+	a := m.activityLocked(e.ID)
+	again := a.refused == msg
+	a.refused = msg
+	m.mu.Unlock()
+	if !again { // one note per refusal message, not one per pass
+		m.Note(ctx, e.ID, "renew lease: "+msg+" (retried at each lifecycle pass)")
+	}
 }
 
 // Recheck asks the provider about an environment's lease now; a lease proven gone orphans the
