@@ -26,7 +26,9 @@ func TestRefusedRenewalReclaims(t *testing.T) {
 	g.dispatchTo(id, "refuses")
 	envID := g.mustRest(id, placement.Active).Placement.EnvironmentID
 	// the lease runs out: the environment fails, then the reclaim loop takes the session back
-	g.waitEnv(envID, func(e envs.Environment) bool { return e.State.Dead() || e.State == envs.Destroying || e.State == envs.Destroyed })
+	g.waitEnv(envID, func(e envs.Environment) bool {
+		return e.State.Dead() || e.State == envs.Destroying || e.State == envs.Destroyed
+	})
 	v := g.placement(id)
 	for deadline := time.Now().Add(30 * time.Second); v.Placement.State == placement.Active && time.Now().Before(deadline); v = g.placement(id) {
 		time.Sleep(50 * time.Millisecond) // polling the API
