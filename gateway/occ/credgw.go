@@ -515,11 +515,7 @@ func (g *CredentialGateway) notRegistered(namespaceID, sourceID string) *Error {
 
 // rotateSource is refused: every type of this gateway declares rotation "none".
 func (g *CredentialGateway) rotateSource(ctx context.Context, body json.RawMessage) (any, error) {
-	r, err := decodeSource(body, false)
-	if err != nil {
-		return nil, err
-	}
-	row, found, err := g.source(ctx, r.Namespace.ID, r.Source.ID)
+	r, row, found, err := g.lookupSource(ctx, body)
 	if err != nil {
 		return nil, err
 	}
@@ -532,11 +528,7 @@ func (g *CredentialGateway) rotateSource(ctx context.Context, body json.RawMessa
 // sourceStatus derives the live state: absent (not registered in this namespace), failed (the
 // stored value is gone, or the type is no longer offered) or ready.
 func (g *CredentialGateway) sourceStatus(ctx context.Context, body json.RawMessage) (any, error) {
-	r, err := decodeSource(body, false)
-	if err != nil {
-		return nil, err
-	}
-	row, found, err := g.source(ctx, r.Namespace.ID, r.Source.ID)
+	_, row, found, err := g.lookupSource(ctx, body)
 	if err != nil {
 		return nil, err
 	}
@@ -544,6 +536,17 @@ func (g *CredentialGateway) sourceStatus(ctx context.Context, body json.RawMessa
 		return CredentialSourceStatus{State: SourceAbsent}, nil
 	}
 	return g.status(ctx, row)
+}
+
+// lookupSource decodes a {"namespace", "source"} body and reads the source's row in that
+// namespace (found false when it is not registered there).
+func (g *CredentialGateway) lookupSource(ctx context.Context, body json.RawMessage) (sourceRequest, sourceRow, bool, error) {
+	r, err := decodeSource(body, false)
+	if err != nil {
+		return r, sourceRow{}, false, err
+	}
+	row, found, err := g.source(ctx, r.Namespace.ID, r.Source.ID)
+	return r, row, found, err
 }
 
 func (g *CredentialGateway) status(ctx context.Context, row sourceRow) (CredentialSourceStatus, error) {
