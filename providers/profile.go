@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -26,6 +27,9 @@ type Profile struct {
 	// Hygiene chooses, per box hygiene check, whether a failure stops bootstrap ("enforce",
 	// the default) or is only reported ("warn"). Checks: sshAgent, dockerSocket, cleanEnv, metadataRoute.
 	Hygiene map[string]string `json:"hygiene,omitempty" yaml:"hygiene"`
+	// Publish is how `openclaw session publish` may push a session's branch and open its pull
+	// request (docs/dispatch.md).
+	Publish PublishPolicy `json:"publish,omitzero" yaml:"publish"`
 	// Warnings are shown to the operator (for example for development-only providers). Not stored.
 	Warnings []string `json:"warnings,omitempty" yaml:"-"`
 	// Setup is run on every new box after bootstrap and sync, before the worker takes the session.
@@ -225,6 +229,81 @@ func (l *Lifetime) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// DefaultPushRefAllowlist is where a publish may push when a profile names nothing: the
+// sessions' own branches.
+var DefaultPushRefAllowlist = []string{"refs/heads/openclaw/*"}
+
+// PublishPolicy bounds what a publish pushes. Patterns are full ref names in which '*' matches
+// any run of characters, '/' included.
+type PublishPolicy struct {
+	// Credential names the gateway-held forge credential (`openclaw credential set NAME --git-token`).
+	Credential string `json:"credential,omitempty" yaml:"credential"`
+	// PushRefAllowlist: every destination ref of a push must match one (default
+	// DefaultPushRefAllowlist), else the whole push is refused before any ref is updated.
+	PushRefAllowlist []string `json:"pushRefAllowlist,omitempty" yaml:"pushRefAllowlist"`
+	// ForcePushAllowlist: the destination refs a push may force (none by default).
+	ForcePushAllowlist []string `json:"forcePushAllowlist,omitempty" yaml:"forcePushAllowlist"`
+	// GitHubAPIURL is the REST API base of the forge for --pr (default https://api.github.com/;
+	// GitHub Enterprise: https://HOST/api/v3/).
+	GitHubAPIURL string `json:"githubApiUrl,omitempty" yaml:"githubApiUrl"`
+	// BaseBranch is the branch a pull request targets (default: the repository's default branch).
+	BaseBranch string `json:"baseBranch,omitempty" yaml:"baseBranch"`
+}
+
+// Allowlist returns PushRefAllowlist or the default.
+func (p PublishPolicy) Allowlist() []string {
+	if len(p.PushRefAllowlist) == 0 {
+		return DefaultPushRefAllowlist
+	}
+	return p.PushRefAllowlist
+}
+
+// RefMatch reports whether ref matches pattern ('*' matches any run of characters).
+func RefMatch(pattern, ref string) bool {
+	parts := strings.Split(pattern, "*")
+	if len(parts) == 1 {
+		return pattern == ref
+	}
+	if !strings.HasPrefix(ref, parts[0]) {
+		return false
+	}
+	rest := ref[len(parts[0]):]
+	for i, part := range parts[1:] {
+		if i == len(parts)-2 {
+			return strings.HasSuffix(rest, part) && len(rest) >= len(part)
+		}
+		j := strings.Index(rest, part)
+		if j < 0 {
+			return false
+		}
+		rest = rest[j+len(part):]
+	}
+	return true
+}
+
+func (p PublishPolicy) validate() error {
+	for _, list := range []struct {
+		name string
+		pats []string
+	}{{"publish.pushRefAllowlist", p.PushRefAllowlist}, {"publish.forcePushAllowlist", p.ForcePushAllowlist}} {
+		for i, pat := range list.pats {
+			if !strings.HasPrefix(pat, "refs/") || strings.ContainsAny(pat, " ~^:?[\\\x00") || strings.Contains(pat, "..") {
+				return Fieldf(fmt.Sprintf("%s[%d]", list.name, i), "%q must be a full ref name (refs/…) where '*' matches any run of characters", pat)
+			}
+		}
+	}
+	if p.GitHubAPIURL != "" {
+		u, err := url.Parse(p.GitHubAPIURL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return Fieldf("publish.githubApiUrl", "%q must be an http(s) URL", p.GitHubAPIURL)
+		}
+	}
+	if p.BaseBranch != "" && (strings.HasPrefix(p.BaseBranch, "refs/") || strings.ContainsAny(p.BaseBranch, " ~^:?*[\\")) {
+		return Fieldf("publish.baseBranch", "%q must be a branch name (main, not refs/heads/main)", p.BaseBranch)
+	}
+	return nil
+}
+
 // SyncRules are gitignore-style include and exclude patterns applied to workspace sync.
 type SyncRules struct {
 	Include []string `json:"include,omitempty" yaml:"include"`
@@ -344,6 +423,9 @@ func (p *Profile) Validate() error {
 	if len(p.Settings) > 0 && !json.Valid(p.Settings) {
 		return Fieldf("settings", "is not valid JSON")
 	}
+	if err := p.Publish.validate(); err != nil {
+		return err
+	}
 	return p.validatePolicy()
 }
 
@@ -352,7 +434,7 @@ func (p *Profile) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind == yaml.MappingNode {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			switch k := n.Content[i].Value; k {
-			case "id", "provider", "settings", "lifetime", "sync", "maxEnvironments", "hygiene", "setup", "fallback", "capacityPattern", "checkpoint":
+			case "id", "provider", "settings", "lifetime", "sync", "maxEnvironments", "hygiene", "setup", "fallback", "capacityPattern", "checkpoint", "publish":
 			default:
 				return Fieldf(k, "unknown field (line %d)", n.Content[i].Line)
 			}

@@ -63,7 +63,7 @@ func (s *Store) Put(ctx context.Context, p *providers.Profile) (created bool, er
 	if p.Hygiene == nil {
 		hyg = []byte("{}")
 	}
-	policy, _ := json.Marshal(storedPolicy{Setup: p.Setup, Fallback: p.Fallback, CapacityPattern: p.CapacityPattern, Checkpoint: p.Checkpoint})
+	policy, _ := json.Marshal(storedPolicy{Setup: p.Setup, Fallback: p.Fallback, CapacityPattern: p.CapacityPattern, Checkpoint: p.Checkpoint, Publish: p.Publish})
 	inc, _ := json.Marshal(nonNil(p.Sync.Include))
 	exc, _ := json.Marshal(nonNil(p.Sync.Exclude))
 	now := store.FormatTime(clock.Or(s.Clock).Now())
@@ -116,12 +116,14 @@ func (s *Store) EnsureBuiltin(ctx context.Context, p providers.Profile) error {
 const cols = `id, provider, settings, idle_timeout_ns, ttl_ns, sync_include, sync_exclude, sync_max_delete_share,
 	sync_max_inbound_bytes, sync_max_inbound_entries, sync_max_inbound_file_bytes, max_environments, hygiene, policy`
 
-// storedPolicy is the policy column: the setup phase, fallback and checkpoint cadence.
+// storedPolicy is the policy column: the setup phase, fallback, checkpoint cadence and publish
+// policy.
 type storedPolicy struct {
-	Setup           *providers.Setup     `json:"setup,omitempty"`
-	Fallback        []string             `json:"fallback,omitempty"`
-	CapacityPattern string               `json:"capacityPattern,omitempty"`
-	Checkpoint      providers.Checkpoint `json:"checkpoint,omitzero"`
+	Setup           *providers.Setup        `json:"setup,omitempty"`
+	Fallback        []string                `json:"fallback,omitempty"`
+	CapacityPattern string                  `json:"capacityPattern,omitempty"`
+	Checkpoint      providers.Checkpoint    `json:"checkpoint,omitzero"`
+	Publish         providers.PublishPolicy `json:"publish,omitzero"`
 }
 
 func (s *Store) scan(row interface{ Scan(...any) error }) (providers.Profile, error) {
@@ -134,7 +136,7 @@ func (s *Store) scan(row interface{ Scan(...any) error }) (providers.Profile, er
 	}
 	var pol storedPolicy
 	_ = json.Unmarshal([]byte(policy), &pol)
-	p.Setup, p.Fallback, p.CapacityPattern, p.Checkpoint = pol.Setup, pol.Fallback, pol.CapacityPattern, pol.Checkpoint
+	p.Setup, p.Fallback, p.CapacityPattern, p.Checkpoint, p.Publish = pol.Setup, pol.Fallback, pol.CapacityPattern, pol.Checkpoint, pol.Publish
 	p.Settings = json.RawMessage(settings)
 	p.Lifetime = providers.Lifetime{IdleTimeout: providers.Duration(idle), TTL: providers.Duration(ttl)}
 	_ = json.Unmarshal([]byte(inc), &p.Sync.Include)
