@@ -176,7 +176,10 @@ func TestPushAllowlistAndToken(t *testing.T) {
 			}
 		})
 	}
-	if !strings.Contains(fmt.Sprint(func() error { _, err := p.Publish(ctx, Request{GitDir: gitDir, Source: "refs/heads/openclaw/s1", Dest: "refs/heads/main", Policy: policy}); return err }()), "publish.pushRefAllowlist") {
+	if !strings.Contains(fmt.Sprint(func() error {
+		_, err := p.Publish(ctx, Request{GitDir: gitDir, Source: "refs/heads/openclaw/s1", Dest: "refs/heads/main", Policy: policy})
+		return err
+	}()), "publish.pushRefAllowlist") {
 		t.Fatal("the refusal does not name publish.pushRefAllowlist")
 	}
 
