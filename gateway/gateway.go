@@ -32,6 +32,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/occ"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/profiles"
+	"github.com/openclaw/cloudworkers/gateway/publish"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
@@ -285,6 +286,10 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		return err
 	}
 	closers.Push("turns", func(context.Context) error { turnSvc.Close(); return nil })
+	publisher, err := publish.New(publish.Config{Credentials: creds, Log: log.With("subsystem", "publish")})
+	if err != nil {
+		return err
+	}
 	dispatcher = placement.NewDispatcher(placement.DispatchConfig{
 		Placements: placements, Sessions: sess, Envs: mgr, Boot: boot, Admitted: workers.Admitted,
 		Busy: func(id string) bool {
@@ -300,9 +305,11 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		SyncTimeout: cfg.Box.SyncTimeout.D(), ReconcileTimeout: cfg.Box.ReconcileTimeout.D(),
 		SnapshotAuthor:    gitsync.Identity{Name: cfg.Sync.SnapshotAuthor.Name, Email: cfg.Sync.SnapshotAuthor.Email},
 		MaxAllowedSecrets: cfg.Sync.MaxAllowedSecrets,
+		Publisher:         publisher,
 		Secrets: func(ctx context.Context) (map[string]string, error) {
 			v, err := creds.Values(ctx)
 			if err == nil {
+				publish.SecretValues(v)     // a git credential's token alone
 				v["@gateway-token"] = token // the API bearer token ("@": no stored credential has that name)
 			}
 			return v, err

@@ -13,6 +13,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/credentials"
 	"github.com/openclaw/cloudworkers/gateway/inference"
+	"github.com/openclaw/cloudworkers/gateway/publish"
 )
 
 // stdin is where `credential set` reads the value; tests replace it.
@@ -34,7 +35,8 @@ credential with "credential: NAME".`,
 }
 
 func newCredentialSetCmd(g *globals) *cobra.Command {
-	var fromEnv string
+	var fromEnv, gitUser string
+	var gitToken bool
 	cmd := &cobra.Command{
 		Use:   "set NAME [--from-env VAR]",
 		Short: "Set a credential from stdin or an environment variable",
@@ -69,6 +71,10 @@ func newCredentialSetCmd(g *globals) *cobra.Command {
 			if len(value) > credentials.MaxValueBytes {
 				return fmt.Errorf("value is longer than %d bytes", credentials.MaxValueBytes)
 			}
+			if gitToken {
+				// a forge credential for publishing: the token, as git sends it over HTTPS
+				value = publish.GitCredential{Kind: publish.KindHTTPS, Username: gitUser, Token: value}.Encode()
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
@@ -81,6 +87,8 @@ func newCredentialSetCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&fromEnv, "from-env", "", "read the value from this environment variable instead of stdin")
+	cmd.Flags().BoolVar(&gitToken, "git-token", false, "the value is a forge token for `session publish` over HTTPS (a profile's publish.credential names it)")
+	cmd.Flags().StringVar(&gitUser, "git-username", "", "with --git-token: the HTTPS username (default x-access-token, as GitHub tokens use)")
 	return cmd
 }
 

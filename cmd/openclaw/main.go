@@ -116,6 +116,7 @@ token from <data-dir>/gateway.token, or --token.`,
 		newMCPCmd(g),
 		newOCCCmd(g),
 		newContextCmd(g),
+		newGitCredentialCmd(),
 	)
 	finishTree(root, g)
 	if buildRoot != nil {

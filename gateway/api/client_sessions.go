@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket/wsjson"
 
 	"github.com/openclaw/cloudworkers/gateway/placement"
+	"github.com/openclaw/cloudworkers/gateway/publish"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/sync/manifest"
@@ -189,3 +190,11 @@ func (s *SessionStream) Next(ctx context.Context) (sessions.StreamMessage, error
 
 // Close closes the connection.
 func (s *SessionStream) Close() error { return s.conn.CloseNow() }
+
+// Publish pushes a session's managed branch with the gateway's forge credential (and opens its
+// pull request when req.PR).
+func (c *Client) Publish(ctx context.Context, sessionID string, req placement.PublishRequest) (publish.Result, error) {
+	var r publish.Result
+	_, err := c.Do(ctx, http.MethodPost, v1("sessions", sessionID, "publish"), req, &r)
+	return r, err
+}

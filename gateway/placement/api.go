@@ -73,6 +73,19 @@ func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 		}
 		return c.JSON(http.StatusAccepted, p)
 	})
+	g.POST("/sessions/:id/publish", func(c echo.Context) error {
+		var req PublishRequest
+		if c.Request().ContentLength != 0 {
+			if err := (&echo.DefaultBinder{}).BindBody(c, &req); err != nil {
+				return providers.Fieldf("body", "invalid JSON: %v", err)
+			}
+		}
+		res, err := d.Publish(c.Request().Context(), c.Param("id"), req)
+		if err != nil {
+			return placementErr(err)
+		}
+		return c.JSON(http.StatusOK, res)
+	})
 	g.POST("/sessions/:id/move", func(c echo.Context) error {
 		var req MoveRequest
 		if err := jsonbody.Decode(c.Request().Body, &req); err != nil {

@@ -159,11 +159,6 @@ type RefusedError struct {
 
 func (e *RefusedError) Error() string { return "publish refused: " + e.Reason + "; no ref was pushed" }
 
-// FieldError names the request field at fault, for the API's 400.
-func (e *RefusedError) FieldError() *providers.FieldError {
-	return &providers.FieldError{Field: e.Field, Message: e.Reason + "; no ref was pushed"}
-}
-
 var remoteRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
 
 // check refuses what the policy does not allow, before anything is sent.
