@@ -15,6 +15,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/inference"
 	"github.com/openclaw/cloudworkers/gateway/placement"
+	"github.com/openclaw/cloudworkers/gateway/publish"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/gateway/turns"
@@ -112,6 +113,7 @@ var Operations = []Operation{
 
 	{Method: "POST", Path: "/api/v1/sessions/:id/dispatch", Summary: "Move a session to a worker of a profile; the dispatch runs on in the gateway.", Body: placement.DispatchRequest{}, Status: 202, Response: placement.Placement{}},
 	{Method: "POST", Path: "/api/v1/sessions/:id/pullback", Summary: "Bring a session home from its worker (the body is optional).", Body: placement.PullBackRequest{}, Status: 202, Response: placement.Placement{}},
+	{Method: "POST", Path: "/api/v1/sessions/:id/publish", Summary: "Push the session's branch openclaw/<session> with the gateway's forge credential and open (or reuse) its pull request (the body is optional).", Body: placement.PublishRequest{}, Status: 200, Response: publish.Result{}},
 	{Method: "POST", Path: "/api/v1/sessions/:id/move", Summary: "Move a session whose worker placement failed to the gateway.", Body: placement.MoveRequest{}, Status: 200, Response: placement.Placement{}},
 	{Method: "POST", Path: "/api/v1/environments/:id/check-sync", Summary: "Round-trip a small workspace through the environment's box.", Status: 200, Response: SyncCheck{}},
 	{Method: "GET", Path: "/api/v1/environments/:id/sync/manifest", Summary: "The tree on the environment's box.",
