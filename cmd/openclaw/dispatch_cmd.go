@@ -116,6 +116,7 @@ results stay on the box until then.`,
 				return &exitError{code: 1, msg: fmt.Sprintf("pull-back of %s ended %s: %s", args[0], v.Placement.State, v.Placement.Error)}
 			}
 			fmt.Fprintf(stdout, "session %s is local again; workspace %s\n", args[0], v.Placement.AnchorDir)
+			printChanges(ctx, c, args[0])
 			return nil
 		}),
 	}
@@ -157,5 +158,68 @@ session pullback.`,
 	}
 	cmd.Flags().BoolVar(&local, "local", false, "move the session to the gateway")
 	cmd.Flags().BoolVar(&force, "force", false, "after a failed pull-back: abandon the worker's results on the box")
+	return cmd
+}
+
+// printChanges says what a pull-back brought back: the branch and its tip, the commits since the
+// base (subjects), the files changed and where to look.
+func printChanges(ctx context.Context, c *api.Client, id string) {
+	ch, err := c.Changes(ctx, id)
+	if err != nil {
+		fmt.Fprintf(stderr, "(what came back cannot be listed: %v)\n", err)
+		return
+	}
+	if ch.Branch != "" {
+		tip := "-"
+		if len(ch.Commits) > 0 {
+			tip = ch.Commits[0].ID[:12]
+		}
+		fmt.Fprintf(stdout, "branch %s at %s: %d commit(s) since its base\n", ch.Branch, tip, len(ch.Commits))
+		for _, cm := range ch.Commits {
+			fmt.Fprintf(stdout, "  %s %s\n", cm.ID[:12], cm.Subject)
+		}
+	}
+	fmt.Fprintf(stdout, "%d file(s) changed in commits, %d uncommitted\n", len(ch.Files), len(ch.Uncommitted))
+	for _, f := range ch.Files {
+		fmt.Fprintf(stdout, "  %-2s %s\n", f.Status, f.Path)
+	}
+	for _, f := range ch.Uncommitted {
+		fmt.Fprintf(stdout, "  %-2s %s (uncommitted)\n", f.Status, f.Path)
+	}
+	if ch.Branch != "" {
+		fmt.Fprintf(stdout, "look: git log %s (in your repository), openclaw session diff %s\n", ch.Branch, id)
+	} else if ch.AnchorDir != "" {
+		fmt.Fprintf(stdout, "look: %s\n", ch.AnchorDir)
+	}
+}
+
+func newSessionDiffCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "diff ID",
+		Short:   "Show what a session's worker committed: each commit of its managed branch since the base, with its diff",
+		Example: "  openclaw session diff ses_123\n  openclaw session diff ses_123 | less -R",
+		Args:    cobra.ExactArgs(1),
+		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
+			ch, err := c.Changes(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if ch.Branch == "" {
+				return fmt.Errorf("session %s has no managed branch (a plain-mode or never dispatched session); its files are in %s", args[0], dash(ch.AnchorDir))
+			}
+			// oldest first, as git log --reverse
+			for i := len(ch.Commits) - 1; i >= 0; i-- {
+				d, err := c.CommitDiff(ctx, args[0], ch.Commits[i].ID)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(stdout, d)
+			}
+			if len(ch.Commits) == 0 {
+				fmt.Fprintf(stderr, "branch %s has no commits since its base\n", ch.Branch)
+			}
+			return nil
+		}),
+	}
 	return cmd
 }

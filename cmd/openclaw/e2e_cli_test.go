@@ -37,7 +37,7 @@ type cliRig struct {
 func newCLIRig(t *testing.T) *cliRig {
 	t.Helper()
 	root := t.TempDir()
-	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedModels(t, root, map[string]string{"hello": cliHelloScript, "slow": cliSlowScript}))
+	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedModels(t, root, map[string]string{"hello": cliHelloScript, "slow": cliSlowScript, "fresh": dispatchScript}))
 	t.Cleanup(func() { destroyAll(g) })
 	return &cliRig{gw: g, root: root}
 }
@@ -477,6 +477,23 @@ func TestCLI(t *testing.T) {
 		envID := strings.TrimSpace(r.mustCLI("env", "create", "--profile", "local", "--wait"))
 		if e := r.failCLI("sync", "plan", envID, "--workspace", plain); !strings.Contains(e, "--box-dir DIR") || strings.Contains(e, "invalid-field") {
 			t.Errorf("sync plan of an environment with no session: %s", e)
+		}
+	})
+
+	t.Run("pullback-report-and-diff", func(t *testing.T) {
+		r.sub(t)
+		ws := filepath.Join(r.root, "repo")
+		userWorkspace(t, ws, true)
+		id := strings.TrimSpace(r.mustCLI("session", "new", "--workspace", ws, "--git", "--profile", "local", "--model", "fresh/m"))
+		r.mustCLI("session", "send", id, "edit the readme", "--follow")
+		out := r.mustCLI("session", "pullback", id)
+		for _, want := range []string{"branch openclaw/", "1 commit(s) since its base", "worker edit", "M  README.md", "git log openclaw/"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("pull-back report lacks %q:\n%s", want, out)
+			}
+		}
+		if d := r.mustCLI("session", "diff", id); !strings.Contains(d, "+hello from the worker") || !strings.Contains(d, "worker edit") {
+			t.Errorf("session diff:\n%s", d)
 		}
 	})
 }

@@ -28,7 +28,7 @@ func newSessionCmd(g *globals) *cobra.Command {
 		Short:   "List, inspect, follow and export sessions",
 	}
 	cmd.AddCommand(newSessionCreateCmd(g), newSessionSendCmd(g), newSessionDispatchCmd(g), newSessionPullbackCmd(g), newSessionMoveCmd(g), newSessionListCmd(g), newSessionShowCmd(g), newSessionWatchCmd(g),
-		newSessionExportCmd(g), newSessionCancelCmd(g), newSessionPublishCmd(g))
+		newSessionExportCmd(g), newSessionCancelCmd(g), newSessionPublishCmd(g), newSessionDiffCmd(g))
 	return cmd
 }
 

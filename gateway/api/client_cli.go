@@ -2,7 +2,10 @@ package api
 
 import (
 	"context"
+	"io"
 	"net/http"
+
+	"github.com/openclaw/cloudworkers/gateway/placement"
 )
 
 // ApplyProfiles creates or replaces profiles together: all are validated before any is written
@@ -20,4 +23,34 @@ func (c *Client) CancelTurn(ctx context.Context, sessionID string) (bool, error)
 	}
 	_, err := c.Do(ctx, http.MethodPost, v1("sessions", sessionID, "cancel"), nil, &out)
 	return out.Canceled, err
+}
+
+// Changes lists what a session's worker brought back to its anchor: the managed branch's commits
+// since its base, the files they touch, and the anchor's uncommitted files.
+func (c *Client) Changes(ctx context.Context, sessionID string) (placement.Changes, error) {
+	var ch placement.Changes
+	err := c.get(ctx, v1("sessions", sessionID, "changes"), &ch)
+	return ch, err
+}
+
+// CommitDiff is one commit of a session's managed branch as git show prints it.
+func (c *Client) CommitDiff(ctx context.Context, sessionID, commit string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+v1("sessions", sessionID, "changes", commit), nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, placement.MaxDiffBytes+1))
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode >= 300 {
+		return "", &Error{Status: resp.StatusCode, Code: "http", Message: summarizeBody(c.BaseURL, resp, b)}
+	}
+	return string(b), nil
 }
