@@ -87,7 +87,7 @@ func newCredentialSetCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&fromEnv, "from-env", "", "read the value from this environment variable instead of stdin")
-	cmd.Flags().BoolVar(&gitToken, "git-token", false, "the value is a forge token for `session publish` over HTTPS (a profile's publish.credential names it)")
+	cmd.Flags().BoolVar(&gitToken, "git-token", false, "the value is a forge token for 'openclaw session publish' over HTTPS (a profile's publish.credential names it)")
 	cmd.Flags().StringVar(&gitUser, "git-username", "", "with --git-token: the HTTPS username (default x-access-token, as GitHub tokens use)")
 	return cmd
 }
