@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/openclaw/cloudworkers/gateway/api"
+	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/internal/console"
 )
@@ -80,12 +82,13 @@ func awaitDispatch(ctx context.Context, c *api.Client, id string, skip int) erro
 }
 
 func newSessionPullbackCmd(g *globals) *cobra.Command {
-	var noWait, force bool
+	var noWait, force, destroy bool
 	var allowSecrets []string
 	cmd := &cobra.Command{
 		Use: "pullback ID",
 		Example: `  openclaw session pullback ses_123
-  openclaw session pullback ses_123 --force`,
+  openclaw session pullback ses_123 --force
+  openclaw session pullback ses_123 --destroy`,
 		Short: "Bring a session home from its worker, with the worker's results",
 		Long: `Pass the migration barrier: stop new turns, drain the running one, fence the worker (owner epoch),
 reconcile the workspace (the worker's commits fast-forward the managed branch openclaw/<session>;
@@ -96,9 +99,15 @@ A pull-back that would delete more than the profile's sync.maxDeleteShare of the
 (default half) stops (the session shows failed, with the count) and changes nothing; --force confirms
 the deletions. A pull-back whose reconciliation
 failed (that brake, drift, divergence, a lost link) can be run again: the worker stays fenced and its
-results stay on the box until then.`,
+results stay on the box until then.
+
+--destroy releases the session's environment once the pull-back succeeded (never after a failed one,
+whose results are still on the box).`,
 		Args: cobra.ExactArgs(1),
 		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
+			if destroy && noWait {
+				return errors.New("--destroy waits for the pull-back to succeed; drop --no-wait")
+			}
 			skip := placementEvents(ctx, c, args[0])
 			p, err := c.PullBack(ctx, args[0], placement.PullBackRequest{Force: force, AllowSecrets: allowSecrets})
 			if err != nil {
@@ -117,9 +126,13 @@ results stay on the box until then.`,
 			}
 			fmt.Fprintf(stdout, "session %s is local again; workspace %s\n", args[0], v.Placement.AnchorDir)
 			printChanges(ctx, c, args[0])
+			if destroy {
+				return destroyAfterPullback(ctx, c, firstNonEmpty(v.Placement.EnvironmentID, p.EnvironmentID))
+			}
 			return nil
 		}),
 	}
+	cmd.Flags().BoolVar(&destroy, "destroy", false, "after a successful pull-back, destroy (release) the session's environment")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the pull-back is recorded")
 	cmd.Flags().BoolVar(&force, "force", false, "apply the worker's deletions even beyond the deletion brake (profile sync.maxDeleteShare, default half of the files)")
 	cmd.Flags().StringArrayVar(&allowSecrets, "allow-secret", nil, "let a known false positive of the secret scan through: RULE:PATH as the refusal named it (repeatable)")
@@ -222,4 +235,29 @@ func newSessionDiffCmd(g *globals) *cobra.Command {
 		}),
 	}
 	return cmd
+}
+
+// destroyAfterPullback releases the environment a pulled-back session ran on and says how it ended.
+func destroyAfterPullback(ctx context.Context, c *api.Client, envID string) error {
+	if envID == "" {
+		fmt.Fprintln(stdout, "no environment to destroy: the session's placement names none")
+		return nil
+	}
+	e, err := c.DestroyEnvironment(ctx, envID, api.DestroyOptions{Wait: 2 * time.Minute})
+	if err != nil {
+		return fmt.Errorf("the session is home, but destroying environment %s failed: %w (retry with `openclaw env destroy %s`)", envID, err, envID)
+	}
+	if e.State == envs.Destroyed {
+		fmt.Fprintf(stdout, "environment %s destroyed\n", envID)
+	} else {
+		fmt.Fprintf(stdout, "environment %s is %s (the gateway keeps tearing it down; see `openclaw env show %s`)\n", envID, e.State, envID)
+	}
+	return nil
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }

@@ -496,6 +496,35 @@ func TestCLI(t *testing.T) {
 			t.Errorf("session diff:\n%s", d)
 		}
 	})
+	t.Run("pullback-destroy", func(t *testing.T) {
+		r.sub(t)
+		ws := filepath.Join(r.root, "repo-destroy")
+		userWorkspace(t, ws, true)
+		id := strings.TrimSpace(r.mustCLI("session", "new", "--workspace", ws, "--git", "--profile", "local", "--model", "fresh/m"))
+		r.mustCLI("session", "send", id, "edit the readme", "--follow")
+		if e := r.failCLI("session", "pullback", id, "--destroy", "--no-wait"); !strings.Contains(e, "--no-wait") {
+			t.Errorf("pullback --destroy --no-wait refused without naming the flag: %s", e)
+		}
+		out := r.mustCLI("session", "pullback", id, "--destroy")
+		if !strings.Contains(out, "is local again") || !strings.Contains(out, " destroyed") {
+			t.Fatalf("pullback --destroy does not report the environment destroyed:\n%s", out)
+		}
+		var envID string
+		for _, f := range strings.Fields(out) {
+			if strings.HasPrefix(f, "env_") {
+				envID = f
+			}
+		}
+		if envID == "" {
+			t.Fatalf("pullback --destroy names no environment:\n%s", out)
+		}
+		if !strings.Contains(out, "environment "+envID+" destroyed") {
+			t.Errorf("pullback --destroy report:\n%s", out)
+		}
+		if show := r.mustCLI("env", "show", envID); !strings.Contains(show, "destroyed") {
+			t.Errorf("env show %s after pullback --destroy:\n%s", envID, show)
+		}
+	})
 }
 
 // cleanEnv is the test's environment without the CLI's OPENCLAW_ variables.
