@@ -35,13 +35,16 @@ credential with "credential: NAME".`,
 }
 
 func newCredentialSetCmd(g *globals) *cobra.Command {
-	var fromEnv, gitUser string
-	var gitToken bool
+	var fromEnv, gitUser, knownHost, hostKey string
+	var gitToken, gitSSHKey bool
 	cmd := &cobra.Command{
 		Use:   "set NAME [--from-env VAR]",
 		Short: "Set a credential from stdin or an environment variable",
 		Example: `  printf %s "$ANTHROPIC_API_KEY" | openclaw credential set anthropic
-  openclaw credential set openai --from-env OPENAI_API_KEY`,
+  openclaw credential set openai --from-env OPENAI_API_KEY
+  openclaw credential set forge --git-token --from-env GITHUB_TOKEN
+  openclaw credential set forge-ssh --git-ssh-key --known-host "$(ssh-keyscan -t ed25519 git.example.com)" < ~/.ssh/openclaw_forge
+  openclaw credential set forge-ssh --git-ssh-key --host-key SHA256:+DiY3wvvV6TuJJhbpZisF/zLDA0zPMSvHdkr4UvCOqU < key`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
@@ -71,6 +74,23 @@ func newCredentialSetCmd(g *globals) *cobra.Command {
 			if len(value) > credentials.MaxValueBytes {
 				return fmt.Errorf("value is longer than %d bytes", credentials.MaxValueBytes)
 			}
+			if gitToken && gitSSHKey {
+				return fmt.Errorf("--git-token and --git-ssh-key: a credential is one or the other")
+			}
+			if !gitSSHKey && (knownHost != "" || hostKey != "") {
+				return fmt.Errorf("--known-host and --host-key pin the host key of a --git-ssh-key credential")
+			}
+			if gitSSHKey {
+				// a forge credential for publishing over SSH: the key and the forge's pinned host key
+				c, err := publish.NewSSHCredential(value, gitUser, knownHost, hostKey)
+				if err != nil {
+					return fmt.Errorf("credential %s %w", name, err)
+				}
+				value = c.Encode()
+				if len(value) > credentials.MaxValueBytes {
+					return fmt.Errorf("the SSH credential is longer than %d bytes stored (use an ed25519 key)", credentials.MaxValueBytes)
+				}
+			}
 			if gitToken {
 				// a forge credential for publishing: the token, as git sends it over HTTPS
 				value = publish.GitCredential{Kind: publish.KindHTTPS, Username: gitUser, Token: value}.Encode()
@@ -88,7 +108,10 @@ func newCredentialSetCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&fromEnv, "from-env", "", "read the value from this environment variable instead of stdin")
 	cmd.Flags().BoolVar(&gitToken, "git-token", false, "the value is a forge token for 'openclaw session publish' over HTTPS (a profile's publish.credential names it)")
-	cmd.Flags().StringVar(&gitUser, "git-username", "", "with --git-token: the HTTPS username (default x-access-token, as GitHub tokens use)")
+	cmd.Flags().StringVar(&gitUser, "git-username", "", "with --git-token: the HTTPS username (default x-access-token, as GitHub tokens use); with --git-ssh-key: the SSH user when the remote URL names none (default git)")
+	cmd.Flags().BoolVar(&gitSSHKey, "git-ssh-key", false, "the value is an unencrypted SSH private key for 'openclaw session publish' over SSH (pin the forge's host key with --known-host or --host-key)")
+	cmd.Flags().StringVar(&knownHost, "known-host", "", "with --git-ssh-key: the forge's host key, a known_hosts line (HOST TYPE BASE64) or TYPE BASE64; the push accepts no other")
+	cmd.Flags().StringVar(&hostKey, "host-key", "", "with --git-ssh-key: the SHA256 fingerprint of the forge's host key (SHA256:…, as ssh-keygen -lf prints); the push accepts no other")
 	return cmd
 }
 

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/google/go-github/v89/github"
+	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/sync/gitexec"
@@ -37,7 +38,13 @@ const HelperEnv = "OPENCLAW_GIT_CREDENTIAL"
 type GitCredential struct {
 	Kind     string `json:"kind"`
 	Username string `json:"username,omitempty"`
-	Token    string `json:"token"`
+	Token    string `json:"token,omitempty"`
+	// PrivateKey (KindSSH) is the unencrypted private key, PEM or OpenSSH format.
+	PrivateKey string `json:"privateKey,omitempty"`
+	// KnownHost (KindSSH) pins the forge's host key: a known_hosts line or "TYPE BASE64";
+	// HostKeyFingerprint pins it by its SHA256 fingerprint instead.
+	KnownHost          string `json:"knownHost,omitempty"`
+	HostKeyFingerprint string `json:"hostKeyFingerprint,omitempty"`
 }
 
 // ParseGitCredential reads a stored credential value; a value that is not a git credential is
@@ -45,10 +52,19 @@ type GitCredential struct {
 func ParseGitCredential(v string) (GitCredential, error) {
 	var c GitCredential
 	if err := json.Unmarshal([]byte(v), &c); err != nil || c.Kind == "" {
-		return c, errors.New("is not a git credential (set one with `openclaw credential set NAME --git-token`)")
+		return GitCredential{}, errors.New("is not a git credential (set one with `openclaw credential set NAME --git-token` or `--git-ssh-key`)")
+	}
+	if c.Kind == KindSSH {
+		if err := c.checkSSH(); err != nil {
+			return GitCredential{}, err
+		}
+		if c.Username == "" {
+			c.Username = "git"
+		}
+		return c, nil
 	}
 	if c.Kind != KindHTTPS {
-		return c, fmt.Errorf("has kind %q; publishing supports %q", c.Kind, KindHTTPS)
+		return GitCredential{}, fmt.Errorf("has kind %q; publishing supports %q and %q", c.Kind, KindHTTPS, KindSSH)
 	}
 	if c.Token == "" {
 		return c, errors.New("has no token")
@@ -69,8 +85,10 @@ func (c GitCredential) Encode() string {
 // stored value is the JSON of it; the token alone is what a worker could write).
 func SecretValues(values map[string]string) {
 	for name, v := range values {
-		if c, err := ParseGitCredential(v); err == nil {
+		if c, err := ParseGitCredential(v); err == nil && c.Token != "" {
 			values["@"+name+".token"] = c.Token
+		} else if err == nil && c.PrivateKey != "" {
+			values["@"+name+".key"] = strings.TrimSpace(c.PrivateKey)
 		}
 	}
 }
@@ -87,7 +105,10 @@ type Config struct {
 	Helper []string
 	// HTTPClient makes the forge API calls (default: a client with a 30 s timeout).
 	HTTPClient *http.Client
-	Log        *slog.Logger
+	// TempDir holds an SSH push's key and known_hosts file for that one command (default
+	// os.TempDir()).
+	TempDir string
+	Log     *slog.Logger
 }
 
 // Publisher pushes branches and opens pull requests.
@@ -201,7 +222,7 @@ func check(req *Request) error {
 // repository's configuration, pushes Source to it (atomically, hooks off, no credential helper
 // but the gateway's, which answers for that URL's host only), then opens or finds the pull
 // request when asked.
-func (p *Publisher) Publish(ctx context.Context, req Request) (Result, error) {
+func (p *Publisher) Publish(ctx context.Context, req Request) (_ Result, err error) {
 	if err := check(&req); err != nil {
 		return Result{}, err
 	}
@@ -214,9 +235,10 @@ func (p *Publisher) Publish(ctx context.Context, req Request) (Result, error) {
 		return Result{}, &RefusedError{"remote", fmt.Sprintf("the workspace has no remote %q", req.Remote)}
 	}
 	remote := strings.TrimSpace(string(raw))
+	sshR, isSSH := parseSSHRemote(remote)
 	u, err := url.Parse(remote)
-	if err != nil || u.Host == "" || u.User != nil || (u.Scheme != "https" && !(u.Scheme == "http" && loopback(u.Hostname()))) {
-		return Result{}, &RefusedError{"remote", fmt.Sprintf("remote %s has URL %q: publishing needs an https URL without credentials in it (http only to loopback)", req.Remote, redact(remote))}
+	if !isSSH && (err != nil || u.Host == "" || u.User != nil || (u.Scheme != "https" && !(u.Scheme == "http" && loopback(u.Hostname())))) {
+		return Result{}, &RefusedError{"remote", fmt.Sprintf("remote %s has URL %q: publishing needs an https URL without credentials in it (http only to loopback) or an ssh one", req.Remote, redact(remote))}
 	}
 	stored, err := p.cfg.Credentials.Get(ctx, req.Policy.Credential)
 	if err != nil {
@@ -226,6 +248,14 @@ func (p *Publisher) Publish(ctx context.Context, req Request) (Result, error) {
 	if err != nil {
 		return Result{}, &RefusedError{"credential", fmt.Sprintf("credential %s %v", req.Policy.Credential, err)}
 	}
+	switch {
+	case isSSH && cred.Kind != KindSSH:
+		return Result{}, &RefusedError{"credential", fmt.Sprintf("remote %s is an ssh URL but credential %s is an HTTPS token (set an SSH key with `openclaw credential set %s --git-ssh-key`)", req.Remote, req.Policy.Credential, req.Policy.Credential)}
+	case !isSSH && cred.Kind != KindHTTPS:
+		return Result{}, &RefusedError{"credential", fmt.Sprintf("remote %s is an %s URL but credential %s is an SSH key", req.Remote, u.Scheme, req.Policy.Credential)}
+	case isSSH && req.PR:
+		return Result{}, &RefusedError{"pr", fmt.Sprintf("--pr needs the forge's API, which an SSH key does not open: credential %s is an SSH key (publish without --pr, or use an HTTPS token)", req.Policy.Credential)}
+	}
 	commit, err := gitexec.Line(ctx, "", gitArgs("rev-parse", "--verify", req.Source+"^{commit}")...)
 	if err != nil {
 		return Result{}, fmt.Errorf("publish %s: %w", req.Source, err)
@@ -234,22 +264,42 @@ func (p *Publisher) Publish(ctx context.Context, req Request) (Result, error) {
 	if req.Force {
 		spec = "+" + spec
 	}
-	helper, _ := json.Marshal(helperInput{Protocol: u.Scheme, Host: u.Host, Username: cred.Username, Token: cred.Token})
-	quoted := make([]string, len(p.cfg.Helper))
-	for i, a := range p.cfg.Helper {
-		quoted[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	var transport []string
+	if isSSH {
+		// the key and the pin exist for this one command, 0600 in a private directory
+		s, serr := prepareSSH(ctx, p.cfg.TempDir, cred, sshR)
+		if serr != nil {
+			return Result{}, fmt.Errorf("push %s to %s: %w", req.Dest, remote, serr)
+		}
+		defer os.RemoveAll(s.dir)
+		transport = []string{"-c", "protocol.allow=never", "-c", "protocol.ssh.allow=always", "-c", "core.sshCommand="}
+		env = append(env, "GIT_SSH_COMMAND="+s.command(sshR, cred.Username), "GIT_SSH_VARIANT=ssh", "GIT_SSH=",
+			"SSH_AUTH_SOCK=", "SSH_ASKPASS=", "SSH_ASKPASS_REQUIRE=never", "DISPLAY=")
+		defer func() {
+			var ge *gitexec.Error
+			if err != nil && errors.As(err, &ge) && hostKeyRefused(ge.Stderr) {
+				err = fmt.Errorf("push %s to %s: %w", req.Dest, remote, &HostKeyError{Host: knownhosts.Normalize(sshR.addr()), Fingerprint: s.fingerprint})
+			}
+		}()
+	} else {
+		helper, _ := json.Marshal(helperInput{Protocol: u.Scheme, Host: u.Host, Username: cred.Username, Token: cred.Token})
+		quoted := make([]string, len(p.cfg.Helper))
+		for i, a := range p.cfg.Helper {
+			quoted[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		transport = []string{"-c", "protocol.allow=never", "-c", "protocol.https.allow=always"}
+		if u.Scheme == "http" {
+			transport = append(transport, "-c", "protocol.http.allow=always")
+		}
+		transport = append(transport, "-c", "credential.helper=", "-c", "credential.helper=!"+strings.Join(quoted, " "),
+			"-c", "credential.useHttpPath=false", "-c", "http.followRedirects=false")
+		env = append(env, HelperEnv+"="+string(helper))
 	}
-	protocols := []string{"-c", "protocol.allow=never", "-c", "protocol.https.allow=always"}
-	if u.Scheme == "http" {
-		protocols = append(protocols, "-c", "protocol.http.allow=always")
-	}
-	args := gitArgs(append(protocols, "-c", "credential.helper=", "-c", "credential.helper=!"+strings.Join(quoted, " "),
-		"-c", "credential.useHttpPath=false", "-c", "http.followRedirects=false",
-		"push", "--porcelain", "--atomic", "--no-verify", remote, spec)...)
-	out, err := gitexec.RunEnv(ctx, "", append(env, HelperEnv+"="+string(helper)), nil, args...)
+	args := gitArgs(append(transport, "push", "--porcelain", "--atomic", "--no-verify", remote, spec)...)
+	out, perr := gitexec.RunEnv(ctx, "", env, nil, args...)
 	status := pushStatus(string(out), req.Dest)
-	if err != nil {
-		return Result{}, fmt.Errorf("push %s to %s: %w", req.Dest, redact(remote), scrub(err, cred.Token))
+	if perr != nil {
+		return Result{}, fmt.Errorf("push %s to %s: %w", req.Dest, redact(remote), scrub(perr, cred.Token))
 	}
 	res := Result{RemoteURL: remote, Ref: req.Dest, Commit: commit, Status: status}
 	p.cfg.Log.Info("published", "ref", req.Dest, "remote", redact(remote), "commit", commit, "status", status)
