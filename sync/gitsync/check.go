@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/openclaw/cloudworkers/sync/gitexec"
@@ -191,24 +190,15 @@ func scanDiff(r io.Reader, each func(commit, mode, blob, status, path string) er
 // checkLinks reads each symlink blob, streamed from one `cat-file --batch` (a target longer
 // than a path stops it: nothing larger is read), and checks its target wherever it is.
 func checkLinks(ctx context.Context, g *gitexec.Untrusted, links map[string][]linkAt) error {
-	if len(links) == 0 {
-		return nil
-	}
-	blobs := sortedKeys(links)
-	var in bytes.Buffer
-	for _, b := range blobs {
-		in.WriteString(b + "\n")
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	pr, pw := io.Pipe()
-	read := make(chan error, 1)
-	go func() {
-		err := g.Stream(ctx, &in, pw, "cat-file", "--batch")
-		pw.CloseWithError(err)
-		read <- err
-	}()
-	err := readLinks(pr, blobs, func(b, target string) error {
+	return catBatch(ctx, g, sortedKeys(links), "symlinks", func(b, typ string, size int64, r io.Reader) error {
+		target := ""
+		if typ == "blob" && size > 0 && size <= maxLinkTarget {
+			buf, err := io.ReadAll(r)
+			if err != nil {
+				return fmt.Errorf("cat-file --batch: %w", err)
+			}
+			target = string(buf)
+		}
 		for _, at := range links[b] {
 			if target == "" {
 				return &TreeError{Commit: at.commit, Path: at.path, Reason: "symlink target is not a blob of at most 4095 bytes"}
@@ -224,49 +214,6 @@ func checkLinks(ctx context.Context, g *gitexec.Untrusted, links map[string][]li
 		}
 		return nil
 	})
-	if err != nil {
-		// Stopped early: cat-file stops on its broken pipe.
-		pr.CloseWithError(io.ErrClosedPipe)
-		cancel()
-	} else {
-		_, _ = io.Copy(io.Discard, pr) // nothing more is due; until cat-file is done
-	}
-	if rerr := <-read; err == nil && rerr != nil {
-		err = fmt.Errorf("read the worker's symlinks: %w", rerr)
-	}
-	return err
-}
-
-// readLinks reads `cat-file --batch` answers ("<id> <type> <size>" LF <content> LF) for blobs,
-// in order, and gives each blob's content as a target: "" when it is not a blob or is longer
-// than maxLinkTarget (whose content is not read).
-func readLinks(r io.Reader, blobs []string, each func(blob, target string) error) error {
-	br := bufio.NewReader(r)
-	for _, b := range blobs {
-		hdr, err := br.ReadString('\n')
-		if err != nil {
-			return fmt.Errorf("cat-file --batch: %w", err)
-		}
-		f := strings.Fields(hdr)
-		if len(f) < 2 || f[0] != b {
-			return fmt.Errorf("cat-file --batch: unexpected answer %q for %s", hdr, b)
-		}
-		n := -1
-		if len(f) == 3 && f[1] == "blob" {
-			n, _ = strconv.Atoi(f[2])
-		}
-		if n <= 0 || n > maxLinkTarget {
-			return each(b, "")
-		}
-		buf := make([]byte, n+1)
-		if _, err := io.ReadFull(br, buf); err != nil {
-			return fmt.Errorf("cat-file --batch: %w", err)
-		}
-		if err := each(b, string(buf[:n])); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // submoduleURLs reads submodule.<name>.url from a .gitmodules blob (rev:path, or an object id),

@@ -67,7 +67,10 @@ func ScanCommits(ctx context.Context, g *gitexec.Untrusted, have, tip string, sc
 		where[b] = paths[b]
 	}
 	var found []secretscan.Finding
-	err = catBatch(ctx, g, append(commits, blobs...), func(id string, r io.Reader) error {
+	err = catBatch(ctx, g, append(commits, blobs...), "objects", func(id, typ string, size int64, r io.Reader) error {
+		if typ == "missing" {
+			return fmt.Errorf("cat-file: %s is missing", id)
+		}
 		hits, err := sc.ScanShared(where[id], r)
 		found = append(found, hits...)
 		return err
@@ -75,9 +78,11 @@ func ScanCommits(ctx context.Context, g *gitexec.Untrusted, have, tip string, sc
 	return found, err
 }
 
-// catBatch streams the objects ids from `git cat-file --batch` to each, one reader per object
-// (each must be read to its end or left: the rest is drained).
-func catBatch(ctx context.Context, g *gitexec.Untrusted, ids []string, each func(id string, r io.Reader) error) error {
+// catBatch streams the objects ids (what they are, for errors) from one `git cat-file --batch`
+// to each, in order, with each object's type and size and a reader of its content (each may
+// read it to its end or leave it: the rest is drained); an object the repository lacks comes
+// as type "missing", size -1 and no content. Nothing is held whole in memory.
+func catBatch(ctx context.Context, g *gitexec.Untrusted, ids []string, what string, each func(id, typ string, size int64, r io.Reader) error) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -102,6 +107,12 @@ func catBatch(ctx context.Context, g *gitexec.Untrusted, ids []string, each func
 				return fmt.Errorf("cat-file: %w", err)
 			}
 			f := strings.Fields(head)
+			if len(f) == 2 && f[0] == id && f[1] == "missing" {
+				if err := each(id, "missing", -1, strings.NewReader("")); err != nil {
+					return err
+				}
+				continue
+			}
 			if len(f) != 3 || f[0] != id {
 				return fmt.Errorf("cat-file: unexpected header %q for %s", strings.TrimSpace(head), id)
 			}
@@ -110,7 +121,7 @@ func catBatch(ctx context.Context, g *gitexec.Untrusted, ids []string, each func
 				return fmt.Errorf("cat-file: bad size in %q", strings.TrimSpace(head))
 			}
 			body := io.LimitReader(br, size)
-			if err := each(id, body); err != nil {
+			if err := each(id, f[1], size, body); err != nil {
 				return err
 			}
 			if _, err := io.Copy(io.Discard, body); err != nil {
@@ -124,8 +135,11 @@ func catBatch(ctx context.Context, g *gitexec.Untrusted, ids []string, each func
 	}()
 	// cat-file stops at the closed pipe (or has written everything and exits).
 	pr.CloseWithError(io.ErrClosedPipe)
+	if err != nil {
+		cancel()
+	}
 	if rerr := <-read; err == nil && rerr != nil {
-		err = fmt.Errorf("read the worker's objects: %w", rerr)
+		err = fmt.Errorf("read the worker's %s: %w", what, rerr)
 	}
 	return err
 }
