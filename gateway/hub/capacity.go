@@ -47,18 +47,10 @@ type Capacity struct {
 }
 
 func (c *Capacity) setDefaults() {
-	if c.MaxWorkers <= 0 {
-		c.MaxWorkers = DefaultMaxWorkers
-	}
-	if c.MaxInflightInference <= 0 {
-		c.MaxInflightInference = DefaultMaxInflightInference
-	}
-	if c.MaxInflightInferencePerEnv <= 0 {
-		c.MaxInflightInferencePerEnv = min(DefaultMaxInflightInferencePerEnv, c.MaxInflightInference)
-	}
-	if c.MaxRelayBytesPerSecond <= 0 {
-		c.MaxRelayBytesPerSecond = DefaultMaxRelayBytesPerSecond
-	}
+	orDefault(&c.MaxWorkers, DefaultMaxWorkers)
+	orDefault(&c.MaxInflightInference, DefaultMaxInflightInference)
+	orDefault(&c.MaxInflightInferencePerEnv, min(DefaultMaxInflightInferencePerEnv, c.MaxInflightInference))
+	orDefault(&c.MaxRelayBytesPerSecond, DefaultMaxRelayBytesPerSecond)
 }
 
 func (c Capacity) validate() error {

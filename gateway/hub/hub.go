@@ -108,27 +108,13 @@ func (c *Config) setDefaults() {
 		c.Credentials = NewCredentials(c.DB)
 		c.Credentials.Clock = c.Clock
 	}
-	if c.HeartbeatTimeout <= 0 {
-		c.HeartbeatTimeout = 30 * time.Second
-	}
-	if c.AdmissionTimeout <= 0 {
-		c.AdmissionTimeout = 10 * time.Second
-	}
-	if c.FrameLimit <= 0 {
-		c.FrameLimit = protocol.DefaultFrameLimit
-	}
-	if c.StreamQueue <= 0 {
-		c.StreamQueue = DefaultStreamQueue
-	}
-	if c.MaxStreams <= 0 {
-		c.MaxStreams = DefaultMaxStreams
-	}
-	if c.ConnQueueBytes <= 0 {
-		c.ConnQueueBytes = DefaultConnQueueBytes
-	}
-	if c.RetryAfter <= 0 {
-		c.RetryAfter = DefaultRetryAfter
-	}
+	orDefault(&c.HeartbeatTimeout, 30*time.Second)
+	orDefault(&c.AdmissionTimeout, 10*time.Second)
+	orDefault(&c.FrameLimit, protocol.DefaultFrameLimit)
+	orDefault(&c.StreamQueue, DefaultStreamQueue)
+	orDefault(&c.MaxStreams, DefaultMaxStreams)
+	orDefault(&c.ConnQueueBytes, DefaultConnQueueBytes)
+	orDefault(&c.RetryAfter, DefaultRetryAfter)
 	c.Limits.setDefaults()
 	c.Capacity.setDefaults()
 }

@@ -43,29 +43,20 @@ type Limits struct {
 }
 
 func (l *Limits) setDefaults() {
-	if l.ConnCalls <= 0 {
-		l.ConnCalls = DefaultConnCalls
-	}
-	if l.ConnBytes <= 0 {
-		l.ConnBytes = DefaultConnBytes
-	}
-	if l.EnvCalls <= 0 {
-		l.EnvCalls = max(DefaultEnvCalls, l.ConnCalls)
-	}
-	if l.EnvBytes <= 0 {
-		l.EnvBytes = max(DefaultEnvBytes, l.ConnBytes)
-	}
-	if l.RefreshInterval <= 0 {
-		l.RefreshInterval = DefaultRefreshInterval
-	}
-	if l.RefreshBurst <= 0 {
-		l.RefreshBurst = DefaultRefreshBurst
-	}
-	if l.PreAdmission <= 0 {
-		l.PreAdmission = DefaultPreAdmission
-	}
-	if l.RejectAuditWindow <= 0 {
-		l.RejectAuditWindow = DefaultRejectAuditWindow
+	orDefault(&l.ConnCalls, DefaultConnCalls)
+	orDefault(&l.ConnBytes, DefaultConnBytes)
+	orDefault(&l.EnvCalls, max(DefaultEnvCalls, l.ConnCalls))
+	orDefault(&l.EnvBytes, max(DefaultEnvBytes, l.ConnBytes))
+	orDefault(&l.RefreshInterval, DefaultRefreshInterval)
+	orDefault(&l.RefreshBurst, DefaultRefreshBurst)
+	orDefault(&l.PreAdmission, DefaultPreAdmission)
+	orDefault(&l.RejectAuditWindow, DefaultRejectAuditWindow)
+}
+
+// orDefault sets *v to d when it is zero or negative: a limit left out takes its default.
+func orDefault[T ~int | ~int64](v *T, d T) {
+	if *v <= 0 {
+		*v = d
 	}
 }
 
