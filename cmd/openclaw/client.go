@@ -39,11 +39,7 @@ func (g *globals) client() (*api.Client, error) {
 			return nil, fmt.Errorf("token file %s is empty", g.tokenFile)
 		}
 	default:
-		dir := g.dataDir
-		if dir == "" {
-			dir = gateway.DefaultDataDir()
-		}
-		if tok, err = gateway.ReadToken(dir); err != nil {
+		if tok, err = gateway.ReadToken(g.dataDirOrDefault()); err != nil {
 			return nil, err
 		}
 	}

@@ -189,22 +189,23 @@ func newContextAddCmd() *cobra.Command {
 					}
 				}
 			}
-			cfg, path, err := loadConfig()
+			current := false
+			err = editConfig(func(cfg *cliConfig) error {
+				if cfg.Contexts == nil {
+					cfg.Contexts = map[string]*cliContext{}
+				}
+				cfg.Contexts[name] = &c
+				if use || cfg.Current == "" {
+					cfg.Current = name
+				}
+				current = cfg.Current == name
+				return nil
+			})
 			if err != nil {
 				return err
 			}
-			if cfg.Contexts == nil {
-				cfg.Contexts = map[string]*cliContext{}
-			}
-			cfg.Contexts[name] = &c
-			if use || cfg.Current == "" {
-				cfg.Current = name
-			}
-			if err := cfg.save(path); err != nil {
-				return err
-			}
 			fmt.Fprintf(stdout, "context %s: %s", name, c.Gateway)
-			if cfg.Current == name {
+			if current {
 				fmt.Fprint(stdout, " (current)")
 			}
 			fmt.Fprintln(stdout)
@@ -242,57 +243,64 @@ func completeContexts(_ *cobra.Command, args []string, _ string) ([]string, cobr
 }
 
 func newContextUseCmd() *cobra.Command {
+	return contextNameCmd("use", "Make a context the current one", func(cfg *cliConfig, name string) (string, error) {
+		c, ok := cfg.Contexts[name]
+		if !ok {
+			return "", fmt.Errorf("no context %q (add it with openclaw context add %s --gateway URL --data-dir DIR)", name, name)
+		}
+		cfg.Current = name
+		return fmt.Sprintf("current context %s: %s", name, c.Gateway), nil
+	})
+}
+
+func newContextRmCmd() *cobra.Command {
+	return contextNameCmd("rm", "Forget a context", func(cfg *cliConfig, name string) (string, error) {
+		if _, ok := cfg.Contexts[name]; !ok {
+			return "", fmt.Errorf("no context %q", name)
+		}
+		delete(cfg.Contexts, name)
+		if cfg.Current == name {
+			cfg.Current = ""
+		}
+		return fmt.Sprintf("context %s removed", name), nil
+	})
+}
+
+// contextNameCmd is `context VERB NAME` of an existing context: edit changes the config (an
+// error leaves its file as it was) and says what it did.
+func contextNameCmd(verb, short string, edit func(cfg *cliConfig, name string) (done string, err error)) *cobra.Command {
 	return &cobra.Command{
-		Use:               "use NAME",
-		Short:             "Make a context the current one",
-		Example:           "  openclaw context use lab",
+		Use:               verb + " NAME",
+		Short:             short,
+		Example:           "  openclaw context " + verb + " lab",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeContexts,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, path, err := loadConfig()
+			var done string
+			err := editConfig(func(cfg *cliConfig) (err error) {
+				done, err = edit(cfg, args[0])
+				return err
+			})
 			if err != nil {
 				return err
 			}
-			c, ok := cfg.Contexts[args[0]]
-			if !ok {
-				return fmt.Errorf("no context %q (add it with openclaw context add %s --gateway URL --data-dir DIR)", args[0], args[0])
-			}
-			cfg.Current = args[0]
-			if err := cfg.save(path); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "current context %s: %s\n", args[0], c.Gateway)
+			fmt.Fprintln(stdout, done)
 			return nil
 		},
 	}
 }
 
-func newContextRmCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:               "rm NAME",
-		Short:             "Forget a context",
-		Example:           "  openclaw context rm lab",
-		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: completeContexts,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, path, err := loadConfig()
-			if err != nil {
-				return err
-			}
-			if _, ok := cfg.Contexts[args[0]]; !ok {
-				return fmt.Errorf("no context %q", args[0])
-			}
-			delete(cfg.Contexts, args[0])
-			if cfg.Current == args[0] {
-				cfg.Current = ""
-			}
-			if err := cfg.save(path); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "context %s removed\n", args[0])
-			return nil
-		},
+// editConfig loads the CLI's config file, lets edit change it and saves it; an error of edit
+// leaves the file as it was.
+func editConfig(edit func(cfg *cliConfig) error) error {
+	cfg, path, err := loadConfig()
+	if err != nil {
+		return err
 	}
+	if err := edit(cfg); err != nil {
+		return err
+	}
+	return cfg.save(path)
 }
 
 // contextRow is one line of `context list`.

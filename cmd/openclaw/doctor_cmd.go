@@ -117,10 +117,7 @@ afterwards unless --keep is given. It exits non-zero if a step failed.`,
 // it, point the CLI at the right address, or use its token (the chain's other fixes are about boxes).
 func gatewayStep(ctx context.Context, g *globals) (*api.Client, api.GatewayInfo, doctorStep) {
 	step := doctorStep{Name: "gateway"}
-	dataDir := g.dataDir
-	if dataDir == "" {
-		dataDir = gateway.DefaultDataDir()
-	}
+	dataDir := g.dataDirOrDefault()
 	listen := ""
 	if base, err := normalizeGateway(g.gateway); err == nil && base != "" {
 		if u, err := url.Parse(base); err == nil && u.Host != gateway.DefaultListen {

@@ -11,7 +11,6 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
-	"github.com/openclaw/cloudworkers/gateway"
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/mcp"
 )
@@ -60,34 +59,17 @@ HTTP at /mcp (see openclaw mcp token). Logs go to stderr.`,
 }
 
 func newMCPTokenCmd(g *globals) *cobra.Command {
-	var rotate bool
-	cmd := &cobra.Command{
-		Use: "token [--rotate]",
-		Example: `  openclaw mcp token
-  openclaw mcp token --rotate`,
-		Short: "Print (creating it on first use) the token that opens the gateway's /mcp endpoint",
-		Long: `Print the MCP token of the gateway's data dir (<data-dir>/` + mcp.TokenFile + `, mode 0600), creating it when
+	return tokenCmd(g, "mcp", "Print (creating it on first use) the token that opens the gateway's /mcp endpoint",
+		`Print the MCP token of the gateway's data dir (<data-dir>/`+mcp.TokenFile+`, mode 0600), creating it when
 missing. The token opens the gateway's streamable-HTTP MCP endpoint /mcp and nothing else: an MCP
 client holding it can use the MCP tools (dispatch and follow sessions, list sessions and environments,
 destroy environments) but cannot reach /api/v1 (profiles, credentials, audit) or sign in to the
 Control UI. --rotate replaces it; the old token stops working at once, with no gateway restart.`,
-		Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			dir := g.dataDir
-			if dir == "" {
-				dir = gateway.DefaultDataDir()
-			}
+		"replace the token (the old one stops working)",
+		func(dir string, rotate bool) (string, error) {
 			if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-				return fmt.Errorf("data dir %s: not a directory (start the gateway with --data-dir %s first, or pass --data-dir)", dir, dir)
+				return "", fmt.Errorf("data dir %s: not a directory (start the gateway with --data-dir %s first, or pass --data-dir)", dir, dir)
 			}
-			tok, err := mcp.EnsureToken(dir, rotate)
-			if err != nil {
-				return err
-			}
-			_, err = fmt.Fprintln(stdout, tok)
-			return err
-		},
-	}
-	cmd.Flags().BoolVar(&rotate, "rotate", false, "replace the token (the old one stops working)")
-	return cmd
+			return mcp.EnsureToken(dir, rotate)
+		})
 }

@@ -6,7 +6,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/openclaw/cloudworkers/gateway"
 	"github.com/openclaw/cloudworkers/gateway/occ"
 )
 
@@ -21,38 +20,18 @@ func newOCCCmd(g *globals) *cobra.Command {
 }
 
 func newOCCTokenCmd(g *globals) *cobra.Command {
-	var rotate bool
-	cmd := &cobra.Command{
-		Use: "token [--rotate]",
-		Example: `  openclaw occ token
-  openclaw occ token --rotate`,
-		Short: "Print OCC's bearer token (<data-dir>/occ.token), or replace it",
-		Long: `OCC calls /occ/v1/ with its own bearer token, kept in <data-dir>/occ.token (mode 0600) and separate
+	return tokenCmd(g, "occ", "Print OCC's bearer token (<data-dir>/occ.token), or replace it",
+		`OCC calls /occ/v1/ with its own bearer token, kept in <data-dir>/occ.token (mode 0600) and separate
 from the operator's gateway.token. It is generated on the gateway's first start (or here, if missing).
 --rotate writes a new token: the old one is refused at once, also by a running gateway.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir := g.dataDir
-			if dir == "" {
-				dir = gateway.DefaultDataDir()
-			}
+		"replace the token; the old one stops working at once",
+		func(dir string, rotate bool) (string, error) {
 			if err := os.MkdirAll(dir, 0o700); err != nil {
-				return fmt.Errorf("create data dir: %w", err)
+				return "", fmt.Errorf("create data dir: %w", err)
 			}
-			var tok string
-			var err error
 			if rotate {
-				tok, err = occ.RotateToken(dir)
-			} else {
-				tok, err = occ.EnsureToken(dir)
+				return occ.RotateToken(dir)
 			}
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(stdout, tok)
-			return nil
-		},
-	}
-	cmd.Flags().BoolVar(&rotate, "rotate", false, "replace the token; the old one stops working at once")
-	return cmd
+			return occ.EnsureToken(dir)
+		})
 }
