@@ -109,58 +109,26 @@ func runGateway(dir string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	db, err := store.Open(ctx, filepath.Join(dir, "gateway.db"))
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	st, err := sessions.New(sessions.Config{DB: db})
-	if err != nil {
-		return err
-	}
-	reg := prometheus.NewRegistry()
 	var (
-		omu     sync.Mutex
-		enc     = json.NewEncoder(os.Stdout)
-		smu     sync.Mutex
-		byEnv   = map[string]workerLine{}
-		srv     *hub.Server
-		created int
+		omu sync.Mutex
+		enc = json.NewEncoder(os.Stdout)
 	)
 	emit := func(o out) {
 		omu.Lock()
 		defer omu.Unlock()
 		_ = enc.Encode(o)
 	}
-	srv, err = hub.New(hub.Config{DB: db, Sessions: st, Models: tokenModel{}, Registerer: reg,
-		ExpectedBundle: func(string) (string, bool) { return benchBundle, true },
-		OnAdmit: func(env string) {
-			smu.Lock()
-			w, ok := byEnv[env]
-			smu.Unlock()
-			if !ok {
-				return
-			}
-			go func() {
-				rctx, cancel := context.WithTimeout(ctx, time.Minute)
-				defer cancel()
-				if _, err := srv.Request(rctx, env, protocol.MethodTurnStart, protocol.TurnStartParams{SessionID: w.Session,
-					OwnerEpoch: w.Epoch, RunEpoch: 1, RunID: benchRun, ModelRef: benchModel, Text: "go"}); err != nil {
-					fmt.Fprintln(os.Stderr, "turn start", env, err)
-					return
-				}
-				emit(out{Turn: env})
-			}()
-		}})
+	g, err := newBenchHub(ctx, dir, tokenModel{}, func(env string) { emit(out{Turn: env}) })
 	if err != nil {
 		return err
 	}
+	defer g.close(ctx)
 	ln, err := net.Listen("unix", filepath.Join(dir, "w.sock"))
 	if err != nil {
 		return err
 	}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close(ctx)
+	go func() { _ = g.srv.Serve(ln) }()
+	created := 0
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		cmd, arg, _ := strings.Cut(in.Text(), " ")
@@ -168,27 +136,14 @@ func runGateway(dir string) error {
 		case "setup":
 			n, _ := strconv.Atoi(arg)
 			for ; created < n; created++ {
-				env := fmt.Sprintf("env-%04d", created)
-				ses, err := st.Create(ctx, sessions.CreateParams{})
+				w, err := g.addWorker(ctx, fmt.Sprintf("env-%04d", created))
 				if err != nil {
 					return err
 				}
-				epoch, err := st.Attach(ctx, ses.ID, env)
-				if err != nil {
-					return err
-				}
-				cred, err := srv.Credentials().Mint(ctx, env, benchBundle, 24*time.Hour, nil)
-				if err != nil {
-					return err
-				}
-				w := workerLine{Env: env, Cred: cred, Session: ses.ID, Epoch: epoch}
-				smu.Lock()
-				byEnv[env] = w
-				smu.Unlock()
 				emit(out{Worker: &w})
 			}
 		case "stats":
-			s, err := gatewayStats(srv, reg)
+			s, err := gatewayStats(g.srv, g.reg)
 			if err != nil {
 				return err
 			}
@@ -196,6 +151,82 @@ func runGateway(dir string) error {
 		}
 	}
 	return in.Err()
+}
+
+// benchHub is a bench gateway's hub: SQLite in a directory, the session store, the inference proxy
+// serving models, and for each environment added a session attached to it whose turn is started
+// as soon as its worker is admitted (onTurn is then called).
+type benchHub struct {
+	db    *store.DB
+	st    *sessions.Store
+	srv   *hub.Server
+	reg   *prometheus.Registry
+	mu    sync.Mutex
+	byEnv map[string]workerLine
+}
+
+func newBenchHub(ctx context.Context, dir string, models hub.Models, onTurn func(env string)) (*benchHub, error) {
+	db, err := store.Open(ctx, filepath.Join(dir, "gateway.db"))
+	if err != nil {
+		return nil, err
+	}
+	st, err := sessions.New(sessions.Config{DB: db})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	g := &benchHub{db: db, st: st, reg: prometheus.NewRegistry(), byEnv: map[string]workerLine{}}
+	g.srv, err = hub.New(hub.Config{DB: db, Sessions: st, Models: models, Registerer: g.reg,
+		ExpectedBundle: func(string) (string, bool) { return benchBundle, true },
+		OnAdmit: func(env string) {
+			g.mu.Lock()
+			w, ok := g.byEnv[env]
+			g.mu.Unlock()
+			if !ok {
+				return
+			}
+			go func() {
+				rctx, cancel := context.WithTimeout(ctx, time.Minute)
+				defer cancel()
+				if _, err := g.srv.Request(rctx, env, protocol.MethodTurnStart, protocol.TurnStartParams{SessionID: w.Session,
+					OwnerEpoch: w.Epoch, RunEpoch: 1, RunID: benchRun, ModelRef: benchModel, Text: "go"}); err != nil {
+					fmt.Fprintln(os.Stderr, "turn start", env, err)
+					return
+				}
+				onTurn(env)
+			}()
+		}})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return g, nil
+}
+
+// addWorker creates environment env's session and credential.
+func (g *benchHub) addWorker(ctx context.Context, env string) (workerLine, error) {
+	ses, err := g.st.Create(ctx, sessions.CreateParams{})
+	if err != nil {
+		return workerLine{}, err
+	}
+	epoch, err := g.st.Attach(ctx, ses.ID, env)
+	if err != nil {
+		return workerLine{}, err
+	}
+	cred, err := g.srv.Credentials().Mint(ctx, env, benchBundle, 24*time.Hour, nil)
+	if err != nil {
+		return workerLine{}, err
+	}
+	w := workerLine{Env: env, Cred: cred, Session: ses.ID, Epoch: epoch}
+	g.mu.Lock()
+	g.byEnv[env] = w
+	g.mu.Unlock()
+	return w, nil
+}
+
+func (g *benchHub) close(ctx context.Context) {
+	_ = g.srv.Close(ctx)
+	_ = g.db.Close()
 }
 
 func gatewayStats(srv *hub.Server, reg *prometheus.Registry) (statsLine, error) {

@@ -1,0 +1,151 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/tunnel"
+	"github.com/openclaw/cloudworkers/internal/netnsbox"
+	"github.com/openclaw/cloudworkers/internal/testenv"
+)
+
+// bulkBytes and bulkReps size section 3: each direction, each forward.
+const (
+	bulkBytes = 128 << 20
+	bulkReps  = 3
+)
+
+// TestTunnelThroughput is section 3: bytes per second through the gateway's reverse unix-socket
+// forward (gateway/tunnel, x/crypto/ssh) against OpenSSH's own `ssh -R /path:/path` to the same
+// netns sshd box, the same payload moved by the same box-side process.
+func TestTunnelThroughput(t *testing.T) {
+	needBench(t)
+	testenv.RequireCommands(t, "ssh")
+	box := netnsbox.NetnsBox(t, "bench-bulk")
+	bin := boxBinary(t)
+	c := netnsbox.Dial(t, box)
+	ctx := testenv.Context(t, 10*time.Minute)
+
+	// Ours: the tunnel hub forwards ~/ocw/bulk.sock on the box and hands each connection over.
+	th := tunnel.NewHub(tunnel.Config{})
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = th.Close(cctx)
+	})
+	if err := th.Open(ctx, netnsbox.Target(box, "env-bulk", "ocw/bulk.sock")); err != nil {
+		t.Fatal(err)
+	}
+	go serveAll(th.Listener())
+
+	// OpenSSH: ssh -R <box path>:<local path>, to a listener here serving the same way.
+	dir := netnsbox.PublicDir(t, "ocw-bulk")
+	local := filepath.Join(dir, "ossh.sock")
+	ln, err := net.Listen("unix", local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go serveAll(ln)
+	known := netnsbox.KnownHosts(t, box)
+	openssh := func(name string, cipher ...string) string {
+		remote := filepath.Join(box.Home, name)
+		args := []string{"-F", "/dev/null", "-N", "-v", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "ExitOnForwardFailure=yes",
+			"-o", "StrictHostKeyChecking=yes", "-o", "UserKnownHostsFile=" + known, "-i", box.KeyPath, "-p", strconv.Itoa(box.Port),
+			"-R", remote + ":" + local}
+		args = append(args, cipher...)
+		args = append(args, box.User+"@"+box.Host)
+		cmd := exec.Command("ssh", args...)
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+		up := make(chan bool, 1)
+		var logTail []string
+		go func() {
+			sc := bufio.NewScanner(stderr)
+			for sc.Scan() {
+				if strings.Contains(sc.Text(), "remote forward success") {
+					up <- true
+				}
+				logTail = append(logTail[max(0, len(logTail)-20):], sc.Text())
+			}
+			close(up)
+		}()
+		select {
+		case ok := <-up:
+			if !ok {
+				t.Fatalf("ssh -R exited before forwarding:\n%s", strings.Join(logTail, "\n"))
+			}
+		case <-ctx.Done():
+			t.Fatal("ssh -R: no forward")
+		}
+		return remote
+	}
+
+	forwards := []struct{ name, sock, cipher string }{
+		{"ours (gateway/tunnel, " + tunnel.Ciphers[0] + ")", filepath.Join(box.Home, "ocw/bulk.sock"), tunnel.Ciphers[0]},
+		{"OpenSSH ssh -R, its default cipher", openssh("ossh-default.sock"), "default"},
+		{"OpenSSH ssh -R, -c aes128-gcm@openssh.com", openssh("ossh-gcm.sock", "-c", "aes128-gcm@openssh.com"), "aes128-gcm@openssh.com"},
+	}
+	var rows []string
+	rate := map[string]map[bool]float64{}
+	for _, f := range forwards {
+		rate[f.name] = map[bool]float64{}
+		for _, up := range []bool{true, false} {
+			var res bulkResult
+			if err := onBox(c, bin, boxTask{Bulk: &bulkTask{Sock: f.sock, Up: up, Bytes: bulkBytes, Reps: bulkReps}}, &res); err != nil {
+				t.Fatalf("%s: %v", f.name, err)
+			}
+			slices.Sort(res.Ns)
+			med := time.Duration(res.Ns[len(res.Ns)/2])
+			r := float64(bulkBytes) / med.Seconds() / (1 << 20)
+			rate[f.name][up] = r
+			dir := "gateway → box"
+			if up {
+				dir = "box → gateway"
+			}
+			rows = append(rows, fmt.Sprintf("%s\t%s\t%.0f\t%v", f.name, dir, r, med.Round(time.Millisecond)))
+		}
+	}
+	ours, def, gcm := forwards[0].name, forwards[1].name, forwards[2].name
+	for _, up := range []bool{true, false} {
+		dir := "down"
+		if up {
+			dir = "up"
+		}
+		rows = append(rows, fmt.Sprintf("ratio ours/OpenSSH %s\t\t%.2f× (default cipher), %.2f× (same cipher)", dir,
+			rate[ours][up]/rate[def][up], rate[ours][up]/rate[gcm][up]))
+	}
+	table(fmt.Sprintf("3. Tunnel bulk throughput (netns sshd box %s, %d MiB, median of %d; %s)", box.Host, bulkBytes>>20, bulkReps, load()),
+		"forward\tdirection\tMiB/s\tmedian time", rows)
+	summarize("3 tunnel throughput", fmt.Sprintf("ours/OpenSSH ssh -R: up %.2f×, down %.2f× (vs its default cipher); up %.2f×, down %.2f× (same cipher)",
+		rate[ours][true]/rate[def][true], rate[ours][false]/rate[def][false], rate[ours][true]/rate[gcm][true], rate[ours][false]/rate[gcm][false]), "≥ 0.9× OpenSSH")
+}
+
+// serveAll serves bulk connections until ln is closed.
+func serveAll(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() { _ = serveBulk(c) }()
+	}
+}
