@@ -22,7 +22,7 @@ const provisionRuns = 10
 // the library search of docs and pages; E2B's own pages give no millisecond figure (the ~150 ms
 // and <200 ms figures found are third parties').
 var peerFigures = []string{
-	"Daytona: \"spinning up in under 90ms from code to execution\" — https://www.daytona.io/docs/en/v2 and the daytonaio/daytona README (as published with v0.179.0, 2026-05-21, https://pkg.go.dev/github.com/daytonaio/daytona); a hosted warm pool, not a new machine",
+	"Daytona: \"spinning up in under 90ms from code to execution\" — https://www.daytona.io/docs/en/v2 and the daytonaio/daytona README (as published with v0.179.0, 2026-05-21, https://pkg.go.dev/github.com/daytonaio/daytona)",
 	"E2B: \"load the sandbox in a few hundred milliseconds\" from a template snapshot — https://e2b.dev/docs/template/how-it-works (undated); no own ms figure found: ~150 ms (sesame.works) and <200 ms (third-party tutorials) are third-party figures",
 }
 
@@ -138,5 +138,5 @@ func TestProvisionLatency(t *testing.T) {
 	}
 	table(fmt.Sprintf("4. Provision latency, create → first command (%d of each; %s)", provisionRuns, load()),
 		"box\tcold median\tcold p90\twarm median\twarm p90", rows)
-	summarize("4 provision latency", fmt.Sprintf("%s, %s; Daytona publishes <90 ms (warm pool), E2B no own ms figure", sum[0], sum[1]), "≤1.5 s cold, ≤0.3 s warm")
+	summarize("4 provision latency", fmt.Sprintf("%s, %s; Daytona publishes <90 ms, E2B \"a few hundred milliseconds\"", sum[0], sum[1]), "≤1.5 s cold, ≤0.3 s warm")
 }
