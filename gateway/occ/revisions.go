@@ -513,33 +513,43 @@ func (c *Compute) unroute(ctx context.Context, tx *sql.Tx, r revisionRow, why st
 	return nil
 }
 
-func (c *Compute) deactivateRevision(ctx context.Context, body json.RawMessage) (any, error) {
+// preparedRevision reads the revision a request's body names; ok is false when it was never
+// prepared.
+func (c *Compute) preparedRevision(ctx context.Context, body json.RawMessage) (_ revisionRow, ok bool, _ error) {
 	rev, err := decodeRevision(body)
 	if err != nil {
-		return nil, err
+		return revisionRow{}, false, err
 	}
 	r, err := c.lookupRevision(ctx, rev)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil // never prepared: nothing serves
-	} else if err != nil {
-		return nil, err
+		return r, false, nil
+	}
+	return r, err == nil, err
+}
+
+// settleRevision moves r from its state to to (for reason) with its audit row of kind, in one
+// transaction.
+func (c *Compute) settleRevision(ctx context.Context, r revisionRow, to RevState, reason, kind string) error {
+	return c.d.DB.InTx(ctx, func(tx *sql.Tx) error {
+		if err := c.moveRev(ctx, tx, r.ID, r.State, to, reason, ""); err != nil {
+			return err
+		}
+		return store.Audit(ctx, tx, kind, r.EnvironmentID, "revision "+r.ID)
+	})
+}
+
+func (c *Compute) deactivateRevision(ctx context.Context, body json.RawMessage) (any, error) {
+	r, ok, err := c.preparedRevision(ctx, body)
+	if err != nil || !ok {
+		return nil, err // never prepared: nothing serves
 	}
 	return nil, c.d.DB.InTx(ctx, func(tx *sql.Tx) error { return c.unroute(ctx, tx, r, "deactivated") })
 }
 
 func (c *Compute) stopRevision(ctx context.Context, body json.RawMessage) (any, error) {
-	rev, err := decodeRevision(body)
-	if err != nil {
-		return nil, err
-	}
-	r, err := c.lookupRevision(ctx, rev)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil // never prepared: nothing runs
-	} else if err != nil {
-		return nil, err
-	}
-	if r.State == RevRetired {
-		return nil, nil
+	r, ok, err := c.preparedRevision(ctx, body)
+	if err != nil || !ok || r.State == RevRetired {
+		return nil, err // never prepared: nothing runs
 	}
 	if err := c.d.DB.InTx(ctx, func(tx *sql.Tx) error { return c.unroute(ctx, tx, r, "stopped") }); err != nil {
 		return nil, err
@@ -550,32 +560,15 @@ func (c *Compute) stopRevision(ctx context.Context, body json.RawMessage) (any, 
 		return nil, err
 	}
 	if r.State != RevStopped {
-		err := c.d.DB.InTx(ctx, func(tx *sql.Tx) error {
-			if err := c.moveRev(ctx, tx, r.ID, r.State, RevStopped, "stopped", ""); err != nil {
-				return err
-			}
-			return store.Audit(ctx, tx, "occ.revision.stop", r.EnvironmentID, "revision "+r.ID)
-		})
-		if err != nil {
-			return nil, err
-		}
+		return nil, c.settleRevision(ctx, r, RevStopped, "stopped", "occ.revision.stop")
 	}
 	return nil, nil
 }
 
 func (c *Compute) retireRevision(ctx context.Context, body json.RawMessage) (any, error) {
-	rev, err := decodeRevision(body)
-	if err != nil {
+	r, ok, err := c.preparedRevision(ctx, body)
+	if err != nil || !ok || r.State == RevRetired {
 		return nil, err
-	}
-	r, err := c.lookupRevision(ctx, rev)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil
-	} else if err != nil {
-		return nil, err
-	}
-	if r.State == RevRetired {
-		return nil, nil
 	}
 	if err := c.d.DB.InTx(ctx, func(tx *sql.Tx) error { return c.unroute(ctx, tx, r, "retired") }); err != nil {
 		return nil, err
@@ -583,34 +576,15 @@ func (c *Compute) retireRevision(ctx context.Context, body json.RawMessage) (any
 	if err := c.destroyEnvs(ctx, r, true); err != nil {
 		return nil, err
 	}
-	err = c.d.DB.InTx(ctx, func(tx *sql.Tx) error {
-		if err := c.moveRev(ctx, tx, r.ID, r.State, RevRetired, "retired", ""); err != nil {
-			return err
-		}
-		return store.Audit(ctx, tx, "occ.revision.retire", r.EnvironmentID, "revision "+r.ID)
-	})
-	return nil, err
+	return nil, c.settleRevision(ctx, r, RevRetired, "retired", "occ.revision.retire")
 }
 
 // destroyEnvs tears down every environment the revision was given (and nothing else), waiting
 // for proof of teardown. With revoke, the environments' worker credentials are revoked first, so
 // a worker still holding one is refused from that moment.
 func (c *Compute) destroyEnvs(ctx context.Context, r revisionRow, revoke bool) error {
-	rows, err := c.d.DB.R.QueryContext(ctx, `SELECT environment_id FROM occ_revision_environments WHERE revision_id=? ORDER BY attempt`, r.ID)
+	ids, err := store.Strings(ctx, c.d.DB.R, `SELECT environment_id FROM occ_revision_environments WHERE revision_id=? ORDER BY attempt`, r.ID)
 	if err != nil {
-		return err
-	}
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return err
-		}
-		ids = append(ids, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	if revoke && c.d.RevokeCredentialSources != nil {
