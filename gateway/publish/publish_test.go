@@ -6,19 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/cgi"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-github/v89/github"
 
+	"github.com/openclaw/cloudworkers/internal/gitforge"
 	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/providers"
 )
@@ -59,40 +58,25 @@ func git(t *testing.T, dir string, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// forge is a real smart-HTTP git server: `git http-backend` behind net/http/cgi, with basic
-// authentication (x-access-token:<token>) on loopback. authed counts the requests that passed.
+// forge is a real smart-HTTP git server (internal/gitforge: `git http-backend` behind
+// net/http/cgi) with basic authentication (x-access-token:<token>) on loopback, holding org/repo.git.
 type forge struct {
+	*gitforge.Forge
 	url, bare string
-	authed    atomic.Int64
-	refused   atomic.Int64
 }
 
 func newForge(t *testing.T) *forge {
 	t.Helper()
 	testenv.RequireCommands(t, "git")
-	exec, err := exec.Command("git", "--exec-path").Output()
+	g, err := gitforge.Start(t.TempDir(), "x-access-token", token)
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := t.TempDir()
-	f := &forge{bare: filepath.Join(root, "org", "repo.git")}
-	git(t, root, "init", "-q", "--bare", f.bare)
-	git(t, f.bare, "config", "http.receivepack", "true")
-	backend := &cgi.Handler{Path: filepath.Join(strings.TrimSpace(string(exec)), "git-http-backend"),
-		Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null"}}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if u, p, ok := r.BasicAuth(); !ok || u != "x-access-token" || p != token {
-			f.refused.Add(1)
-			w.Header().Set("WWW-Authenticate", `Basic realm="forge"`)
-			http.Error(w, "authentication required", http.StatusUnauthorized)
-			return
-		}
-		f.authed.Add(1)
-		r.Header.Set("REMOTE_USER", "x-access-token")
-		backend.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	f.url = srv.URL + "/org/repo.git"
+	t.Cleanup(func() { g.Close() })
+	f := &forge{Forge: g}
+	if f.bare, f.url, err = g.Init(context.Background(), "org/repo.git"); err != nil {
+		t.Fatal(err)
+	}
 	return f
 }
 
@@ -152,7 +136,7 @@ func TestPushAllowlistAndToken(t *testing.T) {
 	f := newForge(t)
 	dir := userRepo(t, f)
 	gitDir := filepath.Join(dir, ".git")
-	before, authedBefore, refusedBefore := f.refs(t), f.authed.Load(), f.refused.Load()
+	before, authedBefore, refusedBefore := f.refs(t), f.Authed.Load(), f.Refused.Load()
 	p := publisher(t, memCreds{"forge": gitCred}, nil)
 	policy := providers.PublishPolicy{Credential: "forge"}
 
@@ -168,8 +152,8 @@ func TestPushAllowlistAndToken(t *testing.T) {
 			if !errors.As(err, &re) {
 				t.Fatalf("publish: %v, want a refusal", err)
 			}
-			if f.authed.Load() != authedBefore || f.refused.Load() != refusedBefore {
-				t.Fatalf("a refused publish reached the server (%d authenticated, %d refused requests)", f.authed.Load()-authedBefore, f.refused.Load()-refusedBefore)
+			if f.Authed.Load() != authedBefore || f.Refused.Load() != refusedBefore {
+				t.Fatalf("a refused publish reached the server (%d authenticated, %d refused requests)", f.Authed.Load()-authedBefore, f.Refused.Load()-refusedBefore)
 			}
 			if got := f.refs(t); got != before {
 				t.Fatalf("server refs changed:\n%s\nwant\n%s", got, before)
@@ -203,7 +187,7 @@ func TestPushAllowlistAndToken(t *testing.T) {
 	if got := git(t, f.bare, "rev-parse", "refs/heads/openclaw/s1"); got != want {
 		t.Fatalf("server has openclaw/s1 at %s, want %s", got, want)
 	}
-	if f.authed.Load() == authedBefore {
+	if f.Authed.Load() == authedBefore {
 		t.Fatal("the push reached the server without the gateway's token")
 	}
 	if got := git(t, f.bare, "rev-parse", "refs/heads/main"); !strings.Contains(before, "refs/heads/main "+got) {

@@ -1,0 +1,127 @@
+package main_test
+
+import (
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/placement"
+	"github.com/openclaw/cloudworkers/internal/gitforge"
+	"github.com/openclaw/cloudworkers/internal/testenv"
+)
+
+const forgeToken = "ghs_e2ePublishToken0123456789abcdefXYZ"
+
+// TestGatewayPublish: through a running gateway (the real binary) and a real smart-HTTP forge
+// (git http-backend on loopback): the git credential is set with `openclaw credential set
+// --git-token`; a session's work, pulled back, is published by `openclaw session publish` and
+// lands on the forge as openclaw/<session> at the managed branch's tip, with the gateway's token;
+// a publish naming refs/heads/main (API and CLI) is refused with the allowlist named before any
+// request reaches the forge, its refs unchanged; publishing again is up to date; the token is in
+// no output or log.
+func TestGatewayPublish(t *testing.T) {
+	testenv.RequireCommands(t, "git")
+	root := t.TempDir()
+	forge, err := gitforge.Start(filepath.Join(root, "forge"), "x-access-token", forgeToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { forge.Close() })
+	ctx := testenv.Context(t, 2*time.Minute)
+	bare, remote, err := forge.Init(ctx, "org/repo.git")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedModels(t, root, map[string]string{
+		"work": `[{"toolCalls": [{"name": "exec", "arguments": {"command": "printf 'published work\\n' > work.txt && git add work.txt && git -c user.name=w -c user.email=w@example.com commit -qm 'add work'"}}]},
+		          {"text": "Committed."}]`,
+	})+"profiles:\n  - id: pub\n    provider: local\n    hygiene: {metadataRoute: warn, dockerSocket: warn}\n    publish: {credential: forge}\n")
+	t.Cleanup(func() { destroyAll(g) })
+	cli := func(stdin string, args ...string) (string, error) {
+		cmd := exec.Command(openclawBin, append(args, "--gateway", g.addr, "--data-dir", g.dataDir)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := cli(forgeToken, "credential", "set", "forge", "--git-token"); err != nil {
+		t.Fatalf("credential set --git-token: %v\n%s", err, out)
+	}
+
+	ws := filepath.Join(root, "user")
+	userWorkspace(t, ws, true)
+	gitIn(t, ws, "remote", "add", "origin", remote)
+	gitIn(t, ws, "-c", "credential.helper=", "-c", "credential.helper=!f() { echo username=x-access-token; echo password="+forgeToken+"; }; f", "push", "-q", "origin", "main")
+	id := g.newSession(ws, "work/m")
+	g.dispatchTo(id, "pub")
+	g.mustRest(id, placement.Active)
+	g.runTurn(id, "add the work", "worker")
+	g.pullback(id)
+	g.mustRest(id, placement.Local)
+	branch := "openclaw/" + strings.TrimPrefix(id, "ses_")
+	tip := gitIn(t, ws, "rev-parse", branch)
+
+	before, err := gitforge.Refs(ctx, bare)
+	if err != nil {
+		t.Fatal(err)
+	}
+	authed, refused := forge.Authed.Load(), forge.Refused.Load()
+	unchanged := func(what string) {
+		t.Helper()
+		if forge.Authed.Load() != authed || forge.Refused.Load() != refused {
+			t.Fatalf("%s reached the forge (%d authenticated, %d refused requests)", what, forge.Authed.Load()-authed, forge.Refused.Load()-refused)
+		}
+		if now, err := gitforge.Refs(ctx, bare); err != nil || now != before {
+			t.Fatalf("%s changed the forge's refs:\n%s\nwant\n%s (%v)", what, now, before, err)
+		}
+	}
+
+	// the allowlist: refused before any ref update, through the API and the CLI
+	var body map[string]any
+	code, err := g.do("POST", "/api/v1/sessions/"+id+"/publish", placement.PublishRequest{To: "refs/heads/main"}, &body)
+	if code != http.StatusBadRequest || err == nil || !strings.Contains(err.Error(), "publish.pushRefAllowlist") {
+		t.Fatalf("publish to main through the API: %d %v, want 400 naming publish.pushRefAllowlist", code, err)
+	}
+	unchanged("the API's refused publish")
+	if out, err := cli("", "session", "publish", id, "--to", "refs/heads/main"); err == nil || !strings.Contains(out, "publish.pushRefAllowlist") {
+		t.Fatalf("session publish --to refs/heads/main: %v\n%s", err, out)
+	}
+	unchanged("the CLI's refused publish")
+
+	out, err := cli("", "session", "publish", id)
+	if err != nil {
+		t.Fatalf("session publish: %v\n%s", err, out)
+	}
+	if want := remote + " refs/heads/" + branch + " at " + tip[:12] + " (new)"; !strings.Contains(out, want) {
+		t.Fatalf("session publish printed %q, want %q", out, want)
+	}
+	if got, err := gitforge.Git(ctx, "-C", bare, "rev-parse", "refs/heads/"+branch); err != nil || got != tip {
+		t.Fatalf("the forge has %s at %q (%v), want the managed branch's %s", branch, got, err, tip)
+	}
+	if forge.Authed.Load() == authed {
+		t.Fatal("the push reached the forge without the gateway's token")
+	}
+	if got, _ := gitforge.Git(ctx, "-C", bare, "rev-parse", "refs/heads/main"); !strings.Contains(before, "refs/heads/main "+got) {
+		t.Fatal("main moved on the forge")
+	}
+	res, err := g.client.Publish(g.ctx(), id, placement.PublishRequest{})
+	if err != nil || res.Status != "up to date" || res.Commit != tip {
+		t.Fatalf("second publish through the API: %+v %v", res, err)
+	}
+	if !strings.Contains(strings.Join(eventReasons(g.placement(id)), "\n"), "published "+branch+" to refs/heads/"+branch+" (new, "+tip[:12]+")") {
+		t.Fatalf("no placement event of the publish: %v", eventReasons(g.placement(id)))
+	}
+	if strings.Contains(g.log.String(), forgeToken) || strings.Contains(out, forgeToken) {
+		t.Fatal("the forge token is in the gateway log or the CLI's output")
+	}
+}
+
+func eventReasons(v placementView) []string {
+	var r []string
+	for _, ev := range v.Events {
+		r = append(r, ev.Reason)
+	}
+	return r
+}
