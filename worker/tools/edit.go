@@ -66,14 +66,10 @@ func (t *editTool) Run(ctx context.Context, args json.RawMessage) (Result, error
 			return invalidArgs("edit", fmt.Errorf("edits[%d]: oldText must not be empty", i)), nil
 		}
 	}
-	abs, err := t.s.resolve(a.Path)
-	if err != nil {
-		return t.s.pathErr("edit", a.Path, err), nil
+	abs, unlock, bad := t.s.lockPath(ctx, "edit", a.Path)
+	if bad != nil {
+		return *bad, nil
 	}
-	if err := ctx.Err(); err != nil {
-		return errorf("edit: %v", err), nil
-	}
-	unlock := lockFiles(abs)
 	defer unlock()
 	raw, err := os.ReadFile(abs)
 	if err != nil {

@@ -57,20 +57,15 @@ func (t *findTool) Run(ctx context.Context, args json.RawMessage) (Result, error
 	if limit < 1 {
 		return invalidArgs("find", fmt.Errorf("limit must be >= 1, got %d", limit)), nil
 	}
-	root, err := t.s.resolve(a.Path)
-	if err != nil {
-		return t.s.pathErr("find", a.Path, err), nil
-	}
-	if fi, err := os.Stat(root); err != nil {
-		return t.s.pathErr("find", a.Path, err), nil
-	} else if !fi.IsDir() {
-		return errorf("find: %s is not a directory", t.s.display(root)), nil
+	root, bad := t.s.resolveDir("find", a.Path)
+	if bad != nil {
+		return *bad, nil
 	}
 	ig := newIgnorer(t.s.cfg.Workspace)
 	var found []string
 	limitHit := false
 	stop := errors.New("stop")
-	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if p == root {
 				return err
@@ -147,14 +142,9 @@ func (t *lsTool) Run(ctx context.Context, args json.RawMessage) (Result, error) 
 	if limit < 1 {
 		return invalidArgs("ls", fmt.Errorf("limit must be >= 1, got %d", limit)), nil
 	}
-	dir, err := t.s.resolve(a.Path)
-	if err != nil {
-		return t.s.pathErr("ls", a.Path, err), nil
-	}
-	if fi, err := os.Stat(dir); err != nil {
-		return t.s.pathErr("ls", a.Path, err), nil
-	} else if !fi.IsDir() {
-		return errorf("ls: %s is not a directory", t.s.display(dir)), nil
+	dir, bad := t.s.resolveDir("ls", a.Path)
+	if bad != nil {
+		return *bad, nil
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {

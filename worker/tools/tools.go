@@ -390,6 +390,39 @@ func (s *Set) pathErr(tool, p string, err error) Result {
 	return errorf("%s: %s: %v", tool, p, err)
 }
 
+// resolveDir resolves p to a directory inside the workspace; bad is the tool's error result when
+// it is not one.
+func (s *Set) resolveDir(tool, p string) (dir string, bad *Result) {
+	dir, err := s.resolve(p)
+	if err == nil {
+		var fi os.FileInfo
+		if fi, err = os.Stat(dir); err == nil && !fi.IsDir() {
+			r := errorf("%s: %s is not a directory", tool, s.display(dir))
+			return "", &r
+		}
+	}
+	if err != nil {
+		r := s.pathErr(tool, p, err)
+		return "", &r
+	}
+	return dir, nil
+}
+
+// lockPath resolves p for a tool that writes it and locks it against the other writers (see
+// fileLocks); bad is the tool's error result when it may not, else unlock must be called.
+func (s *Set) lockPath(ctx context.Context, tool, p string) (abs string, unlock func(), bad *Result) {
+	abs, err := s.resolve(p)
+	if err != nil {
+		r := s.pathErr(tool, p, err)
+		return "", nil, &r
+	}
+	if err := ctx.Err(); err != nil {
+		r := errorf("%s: %v", tool, err)
+		return "", nil, &r
+	}
+	return abs, lockFiles(abs), nil
+}
+
 // fileLocks serialises writers of one file within the process (edit, write, apply_patch). The
 // paths hash onto a fixed set of stripes so the table stays bounded.
 var fileLocks [64]sync.Mutex

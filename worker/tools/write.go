@@ -42,14 +42,10 @@ func (t *writeTool) Run(ctx context.Context, args json.RawMessage) (Result, erro
 	case a.Content == nil:
 		return invalidArgs("write", errors.New("content is required")), nil
 	}
-	abs, err := t.s.resolve(a.Path)
-	if err != nil {
-		return t.s.pathErr("write", a.Path, err), nil
+	abs, unlock, bad := t.s.lockPath(ctx, "write", a.Path)
+	if bad != nil {
+		return *bad, nil
 	}
-	if err := ctx.Err(); err != nil {
-		return errorf("write: %v", err), nil
-	}
-	unlock := lockFiles(abs)
 	defer unlock()
 	data := []byte(*a.Content)
 	shown := t.s.display(abs)
