@@ -11,9 +11,7 @@ import (
 // ApplyProfiles creates or replaces profiles together: all are validated before any is written
 // (none with dryRun), and an unchanged one is left alone.
 func (c *Client) ApplyProfiles(ctx context.Context, req ApplyProfilesRequest) ([]AppliedProfile, error) {
-	var out []AppliedProfile
-	_, err := c.Do(ctx, http.MethodPost, v1("profiles", "apply"), req, &out)
-	return out, err
+	return doAs[[]AppliedProfile](ctx, c, http.MethodPost, v1("profiles", "apply"), req)
 }
 
 // CancelTurn asks the gateway to stop a session's running turn; it reports whether one ran.
@@ -28,9 +26,7 @@ func (c *Client) CancelTurn(ctx context.Context, sessionID string) (bool, error)
 // Changes lists what a session's worker brought back to its anchor: the managed branch's commits
 // since its base, the files they touch, and the anchor's uncommitted files.
 func (c *Client) Changes(ctx context.Context, sessionID string) (placement.Changes, error) {
-	var ch placement.Changes
-	err := c.get(ctx, v1("sessions", sessionID, "changes"), &ch)
-	return ch, err
+	return getAs[placement.Changes](ctx, c, v1("sessions", sessionID, "changes"))
 }
 
 // CommitDiff is one commit of a session's managed branch as git show prints it.

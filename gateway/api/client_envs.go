@@ -23,10 +23,16 @@ func v1(segments ...string) string {
 	return p
 }
 
-// get is Do for a GET without a body.
-func (c *Client) get(ctx context.Context, path string, out any) error {
-	_, err := c.Do(ctx, http.MethodGet, path, nil, out)
-	return err
+// getAs GETs path and decodes its body as a T.
+func getAs[T any](ctx context.Context, c *Client, path string) (T, error) {
+	return doAs[T](ctx, c, http.MethodGet, path, nil)
+}
+
+// doAs sends body (none when nil) to path and decodes the answer's body as a T.
+func doAs[T any](ctx context.Context, c *Client, method, path string, body any) (T, error) {
+	var v T
+	_, err := c.Do(ctx, method, path, body, &v)
+	return v, err
 }
 
 // GatewayInfo is the body of GET /gateway.
@@ -38,30 +44,22 @@ type GatewayInfo struct {
 
 // Gateway returns the gateway's identity, version and features.
 func (c *Client) Gateway(ctx context.Context) (GatewayInfo, error) {
-	var info GatewayInfo
-	err := c.get(ctx, v1("gateway"), &info)
-	return info, err
+	return getAs[GatewayInfo](ctx, c, v1("gateway"))
 }
 
 // Profiles lists the profiles.
 func (c *Client) Profiles(ctx context.Context) ([]providers.Profile, error) {
-	var list []providers.Profile
-	err := c.get(ctx, v1("profiles"), &list)
-	return list, err
+	return getAs[[]providers.Profile](ctx, c, v1("profiles"))
 }
 
 // Profile returns one profile.
 func (c *Client) Profile(ctx context.Context, id string) (providers.Profile, error) {
-	var p providers.Profile
-	err := c.get(ctx, v1("profiles", id), &p)
-	return p, err
+	return getAs[providers.Profile](ctx, c, v1("profiles", id))
 }
 
 // CreateProfile creates a profile; one of the same id is a conflict.
 func (c *Client) CreateProfile(ctx context.Context, p providers.Profile) (providers.Profile, error) {
-	var out providers.Profile
-	_, err := c.Do(ctx, http.MethodPost, v1("profiles"), p, &out)
-	return out, err
+	return doAs[providers.Profile](ctx, c, http.MethodPost, v1("profiles"), p)
 }
 
 // PutProfile creates or replaces a profile and reports whether it was created.
@@ -79,16 +77,12 @@ func (c *Client) DeleteProfile(ctx context.Context, id string) error {
 // CreateEnvironment leases a machine through a profile. A repeated idempotency key (if not
 // empty) returns the same environment.
 func (c *Client) CreateEnvironment(ctx context.Context, profileID, idempotencyKey string) (envs.Environment, error) {
-	var e envs.Environment
-	_, err := c.Do(ctx, http.MethodPost, v1("environments"), createEnvRequest{ProfileID: profileID, IdempotencyKey: idempotencyKey}, &e)
-	return e, err
+	return doAs[envs.Environment](ctx, c, http.MethodPost, v1("environments"), createEnvRequest{ProfileID: profileID, IdempotencyKey: idempotencyKey})
 }
 
 // Environments lists the environments; all includes destroyed ones.
 func (c *Client) Environments(ctx context.Context, all bool) ([]envs.Environment, error) {
-	var list []envs.Environment
-	err := c.get(ctx, v1("environments")+"?all="+strconv.FormatBool(all), &list)
-	return list, err
+	return getAs[[]envs.Environment](ctx, c, v1("environments")+"?all="+strconv.FormatBool(all))
 }
 
 // EnvironmentView is the body of GET /environments/:id: the environment with the running totals
@@ -102,31 +96,23 @@ type EnvironmentView struct {
 
 // Environment returns one environment with its running inference totals.
 func (c *Client) Environment(ctx context.Context, id string) (EnvironmentView, error) {
-	var e EnvironmentView
-	err := c.get(ctx, v1("environments", id), &e)
-	return e, err
+	return getAs[EnvironmentView](ctx, c, v1("environments", id))
 }
 
 // EnvironmentEvents returns the state changes of an environment, oldest first.
 func (c *Client) EnvironmentEvents(ctx context.Context, id string) ([]envs.Event, error) {
-	var evs []envs.Event
-	err := c.get(ctx, v1("environments", id, "events"), &evs)
-	return evs, err
+	return getAs[[]envs.Event](ctx, c, v1("environments", id, "events"))
 }
 
 // EnvironmentTimeline returns the timeline of an environment: its provisioning attempts,
 // bootstrap and setup steps, oldest first.
 func (c *Client) EnvironmentTimeline(ctx context.Context, id string) ([]envs.Step, error) {
-	var steps []envs.Step
-	err := c.get(ctx, v1("environments", id, "timeline"), &steps)
-	return steps, err
+	return getAs[[]envs.Step](ctx, c, v1("environments", id, "timeline"))
 }
 
 // EnvironmentWorker returns the worker side of an environment.
 func (c *Client) EnvironmentWorker(ctx context.Context, id string) (WorkerInfo, error) {
-	var wi WorkerInfo
-	err := c.get(ctx, v1("environments", id, "worker"), &wi)
-	return wi, err
+	return getAs[WorkerInfo](ctx, c, v1("environments", id, "worker"))
 }
 
 // DestroyOptions are the options of DestroyEnvironment.
@@ -151,16 +137,12 @@ func (c *Client) DestroyEnvironment(ctx context.Context, id string, o DestroyOpt
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	var e envs.Environment
-	_, err := c.Do(ctx, http.MethodDelete, path, nil, &e)
-	return e, err
+	return doAs[envs.Environment](ctx, c, http.MethodDelete, path, nil)
 }
 
 // Sweep runs the orphan sweep now.
 func (c *Client) Sweep(ctx context.Context) (envs.SweepReport, error) {
-	var rep envs.SweepReport
-	_, err := c.Do(ctx, http.MethodPost, v1("environments", "sweep"), nil, &rep)
-	return rep, err
+	return doAs[envs.SweepReport](ctx, c, http.MethodPost, v1("environments", "sweep"), nil)
 }
 
 // Audit returns the audit log, of one environment when envID is not empty.
@@ -169,9 +151,7 @@ func (c *Client) Audit(ctx context.Context, envID string) ([]store.AuditEntry, e
 	if envID != "" {
 		path += "?" + url.Values{"environmentId": {envID}}.Encode()
 	}
-	var rows []store.AuditEntry
-	err := c.get(ctx, path, &rows)
-	return rows, err
+	return getAs[[]store.AuditEntry](ctx, c, path)
 }
 
 // WaitEnvironment polls an environment until done holds for it or ctx ends. Each state change

@@ -9,7 +9,5 @@ import (
 // BranchChanges lists what came back to a session's anchor: the commits on its managed branch,
 // the files they touch and the anchor's uncommitted files (GET /sessions/:id/changes).
 func (c *Client) BranchChanges(ctx context.Context, sessionID string) (placement.Changes, error) {
-	var ch placement.Changes
-	err := c.get(ctx, v1("sessions", sessionID, "changes"), &ch)
-	return ch, err
+	return getAs[placement.Changes](ctx, c, v1("sessions", sessionID, "changes"))
 }

@@ -9,24 +9,18 @@ import (
 
 // Models returns the gateway's model catalog.
 func (c *Client) Models(ctx context.Context) (inference.ModelsResponse, error) {
-	var res inference.ModelsResponse
-	err := c.get(ctx, v1("models"), &res)
-	return res, err
+	return getAs[inference.ModelsResponse](ctx, c, v1("models"))
 }
 
 // ProbeModel makes one minimal real call to a model (the default when model is empty) through
 // the gateway's inference proxy.
 func (c *Client) ProbeModel(ctx context.Context, model string) (inference.Probe, error) {
-	var p inference.Probe
-	_, err := c.Do(ctx, http.MethodPost, v1("models", "probe"), inference.ProbeRequest{Model: model}, &p)
-	return p, err
+	return doAs[inference.Probe](ctx, c, http.MethodPost, v1("models", "probe"), inference.ProbeRequest{Model: model})
 }
 
 // Credentials lists the stored credentials' names (never their values).
 func (c *Client) Credentials(ctx context.Context) ([]inference.CredentialInfo, error) {
-	var list []inference.CredentialInfo
-	err := c.get(ctx, v1("credentials"), &list)
-	return list, err
+	return getAs[[]inference.CredentialInfo](ctx, c, v1("credentials"))
 }
 
 // SetCredential stores a credential's value (write-only).

@@ -21,52 +21,38 @@ import (
 
 // CreateSession creates a session (and, with a profile target, dispatches it).
 func (c *Client) CreateSession(ctx context.Context, req sessions.CreateRequest) (sessions.Session, error) {
-	var s sessions.Session
-	_, err := c.Do(ctx, http.MethodPost, v1("sessions"), req, &s)
-	return s, err
+	return doAs[sessions.Session](ctx, c, http.MethodPost, v1("sessions"), req)
 }
 
 // Sessions lists the sessions, most recently updated first.
 func (c *Client) Sessions(ctx context.Context) ([]sessions.Session, error) {
-	var list []sessions.Session
-	err := c.get(ctx, v1("sessions"), &list)
-	return list, err
+	return getAs[[]sessions.Session](ctx, c, v1("sessions"))
 }
 
 // Session returns one session.
 func (c *Client) Session(ctx context.Context, id string) (sessions.Session, error) {
-	var s sessions.Session
-	err := c.get(ctx, v1("sessions", id), &s)
-	return s, err
+	return getAs[sessions.Session](ctx, c, v1("sessions", id))
 }
 
 // Transcript returns a session with its transcript tree.
 func (c *Client) Transcript(ctx context.Context, id string) (sessions.Transcript, error) {
-	var t sessions.Transcript
-	err := c.get(ctx, v1("sessions", id, "transcript"), &t)
-	return t, err
+	return getAs[sessions.Transcript](ctx, c, v1("sessions", id, "transcript"))
 }
 
 // SendMessage starts a turn of a session (or, for a repeated idempotency key, returns the turn it
 // started).
 func (c *Client) SendMessage(ctx context.Context, sessionID string, req turns.SendRequest) (turns.Turn, error) {
-	var t turns.Turn
-	_, err := c.Do(ctx, http.MethodPost, v1("sessions", sessionID, "messages"), req, &t)
-	return t, err
+	return doAs[turns.Turn](ctx, c, http.MethodPost, v1("sessions", sessionID, "messages"), req)
 }
 
 // Turns lists the turns of a session.
 func (c *Client) Turns(ctx context.Context, sessionID string) ([]turns.Turn, error) {
-	var list []turns.Turn
-	err := c.get(ctx, v1("sessions", sessionID, "turns"), &list)
-	return list, err
+	return getAs[[]turns.Turn](ctx, c, v1("sessions", sessionID, "turns"))
 }
 
 // Turn returns one turn by its run id.
 func (c *Client) Turn(ctx context.Context, runID string) (turns.Turn, error) {
-	var t turns.Turn
-	err := c.get(ctx, v1("turns", runID), &t)
-	return t, err
+	return getAs[turns.Turn](ctx, c, v1("turns", runID))
 }
 
 // PlacementView is the body of GET /sessions/:id/placement: the placement and its steps.
@@ -77,30 +63,22 @@ type PlacementView struct {
 
 // Placement returns where a session runs and the steps that brought it there.
 func (c *Client) Placement(ctx context.Context, sessionID string) (PlacementView, error) {
-	var v PlacementView
-	err := c.get(ctx, v1("sessions", sessionID, "placement"), &v)
-	return v, err
+	return getAs[PlacementView](ctx, c, v1("sessions", sessionID, "placement"))
 }
 
 // Dispatch moves a session to a worker of a profile; the dispatch runs on in the gateway.
 func (c *Client) Dispatch(ctx context.Context, sessionID string, req placement.DispatchRequest) (placement.Placement, error) {
-	var p placement.Placement
-	_, err := c.Do(ctx, http.MethodPost, v1("sessions", sessionID, "dispatch"), req, &p)
-	return p, err
+	return doAs[placement.Placement](ctx, c, http.MethodPost, v1("sessions", sessionID, "dispatch"), req)
 }
 
 // PullBack brings a session home from its worker; the pull-back runs on in the gateway.
 func (c *Client) PullBack(ctx context.Context, sessionID string, req placement.PullBackRequest) (placement.Placement, error) {
-	var p placement.Placement
-	_, err := c.Do(ctx, http.MethodPost, v1("sessions", sessionID, "pullback"), req, &p)
-	return p, err
+	return doAs[placement.Placement](ctx, c, http.MethodPost, v1("sessions", sessionID, "pullback"), req)
 }
 
 // MoveLocal moves a session whose worker placement failed (or was lost) to the gateway.
 func (c *Client) MoveLocal(ctx context.Context, sessionID string, force bool) (placement.Placement, error) {
-	var p placement.Placement
-	_, err := c.Do(ctx, http.MethodPost, v1("sessions", sessionID, "move"), placement.MoveRequest{To: "local", Force: force}, &p)
-	return p, err
+	return doAs[placement.Placement](ctx, c, http.MethodPost, v1("sessions", sessionID, "move"), placement.MoveRequest{To: "local", Force: force})
 }
 
 // SyncCheck is the body of POST /environments/:id/check-sync.
@@ -111,9 +89,7 @@ type SyncCheck struct {
 
 // CheckSync round-trips a small workspace through an environment's box.
 func (c *Client) CheckSync(ctx context.Context, envID string) (SyncCheck, error) {
-	var sc SyncCheck
-	_, err := c.Do(ctx, http.MethodPost, v1("environments", envID, "check-sync"), nil, &sc)
-	return sc, err
+	return doAs[SyncCheck](ctx, c, http.MethodPost, v1("environments", envID, "check-sync"), nil)
 }
 
 // BoxManifest lists the tree on an environment's box: dir (default the workspace of the session
@@ -126,9 +102,7 @@ func (c *Client) BoxManifest(ctx context.Context, envID, dir string, mode manife
 	if mode != "" {
 		q = append(q, "mode="+url.QueryEscape(string(mode)))
 	}
-	var t placement.BoxTree
-	err := c.get(ctx, v1("environments", envID, "sync", "manifest")+"?"+strings.Join(q, "&"), &t)
-	return t, err
+	return getAs[placement.BoxTree](ctx, c, v1("environments", envID, "sync", "manifest")+"?"+strings.Join(q, "&"))
 }
 
 // WaitPlacement polls a session's placement until it rests (local, active, failed or reclaimed)
@@ -194,7 +168,5 @@ func (s *SessionStream) Close() error { return s.conn.CloseNow() }
 // Publish pushes a session's managed branch with the gateway's forge credential (and opens its
 // pull request when req.PR).
 func (c *Client) Publish(ctx context.Context, sessionID string, req placement.PublishRequest) (publish.Result, error) {
-	var r publish.Result
-	_, err := c.Do(ctx, http.MethodPost, v1("sessions", sessionID, "publish"), req, &r)
-	return r, err
+	return doAs[publish.Result](ctx, c, http.MethodPost, v1("sessions", sessionID, "publish"), req)
 }

@@ -129,11 +129,15 @@ func (s *Server) putProfile(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	status := http.StatusOK
+	return createdJSON(c, created, p)
+}
+
+// createdJSON answers v with 201 Created when the request created it, else 200 OK (it was there).
+func createdJSON(c echo.Context, created bool, v any) error {
 	if created {
-		status = http.StatusCreated
+		return c.JSON(http.StatusCreated, v)
 	}
-	return c.JSON(status, p)
+	return c.JSON(http.StatusOK, v)
 }
 
 func (s *Server) deleteProfile(c echo.Context) error {
@@ -166,11 +170,7 @@ func (s *Server) createEnv(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	status := http.StatusOK
-	if created {
-		status = http.StatusCreated
-	}
-	return c.JSON(status, env)
+	return createdJSON(c, created, env)
 }
 
 func (s *Server) listEnvs(c echo.Context) error {
