@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/envs"
-	"github.com/openclaw/cloudworkers/gateway/profiles"
-	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/providers"
@@ -64,24 +62,12 @@ func TestLongExecKeepsItsBox(t *testing.T) {
 	ctx := testenv.Context(t, 30*time.Second)
 	clk := clock.NewManual(time.Now())
 	prov := newIdleReaper(clk, time.Minute)
-	db, err := store.Open(ctx, t.TempDir()+"/gateway.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
 	reg := providers.Registry{"fake": prov}
-	ps := profiles.New(db, reg, nil)
-	if _, err := ps.Put(ctx, &providers.Profile{ID: "p", Provider: "fake", Lifetime: providers.Lifetime{IdleTimeout: providers.Duration(time.Minute)}}); err != nil {
-		t.Fatal(err)
-	}
+	db, ps := openStore(ctx, t, reg, providers.Profile{ID: "p", Provider: "fake", Lifetime: providers.Lifetime{IdleTimeout: providers.Duration(time.Minute)}})
 	var mu sync.Mutex
 	busy := map[string]bool{}
-	mgr := envs.New(envs.Config{DB: db, Profiles: ps, Providers: reg, GatewayID: gwID, SweepInterval: -1, LifecycleInterval: -1,
+	mgr := startManager(ctx, t, envs.Config{DB: db, Profiles: ps, Providers: reg, GatewayID: gwID, SweepInterval: -1, LifecycleInterval: -1,
 		Bootstrapper: readyBoot{}, Clock: clk, Busy: func(id string) bool { mu.Lock(); defer mu.Unlock(); return busy[id] }})
-	if err := mgr.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = mgr.Close(context.Background()) })
 	ready := func() envs.Environment {
 		e, _, err := mgr.Create(ctx, "p", "")
 		if err != nil {

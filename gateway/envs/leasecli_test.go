@@ -69,21 +69,11 @@ func newCLIHarness(t *testing.T) *cliHarness {
 	t.Helper()
 	ctx := testenv.Context(t, 30*time.Second)
 	bin := leaseDirBin(t)
-	db, err := store.Open(ctx, t.TempDir()+"/gateway.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
 	reg := providers.Registry{"command": command.New(command.Config{WorkRoot: t.TempDir()})}
-	ps := profiles.New(db, reg, nil)
+	db, ps := openStore(ctx, t, reg)
 	h := &cliHarness{t: t, bin: bin, db: db, prof: ps, clock: clock.NewManual(time.Now())}
-	h.mgr = envs.New(envs.Config{DB: db, Profiles: ps, Providers: reg, GatewayID: gwID, SweepInterval: -1, LifecycleInterval: -1,
+	h.mgr = startManager(ctx, t, envs.Config{DB: db, Profiles: ps, Providers: reg, GatewayID: gwID, SweepInterval: -1, LifecycleInterval: -1,
 		RetryMin: time.Second, RetryMax: 4 * time.Second, Bootstrapper: readyBoot{}, Clock: h.clock})
-	if err := h.mgr.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	mgr := h.mgr
-	t.Cleanup(func() { _ = mgr.Close(context.Background()) })
 	return h
 }
 

@@ -32,16 +32,7 @@ type harness struct {
 func newHarness(t *testing.T, prov *fake.Provider) *harness {
 	t.Helper()
 	ctx := testenv.Context(t, 20*time.Second)
-	db, err := store.Open(ctx, t.TempDir()+"/gateway.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	reg := providers.Registry{"fake": prov}
-	ps := profiles.New(db, reg, nil)
-	if _, err := ps.Put(ctx, &providers.Profile{ID: "p1", Provider: "fake", MaxEnvironments: 2}); err != nil {
-		t.Fatal(err)
-	}
+	db, ps := openStore(ctx, t, providers.Registry{"fake": prov}, providers.Profile{ID: "p1", Provider: "fake", MaxEnvironments: 2})
 	h := &harness{db: db, prov: prov, prof: ps, clock: clock.NewManual(time.Now())}
 	h.start(t)
 	return h
@@ -49,13 +40,8 @@ func newHarness(t *testing.T, prov *fake.Provider) *harness {
 
 func (h *harness) start(t *testing.T) {
 	t.Helper()
-	h.mgr = envs.New(envs.Config{DB: h.db, Profiles: h.prof, Providers: providers.Registry{"fake": h.prov},
+	h.mgr = startManager(testenv.Context(t, 20*time.Second), t, envs.Config{DB: h.db, Profiles: h.prof, Providers: providers.Registry{"fake": h.prov},
 		GatewayID: gwID, RetryMin: time.Second, RetryMax: 4 * time.Second, SweepInterval: -1, Clock: h.clock})
-	if err := h.mgr.Start(testenv.Context(t, 20*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	mgr := h.mgr
-	t.Cleanup(func() { _ = mgr.Close(context.Background()) })
 }
 
 func (h *harness) waitState(t *testing.T, id string, want envs.State) envs.Environment {
@@ -339,31 +325,15 @@ func TestReconcileOrphansVanishedLeaseAndResumesProvisioning(t *testing.T) {
 	}
 }
 
-type readyBootstrapper struct{}
-
-func (readyBootstrapper) Bootstrap(context.Context, envs.Environment) error { return nil }
-
 func TestLifecycleStopsIdleButNeverAttached(t *testing.T) {
 	ctx := testenv.Context(t, 20*time.Second)
 	prov := fake.New()
-	db, err := store.Open(ctx, t.TempDir()+"/gateway.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
 	reg := providers.Registry{"fake": prov}
-	ps := profiles.New(db, reg, nil)
-	if _, err := ps.Put(ctx, &providers.Profile{ID: "p", Provider: "fake", Lifetime: providers.Lifetime{IdleTimeout: providers.Duration(time.Hour)}}); err != nil {
-		t.Fatal(err)
-	}
+	db, ps := openStore(ctx, t, reg, providers.Profile{ID: "p", Provider: "fake", Lifetime: providers.Lifetime{IdleTimeout: providers.Duration(time.Hour)}})
 	clk := clock.NewManual(time.Now())
-	mgr := envs.New(envs.Config{DB: db, Profiles: ps, Providers: reg, GatewayID: gwID, SweepInterval: -1, LifecycleInterval: -1,
-		RetryMin: time.Millisecond, RetryMax: time.Millisecond, Bootstrapper: readyBootstrapper{},
+	mgr := startManager(ctx, t, envs.Config{DB: db, Profiles: ps, Providers: reg, GatewayID: gwID, SweepInterval: -1, LifecycleInterval: -1,
+		RetryMin: time.Millisecond, RetryMax: time.Millisecond, Bootstrapper: readyBoot{},
 		Clock: clk})
-	if err := mgr.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = mgr.Close(context.Background()) })
 	wait := func(id string, s envs.State) {
 		t.Helper()
 		if _, err := mgr.WaitFor(ctx, id, func(e envs.Environment) bool { return e.State == s }); err != nil {
@@ -411,22 +381,10 @@ func bootHarness(t *testing.T, boot envs.Bootstrapper) (*envs.Manager, *fake.Pro
 	t.Helper()
 	ctx := testenv.Context(t, 20*time.Second)
 	prov := fake.New()
-	db, err := store.Open(ctx, t.TempDir()+"/gateway.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
 	reg := providers.Registry{"fake": prov}
-	ps := profiles.New(db, reg, nil)
-	if _, err := ps.Put(ctx, &providers.Profile{ID: "p", Provider: "fake"}); err != nil {
-		t.Fatal(err)
-	}
-	mgr := envs.New(envs.Config{DB: db, Profiles: ps, Providers: reg, GatewayID: gwID, SweepInterval: -1, LifecycleInterval: -1,
+	db, ps := openStore(ctx, t, reg, providers.Profile{ID: "p", Provider: "fake"})
+	mgr := startManager(ctx, t, envs.Config{DB: db, Profiles: ps, Providers: reg, GatewayID: gwID, SweepInterval: -1, LifecycleInterval: -1,
 		Bootstrapper: boot, Clock: clock.NewManual(time.Now())})
-	if err := mgr.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = mgr.Close(context.Background()) })
 	return mgr, prov
 }
 
