@@ -1,14 +1,10 @@
 package profiles_test
 
 import (
-	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/openclaw/cloudworkers/gateway/profiles"
-	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/providers/fake"
 )
@@ -29,24 +25,7 @@ const policyExample = `profiles:
 
 // A profile's setup, fallback, capacity pattern and checkpoint cadence survive the store.
 func TestPolicyRoundTrips(t *testing.T) {
-	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "gateway.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	s := profiles.New(db, providers.Registry{"fake": fake.New()}, nil)
-	ps, err := profiles.ParseYAML(strings.NewReader(policyExample))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Put(ctx, &ps[0]); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.Get(ctx, "gpu")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := putAndGet(t, newStore(t, providers.Registry{"fake": fake.New()}), parseFirst(t, policyExample))
 	if got.Setup == nil || len(got.Setup.Steps) != 2 || got.Setup.Steps[0].Timeout.String() != "20m0s" ||
 		got.Setup.Steps[1].Run != "npm ci" || got.Setup.CacheKey != "node20-v1" || strings.Join(got.Setup.CloseNetwork, " ") != "lease-cli egress --drop {leaseId}" {
 		t.Fatalf("setup read back as %+v", got.Setup)
@@ -82,24 +61,10 @@ func TestPolicyValidationNamesTheField(t *testing.T) {
 		"checkpoint: {every: turn, keep: 1001}": "checkpoint.keep",
 		"fallback: [b, c, d, e, f, g, h, i, j]": "fallback",
 	} {
-		ps, err := profiles.ParseYAML(strings.NewReader("profiles:\n  - id: a\n    provider: fake\n    " + in + "\n"))
-		if err != nil {
-			t.Fatalf("%s: %v", in, err)
-		}
-		err = ps[0].Validate()
-		var fe *providers.FieldError
-		if !errors.As(err, &fe) || fe.Field != field {
-			t.Errorf("%s: error %v, want one naming %s", in, err, field)
-		}
+		wantField(t, in, field)
 	}
-	ok := "setup: {steps: [{name: a, run: x, timeout: 1s}]}\n    fallback: [b]\n    checkpoint: {every: turn, keep: 3}"
-	ps, err := profiles.ParseYAML(strings.NewReader("profiles:\n  - id: a\n    provider: fake\n    " + ok + "\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ps[0].Validate(); err != nil {
-		t.Fatalf("a good policy is refused: %v", err)
-	}
+	// a good policy
+	wantField(t, "setup: {steps: [{name: a, run: x, timeout: 1s}]}\n    fallback: [b]\n    checkpoint: {every: turn, keep: 3}", "")
 }
 
 // The default cache key changes with the steps and is stable for the same steps.

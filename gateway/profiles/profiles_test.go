@@ -3,7 +3,6 @@ package profiles_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -33,17 +32,9 @@ profiles:
 
 func TestApplyIssueExampleRoundTrips(t *testing.T) {
 	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "gateway.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	s := profiles.New(db, providers.Registry{"command": command.New(command.Config{}), "fake": fake.New()}, nil)
-	list, err := profiles.ParseYAML(strings.NewReader(issueExample))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if created, err := s.Put(ctx, &list[0]); err != nil || !created {
+	s := newStore(t, providers.Registry{"command": command.New(command.Config{}), "fake": fake.New()})
+	p := parseFirst(t, issueExample)
+	if created, err := s.Put(ctx, &p); err != nil || !created {
 		t.Fatalf("put: %v %v", err, created)
 	}
 	got, err := s.Get(ctx, "netns")
@@ -84,44 +75,16 @@ func TestParseYAMLNamesBadInput(t *testing.T) {
 }
 
 func TestValidateNamesBadDeleteShare(t *testing.T) {
-	for in, wantErr := range map[string]bool{"1.5": true, "-0.1": true, ".nan": true, "0.9": false, "0": false} {
-		ps, err := profiles.ParseYAML(strings.NewReader("profiles:\n  - id: a\n    provider: fake\n    sync: {maxDeleteShare: " + in + "}\n"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = ps[0].Validate()
-		var fe *providers.FieldError
-		if wantErr && (!errors.As(err, &fe) || fe.Field != "sync.maxDeleteShare") {
-			t.Errorf("maxDeleteShare %s: error %v, want one naming sync.maxDeleteShare", in, err)
-		}
-		if !wantErr && err != nil {
-			t.Errorf("maxDeleteShare %s: %v", in, err)
-		}
+	for in, field := range map[string]string{"1.5": "sync.maxDeleteShare", "-0.1": "sync.maxDeleteShare", ".nan": "sync.maxDeleteShare", "0.9": "", "0": ""} {
+		wantField(t, "sync: {maxDeleteShare: "+in+"}", field)
 	}
 }
 
 // A profile's sync settings survive the store: the inbound quotas and the deletion brake are
 // read back as they were applied (the brake was lost on the way until they had columns).
 func TestSyncSettingsRoundTrip(t *testing.T) {
-	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "gateway.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	s := profiles.New(db, providers.Registry{"fake": fake.New()}, nil)
-	ps, err := profiles.ParseYAML(strings.NewReader("profiles:\n  - id: big\n    provider: fake\n" +
+	got := putAndGet(t, newStore(t, providers.Registry{"fake": fake.New()}), parseFirst(t, "profiles:\n  - id: big\n    provider: fake\n"+
 		"    sync: {maxDeleteShare: 0.25, maxInboundBytes: 21474836480, maxInboundEntries: 1000000, maxInboundFileBytes: 4294967296}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Put(ctx, &ps[0]); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.Get(ctx, "big")
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := providers.SyncRules{MaxDeleteShare: 0.25, MaxInboundBytes: 20 << 30, MaxInboundEntries: 1_000_000, MaxInboundFileBytes: 4 << 30}
 	if g := got.Sync; g.MaxDeleteShare != want.MaxDeleteShare || g.MaxInboundBytes != want.MaxInboundBytes ||
 		g.MaxInboundEntries != want.MaxInboundEntries || g.MaxInboundFileBytes != want.MaxInboundFileBytes {
@@ -140,17 +103,6 @@ func TestValidateNamesBadInboundQuotas(t *testing.T) {
 		"maxInboundBytes: 10737418240, maxInboundEntries: 1000000": "",
 		"maxInboundFileBytes: 8589934592":                          "",
 	} {
-		ps, err := profiles.ParseYAML(strings.NewReader("profiles:\n  - id: a\n    provider: fake\n    sync: {" + in + "}\n"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = ps[0].Validate()
-		var fe *providers.FieldError
-		if field != "" && (!errors.As(err, &fe) || fe.Field != field) {
-			t.Errorf("%s: error %v, want one naming %s", in, err, field)
-		}
-		if field == "" && err != nil {
-			t.Errorf("%s: %v", in, err)
-		}
+		wantField(t, "sync: {"+in+"}", field)
 	}
 }
