@@ -355,11 +355,6 @@ func TestSessionsSpawnTwoAtOnce(t *testing.T) {
 // TestSessionsSpawnCancelParent: cancelling the parent's turn while it waits on its child cancels
 // the child's turn.
 func TestSessionsSpawnCancelParent(t *testing.T) {
-	// The same known race as TestSessionsSpawnCancelWorkerParent: a cancel cascading to a grandchild on a
-	// worker is lost when that worker's connection is being replaced at that moment.
-	if os.Getenv("OPENCLAW_RUN_KNOWN_RACES") == "" {
-		t.Skip("known race: a cancel sent while the grandchild's worker reconnects is lost (set OPENCLAW_RUN_KNOWN_RACES=1)")
-	}
 	g, ws := startAgents(t, 1, "agents: {defaultProfile: kids}\n", map[string]string{
 		"parent": `[{"toolCalls": [{"name": "sessions_spawn", "arguments": {"task": "take long", "model": "child/m", "workspace": "empty"}}]},
 		            {"text": "Parent turn done."}]`,
@@ -400,12 +395,6 @@ var _ = sessions.CreateParams{}
 // TestSessionsSpawnCancelWorkerParent: a child on a worker waiting on its own child (maxSpawnDepth
 // 2, worker.sessions.spawn) has its turn cancelled: the grandchild's turn is cancelled with it.
 func TestSessionsSpawnCancelWorkerParent(t *testing.T) {
-	// Known race (issue 19's note, 2026-12-02): when the grandchild's worker connection drops at the
-	// moment its parent is cancelled, the grandchild's turn stays running until that worker reconnects.
-	// Seen in CI; run it with OPENCLAW_RUN_KNOWN_RACES=1 until the cancel is made durable across a reconnect.
-	if os.Getenv("OPENCLAW_RUN_KNOWN_RACES") == "" {
-		t.Skip("known race: a cancel sent while the grandchild's worker reconnects is lost (set OPENCLAW_RUN_KNOWN_RACES=1)")
-	}
 	g, ws := startAgents(t, 2, "agents: {defaultProfile: kids, maxSpawnDepth: 2}\n", map[string]string{
 		"parent": `[{"toolCalls": [{"name": "sessions_spawn", "arguments": {"task": "delegate", "model": "child/m", "workspace": "empty"}}]},
 		            {"text": "Parent turn done."}]`,

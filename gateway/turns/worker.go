@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/internal/backoff"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
@@ -29,6 +31,13 @@ func (s *Service) startOnWorker(ctx, tctx context.Context, sess sessions.Session
 		release()
 		return err
 	}
+	// A cancel that arrives before the worker acknowledged the start is recorded here and sent
+	// once it has (the worker cannot cancel a run it has not started). One that came between
+	// admission and this point has already cancelled tctx.
+	s.mu.Lock()
+	requested := tctx.Err() != nil && s.ctx.Err() == nil
+	s.running[sess.ID] = func() { requested = true }
+	s.mu.Unlock()
 	rctx, cancel := context.WithTimeout(ctx, turnStartTimeout)
 	_, err = s.cfg.Workers.Request(rctx, sess.EnvironmentID, protocol.MethodTurnStart, protocol.TurnStartParams{
 		SessionID: sess.ID, OwnerEpoch: sess.OwnerEpoch, RunEpoch: t.RunEpoch, RunID: t.RunID, ModelRef: t.Model,
@@ -37,30 +46,54 @@ func (s *Service) startOnWorker(ctx, tctx context.Context, sess sessions.Session
 	if err != nil {
 		sub.Close()
 		err = fmt.Errorf("start turn on the worker of %s: %w", sess.EnvironmentID, err)
+		s.mu.Lock()
+		cancelled := requested || ctx.Err() != nil
+		s.mu.Unlock()
+		if cancelled {
+			// Cancelled while the start was in flight: the worker may have started the run before
+			// the wait ended, so it is asked to cancel it too (bounded).
+			s.finish(t, TurnCanceled, "canceled")
+			release()
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				cctx, cancel := context.WithTimeout(s.ctx, cancelDeliveryWait)
+				defer cancel()
+				s.cancelOnWorker(cctx, sess.EnvironmentID, sess.ID, t.RunID)
+			}()
+			return err
+		}
 		s.finish(t, TurnFailed, err.Error())
 		release()
 		return err
 	}
+	// The turn is followed on a context of its own: tctx may already be cancelled by a cancel that
+	// came during the start, and the turn must still be seen to its end.
+	fctx, stopFollow := context.WithCancel(s.ctx)
 	s.mu.Lock()
-	// Cancel of a worker turn asks the worker; the outcome still arrives as a lifecycle event.
-	s.running[sess.ID] = func() {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			cctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
-			defer cancel()
-			if _, err := s.cfg.Workers.Request(cctx, sess.EnvironmentID, protocol.MethodTurnCancel,
-				protocol.TurnCancelParams{SessionID: sess.ID, RunID: t.RunID}); err != nil {
-				s.log.Warn("cancel worker turn", "session", sess.ID, "run", t.RunID, "err", err)
-			}
-		}()
+	// Cancel of a worker turn asks the worker, until it has answered; the outcome still arrives as
+	// a lifecycle event.
+	var once sync.Once
+	cancelTurn := func() {
+		once.Do(func() {
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				s.cancelOnWorker(fctx, sess.EnvironmentID, sess.ID, t.RunID)
+			}()
+		})
+	}
+	s.running[sess.ID] = cancelTurn
+	if requested {
+		cancelTurn()
 	}
 	s.mu.Unlock()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		defer release()
-		status, msg := s.follow(tctx, sub, t, sess.EnvironmentID)
+		defer stopFollow()
+		status, msg := s.follow(fctx, sub, t, sess.EnvironmentID)
 		if status == "" {
 			return // the gateway is stopping; the next start marks the turn failed
 		}
@@ -73,6 +106,45 @@ func (s *Service) startOnWorker(ctx, tctx context.Context, sess sessions.Session
 	}()
 	return nil
 }
+
+// cancelOnWorker asks envID's worker to cancel the run until the worker has answered, the turn
+// has ended (ctx ends with it) or the gateway stops. A cancel sent while the worker's connection is
+// being replaced fails; it is sent again, with backoff, once the worker is admitted again.
+func (s *Service) cancelOnWorker(ctx context.Context, envID, sessionID, runID string) {
+	bo := backoff.Backoff{Min: cancelRetryMin, Max: cancelRetryMax, Clock: s.cfg.Clock}
+	for attempt := 1; ; attempt++ {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := s.cfg.Workers.Request(rctx, envID, protocol.MethodTurnCancel,
+			protocol.TurnCancelParams{SessionID: sessionID, RunID: runID})
+		cancel()
+		var perr *protocol.Error
+		switch {
+		case err == nil:
+			if attempt > 1 {
+				s.log.Info("worker turn cancel delivered", "session", sessionID, "run", runID, "attempt", attempt)
+			}
+			return
+		case errors.As(err, &perr) && !perr.Retryable:
+			s.log.Warn("cancel worker turn refused", "session", sessionID, "run", runID, "err", err)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("cancel worker turn; sending it again", "session", sessionID, "run", runID, "attempt", attempt, "err", err)
+		if bo.Wait(ctx) != nil {
+			return
+		}
+	}
+}
+
+// The delays between attempts at delivering a turn's cancel to its worker.
+const (
+	cancelRetryMin = 200 * time.Millisecond
+	cancelRetryMax = 5 * time.Second
+	// cancelDeliveryWait bounds the attempts at cancelling a run whose start was abandoned.
+	cancelDeliveryWait = 30 * time.Second
+)
 
 // follow waits for the run's lifecycle_end or lifecycle_error, resubscribing after a lag.
 func (s *Service) follow(ctx context.Context, sub *sessions.Subscription[*sessions.LiveRecord], t Turn, envID string) (status TurnStatus, msg string) {

@@ -88,7 +88,14 @@ func (r *Runner) Run(ctx context.Context, t Turn) (err error) {
 	if r.cfg.Tools != nil {
 		u.toolSchemas = r.cfg.Tools.Schemas()
 	}
-	if err := u.live(ctx, protocol.LiveEvent{Type: protocol.LiveLifecycleStart}); err != nil {
+	// The run's own context may be cancelled (a cancel can arrive as the turn starts); the start
+	// and the end are still published, so subscribers always learn how the run ended.
+	lifecycle := func(ev protocol.LiveEvent) error {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		return u.live(lctx, ev)
+	}
+	if err := lifecycle(protocol.LiveEvent{Type: protocol.LiveLifecycleStart}); err != nil {
 		return err
 	}
 	defer func() {
@@ -96,10 +103,7 @@ func (r *Runner) Run(ctx context.Context, t Turn) (err error) {
 		if err != nil {
 			ev = protocol.LiveEvent{Type: protocol.LiveLifecycleError, Error: err.Error()}
 		}
-		// The run's own context may be cancelled; still tell subscribers how it ended.
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if lerr := u.live(lctx, ev); lerr != nil && err == nil {
+		if lerr := lifecycle(ev); lerr != nil && err == nil {
 			err = lerr
 		}
 	}()

@@ -1,0 +1,185 @@
+package turns
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/inference"
+	"github.com/openclaw/cloudworkers/gateway/inference/builtin"
+	"github.com/openclaw/cloudworkers/gateway/placement"
+	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/protocol"
+)
+
+// fakeWorker is an admitted worker: it acknowledges worker.turn.start once started is closed, and
+// answers a worker.turn.cancel (after failing the first failCancels, as a connection being replaced
+// does) by ending the run with a cancelled lifecycle event, as the real worker does.
+type fakeWorker struct {
+	st          *sessions.Store
+	started     chan struct{} // closed by the test to let the start be acknowledged
+	failCancels int
+
+	mu       sync.Mutex
+	start    protocol.TurnStartParams
+	gotStart chan struct{}
+	cancels  int
+}
+
+func (f *fakeWorker) Admitted(string) bool { return true }
+
+func (f *fakeWorker) Request(ctx context.Context, _, method string, params any) (json.RawMessage, error) {
+	switch method {
+	case protocol.MethodTurnStart:
+		f.mu.Lock()
+		f.start = params.(protocol.TurnStartParams)
+		f.mu.Unlock()
+		close(f.gotStart)
+		select {
+		case <-f.started:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return json.RawMessage(`{"accepted":true}`), nil
+	case protocol.MethodTurnCancel:
+		f.mu.Lock()
+		f.cancels++
+		n, p := f.cancels, f.start
+		f.mu.Unlock()
+		if n <= f.failCancels {
+			return nil, errors.New("worker.turn.cancel to worker of env_1: connection lost")
+		}
+		if _, err := f.st.PublishLive(ctx, sessions.LiveParams{SessionID: p.SessionID, OwnerEpoch: p.OwnerEpoch,
+			RunEpoch: p.RunEpoch, RunID: p.RunID, Seq: 1,
+			Event: protocol.LiveEvent{Type: protocol.LiveLifecycleError, Error: "run: " + context.Canceled.Error()}}); err != nil {
+			return nil, err
+		}
+		return json.RawMessage(`{"canceled":true}`), nil
+	}
+	return nil, errors.New("unexpected " + method)
+}
+
+func (f *fakeWorker) cancelsSeen() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cancels
+}
+
+// TestWorkerTurnCancelIsNotLost: a cancel of a worker turn reaches the worker and ends the turn
+// canceled when it comes while the worker has not yet acknowledged the start, and when the first
+// attempts to deliver it fail because the worker's connection is being replaced.
+func TestWorkerTurnCancelIsNotLost(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		duringStart   bool
+		abandonStart  bool // the sender's context ends while the start is in flight
+		failCancels   int
+		wantCancelled int
+	}{
+		{name: "during-start", duringStart: true, wantCancelled: 1},
+		{name: "connection-replaced", failCancels: 2, wantCancelled: 3},
+		{name: "start-abandoned", abandonStart: true, wantCancelled: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testenv.Context(t, 60*time.Second)
+			db, err := store.Open(ctx, filepath.Join(t.TempDir(), "gateway.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			st, err := sessions.New(sessions.Config{DB: db})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = st.Close(context.Background()) })
+			cat, err := inference.NewCatalog(inference.CatalogConfig{Default: "local/m1", Providers: map[string]inference.ProviderConfig{
+				"local": {API: inference.APIOpenAICompletions, BaseURL: "http://127.0.0.1:1", Models: []inference.ModelConfig{{ID: "m1"}}},
+			}}, nil, builtin.Adapters())
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := &fakeWorker{st: st, started: make(chan struct{}), gotStart: make(chan struct{}), failCancels: tc.failCancels}
+			ps := placement.NewPlacements(db)
+			svc, err := New(ctx, Config{DB: db, Sessions: st, Catalog: cat, DataDir: t.TempDir(), Placements: ps, Workers: w})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(svc.Close)
+			sess, err := st.Create(ctx, sessions.CreateParams{Workspace: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := "env_1"
+			if _, err := st.Attach(ctx, sess.ID, env); err != nil {
+				t.Fatal(err)
+			}
+			var gen uint64
+			for _, c := range []placement.Change{{To: placement.Requested}, {To: placement.Provisioning, EnvironmentID: &env},
+				{To: placement.Syncing}, {To: placement.Starting}, {To: placement.Active}} {
+				p, err := ps.Transition(ctx, sess.ID, gen, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				gen = p.Generation
+			}
+			type sent struct {
+				turn Turn
+				err  error
+			}
+			res := make(chan sent, 1)
+			sendCtx, abandon := context.WithCancel(ctx)
+			defer abandon()
+			go func() {
+				turn, err := svc.Send(sendCtx, sess.ID, "take long", "")
+				res <- sent{turn, err}
+			}()
+			<-w.gotStart
+			switch {
+			case tc.duringStart:
+				if !svc.Cancel(sess.ID) {
+					t.Fatal("Cancel of a turn whose start is in flight found no turn")
+				}
+				close(w.started)
+			case tc.abandonStart:
+				abandon()
+			default:
+				close(w.started)
+			}
+			r := <-res
+			runID := r.turn.RunID
+			switch {
+			case tc.abandonStart:
+				if r.err == nil {
+					t.Fatal("a send whose context ended during the start reported success")
+				}
+				w.mu.Lock()
+				runID = w.start.RunID
+				w.mu.Unlock()
+			case r.err != nil || r.turn.Placement != "worker":
+				t.Fatalf("send: %+v, %v; want a worker turn", r.turn, r.err)
+			case !tc.duringStart && !svc.Cancel(sess.ID):
+				t.Fatal("Cancel of a running worker turn found no turn")
+			}
+			var last Turn
+			testenv.Eventually(t, "the turn to end and its cancel to reach the worker", func() bool {
+				last, err = svc.Get(ctx, runID)
+				return err == nil && last.Status.Terminal() && w.cancelsSeen() >= tc.wantCancelled
+			})
+			if last.Status != TurnCanceled {
+				t.Fatalf("turn %s (%s), want canceled", last.Status, last.Error)
+			}
+			if got := w.cancelsSeen(); got != tc.wantCancelled {
+				t.Fatalf("the worker saw %d cancel requests, want %d", got, tc.wantCancelled)
+			}
+			if svc.Busy(sess.ID) {
+				t.Fatal("the session is still busy after its turn ended")
+			}
+		})
+	}
+}
