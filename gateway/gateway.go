@@ -314,7 +314,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			}
 			return v, err
 		},
-		Clock: clk,
+		// an OCC revision's environment takes only its agent's session (occ.Compute routes it)
+		Reserved: func(e envs.Environment) bool { return occ.ReservedEnvironment(e.IdempotencyKey) },
+		Clock:    clk,
 	})
 	closers.Push("dispatcher", func(context.Context) error { dispatcher.Close(); return nil })
 	envBusy = func(envID string) bool {
@@ -420,9 +422,15 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			return readWorkerLog(ctx, boot, env, maxBytes, cfg.Box.CommandTimeout.D())
 		},
 		CreateSession: func(ctx context.Context, title string) (string, error) {
-			s, err := sess.Create(ctx, sessions.CreateParams{Title: title})
+			// the agent's workspace: a gateway-owned directory, synced out to each revision's box
+			ws, err := occ.NewAgentWorkspace(dataDir)
+			if err != nil {
+				return "", err
+			}
+			s, err := sess.Create(ctx, sessions.CreateParams{Title: title, Workspace: ws})
 			return s.ID, err
 		},
+		Router: dispatcher,
 		ModelKnown: func(model string) bool {
 			_, err := catalog.Resolve(model)
 			return err == nil

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/inference/inferencetest"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/turns"
@@ -22,11 +23,16 @@ func (g *gw) cgOK(method string, in any, out any) {
 	}
 }
 
-// The OCC credential gateway on a real gateway: a source registered for a namespace and attached
-// to a revision is the key a worker turn of that revision's environment sends to the provider (a
-// loopback server speaking the Anthropic wire format); the gateway has no Anthropic credential of
-// its own, and the value is nowhere in clear (database, WAL, log). Withdrawn, the revision's next
-// turn is refused before the provider sees it; the source is then removed, twice.
+// The OCC credential gateway and the revision routing on a real gateway: a source registered for
+// a namespace and attached to a revision is the key a worker turn of that revision sends to the
+// provider (a loopback server speaking the Anthropic wire format); the gateway has no Anthropic
+// credential of its own, and the value is nowhere in clear (database, WAL, log). The agent's
+// session is placed on a revision's environment by activateRevision: a second revision prepared
+// while the first serves leaves the turns on the first until it is activated, then the session
+// moves with its workspace. stopRevision brings the session and its workspace home and releases
+// the box, keeping the session, its transcript and the attachments: the revision prepared and
+// activated again serves with the same source. Withdrawn, the revision's next turn is refused
+// before the provider sees it; the source is then removed, twice.
 func TestOCCCredentialSourceReachesTheRevisionsModelCalls(t *testing.T) {
 	root := t.TempDir()
 	provider := inferencetest.NewServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
@@ -41,6 +47,7 @@ func TestOCCCredentialSourceReachesTheRevisionsModelCalls(t *testing.T) {
 	namespace := map[string]any{"id": "ns_c", "name": "team-c", "status": "ready"}
 	g.occOK("ensureNamespace", map[string]any{"namespace": namespace}, nil)
 	g.occOK("bindAgent", map[string]any{"namespace": namespace, "agent": map[string]any{"id": "agent_c"}}, nil)
+	ses := occAgentSession(t, g, "agent_c")
 	src := map[string]any{"id": "src_c", "type": "anthropic"}
 	var st struct{ State string }
 	g.cgOK("registerSource", map[string]any{"namespace": namespace, "source": src,
@@ -48,41 +55,55 @@ func TestOCCCredentialSourceReachesTheRevisionsModelCalls(t *testing.T) {
 	if st.State != "ready" {
 		t.Fatalf("registerSource = %+v", st)
 	}
+	attach := func(revID string) map[string]any {
+		t.Helper()
+		revCtx := map[string]any{"namespace": namespace, "revision": occRevision("ns_c", "agent_c", revID, nil)["revision"], "sources": []any{src}}
+		var atts []struct{ SourceID, Ref string }
+		g.cgOK("attachForRevision", revCtx, &atts)
+		if len(atts) != 1 || atts[0].SourceID != "src_c" || atts[0].Ref == "" {
+			t.Fatalf("attachForRevision = %+v, want one ref for src_c", atts)
+		}
+		return revCtx
+	}
+	ready := func(r occReadiness) bool { return r.Ready || r.RuntimeFailure != nil }
+	prepare := func(rev map[string]any) envs.Environment {
+		t.Helper()
+		if r := g.occPrepareUntil(rev, ready); !r.Ready {
+			t.Fatalf("prepareRevision = %+v", r)
+		}
+		id := rev["revision"].(map[string]any)["id"].(string)
+		return g.occEnv("ns_c", "agent_c", id)
+	}
+	onEnv := func(envID string) placementView {
+		t.Helper()
+		v := g.placement(ses)
+		if v.Placement.State != placement.Active || v.Placement.EnvironmentID != envID {
+			t.Fatalf("the agent's session is not active on %s:\n%s", envID, v)
+		}
+		return v
+	}
+	turn := func(wantCalls int) {
+		t.Helper()
+		g.waitUnheld(ses)
+		g.runTurn(ses, "hello", "worker")
+		reqs := provider.Requests()
+		if len(reqs) != wantCalls || reqs[len(reqs)-1].APIKey() != key {
+			t.Fatalf("the provider saw %d requests (last key %q), want %d, the last with the revision's source", len(reqs), lastKey(reqs), wantCalls)
+		}
+	}
+
+	// the first revision: prepared, activated, its environment takes the agent's turns
 	rev := occRevision("ns_c", "agent_c", "rev_c", nil)
-	revCtx := map[string]any{"namespace": namespace, "revision": rev["revision"], "sources": []any{src}}
-	var atts []struct{ SourceID, Ref string }
-	g.cgOK("attachForRevision", revCtx, &atts)
-	if len(atts) != 1 || atts[0].SourceID != "src_c" || atts[0].Ref == "" {
-		t.Fatalf("attachForRevision = %+v, want one ref for src_c", atts)
+	revCtx := attach("rev_c")
+	env := prepare(rev)
+	if v := g.placement(ses); v.Placement.State != placement.Local {
+		t.Fatalf("the agent's session moved before activation:\n%s", v)
 	}
-	// Turns of the agent's session are not routed onto the revision's environment yet (docs/occ.md,
-	// known gaps), so a session with a workspace is placed on it the one way the gateway has: the
-	// dispatcher's reuse of a ready environment, before prepareRevision first sees the revision
-	// ready (from then on the environment is attached to the agent and never reused).
-	var first occReadiness
-	g.occOK("prepareRevision", rev, &first)
-	if first.Ready || first.RuntimeFailure != nil {
-		t.Fatalf("the first prepareRevision = %+v, want it pending", first)
+	for range 2 {
+		g.occOK("activateRevision", rev, nil)
 	}
-	env := g.waitReady(g.occEnv("ns_c", "agent_c", "rev_c").ID)
-	ws := filepath.Join(root, "ws")
-	if err := os.MkdirAll(ws, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ses := g.newSession(ws, "")
-	g.dispatchTo(ses, "local")
-	if p := g.mustRest(ses, placement.Active).Placement; p.EnvironmentID != env.ID {
-		t.Fatalf("session placed on %s, want the revision's environment %s", p.EnvironmentID, env.ID)
-	}
-	if r := g.occPrepareUntil(rev, func(r occReadiness) bool { return r.Ready || r.RuntimeFailure != nil }); !r.Ready {
-		t.Fatalf("prepareRevision = %+v", r)
-	}
-	g.occOK("activateRevision", rev, nil)
-	g.runTurn(ses, "hello", "worker")
-	reqs := provider.Requests()
-	if len(reqs) != 1 || reqs[0].APIKey() != key {
-		t.Fatalf("the provider saw %d requests (first key %q), want one with the revision's source", len(reqs), firstKey(reqs))
-	}
+	box := onEnv(env.ID).Placement.BoxWorkspace
+	turn(1)
 	var sts []struct{ SourceID, State string }
 	g.cgOK("attachmentStatus", revCtx, &sts)
 	if len(sts) != 1 || sts[0].State != "ready" {
@@ -96,20 +117,78 @@ func TestOCCCredentialSourceReachesTheRevisionsModelCalls(t *testing.T) {
 	if strings.Contains(g.log.String(), key) {
 		t.Fatal("the gateway log carries the source's value")
 	}
+	// the worker's work on the box (what a tool call would have written)
+	occWrite(t, filepath.Join(box, "notes.txt"), "written on rev_c's box\n")
 
-	withdraw := map[string]any{"namespace": namespace, "revision": rev["revision"], "sources": []any{src}, "sourceId": "src_c",
-		"sandbox": map[string]any{"namespaceName": "team-c", "resourceName": env.ID, "agentId": "agent_c", "revisionId": "rev_c"}}
+	// a second revision prepared while the first serves: the turns stay on the first until the
+	// second is activated, then the session moves onto it with its workspace
+	rev2 := occRevision("ns_c", "agent_c", "rev_c2", nil)
+	rev2Ctx := attach("rev_c2")
+	env2 := prepare(rev2)
+	if env2.ID == env.ID {
+		t.Fatalf("rev_c2 was given rev_c's environment %s", env.ID)
+	}
+	onEnv(env.ID)
+	turn(2)
+	g.waitUnheld(ses)
+	g.occOK("activateRevision", rev2, nil)
+	box2 := onEnv(env2.ID).Placement.BoxWorkspace
+	if got := readFile(t, filepath.Join(box2, "notes.txt")); got != "written on rev_c's box\n" {
+		t.Fatalf("the workspace on rev_c2's box has notes.txt %q", got)
+	}
+	turn(3)
+	if e := g.envNow(env.ID); e.State != envs.Attached {
+		t.Fatalf("rev_c's environment is %s after the move, want still attached (reserved until rev_c is stopped or retired)", e.State)
+	}
+
+	// stop: the session comes home with the box's work, the box is released, the session, its
+	// transcript and the attachments stay; prepared and activated again, the revision serves with
+	// the same source and the same workspace
+	occWrite(t, filepath.Join(box2, "notes.txt"), "written on rev_c2's box\n")
+	g.waitUnheld(ses)
+	for range 2 {
+		g.occOK("stopRevision", rev2, nil)
+	}
+	v := g.placement(ses)
+	if v.Placement.State != placement.Local {
+		t.Fatalf("after stopRevision the agent's session is not home:\n%s", v)
+	}
+	home, err := g.client.Session(g.ctx(), ses)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(home.Workspace, "notes.txt")); got != "written on rev_c2's box\n" {
+		t.Fatalf("the agent's workspace after stop has notes.txt %q, want the box's last write", got)
+	}
+	if e := g.envNow(env2.ID); e.State != envs.Destroyed {
+		t.Fatalf("rev_c2's environment is %s after stopRevision, want destroyed (released)", e.State)
+	}
+	if n := len(g.turns(ses)); n != 3 {
+		t.Fatalf("the agent's session has %d turns after stop, want its 3", n)
+	}
+	g.cgOK("attachmentStatus", rev2Ctx, &sts)
+	if len(sts) != 1 || sts[0].State != "ready" {
+		t.Fatalf("attachmentStatus after stop = %+v, want the attachment kept", sts)
+	}
+	env3 := prepare(rev2)
+	if env3.ID == env2.ID {
+		t.Fatalf("rev_c2 prepared after stop reuses its released environment %s", env2.ID)
+	}
+	g.occOK("activateRevision", rev2, nil)
+	box3 := onEnv(env3.ID).Placement.BoxWorkspace
+	if got := readFile(t, filepath.Join(box3, "notes.txt")); got != "written on rev_c2's box\n" {
+		t.Fatalf("the workspace on rev_c2's new box has notes.txt %q", got)
+	}
+	turn(4)
+
+	withdraw := map[string]any{"namespace": namespace, "revision": rev2["revision"], "sources": []any{src}, "sourceId": "src_c",
+		"sandbox": map[string]any{"namespaceName": "team-c", "resourceName": env3.ID, "agentId": "agent_c", "revisionId": "rev_c2"}}
 	var w struct{ State string }
 	g.cgOK("withdraw", withdraw, &w)
 	if w.State != "revoked" {
 		t.Fatalf("withdraw = %+v", w)
 	}
-	// the worker turn's checkpoint holds the session until it is done
-	for deadline := time.Now().Add(40 * time.Second); g.placement(ses).Placement.TurnRunID != ""; time.Sleep(20 * time.Millisecond) { // polling the API
-		if time.Now().After(deadline) {
-			t.Fatalf("the session is still held after its turn:\n%s", g.placement(ses))
-		}
-	}
+	g.waitUnheld(ses)
 	refused, code, err := g.send(ses, "again")
 	if err != nil {
 		t.Fatalf("send after withdraw: %d %v", code, err)
@@ -117,8 +196,8 @@ func TestOCCCredentialSourceReachesTheRevisionsModelCalls(t *testing.T) {
 	if refused = waitTurn(t, g, refused.RunID); refused.Status == turns.TurnDone || !strings.Contains(refused.Error, "withdrawn") {
 		t.Fatalf("turn after withdraw: %s (%s), want it refused naming the withdrawal", refused.Status, refused.Error)
 	}
-	if n := len(provider.Requests()); n != 1 {
-		t.Fatalf("the provider saw %d requests after the withdrawal, want still 1", n)
+	if n := len(provider.Requests()); n != 4 {
+		t.Fatalf("the provider saw %d requests after the withdrawal, want still 4", n)
 	}
 
 	sourceCtx := map[string]any{"namespace": namespace, "source": src}
@@ -130,11 +209,55 @@ func TestOCCCredentialSourceReachesTheRevisionsModelCalls(t *testing.T) {
 		t.Fatalf("sourceStatus after removal = %+v", st)
 	}
 	g.occOK("retireRevision", rev, nil)
+	if e := g.envNow(env.ID); e.State != envs.Destroyed {
+		t.Fatalf("rev_c's environment is %s after its retirement", e.State)
+	}
+	onEnv(env3.ID) // the replacement still serves
+	g.occOK("retireRevision", rev2, nil)
 }
 
-func firstKey(reqs []inferencetest.Request) string {
+// occAgentSession is the session that carries an OCC agent's turns.
+func occAgentSession(t *testing.T, g *gw, agentID string) string {
+	t.Helper()
+	var id string
+	if err := openDB(t, g).R.QueryRowContext(g.ctx(), `SELECT session_id FROM occ_agents WHERE id=?`, agentID).Scan(&id); err != nil || id == "" {
+		t.Fatalf("agent %s has no session (%v)", agentID, err)
+	}
+	return id
+}
+
+// waitUnheld waits until no turn or checkpoint holds the session (a worker turn's checkpoint
+// holds it for a moment after the turn).
+func (g *gw) waitUnheld(ses string) {
+	g.t.Helper()
+	for deadline := time.Now().Add(40 * time.Second); g.placement(ses).Placement.TurnRunID != ""; time.Sleep(20 * time.Millisecond) { // polling the API
+		if time.Now().After(deadline) {
+			g.t.Fatalf("the session is still held after its turn:\n%s", g.placement(ses))
+		}
+	}
+}
+
+func lastKey(reqs []inferencetest.Request) string {
 	if len(reqs) == 0 {
 		return ""
 	}
-	return reqs[0].APIKey()
+	return reqs[len(reqs)-1].APIKey()
+}
+
+// occWrite writes a file as a worker on a local box would.
+func occWrite(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// envNow is an environment as the gateway reports it now.
+func (g *gw) envNow(id string) envs.Environment {
+	g.t.Helper()
+	v, err := g.client.Environment(g.ctx(), id)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return v.Environment
 }

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -40,6 +42,9 @@ type ComputeDeps struct {
 	// RevokeCredentialSources revokes every credential source attached to a revision (the
 	// credential gateway); retireRevision calls it with the worker credentials. Nil: none.
 	RevokeCredentialSources func(ctx context.Context, namespaceID, revisionID string) error
+	// Router places the agent's session on a revision's environment at activation and brings it
+	// home at stop and retirement (placement.Dispatcher); nil: turns are not routed.
+	Router SessionRouter
 	// ModelKnown reports whether the model catalog serves a model id; nil accepts every model.
 	ModelKnown func(model string) bool
 	// GatewayCommit is the gateway's git commit (a full lowercase SHA, else reported as null).
@@ -282,6 +287,20 @@ var errForeign = errors.New("recorded for another namespace")
 // EnvKeyPrefix is how every environment created for a namespace's revisions starts its
 // idempotency key: occ:<namespace id>:.
 func EnvKeyPrefix(namespaceID string) string { return "occ:" + namespaceID + ":" }
+
+// ReservedEnvironment reports whether an environment's idempotency key marks it as an OCC
+// revision's: it takes only its agent's session (never a warm lease for another).
+func ReservedEnvironment(idempotencyKey string) bool { return strings.HasPrefix(idempotencyKey, "occ:") }
+
+// NewAgentWorkspace creates a gateway-owned directory for an agent's workspace under
+// <dataDir>/occ/workspaces (mode 0700); its name holds nothing from OCC.
+func NewAgentWorkspace(dataDir string) (string, error) {
+	root := filepath.Join(dataDir, "occ", "workspaces")
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return "", err
+	}
+	return os.MkdirTemp(root, "agent-")
+}
 
 func envKey(namespaceID, revisionID string, attempt int) string {
 	return fmt.Sprintf("%s%s:%d", EnvKeyPrefix(namespaceID), revisionID, attempt)

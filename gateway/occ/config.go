@@ -32,12 +32,17 @@ type Config struct {
 	TeardownTimeout providers.Duration `yaml:"teardownTimeout"`
 	// ProviderCheckTimeout bounds ensureNamespace's provider check, the lease CLI's list (0: 30s).
 	ProviderCheckTimeout providers.Duration `yaml:"providerCheckTimeout"`
+	// RouteTimeout bounds how long activateRevision and stopRevision wait for the agent's session
+	// to move onto (or off) the revision's environment before answering 503 ROUTE_PENDING; the
+	// move goes on and the repeated call waits again (0: 2m).
+	RouteTimeout providers.Duration `yaml:"routeTimeout"`
 }
 
 // Defaults of the occ timeouts.
 const (
 	DefaultTeardownTimeout      = 90 * time.Second
 	DefaultProviderCheckTimeout = 30 * time.Second
+	DefaultRouteTimeout         = 2 * time.Minute
 )
 
 // DefaultCapacityPattern recognises the usual "no capacity" answers of lease CLIs and clouds.
@@ -72,6 +77,9 @@ func (c *Config) SetDefaults() {
 	if c.TeardownTimeout == 0 {
 		c.TeardownTimeout = providers.Duration(DefaultTeardownTimeout)
 	}
+	if c.RouteTimeout == 0 {
+		c.RouteTimeout = providers.Duration(DefaultRouteTimeout)
+	}
 	if c.ProviderCheckTimeout == 0 {
 		c.ProviderCheckTimeout = providers.Duration(DefaultProviderCheckTimeout)
 	}
@@ -87,6 +95,9 @@ func (c *Config) Validate() error {
 	}
 	if c.TeardownTimeout < 0 {
 		return providers.Fieldf("occ.teardownTimeout", "must not be negative (0: the default, %s)", DefaultTeardownTimeout)
+	}
+	if c.RouteTimeout < 0 {
+		return providers.Fieldf("occ.routeTimeout", "must not be negative (0: the default, %s)", DefaultRouteTimeout)
 	}
 	if c.ProviderCheckTimeout < 0 {
 		return providers.Fieldf("occ.providerCheckTimeout", "must not be negative (0: the default, %s)", DefaultProviderCheckTimeout)

@@ -476,6 +476,15 @@ func (c *Compute) activateRevision(ctx context.Context, body json.RawMessage) (a
 	if !readiness.Ready {
 		return nil, Retryable("REVISION_NOT_READY", "revision "+rev.ID+" is not ready yet")
 	}
+	if r, err = c.getRevision(ctx, c.d.DB.R, r.ID); err != nil {
+		return nil, err
+	}
+	// The agent's session moves onto this revision's environment (from a previous revision's,
+	// which serves until then); only then is this revision recorded as the one that serves.
+	if err := c.route(ctx, r); err != nil {
+		return nil, err
+	}
+	c.keepReserved(ctx, r)
 	err = c.d.DB.InTx(ctx, func(tx *sql.Tx) error {
 		var active string
 		if err := tx.QueryRowContext(ctx, `SELECT active_revision_id FROM occ_agents WHERE id=?`, r.AgentID).Scan(&active); err != nil {
@@ -554,8 +563,9 @@ func (c *Compute) stopRevision(ctx context.Context, body json.RawMessage) (any, 
 	if err := c.d.DB.InTx(ctx, func(tx *sql.Tx) error { return c.unroute(ctx, tx, r, "stopped") }); err != nil {
 		return nil, err
 	}
-	// The worker stops with its environment; the agent's session, its checkpoints (data dir),
-	// its workspace anchor and its credential attachments stay on the gateway.
+	// The agent's session is brought home (its workspace into the anchor) and the worker stops
+	// with its environment; the session, its transcript and checkpoints, the workspace anchor
+	// and the credential attachments stay on the gateway.
 	if err := c.destroyEnvs(ctx, r, false); err != nil {
 		return nil, err
 	}
@@ -604,6 +614,11 @@ func (c *Compute) destroyEnvs(ctx context.Context, r revisionRow, revoke bool) e
 				return err
 			}
 		}
+	}
+	// The agent's session leaves first: a pull-back brings the workspace the worker changed
+	// back into the gateway's anchor, so releasing the machine loses none of it.
+	if err := c.leave(ctx, r, ids); err != nil {
+		return err
 	}
 	dctx, cancel := context.WithTimeout(ctx, c.d.Config.TeardownTimeout.D())
 	defer cancel()

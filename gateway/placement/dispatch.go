@@ -70,6 +70,9 @@ type DispatchConfig struct {
 	// StartAdmitWait bounds how long the start step waits for the environment's worker to be
 	// admitted (0: DefaultStartAdmitWait).
 	StartAdmitWait time.Duration
+	// Reserved reports environments that are never handed out as a warm lease (an OCC revision's
+	// environment: only DispatchToEnvironment places a session on it); nil: none.
+	Reserved func(envs.Environment) bool
 }
 
 // Defaults of DispatchConfig.
@@ -128,8 +131,9 @@ type Dispatcher struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	mu     sync.Mutex
-	active map[string]bool // session ids with a step running
-	force  map[string]bool // session ids whose next reconciliation may pass the deletion brake
+	active map[string]bool   // session ids with a step running
+	force  map[string]bool   // session ids whose next reconciliation may pass the deletion brake
+	next   map[string]string // session id → the environment it goes to once its pull-back rests (DispatchToEnvironment)
 	sync   *syncMetrics
 	// allowed: the secret scan's false positives each session's operator let through (in memory:
 	// after a restart they are named again)
@@ -285,8 +289,9 @@ func (d *Dispatcher) Dispatch(ctx context.Context, sessionID, profileID, machine
 	if machineClass != "" {
 		reason += " (machine class " + machineClass + ")"
 	}
-	zero := 0 // a new dispatch: no barrier passed yet
-	p, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation, Change{To: Requested, Reason: reason, ProfileID: &profileID, MachineClass: &machineClass, BarrierStep: &zero})
+	zero, none := 0, "" // a new dispatch: no barrier passed yet, no environment chosen (provision picks one)
+	p, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation, Change{To: Requested, Reason: reason, ProfileID: &profileID, MachineClass: &machineClass,
+		EnvironmentID: &none, BarrierStep: &zero})
 	if err != nil {
 		return p, err
 	}

@@ -33,6 +33,17 @@ func (d *Dispatcher) advance(ctx context.Context, sessionID string) error {
 			next, err = d.drain(ctx, p)
 		case Reconciling:
 			next, err = d.reconcile(ctx, p)
+		case Local:
+			// a pull-back that DispatchToEnvironment started goes on to its target
+			envID := d.takeNext(sessionID)
+			if envID == "" {
+				return nil
+			}
+			if _, err := d.onto(ctx, p, envID); err != nil {
+				d.log.Warn("dispatch onto the next environment", "session", sessionID, "env", envID, "err", err)
+				return err
+			}
+			continue
 		default:
 			return nil
 		}
@@ -83,13 +94,24 @@ func failure(p Placement, err error) Change {
 	return next
 }
 
-// provision reuses an idle environment of the profile (warm lease) or leases a new one.
+// provision takes the environment a dispatch named (DispatchToEnvironment), or reuses an idle
+// environment of the profile (warm lease) that is not reserved, or leases a new one.
 func (d *Dispatcher) provision(ctx context.Context, p Placement) (Change, error) {
+	if p.EnvironmentID != "" {
+		if _, err := d.usableTarget(ctx, p.SessionID, p.EnvironmentID); err != nil {
+			return Change{}, err
+		}
+		id := p.EnvironmentID
+		return Change{To: Provisioning, Reason: "onto environment " + id, EnvironmentID: &id}, nil
+	}
 	list, err := d.cfg.Envs.List(ctx, false)
 	if err != nil {
 		return Change{}, err
 	}
 	for _, e := range list {
+		if d.cfg.Reserved != nil && d.cfg.Reserved(e) {
+			continue
+		}
 		if e.ProfileID == p.ProfileID && (e.State == envs.Ready || e.State == envs.Idle) && d.cfg.Admitted(e.ID) &&
 			(p.MachineClass == "" || e.Class() == p.MachineClass) {
 			id := e.ID
@@ -111,7 +133,13 @@ func (d *Dispatcher) waitReady(ctx context.Context, p Placement) (Change, error)
 	if err != nil {
 		return Change{}, err
 	}
-	if e.State != envs.Ready && e.State != envs.Idle {
+	if e.State == envs.Attached {
+		// attached for this session's owner (a dispatch onto this environment): usable while no
+		// other session's placement holds it
+		if err := d.servesOnly(ctx, e.ID, p.SessionID); err != nil {
+			return Change{}, err
+		}
+	} else if e.State != envs.Ready && e.State != envs.Idle {
 		return Change{}, fmt.Errorf("environment %s is %s: %s", e.ID, e.State, e.Error)
 	}
 	return Change{To: Syncing, Reason: "environment " + e.ID + " ready"}, nil
