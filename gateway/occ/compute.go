@@ -416,7 +416,7 @@ func (c *Compute) bindAgent(ctx context.Context, body json.RawMessage) (any, err
 // another namespace, or a namespace never ensured, is a permanent failure.
 func (c *Compute) bind(ctx context.Context, namespaceID, agentID, principal string) (string, error) {
 	if _, err := c.getNamespace(ctx, c.d.DB.R, namespaceID); errors.Is(err, store.ErrNotFound) {
-		return "", Permanent("NAMESPACE_NOT_PREPARED", "namespace "+namespaceID+" was never ensured on this gateway")
+		return "", Permanent(CodeNamespaceNotPrepared, "namespace "+namespaceID+" was never ensured on this gateway")
 	} else if err != nil {
 		return "", err
 	}
@@ -424,7 +424,7 @@ func (c *Compute) bind(ctx context.Context, namespaceID, agentID, principal stri
 	err := c.d.DB.R.QueryRowContext(ctx, `SELECT namespace_id, session_id FROM occ_agents WHERE id=?`, agentID).Scan(&ns, &session)
 	switch {
 	case err == nil && ns != namespaceID:
-		return "", Permanent("FOREIGN_NAMESPACE", "agent "+agentID+" is bound in another namespace")
+		return "", Permanent(CodeForeignNamespace, "agent "+agentID+" is bound in another namespace")
 	case err == nil && session != "":
 		return session, nil
 	case err != nil && !errors.Is(err, sql.ErrNoRows):
@@ -451,7 +451,7 @@ func (c *Compute) bind(ctx context.Context, namespaceID, agentID, principal stri
 		return "", err
 	}
 	if ns != namespaceID {
-		return "", Permanent("FOREIGN_NAMESPACE", "agent "+agentID+" is bound in another namespace")
+		return "", Permanent(CodeForeignNamespace, "agent "+agentID+" is bound in another namespace")
 	}
 	return session, nil
 }

@@ -62,6 +62,10 @@ const (
 	CodeAttachmentRevoked   = "ATTACHMENT_REVOKED"
 	CodeNamespaceMismatch   = "NAMESPACE_MISMATCH"
 	CodeRotationUnsupported = "ROTATION_UNSUPPORTED"
+	// CodeNamespaceNotPrepared and CodeForeignNamespace are the compute side's codes for a
+	// namespace never ensured and one recorded under another name.
+	CodeNamespaceNotPrepared = "NAMESPACE_NOT_PREPARED"
+	CodeForeignNamespace     = "FOREIGN_NAMESPACE"
 )
 
 // FieldSpec is one config or secrets field of a source type.
@@ -119,9 +123,21 @@ type ModelCatalog interface {
 
 // EnvironmentRevisions tells the credential gateway which OCC revision an environment serves, so
 // that a model call of that environment's worker uses the revision's attached source. The compute
-// side answers it; ok is false for an environment that serves no OCC revision.
+// side answers it.
 type EnvironmentRevisions interface {
-	RevisionOfEnvironment(ctx context.Context, envID string) (namespaceID, revisionID string, ok bool, err error)
+	RevisionOfEnvironment(ctx context.Context, envID string) (EnvRevision, error)
+}
+
+// EnvRevision is what the compute side knows of an environment's OCC revision.
+type EnvRevision struct {
+	// OCC: the environment was created for a revision of an OCC namespace (its idempotency key
+	// says so), whether or not a revision is recorded for it. Its calls never use the gateway's
+	// own credentials unless a live revision without attachments (harnessAuth runtime) owns it.
+	OCC bool
+	// NamespaceID and RevisionID name the recorded revision ("" when none has it).
+	NamespaceID, RevisionID string
+	// Retired: that revision was retired (its environment's calls are refused).
+	Retired bool
 }
 
 var _ EnvironmentRevisions = (*Compute)(nil)
@@ -441,6 +457,22 @@ func (g *CredentialGateway) source(ctx context.Context, namespaceID, sourceID st
 	return r, true, nil
 }
 
+// ensured refuses a namespace the compute side never ensured (registerSource's precondition is
+// a ready namespace), or one recorded under another name.
+func (g *CredentialGateway) ensured(ctx context.Context, ns Namespace) error {
+	var name string
+	err := g.cfg.DB.R.QueryRowContext(ctx, `SELECT name FROM occ_namespaces WHERE id=?`, ns.ID).Scan(&name)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return Permanent(CodeNamespaceNotPrepared, "namespace "+ns.ID+" was never ensured on this gateway (ensureNamespace first)")
+	case err != nil:
+		return fmt.Errorf("read occ namespace: %w", err)
+	case ns.Name != "" && ns.Name != name:
+		return Permanent(CodeForeignNamespace, "namespace id "+ns.ID+" is recorded with another name")
+	}
+	return nil
+}
+
 func (g *CredentialGateway) listSourceTypes(context.Context, json.RawMessage) (any, error) {
 	return g.types, nil
 }
@@ -454,6 +486,9 @@ func (g *CredentialGateway) registerSource(ctx context.Context, body json.RawMes
 	}
 	if _, e := g.checkInput(r.Source, *r.Input); e != nil {
 		return nil, e
+	}
+	if err := g.ensured(ctx, r.Namespace); err != nil {
+		return nil, err
 	}
 	row, found, err := g.source(ctx, r.Namespace.ID, r.Source.ID)
 	if err != nil {
@@ -775,9 +810,19 @@ func (g *CredentialGateway) CallCredential(ctx context.Context, envID string, m 
 	if revs == nil {
 		return "", false, nil
 	}
-	nsID, revID, ok, err := revs.RevisionOfEnvironment(ctx, envID)
-	if err != nil || !ok {
+	er, err := revs.RevisionOfEnvironment(ctx, envID)
+	if err != nil || !er.OCC {
 		return "", false, err
+	}
+	nsID, revID := er.NamespaceID, er.RevisionID
+	switch {
+	case revID == "":
+		// an OCC namespace's environment no recorded revision owns: never the gateway's key
+		g.auditRefusal(ctx, envID, "unknown", "unknown", "", "no recorded revision owns the environment")
+		return "", false, protocol.Errorf(protocol.CodeCredentialUnavailable, "environment %s belongs to an OCC namespace but to no recorded revision", envID)
+	case er.Retired:
+		g.auditRefusal(ctx, envID, nsID, revID, "", "the revision was retired")
+		return "", false, protocol.Errorf(protocol.CodeCredentialUnavailable, "revision %s was retired", revID)
 	}
 	typ := typeForModel(m)
 	rows, err := g.cfg.DB.R.QueryContext(ctx, `SELECT a.source_id, a.source_type, a.state, COALESCE(s.credential_name, '')

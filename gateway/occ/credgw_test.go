@@ -30,15 +30,19 @@ import (
 
 // envRevisions is the compute side's answer for the tests: environment → (namespace, revision).
 type envRevisions struct {
-	mu sync.Mutex
-	m  map[string][2]string
+	mu      sync.Mutex
+	m       map[string][2]string
+	retired map[string]bool // revision ids
+	occOnly map[string]bool // environments of an OCC namespace that no revision owns
 }
 
-func (e *envRevisions) RevisionOfEnvironment(_ context.Context, envID string) (string, string, bool, error) {
+func (e *envRevisions) RevisionOfEnvironment(_ context.Context, envID string) (occ.EnvRevision, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	r, ok := e.m[envID]
-	return r[0], r[1], ok, nil
+	if r, ok := e.m[envID]; ok {
+		return occ.EnvRevision{OCC: true, NamespaceID: r[0], RevisionID: r[1], Retired: e.retired[r[1]]}, nil
+	}
+	return occ.EnvRevision{OCC: e.occOnly[envID]}, nil
 }
 
 // cgHarness is a credential gateway on a real database and credentials store, served by the HTTP
@@ -78,7 +82,7 @@ func (s *syncBuffer) String() string {
 func newCG(t *testing.T) *cgHarness {
 	t.Helper()
 	ctx := testenv.Context(t, 20*time.Second)
-	h := &cgHarness{t: t, dir: t.TempDir(), log: &syncBuffer{}, revs: &envRevisions{m: map[string][2]string{}}}
+	h := &cgHarness{t: t, dir: t.TempDir(), log: &syncBuffer{}, revs: &envRevisions{m: map[string][2]string{}, retired: map[string]bool{}, occOnly: map[string]bool{}}}
 	var err error
 	h.db, err = store.Open(ctx, filepath.Join(h.dir, "gateway.db"))
 	if err != nil {
@@ -87,6 +91,13 @@ func newCG(t *testing.T) *cgHarness {
 	t.Cleanup(func() { h.db.Close() })
 	if h.creds, err = credentials.Open(h.db, h.dir); err != nil {
 		t.Fatal(err)
+	}
+	// the namespaces the tests use, as ensureNamespace records them (a source is registered
+	// only in an ensured namespace)
+	for _, id := range []string{"ns1", "ns2", "ns-a", "ns-b"} {
+		if _, err := h.db.W.Exec(`INSERT INTO occ_namespaces(id, name, profile_id, created_at, updated_at) VALUES(?,?,'local','','')`, id, id); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := h.creds.Set(ctx, "gateway-anthropic", "sk-the-gateways-own-key"); err != nil {
 		t.Fatal(err)
@@ -280,6 +291,12 @@ func TestRegisterSourceRefusesBadInputBeforeStoring(t *testing.T) {
 			b["input"].(map[string]any)["secrets"] = map[string]any{"apiKey": 42}
 			return b
 		}(), 400, "input.secrets"},
+		{"namespace never ensured", register("ns-never", "src1", "anthropic", key), 409, "ns-never was never ensured"},
+		{"namespace under another name", func() any {
+			b := register("ns1", "src1", "anthropic", key)
+			b["namespace"].(map[string]any)["name"] = "team-other"
+			return b
+		}(), 409, "recorded with another name"},
 		{"foreign namespace in source", map[string]any{"namespace": ns("ns1"),
 			"source": map[string]any{"id": "src1", "type": "anthropic", "namespaceId": "ns2"}, "input": input("anthropic", key)}, 409, ""},
 	} {
@@ -611,5 +628,55 @@ func TestUpdateRotateAndRemoveSource(t *testing.T) {
 	h.ok("sourceStatus", map[string]any{"namespace": ns("ns2"), "source": source("src1", "anthropic")}, &st)
 	if st.State != "failed" || st.Reason == "" {
 		t.Fatalf("status of a source without its value %+v", st)
+	}
+}
+
+// A model call from an environment of an OCC namespace that no live revision owns — its revision
+// retired, or none recorded for it — is refused credential-unavailable and audited, never served
+// with the gateway's own key, also when the revision had no attachment (harnessAuth runtime). A
+// live revision without attachments and an environment outside OCC keep the catalog's credential.
+// The compute side's real RevisionOfEnvironment answers from the recorded rows.
+func TestRetiredOrUnownedOCCEnvironmentNeverFallsBack(t *testing.T) {
+	h := newCG(t)
+	c, err := occ.NewCompute(occ.ComputeDeps{DB: h.db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.gw.SetRevisions(c)
+	now := store.FormatTime(time.Now())
+	for _, q := range [][]any{
+		{`INSERT INTO occ_agents(id, namespace_id, created_at, updated_at) VALUES('agent1','ns1',?,?)`, now, now},
+		{`INSERT INTO occ_revisions(id, namespace_id, agent_id, profile_id, state, created_at, updated_at) VALUES('rev-live','ns1','agent1','local','ready',?,?)`, now, now},
+		{`INSERT INTO occ_revisions(id, namespace_id, agent_id, profile_id, state, created_at, updated_at) VALUES('rev-ret','ns1','agent1','local','retired',?,?)`, now, now},
+		{`INSERT INTO occ_revision_environments(revision_id, attempt, environment_id) VALUES('rev-live',1,'env-live'),('rev-ret',1,'env-ret')`},
+	} {
+		if _, err := h.db.W.Exec(q[0].(string), q[1:]...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id, key := range map[string]any{"env-live": "occ:ns1:rev-live:1", "env-ret": "occ:ns1:rev-ret:1", "env-orphan": "occ:ns1:rev-gone:1", "env-plain": nil} {
+		if _, err := h.db.W.Exec(`INSERT INTO environments(id, profile_id, provider_id, idempotency_key, operation_id, state, profile_snapshot,
+			created_at, updated_at, last_activity_at) VALUES(?,'local','local',?,?,'ready','{}',?,?,?)`, id, key, "op-"+id, now, now, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, env := range []string{"env-live", "env-plain"} {
+		if err := h.stream(env, "anthropic/m"); err != nil {
+			t.Fatalf("call of %s: %v, want the catalog's credential", env, err)
+		}
+	}
+	for env, want := range map[string]string{"env-ret": "revision rev-ret was retired", "env-orphan": "to no recorded revision"} {
+		for range 2 {
+			var pe *protocol.Error
+			if err := h.stream(env, "anthropic/m"); !errors.As(err, &pe) || pe.Code != protocol.CodeCredentialUnavailable || !strings.Contains(pe.Message, want) {
+				t.Fatalf("call of %s: %v, want credential-unavailable (%s)", env, err, want)
+			}
+		}
+		if n := h.count(`SELECT COUNT(*) FROM audit WHERE kind='occ.source.refused' AND environment_id=?`, env); n != 1 {
+			t.Fatalf("%d refusal audit rows for %s, want 1", n, env)
+		}
+	}
+	if got := strings.Join(h.keysSeen(), ","); got != "sk-the-gateways-own-key,sk-the-gateways-own-key" {
+		t.Fatalf("keys the provider saw: %s, want only the two allowed calls", got)
 	}
 }

@@ -200,7 +200,7 @@ func (c *Compute) lookupRevision(ctx context.Context, rev AgentRevision) (revisi
 		return r, err
 	}
 	if r.NamespaceID != rev.NamespaceID || r.AgentID != rev.AgentID {
-		return r, Permanent("FOREIGN_NAMESPACE", "revision "+rev.ID+" belongs to another namespace or agent")
+		return r, Permanent(CodeForeignNamespace, "revision "+rev.ID+" belongs to another namespace or agent")
 	}
 	return r, nil
 }
@@ -229,7 +229,7 @@ func (c *Compute) prepareRevision(ctx context.Context, body json.RawMessage) (an
 	}
 	ns, err := c.getNamespace(ctx, c.d.DB.R, rev.NamespaceID)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, Permanent("NAMESPACE_NOT_PREPARED", "namespace "+rev.NamespaceID+" was never ensured on this gateway")
+		return nil, Permanent(CodeNamespaceNotPrepared, "namespace "+rev.NamespaceID+" was never ensured on this gateway")
 	} else if err != nil {
 		return nil, err
 	}
@@ -653,15 +653,30 @@ func (c *Compute) requiresStoppedPredecessors(ctx context.Context, body json.Raw
 }
 
 // RevisionOfEnvironment tells which OCC revision an environment serves (the credential gateway
-// binds a revision's attached sources to its environment's model calls through it); ok is false
-// for an environment that serves no unretired OCC revision.
-func (c *Compute) RevisionOfEnvironment(ctx context.Context, envID string) (namespaceID, revisionID string, ok bool, err error) {
-	err = c.d.DB.R.QueryRowContext(ctx, `SELECT r.namespace_id, r.id FROM occ_revision_environments e
-		JOIN occ_revisions r ON r.id=e.revision_id WHERE e.environment_id=? AND r.state<>?`, envID, string(RevRetired)).Scan(&namespaceID, &revisionID)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", "", false, nil
+// binds a revision's attached sources to its environment's model calls through it): any
+// environment the revision was given in any attempt, and whether the environment was created for
+// an OCC namespace at all (its idempotency key), so that one no live revision owns is refused
+// rather than served with the gateway's own credentials.
+func (c *Compute) RevisionOfEnvironment(ctx context.Context, envID string) (EnvRevision, error) {
+	var out EnvRevision
+	var key sql.NullString
+	err := c.d.DB.R.QueryRowContext(ctx, `SELECT idempotency_key FROM environments WHERE id=?`, envID).Scan(&key)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return out, err
 	}
-	return namespaceID, revisionID, err == nil, err
+	out.OCC = ReservedEnvironment(key.String)
+	var state string
+	err = c.d.DB.R.QueryRowContext(ctx, `SELECT r.namespace_id, r.id, r.state FROM occ_revision_environments e
+		JOIN occ_revisions r ON r.id=e.revision_id WHERE e.environment_id=? ORDER BY e.attempt DESC LIMIT 1`, envID).Scan(&out.NamespaceID, &out.RevisionID, &state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return out, nil
+	}
+	if err != nil {
+		return out, err
+	}
+	out.OCC = true // recorded for a revision: an OCC environment whatever its key
+	out.Retired = RevState(state) == RevRetired
+	return out, nil
 }
 
 // agentSession names the session an agent's revisions serve (its id, or the agent's when the
