@@ -290,7 +290,9 @@ func EnvKeyPrefix(namespaceID string) string { return "occ:" + namespaceID + ":"
 
 // ReservedEnvironment reports whether an environment's idempotency key marks it as an OCC
 // revision's: it takes only its agent's session (never a warm lease for another).
-func ReservedEnvironment(idempotencyKey string) bool { return strings.HasPrefix(idempotencyKey, "occ:") }
+func ReservedEnvironment(idempotencyKey string) bool {
+	return strings.HasPrefix(idempotencyKey, "occ:")
+}
 
 // NewAgentWorkspace creates a gateway-owned directory for an agent's workspace under
 // <dataDir>/occ/workspaces (mode 0700); its name holds nothing from OCC.
