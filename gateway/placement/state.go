@@ -88,14 +88,29 @@ type Placement struct {
 	UpdatedAt      string `json:"updatedAt"`
 }
 
+// ChangePlacementUpdated is the kind of the gateway-wide feed's change (GET /api/v1/events) that
+// a session's placement changed: a transition, a step noted, a turn claimed or let go. Its id is
+// the session's.
+const ChangePlacementUpdated = "placement.updated"
+
 // Placements stores the placement state machine.
 type Placements struct {
 	db *store.DB
 	// Clock dates the rows (the real clock when nil).
 	Clock clock.Clock
+	// Notify, when set, publishes each committed change of a session's placement on the
+	// gateway-wide feed (sessions.Store.Notify with ChangePlacementUpdated); it must not block.
+	Notify func(kind, id string)
 }
 
 func (ps *Placements) now() string { return store.FormatTime(clock.Or(ps.Clock).Now()) }
+
+// changed announces a committed change of the session's placement.
+func (ps *Placements) changed(sessionID string) {
+	if ps.Notify != nil {
+		ps.Notify(ChangePlacementUpdated, sessionID)
+	}
+}
 
 // NewPlacements returns the placement store.
 func NewPlacements(db *store.DB) *Placements { return &Placements{db: db} }
@@ -245,8 +260,11 @@ func (ps *Placements) transition(ctx context.Context, sessionID string, gen uint
 		out = p
 		return err
 	})
-	if err == nil && committed != nil {
-		committed()
+	if err == nil {
+		ps.changed(sessionID)
+		if committed != nil {
+			committed()
+		}
 	}
 	return out, err
 }
@@ -255,7 +273,7 @@ func (ps *Placements) transition(ctx context.Context, sessionID string, gen uint
 // still at generation gen (compare-and-swap) and no turn holds it, so a local message admitted
 // against a stale snapshot can never race a worker turn. wantRemote says which loop claims.
 func (ps *Placements) ClaimTurn(ctx context.Context, sessionID string, gen uint64, wantRemote bool, runID string) error {
-	return ps.db.InTx(ctx, func(tx *sql.Tx) error {
+	err := ps.db.InTx(ctx, func(tx *sql.Tx) error {
 		p, err := scanPlacement(tx.QueryRowContext(ctx, `SELECT `+placementCols+` FROM placements WHERE session_id=?`, sessionID))
 		if errors.Is(err, sql.ErrNoRows) {
 			p = Placement{SessionID: sessionID, State: Local}
@@ -282,6 +300,10 @@ func (ps *Placements) ClaimTurn(ctx context.Context, sessionID string, gen uint6
 		_, err = tx.ExecContext(ctx, `UPDATE placements SET turn_run_id=? WHERE session_id=? AND generation=?`, runID, sessionID, gen)
 		return err
 	})
+	if err == nil {
+		ps.changed(sessionID)
+	}
+	return err
 }
 
 // ReleaseAllTurns clears every turn claim: claims (turns, checkpoints) die with the gateway that
@@ -293,8 +315,14 @@ func (ps *Placements) ReleaseAllTurns(ctx context.Context) error {
 
 // ReleaseTurn clears the session's turn if it is runID.
 func (ps *Placements) ReleaseTurn(ctx context.Context, sessionID, runID string) error {
-	_, err := ps.db.W.ExecContext(ctx, `UPDATE placements SET turn_run_id='' WHERE session_id=? AND turn_run_id=?`, sessionID, runID)
-	return err
+	res, err := ps.db.W.ExecContext(ctx, `UPDATE placements SET turn_run_id='' WHERE session_id=? AND turn_run_id=?`, sessionID, runID)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n > 0 {
+		ps.changed(sessionID)
+	}
+	return nil
 }
 
 // Event is one recorded placement change.
@@ -330,15 +358,17 @@ func (ps *Placements) Note(ctx context.Context, sessionID, reason string) {
 	if err != nil {
 		return
 	}
-	_, _ = ps.db.W.ExecContext(ctx, `INSERT INTO placement_events(session_id, at, from_state, to_state, generation, reason) VALUES(?,?,?,?,?,?)`,
-		sessionID, ps.now(), string(p.State), string(p.State), p.Generation, reason)
+	if _, err := ps.db.W.ExecContext(ctx, `INSERT INTO placement_events(session_id, at, from_state, to_state, generation, reason) VALUES(?,?,?,?,?,?)`,
+		sessionID, ps.now(), string(p.State), string(p.State), p.Generation, reason); err == nil {
+		ps.changed(sessionID)
+	}
 }
 
 // RecordBase records a new base manifest for the placement of a session whose turn claim is held by
 // claim (the checkpoint): a pull-back that started meanwhile waits for that claim, so the base it
 // reconciles against is this one.
 func (ps *Placements) RecordBase(ctx context.Context, sessionID, claim string, gen uint64, baseFile, reason string) error {
-	return ps.db.InTx(ctx, func(tx *sql.Tx) error {
+	err := ps.db.InTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE placements SET base_manifest_id=? WHERE session_id=? AND turn_run_id=? AND generation=?`, baseFile, sessionID, claim, gen)
 		if err != nil {
 			return err
@@ -352,6 +382,10 @@ func (ps *Placements) RecordBase(ctx context.Context, sessionID, claim string, g
 			sessionID, ps.now(), st, st, gen, reason)
 		return err
 	})
+	if err == nil {
+		ps.changed(sessionID)
+	}
+	return err
 }
 
 // checkpointAge is how long ago the session's last checkpoint was recorded (ok false: none yet).

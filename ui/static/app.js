@@ -46,19 +46,27 @@ async function api(method, path, body, opts) {
 }
 
 // stream follows a WebSocket feed, reconnecting after the last cursor it saw. onItem gets each
-// message in order; a message at or before the cursor (a replay) is dropped here.
+// message in order; a message at or before the cursor (a replay) is dropped here, except the first
+// of a connection: the gateway replays only what follows the cursor, so an earlier one means its
+// feed started again (a restarted gateway) and the cursor follows it. opts.onGap gets the count of
+// messages lost (too old to replay), opts.onReopen each reconnection: what changed meanwhile
+// may be neither replayed nor counted (a restarted gateway), so a view that follows the feed
+// instead of polling reloads then.
 function stream(path, cursor, onItem, opts) {
   opts = opts || {};
-  let closed = false, sock = null;
+  let closed = false, sock = null, opened = false;
   const s = { cursor: cursor || 0, close() { closed = true; if (sock) sock.close(); } };
   const open = () => {
     if (closed) return;
     const sep = path.includes('?') ? '&' : '?';
     sock = new WebSocket((location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/api/v1' + path + sep + 'cursor=' + s.cursor);
+    let first = true;
+    sock.onopen = () => { if (opened && opts.onReopen) opts.onReopen(); opened = true; };
     sock.onmessage = (ev) => {
       const m = JSON.parse(ev.data);
-      if (m.type === 'gap') { if (opts.onGap) opts.onGap(m.missed); return; }
-      if (m.cursor <= s.cursor) return;
+      if (m.type === 'gap') { first = false; if (opts.onGap) opts.onGap(m.missed); return; }
+      if (m.cursor <= s.cursor && !(first && opts.onReopen)) return;
+      first = false;
       s.cursor = m.cursor;
       onItem(m);
     };
@@ -135,9 +143,6 @@ const sidebar = {
     }
     ul.replaceChildren(frag);
     $('#session-list-status').textContent = list.length ? '' : 'No sessions yet.';
-    // Placement steps are not all on the feed (a dispatch announces itself when the worker takes
-    // the session): poll quickly while one moves, slowly otherwise.
-    this.soon([...this.placements.values()].some((p) => moving.has(p.state)) ? 500 : 5000);
     document.dispatchEvent(new CustomEvent('sessions-loaded'));
   },
   soon(ms) {
@@ -146,9 +151,10 @@ const sidebar = {
   },
   start() {
     this.load().catch((e) => { $('#session-list-status').textContent = e.message; });
-    // The gateway-wide feed says when a session is created or changes; the list reloads (at most
-    // every 100 ms). Placement moves are polled while one is under way.
-    stream('/events', 0, () => this.soon(100));
+    // The gateway-wide feed says when a session is created or changes and when its placement
+    // moves; the list reloads (at most every 100 ms), and after what the feed could not replay.
+    const reload = () => this.soon(100);
+    stream('/events', 0, reload, { onGap: reload, onReopen: reload });
   },
 };
 
@@ -383,9 +389,10 @@ function chatPage(id) {
     st.claim = !st.running && p.turnRunId ? p.turnRunId : '';
     $('#send').disabled = !!st.running || !!st.claim;
     if (!st.running) $('#turn-status').textContent = st.claim ? 'Busy: ' + st.claim + ' in progress…' : '';
+    // Placement moves and turn claims come on the gateway-wide feed (below); the worker's tunnel
+    // and load are not on it: polled while the session runs on a worker.
     clearTimeout(st.placementTimer);
-    if (moving.has(p.state) || st.claim) st.placementTimer = setTimeout(loadPlacement, 300);
-    else if (remote) st.placementTimer = setTimeout(loadPlacement, 1000);
+    if (remote) st.placementTimer = setTimeout(loadPlacement, 1000);
   }
 
   // Only the newest entries are fetched (the window plus the running turn's), never the whole
@@ -496,12 +503,15 @@ function chatPage(id) {
     if (!ps.length) { $('#move').disabled = true; }
     showMoveClass(!$('#move').hidden ? false : true);
   }).catch(() => {});
-  // A turn started elsewhere (the CLI, another tab) shows up through the gateway-wide feed.
+  // A turn started elsewhere (the CLI, another tab) and each move of the placement show up
+  // through the gateway-wide feed.
+  const reload = () => load().catch(() => {});
   stream('/events', 0, (c) => {
     if (c.id !== id) return;
-    if (st.running) refreshEntries();
-    else load().catch(() => {});
-  });
+    if (c.kind === 'placement.updated') loadPlacement();
+    else if (st.running) refreshEntries();
+    else reload();
+  }, { onGap: reload, onReopen: reload });
   load().catch((e) => showError($('#chat-error'), e));
 }
 
@@ -525,11 +535,19 @@ function newPage() {
     for (const p of ps) bar.append(el('button', { type: 'button', class: 'target', 'data-kind': 'profile', 'data-profile': p.id, 'aria-pressed': 'false', text: p.id }));
   }).catch(() => {});
 
+  // watch shows the steps of the session's dispatch as the gateway-wide feed announces them
+  // (followed from before the first read, so that no step is missed), until it rests.
+  let watching = null;
   async function watch(id) {
+    if (!watching) {
+      const again = () => watch(id).catch((e) => showError($('#create-error'), e));
+      watching = stream('/events', 0, (c) => { if (c.id === id && c.kind === 'placement.updated') again(); }, { onGap: again, onReopen: again });
+    }
     const v = await api('GET', '/sessions/' + encodeURIComponent(id) + '/placement');
     $('#create-steps').replaceChildren(...(v.events || []).map((e) => el('li', { 'data-to': e.to }, el('strong', { text: e.to }), ' ', e.reason || '')));
     const p = v.placement;
-    if (moving.has(p.state)) { setTimeout(() => watch(id).catch((e) => showError($('#create-error'), e)), 300); return; }
+    if (moving.has(p.state)) return;
+    if (watching) { watching.close(); watching = null; }
     if (p.state === 'failed') {
       const err = $('#create-error');
       err.replaceChildren(el('p', { text: 'The dispatch failed: ' + (p.error || 'no reason recorded') }),

@@ -1,0 +1,67 @@
+package placement
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/internal/testenv"
+)
+
+// TestPlacementChangesAreOnTheFeed: every committed change of a placement (a transition, a turn
+// claimed and let go, a step noted) is one placement.updated change of the session on the
+// gateway-wide feed, which the Control UI follows instead of polling; a refused move (a stale
+// generation) and a release of a claim the session does not hold are not.
+func TestPlacementChangesAreOnTheFeed(t *testing.T) {
+	ctx := testenv.Context(t, 10*time.Second)
+	ps := openPlacements(t)
+	st, err := sessions.New(sessions.Config{DB: ps.db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close(context.Background()) })
+	ps.Notify = st.Notify
+	sub := st.SubscribeChanges(0)
+	defer sub.Close()
+	next := func(what string) *sessions.Change {
+		t.Helper()
+		select {
+		case c := <-sub.C():
+			return c
+		case <-ctx.Done():
+			t.Fatalf("%s: nothing on the feed", what)
+			return nil
+		}
+	}
+	const id = "ses_feed"
+	if _, err := ps.Transition(ctx, id, 1, Change{To: Requested}); !errors.Is(err, ErrStale) {
+		t.Fatalf("stale move: %v, want ErrStale", err)
+	}
+	if err := ps.ReleaseTurn(ctx, id, "run_nobody"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ps.ClaimTurn(ctx, id, 0, false, "run_1"); err != nil {
+		t.Fatal(err)
+	}
+	if c := next("claim"); c.Kind != ChangePlacementUpdated || c.ID != id {
+		t.Fatalf("first change on the feed %s %s, want %s %s (the refused move and the empty release are not changes)", c.Kind, c.ID, ChangePlacementUpdated, id)
+	}
+	if err := ps.ReleaseTurn(ctx, id, "run_1"); err != nil {
+		t.Fatal(err)
+	}
+	if c := next("release"); c.Kind != ChangePlacementUpdated || c.ID != id {
+		t.Fatalf("after release: %s %s", c.Kind, c.ID)
+	}
+	if _, err := ps.Transition(ctx, id, 0, Change{To: Requested, Reason: "dispatch"}); err != nil {
+		t.Fatal(err)
+	}
+	if c := next("transition"); c.Kind != ChangePlacementUpdated || c.ID != id {
+		t.Fatalf("after a transition: %s %s", c.Kind, c.ID)
+	}
+	ps.Note(ctx, id, "a step")
+	if c := next("note"); c.Kind != ChangePlacementUpdated || c.ID != id {
+		t.Fatalf("after a note: %s %s", c.Kind, c.ID)
+	}
+}
