@@ -276,7 +276,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 
 	placements := placement.NewPlacements(db)
 	placements.Clock = clk
-	placements.Notify = sess.Notify // placement changes are on the gateway-wide feed
+	// placement changes are on the gateway-wide feed
+	placements.Notify = sess.Notify
 	var dispatcher *placement.Dispatcher // built below; turns call it only after Run has started
 	turnSvc, err = turns.New(ctx, turns.Config{Clock: clk, DB: db, Sessions: sess, Catalog: catalog, DataDir: dataDir,
 		Log: log.With("subsystem", "turns"), Workers: workers, Placements: placements, ExtraTools: extraTools,
