@@ -373,6 +373,10 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			},
 			func(g *echo.Group) { inference.RegisterAPI(g, catalog, creds) },
 			func(g *echo.Group) { turns.RegisterAPI(g, turnSvc) },
+			func(g *echo.Group) {
+				turns.RegisterRemoveAPI(g, turns.NewRemover(turns.RemoverConfig{Turns: turnSvc, Dispatcher: dispatcher, Envs: mgr,
+					AlsoDelete: []func(context.Context, *sql.Tx, string) error{spawner.DeleteTx}}))
+			},
 			func(g *echo.Group) { placement.RegisterDispatchAPI(g, dispatcher) },
 			func(g *echo.Group) { agents.RegisterAPI(g, spawner) },
 		},

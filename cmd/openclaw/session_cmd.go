@@ -28,7 +28,8 @@ func newSessionCmd(g *globals) *cobra.Command {
 		Short:   "List, inspect, follow and export sessions",
 	}
 	cmd.AddCommand(newSessionCreateCmd(g), newSessionSendCmd(g), newSessionDispatchCmd(g), newSessionPullbackCmd(g), newSessionMoveCmd(g), newSessionListCmd(g), newSessionShowCmd(g), newSessionWatchCmd(g),
-		newSessionExportCmd(g), newSessionCancelCmd(g), newSessionPublishCmd(g), newSessionDiffCmd(g))
+		newSessionExportCmd(g), newSessionCancelCmd(g), newSessionPublishCmd(g), newSessionDiffCmd(g),
+		newSessionRmCmd(g), newSessionArchiveCmd(g, true), newSessionArchiveCmd(g, false), newSessionPruneCmd(g))
 	return cmd
 }
 
@@ -88,15 +89,27 @@ again or moved to the gateway with ` + "`openclaw session move ID --local`" + `.
 }
 
 func newSessionListCmd(g *globals) *cobra.Command {
-	return listCmd(g, &cobra.Command{Use: "list", Example: `  openclaw session list
-  openclaw session list -o json | jq -r '.[].id'`, Short: "List sessions, most recently updated first", Args: cobra.NoArgs},
+	var f api.SessionFilter
+	cmd := listCmd(g, &cobra.Command{Use: "list [--all|--archived]", Example: `  openclaw session list
+  openclaw session list --archived
+  openclaw session list -o json | jq -r '.[].id'`, Short: "List sessions (archived ones with --all or --archived), most recently updated first", Args: cobra.NoArgs},
 		func(ctx context.Context, c *api.Client, _ []string) ([]sessions.Session, error) {
-			return c.Sessions(ctx)
+			if f.All && f.Archived {
+				return nil, errors.New("--all lists every session, --archived only the archived ones: pick one")
+			}
+			return c.SessionsWhere(ctx, f)
 		},
 		[]string{"ID", "TITLE", "AGENT", "MODEL", "PLACEMENT", "ENVIRONMENT", "UPDATED"}, func(s sessions.Session) []string {
+			placement := string(s.Placement)
+			if s.ArchivedAt != nil {
+				placement += " (archived)"
+			}
 			return []string{s.ID, dash(truncate(s.Title, 40)), s.Agent, dash(s.Model),
-				string(s.Placement), dash(s.EnvironmentID), humanMs(time.Since(s.UpdatedAt).Milliseconds()) + " ago"}
+				placement, dash(s.EnvironmentID), humanMs(time.Since(s.UpdatedAt).Milliseconds()) + " ago"}
 		})
+	cmd.Flags().BoolVar(&f.All, "all", false, "also list archived sessions")
+	cmd.Flags().BoolVar(&f.Archived, "archived", false, "list only archived sessions")
+	return cmd
 }
 
 func newSessionShowCmd(g *globals) *cobra.Command {

@@ -686,3 +686,11 @@ func (s *Spawner) recalled(ctx context.Context, d *Deps, childID string) SpawnRe
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// DeleteTx deletes the spawn options of a removed session in tx (session rm).
+func (s *Spawner) DeleteTx(ctx context.Context, tx *sql.Tx, sessionID string) error {
+	if _, err := tx.ExecContext(ctx, `DELETE FROM spawn_options WHERE session_id = ?`, sessionID); err != nil {
+		return fmt.Errorf("remove spawn options of %s: %w", sessionID, err)
+	}
+	return nil
+}

@@ -29,6 +29,28 @@ func (c *Client) Sessions(ctx context.Context) ([]sessions.Session, error) {
 	return getAs[[]sessions.Session](ctx, c, v1("sessions"))
 }
 
+// SessionFilter selects archived sessions in SessionsWhere: All lists every session, Archived only
+// the archived ones (neither: those not archived, as Sessions).
+type SessionFilter struct{ All, Archived bool }
+
+// SessionsWhere lists the sessions the filter selects, most recently updated first.
+func (c *Client) SessionsWhere(ctx context.Context, f SessionFilter) ([]sessions.Session, error) {
+	q := url.Values{}
+	if f.All {
+		q.Set("all", "true")
+	}
+	if f.Archived {
+		q.Set("archived", "true")
+	}
+	path := v1("sessions")
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var list []sessions.Session
+	err := c.get(ctx, path, &list)
+	return list, err
+}
+
 // Session returns one session.
 func (c *Client) Session(ctx context.Context, id string) (sessions.Session, error) {
 	return getAs[sessions.Session](ctx, c, v1("sessions", id))
@@ -169,4 +191,27 @@ func (s *SessionStream) Close() error { return s.conn.CloseNow() }
 // pull request when req.PR).
 func (c *Client) Publish(ctx context.Context, sessionID string, req placement.PublishRequest) (publish.Result, error) {
 	return doAs[publish.Result](ctx, c, http.MethodPost, v1("sessions", sessionID, "publish"), req)
+}
+
+// RemoveSession removes a session (DELETE /sessions/:id); mode says what to do with the work of a
+// session a worker holds ("" refuses it).
+func (c *Client) RemoveSession(ctx context.Context, id string, mode turns.RemoveMode) (turns.RemoveReport, error) {
+	path := v1("sessions", id)
+	if mode != "" {
+		path += "?" + url.Values{"force": {string(mode)}}.Encode()
+	}
+	var rep turns.RemoveReport
+	_, err := c.Do(ctx, http.MethodDelete, path, nil, &rep)
+	return rep, err
+}
+
+// ArchiveSession archives (archive true) or unarchives a session.
+func (c *Client) ArchiveSession(ctx context.Context, id string, archive bool) (sessions.Session, error) {
+	verb := "unarchive"
+	if archive {
+		verb = "archive"
+	}
+	var s sessions.Session
+	_, err := c.Do(ctx, http.MethodPost, v1("sessions", id, verb), nil, &s)
+	return s, err
 }

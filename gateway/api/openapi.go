@@ -91,7 +91,8 @@ var Operations = []Operation{
 	{Method: "GET", Path: "/api/v1/audit", Summary: "The newest 1000 audit rows.", Query: []Param{{"environmentId", "string", "only the rows of this environment"}}, Status: 200, Response: []store.AuditEntry{}},
 
 	{Method: "POST", Path: "/api/v1/sessions", Summary: "Create a session (with target {kind: profile} it is dispatched at once).", Body: sessions.CreateRequest{}, Status: 201, Response: sessions.Session{}},
-	{Method: "GET", Path: "/api/v1/sessions", Summary: "List the sessions, most recently updated first.", Status: 200, Response: []sessions.Session{}},
+	{Method: "GET", Path: "/api/v1/sessions", Summary: "List the sessions that are not archived, most recently updated first.",
+		Query: []Param{{"all", "boolean", "also the archived sessions"}, {"archived", "boolean", "only the archived sessions"}}, Status: 200, Response: []sessions.Session{}},
 	{Method: "GET", Path: "/api/v1/sessions/:id", Summary: "One session.", Status: 200, Response: sessions.Session{}},
 	{Method: "GET", Path: "/api/v1/sessions/:id/transcript", Summary: "The session's transcript: all of it, or with ?limit the newest entries (before ?before).",
 		Query: []Param{{"limit", "integer", "page size, 1 to 10000"}, {"before", "string", "entry id the page ends before (needs limit)"}}, Status: 200, Response: sessions.TranscriptPage{}},
@@ -110,6 +111,10 @@ var Operations = []Operation{
 	{Method: "GET", Path: "/api/v1/sessions/:id/turns", Summary: "The session's turns.", Status: 200, Response: []turns.Turn{}},
 	{Method: "GET", Path: "/api/v1/turns/:run", Summary: "One turn by its run id.", Status: 200, Response: turns.Turn{}},
 	{Method: "POST", Path: "/api/v1/sessions/:id/cancel", Summary: "Cancel the session's running turn.", Status: 200, Response: cancelResult{}},
+	{Method: "DELETE", Path: "/api/v1/sessions/:id", Summary: "Remove a session: a running turn is canceled first; its rows, transcript, anchor or managed worktree and refs/openclaw/* refs go (the branch openclaw/<name> stays). 409 while a worker holds it unless ?force says what to do with its work; the environment is released either way.",
+		Query: []Param{{"force", "string", "for a session a worker holds: pull-back (bring its work home first) or discard"}}, Status: 200, Response: turns.RemoveReport{}},
+	{Method: "POST", Path: "/api/v1/sessions/:id/archive", Summary: "Archive a session: hidden from GET /sessions by default, read-only (messages and dispatch refused), its transcript kept. 409 while a worker holds it or a turn runs.", Body: turns.ArchiveRequest{}, Status: 200, Response: sessions.Session{}},
+	{Method: "POST", Path: "/api/v1/sessions/:id/unarchive", Summary: "Unarchive a session.", Body: turns.ArchiveRequest{}, Status: 200, Response: sessions.Session{}},
 
 	{Method: "POST", Path: "/api/v1/sessions/:id/dispatch", Summary: "Move a session to a worker of a profile; the dispatch runs on in the gateway.", Body: placement.DispatchRequest{}, Status: 202, Response: placement.Placement{}},
 	{Method: "POST", Path: "/api/v1/sessions/:id/pullback", Summary: "Bring a session home from its worker (the body is optional).", Body: placement.PullBackRequest{}, Status: 202, Response: placement.Placement{}},

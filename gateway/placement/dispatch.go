@@ -266,6 +266,9 @@ func (d *Dispatcher) Dispatch(ctx context.Context, sessionID, profileID, machine
 	if err != nil {
 		return Placement{}, err
 	}
+	if sess.ArchivedAt != nil {
+		return Placement{}, sessions.ArchivedError(sessionID)
+	}
 	if sess.Workspace == "" {
 		return Placement{}, fmt.Errorf("session %s has no workspace to send to a worker", sessionID)
 	}

@@ -37,6 +37,9 @@ func (d *Dispatcher) checkDispatch(ctx context.Context, sessionID, profileID, ma
 	if err != nil {
 		return err
 	}
+	if sess.ArchivedAt != nil {
+		return echo.NewHTTPError(http.StatusConflict, sessions.ArchivedError(sessionID).Error())
+	}
 	if sess.Workspace == "" {
 		return echo.NewHTTPError(http.StatusConflict, fmt.Sprintf("session %s has no workspace to send to a worker", sessionID))
 	}

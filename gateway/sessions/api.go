@@ -190,12 +190,37 @@ func (h *handlers) create(c echo.Context) error {
 	return c.JSON(http.StatusCreated, ses)
 }
 
+// list answers GET /sessions: the sessions that are not archived; ?all=true adds the archived
+// ones, ?archived=true lists only them.
 func (h *handlers) list(c echo.Context) error {
+	all, fe := boolParam("all", c.QueryParam("all"))
+	if fe != nil {
+		return fieldError(c, fe)
+	}
+	archived, fe := boolParam("archived", c.QueryParam("archived"))
+	if fe != nil {
+		return fieldError(c, fe)
+	}
 	list, err := h.s.List(c.Request().Context())
 	if err != nil {
 		return h.fail(c, err)
 	}
+	if !all {
+		list = slices.DeleteFunc(list, func(s Session) bool { return (s.ArchivedAt != nil) != archived })
+	}
 	return c.JSON(http.StatusOK, list)
+}
+
+// boolParam parses a boolean query parameter ("" is false).
+func boolParam(name, v string) (bool, *providers.FieldError) {
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, &providers.FieldError{Field: name, Message: fmt.Sprintf("must be true or false, got %.20q", v)}
+	}
+	return b, nil
 }
 
 func (h *handlers) get(c echo.Context) error {

@@ -103,11 +103,14 @@ type Session struct {
 	LifecycleRevision uint64         `json:"lifecycleRevision"`
 	// ParentSessionID and SpawnToolCallID name the session and tool call (sessions_spawn) that
 	// spawned this one; SpawnDepth is 0 for a session nobody spawned, its parent's + 1 otherwise.
-	ParentSessionID string    `json:"parentSessionId,omitempty"`
-	SpawnToolCallID string    `json:"spawnToolCallId,omitempty"`
-	SpawnDepth      int       `json:"spawnDepth,omitempty"`
-	CreatedAt       time.Time `json:"createdAt"`
-	UpdatedAt       time.Time `json:"updatedAt"`
+	ParentSessionID string `json:"parentSessionId,omitempty"`
+	SpawnToolCallID string `json:"spawnToolCallId,omitempty"`
+	SpawnDepth      int    `json:"spawnDepth,omitempty"`
+	// ArchivedAt is when the session was archived (session archive): hidden from lists by
+	// default and read-only; nil for a session that is not archived.
+	ArchivedAt *time.Time `json:"archivedAt,omitempty"`
+	CreatedAt  time.Time  `json:"createdAt"`
+	UpdatedAt  time.Time  `json:"updatedAt"`
 }
 
 // CreateParams are the caller-chosen fields of a new session.
@@ -221,16 +224,20 @@ func (s *Store) Create(ctx context.Context, p CreateParams) (Session, error) {
 }
 
 const sessionCols = `id, title, agent, model, workspace, leaf_id, environment_id, owner_epoch,
-	lifecycle_revision, parent_session_id, spawn_tool_call_id, spawn_depth, created_at, updated_at`
+	lifecycle_revision, parent_session_id, spawn_tool_call_id, spawn_depth, archived_at, created_at, updated_at`
 
 type scanner = store.Scanner
 
 func scanSession(r scanner) (Session, error) {
 	var ses Session
-	var created, updated string
+	var archived, created, updated string
 	err := r.Scan(&ses.ID, &ses.Title, &ses.Agent, &ses.Model, &ses.Workspace, &ses.LeafID,
 		&ses.EnvironmentID, &ses.OwnerEpoch, &ses.LifecycleRevision, &ses.ParentSessionID, &ses.SpawnToolCallID,
-		&ses.SpawnDepth, &created, &updated)
+		&ses.SpawnDepth, &archived, &created, &updated)
+	if archived != "" {
+		at := store.ParseTime(archived)
+		ses.ArchivedAt = &at
+	}
 	ses.Placement = placementOf(ses.EnvironmentID)
 	ses.CreatedAt, ses.UpdatedAt = store.ParseTime(created), store.ParseTime(updated)
 	return ses, err

@@ -117,6 +117,7 @@ type Service struct {
 
 	mu      sync.Mutex
 	running map[string]context.CancelFunc // session id → cancel of its turn
+	ended   map[string]chan struct{}      // session id → closed once its local turn is recorded ended
 
 	metrics *metrics
 }
@@ -138,7 +139,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		}
 	}
 	c, cancel := context.WithCancel(context.Background())
-	return &Service{cfg: cfg, log: cfg.Log, ctx: c, cancel: cancel, running: map[string]context.CancelFunc{}, metrics: newMetrics()}, nil
+	return &Service{cfg: cfg, log: cfg.Log, ctx: c, cancel: cancel, running: map[string]context.CancelFunc{}, ended: map[string]chan struct{}{}, metrics: newMetrics()}, nil
 }
 
 // Close cancels running turns and waits for them.
@@ -210,6 +211,9 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 	sess, err := s.cfg.Sessions.Get(ctx, sessionID)
 	if err != nil {
 		return Turn{}, err
+	}
+	if sess.ArchivedAt != nil {
+		return Turn{}, sessions.ArchivedError(sessionID)
 	}
 	if idempotencyKey != "" {
 		if t, err := s.turnByKey(ctx, sessionID, idempotencyKey); err == nil {
@@ -332,9 +336,21 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 	if ws == "" {
 		ws = filepath.Join(s.cfg.DataDir, "workspaces", sessionID)
 	}
+	ended := make(chan struct{})
+	s.mu.Lock()
+	s.ended[sessionID] = ended
+	s.mu.Unlock()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer func() {
+			s.mu.Lock()
+			if s.ended[sessionID] == ended {
+				delete(s.ended, sessionID)
+			}
+			s.mu.Unlock()
+			close(ended)
+		}()
 		defer release()
 		status, msg := s.run(tctx, t, ws, text)
 		// The session is free before its turn reads as ended: whoever sees the outcome may send
@@ -380,6 +396,37 @@ func (s *Service) Cancel(sessionID string) bool {
 		c()
 	}
 	return ok
+}
+
+// CancelAndWait cancels the session's running turn on this gateway, if any, and waits (bounded by
+// ctx) until a local one has recorded its end: nothing of it writes to the session afterwards.
+func (s *Service) CancelAndWait(ctx context.Context, sessionID string) error {
+	s.mu.Lock()
+	if c, ok := s.running[sessionID]; ok {
+		c()
+	}
+	ended := s.ended[sessionID]
+	s.mu.Unlock()
+	if ended == nil {
+		return nil
+	}
+	select {
+	case <-ended:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the canceled turn of %s to end: %w", sessionID, ctx.Err())
+	}
+}
+
+// DeleteTx deletes a removed session's turns and their events in tx.
+func (s *Service) DeleteTx(ctx context.Context, tx *sql.Tx, sessionID string) error {
+	if _, err := tx.ExecContext(ctx, `DELETE FROM turn_events WHERE run_id IN (SELECT run_id FROM turns WHERE session_id = ?)`, sessionID); err != nil {
+		return fmt.Errorf("remove turns of %s: %w", sessionID, err)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM turns WHERE session_id = ?`, sessionID); err != nil {
+		return fmt.Errorf("remove turns of %s: %w", sessionID, err)
+	}
+	return nil
 }
 
 const turnCols = `session_id, run_epoch, run_id, COALESCE(idempotency_key,''), placement, model, status, error, created_at, finished_at`
