@@ -496,6 +496,9 @@ func TestCLI(t *testing.T) {
 			t.Errorf("session diff:\n%s", d)
 		}
 	})
+	t.Run("session-archive", func(t *testing.T) { testSessionArchive(t, r) })
+	t.Run("session-rm-local", func(t *testing.T) { testSessionRmLocal(t, r) })
+	t.Run("session-rm-worker-and-prune", func(t *testing.T) { testSessionRmWorker(t, r) })
 	t.Run("pullback-destroy", func(t *testing.T) {
 		r.sub(t)
 		ws := filepath.Join(r.root, "repo-destroy")

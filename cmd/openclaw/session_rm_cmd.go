@@ -140,7 +140,7 @@ func (r pruneRepo) git(ctx context.Context, args ...string) (string, error) {
 
 // unmerged counts the commits of tip on no local branch outside openclaw/.
 func (r pruneRepo) unmerged(ctx context.Context, tip string) (string, error) {
-	return r.git(ctx, "rev-list", "--count", tip, "--not", "--exclude=refs/heads/openclaw/*", "--branches")
+	return r.git(ctx, "rev-list", "--count", tip, "--not", "--exclude=openclaw/*", "--branches")
 }
 
 // pruneItem is one thing of a finished session dispatch added to the repository.
