@@ -46,9 +46,7 @@ func (c *Client) SessionsWhere(ctx context.Context, f SessionFilter) ([]sessions
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	var list []sessions.Session
-	err := c.get(ctx, path, &list)
-	return list, err
+	return getAs[[]sessions.Session](ctx, c, path)
 }
 
 // Session returns one session.
@@ -200,9 +198,7 @@ func (c *Client) RemoveSession(ctx context.Context, id string, mode turns.Remove
 	if mode != "" {
 		path += "?" + url.Values{"force": {string(mode)}}.Encode()
 	}
-	var rep turns.RemoveReport
-	_, err := c.Do(ctx, http.MethodDelete, path, nil, &rep)
-	return rep, err
+	return doAs[turns.RemoveReport](ctx, c, http.MethodDelete, path, nil)
 }
 
 // ArchiveSession archives (archive true) or unarchives a session.
@@ -211,7 +207,5 @@ func (c *Client) ArchiveSession(ctx context.Context, id string, archive bool) (s
 	if archive {
 		verb = "archive"
 	}
-	var s sessions.Session
-	_, err := c.Do(ctx, http.MethodPost, v1("sessions", id, verb), nil, &s)
-	return s, err
+	return doAs[sessions.Session](ctx, c, http.MethodPost, v1("sessions", id, verb), nil)
 }
