@@ -287,7 +287,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if err != nil {
 		return err
 	}
-	closers.Push("turns", func(context.Context) error { turnSvc.Close(); return nil })
+	closers.Push("turns", turnSvc.Close)
 	publisher, err := publish.New(publish.Config{Credentials: creds, Log: log.With("subsystem", "publish")})
 	if err != nil {
 		return err
@@ -320,7 +320,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		Reserved: func(e envs.Environment) bool { return occ.ReservedEnvironment(e.IdempotencyKey) },
 		Clock:    clk,
 	})
-	closers.Push("dispatcher", func(context.Context) error { dispatcher.Close(); return nil })
+	closers.Push("dispatcher", dispatcher.Close)
 	envBusy = func(envID string) bool {
 		ps, err := placements.ServedBy(context.Background(), envID)
 		if err != nil {

@@ -12,7 +12,9 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/publish"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/internal/clock"
+	"github.com/openclaw/cloudworkers/internal/shutdown"
 	"github.com/openclaw/cloudworkers/sync/gitsync"
 	"github.com/openclaw/cloudworkers/sync/secretscan"
 	"github.com/openclaw/cloudworkers/sync/stream"
@@ -208,27 +210,20 @@ func (d *Dispatcher) checkpointDue(ctx context.Context, sessionID string) bool {
 	return true
 }
 
-// Close stops background steps; they resume on the next start.
-func (d *Dispatcher) Close() {
+// Close stops background steps and waits for them until ctx ends (an error then names what still
+// runs); they resume on the next start.
+func (d *Dispatcher) Close(ctx context.Context) error {
 	d.cancel()
-	d.wg.Wait()
+	return shutdown.Wait(ctx, &d.wg, "placement steps")
 }
 
 // Resume restarts every placement that a previous gateway left mid-way.
 func (d *Dispatcher) Resume(ctx context.Context) error {
-	rows, err := d.cfg.Placements.db.R.QueryContext(ctx, `SELECT session_id FROM placements WHERE state IN (?,?,?,?,?,?)`,
+	ids, err := store.Strings(ctx, d.cfg.Placements.db.R, `SELECT session_id FROM placements WHERE state IN (?,?,?,?,?,?)`,
 		string(Requested), string(Provisioning), string(Syncing), string(Starting), string(Draining), string(Reconciling))
 	if err != nil {
 		return err
 	}
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err == nil {
-			ids = append(ids, id)
-		}
-	}
-	rows.Close()
 	for _, id := range ids {
 		d.log.Info("resuming placement", "session", id)
 		d.kick(id)

@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,5 +64,22 @@ func TestPlacementChangesAreOnTheFeed(t *testing.T) {
 	ps.Note(ctx, id, "a step")
 	if c := next("note"); c.Kind != ChangePlacementUpdated || c.ID != id {
 		t.Fatalf("after a note: %s %s", c.Kind, c.ID)
+	}
+}
+
+// TestCloseIsBoundedByItsContext: a placement step that does not stop when cancelled cannot hold
+// the gateway's shutdown past its deadline; Close names what still runs, and once the step has
+// ended it returns nil.
+func TestCloseIsBoundedByItsContext(t *testing.T) {
+	d := NewDispatcher(DispatchConfig{Placements: openPlacements(t)})
+	d.wg.Add(1) // a step that ignores its cancellation
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := d.Close(ctx); err == nil || !strings.Contains(err.Error(), "placement steps still running") {
+		t.Fatalf("Close past its deadline with a step running: %v, want an error naming the placement steps", err)
+	}
+	d.wg.Done()
+	if err := d.Close(testenv.Context(t, 10*time.Second)); err != nil {
+		t.Fatalf("Close once every step ended: %v", err)
 	}
 }

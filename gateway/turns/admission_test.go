@@ -42,7 +42,7 @@ func TestAdmissionReadsThePlacementRow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(svc.Close)
+	t.Cleanup(func() { _ = svc.Close(context.Background()) })
 
 	bound, err := st.Create(ctx, sessions.CreateParams{Workspace: t.TempDir()})
 	if err != nil {

@@ -110,7 +110,7 @@ func TestWorkerTurnCancelIsNotLost(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(svc.Close)
+			t.Cleanup(func() { _ = svc.Close(context.Background()) })
 			sess, err := st.Create(ctx, sessions.CreateParams{Workspace: t.TempDir()})
 			if err != nil {
 				t.Fatal(err)

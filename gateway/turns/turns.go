@@ -20,6 +20,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/internal/clock"
+	"github.com/openclaw/cloudworkers/internal/shutdown"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/worker/runner"
 	"github.com/openclaw/cloudworkers/worker/tools"
@@ -142,10 +143,11 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	return &Service{cfg: cfg, log: cfg.Log, ctx: c, cancel: cancel, running: map[string]context.CancelFunc{}, ended: map[string]chan struct{}{}, metrics: newMetrics()}, nil
 }
 
-// Close cancels running turns and waits for them.
-func (s *Service) Close() {
+// Close cancels running turns and waits for them until ctx ends (an error then names what still
+// runs).
+func (s *Service) Close(ctx context.Context) error {
 	s.cancel()
-	s.wg.Wait()
+	return shutdown.Wait(ctx, &s.wg, "turns")
 }
 
 func randID(prefix string) string {
