@@ -22,7 +22,8 @@ func newDemoCmd(g *globals) *cobra.Command {
 
   1. start a gateway (this executable, as a child process) on a temp data dir and a free port, with the
      built-in scripted model (examples/demo/script.json) and the built-in local box profile "local"
-  2. create a git workspace: a small project with one commit, made with a clean git environment
+  2. create a git workspace: a small project with one commit, made with a clean git environment, its
+     origin a local smart-HTTP forge (git http-backend on loopback) that already has main
   3. start a worker session on it: create the session, dispatch it to profile "local" and print each
      placement step (requested → provisioning → syncing → starting → active) until it is active
   4. send a message; the scripted turn runs on the worker: it reads greeting.txt, edits it, commits
@@ -30,12 +31,14 @@ func newDemoCmd(g *globals) *cobra.Command {
   5. pull the session back and print each step (draining → reconciling → local)
   6. show the managed branch openclaw/<session> fast-forwarded with the worker's commit, and its diff
      against the base commit
-  7. show that the user's own checkout is untouched (same branch, same commit, clean tree)
-  8. destroy the environment (returns on proof of teardown) and check no box or worker process is left
-  9. a second session, on the gateway, whose agent calls sessions_spawn: a child session forks the
+  7. publish that branch: set the forge's token with 'openclaw credential set forge --git-token', run
+     'openclaw session publish', print the pushed ref and check the forge has it at the branch's tip
+  8. show that the user's own checkout is untouched (same branch, same commit, clean tree)
+  9. destroy the environment (returns on proof of teardown) and check no box or worker process is left
+ 10. a second session, on the gateway, whose agent calls sessions_spawn: a child session forks the
      workspace onto a worker of its own, runs the same task there, comes back with its branch, commit
      and cost (listed under its parent), and its environment is destroyed after the pull-back
- 10. stop the gateway (with --keep: leave it running and print the Control UI's sign-in link)
+ 11. stop the gateway (with --keep: leave it running and print the Control UI's sign-in link)
 
 Each stage is checked, printed with its timing and listed in a summary table. The command exits 0 only
 when every stage really happened. The temp dir, the gateway and any local box are cleaned up even on

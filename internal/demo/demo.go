@@ -22,6 +22,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway"
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/internal/console"
+	"github.com/openclaw/cloudworkers/internal/gitforge"
 	"github.com/openclaw/cloudworkers/providers/local"
 )
 
@@ -59,6 +60,10 @@ type run struct {
 	start time.Time
 
 	tmp, data, home, ws, logPath string
+	exe                          string // the openclaw executable the gateway and the CLI run from
+
+	forge               *gitforge.Forge
+	forgeRepo, forgeURL string
 
 	gw     *exec.Cmd
 	gwDone chan struct{} // closed when the gateway process has exited
@@ -108,6 +113,7 @@ func Run(ctx context.Context, o Options) error {
 		{"run a turn on the worker", d.runTurn},
 		{"pull back", d.pullBack},
 		{"managed branch and diff", d.showBranch},
+		{"publish the branch to the forge (openclaw session publish)", d.publish},
 		{"user checkout untouched", d.checkCheckout},
 		{"destroy the environment", d.destroy},
 		{"an agent spawns a child on a worker (sessions_spawn)", d.spawnChild},
@@ -119,6 +125,11 @@ func Run(ctx context.Context, o Options) error {
 			fn    func(context.Context) (string, error)
 		}{"leave the gateway running (--keep)", d.keepGateway}
 	}
+	defer func() {
+		if d.forge != nil {
+			d.forge.Close()
+		}
+	}()
 	var failed error
 	for _, s := range stages {
 		if err := d.stage(ctx, s.title, s.fn); err != nil {
@@ -215,6 +226,7 @@ func (d *run) startGateway(ctx context.Context) (string, error) {
 	} else if err := os.WriteFile(script, []byte(builtinScript), 0o600); err != nil {
 		return "", err
 	}
+	d.exe = exe
 	cfgPath := filepath.Join(d.tmp, "gateway.yaml")
 	spawner := filepath.Join(d.tmp, "spawner-script.json")
 	if err := os.WriteFile(spawner, []byte(spawnScript), 0o600); err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/internal/console"
+	"github.com/openclaw/cloudworkers/internal/gitforge"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/providers/local"
 )
@@ -50,7 +51,16 @@ models:
   providers:
     demo: {api: scripted, script: %q, models: [{id: demo, cost: {input: 3, output: 15}}]}
     spawner: {api: scripted, script: %q, models: [{id: demo, cost: {input: 3, output: 15}}]}
+# the built-in local profile, publishing with the forge credential the demo sets
+profiles:
+  - id: local
+    provider: local
+    hygiene: {metadataRoute: warn, dockerSocket: warn}
+    publish: {credential: forge}
 `
+	// forgeUser and forgeToken are the demo forge's HTTPS credential (a GitHub-style token shape).
+	forgeUser  = "x-access-token"
+	forgeToken = "ghs_openclawDemoForgeToken0123456789ab"
 )
 
 // files is the user's project: a greeting and a check that passes only once the greeting
@@ -90,11 +100,22 @@ func (d *run) createWorkspace(ctx context.Context) (string, error) {
 			return "", err
 		}
 	}
+	// The project's forge: a real smart-HTTP git server on loopback, where main already is.
+	f, err := gitforge.Start(filepath.Join(d.tmp, "forge"), forgeUser, forgeToken)
+	if err != nil {
+		return "", err
+	}
+	d.forge = f
+	if d.forgeRepo, d.forgeURL, err = f.Init(ctx, "demo/project.git"); err != nil {
+		return "", err
+	}
 	for _, args := range [][]string{
 		{"init", "-q"},
 		{"symbolic-ref", "HEAD", "refs/heads/main"},
 		{"add", "-A"},
 		{"commit", "-q", "-m", "initial commit"},
+		{"remote", "add", "origin", d.forgeURL},
+		{"-c", "credential.helper=", "-c", "credential.helper=!f() { echo username=" + forgeUser + "; echo password=" + forgeToken + "; }; f", "push", "-q", "origin", "main"},
 	} {
 		if _, err := d.git(ctx, d.ws, args...); err != nil {
 			return "", err
@@ -114,7 +135,50 @@ func (d *run) createWorkspace(ctx context.Context) (string, error) {
 	}
 	log, _ := d.git(ctx, d.ws, "log", "--oneline", "--stat", "-1")
 	printIndented(d.out, "   ", log)
-	return fmt.Sprintf("%s: %d files committed on main at %s", d.ws, len(files), short12(d.base)), nil
+	return fmt.Sprintf("%s: %d files committed on main at %s, origin %s (a git http-backend forge)", d.ws, len(files), short12(d.base), d.forgeURL), nil
+}
+
+// publish sets the forge's token as a git credential through the CLI, publishes the session's
+// branch with `openclaw session publish`, and checks the forge has it at the managed branch's tip.
+func (d *run) publish(ctx context.Context) (string, error) {
+	gwAddr := strings.TrimPrefix(d.c.BaseURL, "http://")
+	cli := func(stdin string, args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, d.exe, append(args, "--gateway", gwAddr, "--data-dir", d.data)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		cmd.Env = append(os.Environ(), "HOME="+d.home)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("openclaw %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+		return strings.TrimSpace(string(out)), nil
+	}
+	fmt.Fprintf(d.out, "   $ printf %%s \"$FORGE_TOKEN\" | openclaw credential set forge --git-token\n")
+	out, err := cli(forgeToken, "credential", "set", "forge", "--git-token")
+	if err != nil {
+		return "", err
+	}
+	printIndented(d.out, "   ", out)
+	fmt.Fprintf(d.out, "   $ openclaw session publish %s\n", d.sessionID)
+	if out, err = cli("", "session", "publish", d.sessionID); err != nil {
+		return "", err
+	}
+	printIndented(d.out, "   ", out)
+	ref := "refs/heads/" + d.branch
+	tip, err := d.git(ctx, d.anchor, "rev-parse", d.branch)
+	if err != nil {
+		return "", err
+	}
+	pushed, err := gitforge.Git(ctx, "-C", d.forgeRepo, "rev-parse", ref)
+	if err != nil {
+		return "", fmt.Errorf("the forge has no %s: %w", ref, err)
+	}
+	if pushed != strings.TrimSpace(tip) {
+		return "", fmt.Errorf("the forge has %s at %s, the managed branch is at %s", ref, short12(pushed), short12(tip))
+	}
+	if d.forge.Authed.Load() == 0 {
+		return "", errors.New("the forge saw no authenticated request")
+	}
+	return fmt.Sprintf("pushed %s at %s to %s with the gateway's token", ref, short12(pushed), d.forgeURL), nil
 }
 
 func (d *run) startSession(ctx context.Context) (string, error) {
