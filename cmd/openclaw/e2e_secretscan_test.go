@@ -120,3 +120,58 @@ func TestPullBackSecretScan(t *testing.T) {
 		t.Fatal("the gateway log holds the key")
 	}
 }
+
+// TestPullBackScansAllBeforeAdopting: a git worker that commits a clean file and leaves an
+// AWS-style key in an uncommitted file is refused at pull-back with nothing adopted — the clean
+// commit is not on the managed branch, neither file is in the anchor — because the uncommitted
+// files are scanned before the commits are adopted; let through with --allow-secret, the retry
+// adopts the commit and brings the file as uncommitted work.
+func TestPullBackScansAllBeforeAdopting(t *testing.T) {
+	testenv.RequireCommands(t, "git")
+	root := t.TempDir()
+	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedModels(t, root, map[string]string{
+		"mixed": `[{"toolCalls": [{"name": "exec", "arguments": {"command": "printf 'clean\\n' > clean.txt && git add clean.txt && git -c user.name=w -c user.email=w@example.com commit -qm 'clean commit' && printf 'id: AKIA%s\\n' IOSFODNN7EXAMPLE > notes.md"}}]},
+		           {"text": "Done."}]`,
+	}))
+	t.Cleanup(func() { destroyAll(g) })
+	ws := filepath.Join(root, "user")
+	userWorkspace(t, ws, true)
+	id := g.newSession(ws, "mixed/m")
+	g.dispatchTo(id, "local")
+	g.mustRest(id, placement.Active)
+	g.runTurn(id, "work", "worker")
+	branch := "openclaw/" + strings.TrimPrefix(id, "ses_")
+	before := gitIn(t, ws, "rev-parse", branch)
+	if got := gitIn(t, ws, "log", "-1", "--format=%s", branch); got == "clean commit" {
+		t.Fatal("the clean commit is on the managed branch before the pull-back (a checkpoint adopted it): the test proves nothing")
+	}
+
+	g.pullback(id)
+	v := g.mustRest(id, placement.Failed)
+	if !strings.Contains(v.Placement.Error, "notes.md:1 aws-access-key-id") {
+		t.Fatalf("pull-back error %q: want the finding notes.md:1 aws-access-key-id", v.Placement.Error)
+	}
+	if got := gitIn(t, ws, "rev-parse", branch); got != before {
+		t.Fatalf("the refused pull-back moved %s from %s to %s: the clean commit was adopted", branch, before[:12], got[:12])
+	}
+	for _, f := range []string{"clean.txt", "notes.md"} {
+		if exists(filepath.Join(v.Placement.AnchorDir, f)) {
+			t.Fatalf("the refused pull-back brought %s into the anchor", f)
+		}
+	}
+
+	if out, err := exec.Command(openclawBin, "session", "pullback", id, "--allow-secret", "aws-access-key-id:notes.md",
+		"--gateway", g.addr, "--data-dir", g.dataDir).CombinedOutput(); err != nil {
+		t.Fatalf("session pullback --allow-secret: %v\n%s", err, out)
+	}
+	v = g.mustRest(id, placement.Local)
+	if got := gitIn(t, ws, "log", "-1", "--format=%s", branch); got != "clean commit" {
+		t.Fatalf("after the allowed retry %s is at %q, want the clean commit", branch, got)
+	}
+	if got := readFile(t, filepath.Join(v.Placement.AnchorDir, "notes.md")); !strings.Contains(got, "AKIAIOSFODNN7EXAMPLE") {
+		t.Fatalf("notes.md in the anchor: %q", got)
+	}
+	if st := gitIn(t, v.Placement.AnchorDir, "status", "--porcelain", "notes.md"); !strings.HasPrefix(st, "??") {
+		t.Fatalf("notes.md is %q in the managed worktree, want uncommitted (untracked)", st)
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/openclaw/cloudworkers/sync/gitsync"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 	"github.com/openclaw/cloudworkers/sync/mirror"
+	"github.com/openclaw/cloudworkers/sync/secretscan"
 	"github.com/openclaw/cloudworkers/sync/stream"
 )
 
@@ -261,6 +262,16 @@ func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Enviro
 	if err != nil {
 		return "", nil, err
 	}
+	// What the box sends back is bounded by the profile's inbound quotas, and may not fill the
+	// anchor's filesystem or the data directory's (gateway.db) past the reserve.
+	lim, mlim := stream.InboundLimits(e.Profile.Sync.MaxInboundBytes, e.Profile.Sync.MaxInboundEntries, e.Profile.Sync.MaxInboundFileBytes)
+	r.ManifestLimits = mlim
+	space := &stream.SpaceCheck{Keep: []string{d.cfg.DataDir}, ReserveBytes: d.cfg.ReserveFreeBytes, ReservePercent: d.cfg.ReserveFreePercent}
+	// The worker is fenced: its workspace no longer changes, one manifest serves both steps.
+	boxM, err := r.Manifest(ctx, p.BoxWorkspace, boxManifestOptions(e, mode, p.SessionID))
+	if err != nil {
+		return "", nil, fmt.Errorf("box manifest: %w", err)
+	}
 	summary := ""
 	if mode == manifest.ModeGit {
 		sess, err := d.cfg.Sessions.Get(ctx, p.SessionID)
@@ -286,7 +297,15 @@ func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Enviro
 		}
 		if fi, _ := os.Stat(bundle); fi != nil && fi.Size() > 0 {
 			d.sync.bytes.WithLabelValues("in").Add(float64(fi.Size()))
-			tip, err := a.AdoptChecked(ctx, anchorName(p.SessionID), bundle, scan.commits)
+			// Everything that came back is scanned before anything is adopted: the commits, then
+			// the files the mirror would bring (a hit in an uncommitted file adopts no commit).
+			check := func(ctx context.Context, g *gitexec.Untrusted, head, tip string) error {
+				if err := scan.commits(ctx, g, head, tip); err != nil {
+					return err
+				}
+				return scanUncommitted(ctx, r, p, base, mirror.Filter(boxM, e.Profile.Sync.Exclude, e.Profile.Sync.Include), lim, space, scan)
+			}
+			tip, err := a.AdoptChecked(ctx, anchorName(p.SessionID), bundle, check)
 			if err != nil {
 				return "", nil, err
 			}
@@ -304,17 +323,9 @@ func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Enviro
 			return "", nil, err
 		}
 	}
-	// What the box sends back is bounded by the profile's inbound quotas, and may not fill the
-	// anchor's filesystem or the data directory's (gateway.db) past the reserve.
-	lim, mlim := stream.InboundLimits(e.Profile.Sync.MaxInboundBytes, e.Profile.Sync.MaxInboundEntries, e.Profile.Sync.MaxInboundFileBytes)
-	r.ManifestLimits = mlim
-	boxM, err := r.Manifest(ctx, p.BoxWorkspace, boxManifestOptions(e, mode, p.SessionID))
-	if err != nil {
-		return "", nil, fmt.Errorf("box manifest: %w", err)
-	}
 	res, err := mirror.Pull(ctx, mirror.Config{Anchor: p.AnchorDir, Base: base, Box: boxM, Mode: mode,
 		Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include, Force: force, MaxDeleteShare: e.Profile.Sync.MaxDeleteShare,
-		Limits: lim, Space: &stream.SpaceCheck{Keep: []string{d.cfg.DataDir}, ReserveBytes: d.cfg.ReserveFreeBytes, ReservePercent: d.cfg.ReserveFreePercent},
+		Limits: lim, Space: space,
 		Inspect: scan.files(ctx),
 		Fetch: func(ctx context.Context, plan stream.Plan, root string, opts stream.ApplyOptions) (stream.Stats, error) {
 			return r.Pack(ctx, p.BoxWorkspace, plan, root, opts)
@@ -341,6 +352,48 @@ func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Enviro
 		}
 	}
 	return summary, now, nil
+}
+
+// errScanned ends scanUncommitted's fetch once its files are scanned: nothing is written.
+var errScanned = errors.New("scanned")
+
+// scanUncommitted scans, before a git pull-back adopts the worker's commits, every file and
+// symlink of the box that differs from the anchor's recorded base (the uncommitted work the mirror
+// brings after the adoption, and the committed files again): fetched, staged and verified in a
+// scratch directory of the data dir under the same limits, scanned there, then dropped. The
+// mirror scans what it fetches again (the box is fenced: the same content).
+func scanUncommitted(ctx context.Context, r stream.Remote, p Placement, base, box *manifest.Manifest, lim stream.Limits, space *stream.SpaceCheck, scan *secretScan) error {
+	plan := stream.PlanFor(base, box)
+	plan.Deletes = nil // a deletion carries nothing to scan
+	if !slices.ContainsFunc(plan.Entries, func(e manifest.Entry) bool { return e.Type != manifest.TypeDir }) {
+		return nil
+	}
+	if err := stream.ValidatePlan(&plan, lim, false); err != nil {
+		return err
+	}
+	scratch, err := os.MkdirTemp(filepath.Dir(p.BaseManifestID), "scan-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(scratch)
+	inspect := scan.files(ctx)
+	_, err = r.Pack(ctx, p.BoxWorkspace, plan, filepath.Join(scratch, "tree"), stream.ApplyOptions{Limits: lim, Space: space,
+		Inspect: func(staging string, plan *stream.Plan) error {
+			if err := inspect(staging, plan); err != nil {
+				return err
+			}
+			return errScanned
+		}})
+	var found *secretscan.FoundError
+	switch {
+	case errors.Is(err, errScanned):
+		return nil
+	case errors.As(err, &found):
+		return found // path, line and rule: the refusal as the mirror's scan gives it
+	case err != nil:
+		return fmt.Errorf("secret scan of the box's uncommitted work: %w", err)
+	}
+	return nil
 }
 
 func writeManifest(path string, m *manifest.Manifest) error {
