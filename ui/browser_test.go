@@ -44,6 +44,10 @@ type fakeAPI struct {
 	events []map[string]any
 	// parents, when set, maps a session's index to its parent's (sessions spawned by an agent).
 	parents map[int]int
+	// published, when set, receives the body of each POST /sessions/:id/publish, answered with
+	// publishResult.
+	published     chan map[string]any
+	publishResult map[string]any
 }
 
 func (f *fakeAPI) start(t testing.TB) string {
@@ -105,6 +109,14 @@ func (f *fakeAPI) start(t testing.TB) string {
 				return c.JSON(http.StatusOK, f.placement)
 			}
 			return c.JSON(http.StatusOK, map[string]any{"placement": map[string]any{"state": "local"}, "events": []any{}})
+		})
+		g.POST("/sessions/:id/publish", func(c echo.Context) error {
+			var body map[string]any
+			if err := c.Bind(&body); err != nil {
+				return err
+			}
+			f.published <- body
+			return c.JSON(http.StatusOK, f.publishResult)
 		})
 		g.GET("/environments/:id/worker", func(c echo.Context) error { return c.JSON(http.StatusOK, f.worker) })
 		g.GET("/environments/:id", func(c echo.Context) error { return c.JSON(http.StatusOK, f.env) })
@@ -430,5 +442,44 @@ func TestChildrenAreListedUnderTheirParent(t *testing.T) {
 	}
 	if got := browsertest.Eval[string](p, `(document.querySelector('#session-list li[data-session="ses_000003"] .badge') || {}).textContent || ''`); got != "running" {
 		t.Fatalf("worker badge of session 3: %q, want running", got)
+	}
+}
+
+// The session page's publish action sends the remote and --pr as chosen and shows the pull
+// request the gateway reports as a link; a pull request address that is not http(s) is shown as
+// text, never made a link.
+func TestPublishActionWithPullRequest(t *testing.T) {
+	browser := shared.Get(t)
+	home := map[string]any{"placement": map[string]any{"state": "local", "syncMode": "git", "anchorDir": "/data/worktrees/x/s1"}, "events": []any{}}
+	for _, tc := range []struct{ name, url, link string }{
+		{"https", "https://forge.example/org/repo/pull/7", "https://forge.example/org/repo/pull/7"},
+		{"script", "javascript:alert(1)", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeAPI{sessions: 1, entries: 2, placement: home, published: make(chan map[string]any, 1),
+				publishResult: map[string]any{"remoteUrl": "https://forge.example/org/repo.git", "ref": "refs/heads/openclaw/s1", "commit": "0123456789abcdef0123",
+					"status": "new", "pullRequest": map[string]any{"number": 7, "url": tc.url, "created": true}}}
+			p := browsertest.NewPage(t, browser, "publish-"+tc.name, false)
+			base := f.start(t)
+			signIn(t, p, base)
+			p.Do("open", chromedp.Navigate(base+"/sessions/ses_000000"), chromedp.WaitVisible(`#publish`))
+			p.Do("publish with a pull request", chromedp.SetValue(`#publish-remote`, "upstream"), chromedp.Click(`#publish-pr`), chromedp.Click(`#publish`))
+			select {
+			case body := <-f.published:
+				if body["remote"] != "upstream" || body["pr"] != true {
+					t.Fatalf("publish sent %v, want remote upstream and pr true", body)
+				}
+			case <-p.Ctx.Done():
+				t.Fatal("no publish request")
+			}
+			p.Until("the result", `document.getElementById('publish-result').className === 'published'`)
+			got := browsertest.Eval[string](p, `document.getElementById('publish-result').textContent`)
+			if !strings.HasPrefix(got, "Pushed refs/heads/openclaw/s1 at 0123456789ab to https://forge.example/org/repo.git (new); pull request #7") || !strings.HasSuffix(got, " opened") {
+				t.Fatalf("the page says %q", got)
+			}
+			if href := browsertest.Eval[string](p, `(document.querySelector('#publish-result a') || {href: ''}).href`); href != tc.link {
+				t.Fatalf("pull request link %q, want %q", href, tc.link)
+			}
+		})
 	}
 }

@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/openclaw/cloudworkers/gateway/placement"
+	"github.com/openclaw/cloudworkers/internal/browsertest"
 	"github.com/openclaw/cloudworkers/internal/gitforge"
 	"github.com/openclaw/cloudworkers/internal/testenv"
 )
@@ -90,11 +93,44 @@ func TestGatewayPublish(t *testing.T) {
 	}
 	unchanged("the CLI's refused publish")
 
+	// The Control UI's publish action on the session page, in Chromium: a remote the workspace
+	// does not have is refused and said so (nothing sent); origin publishes and says where.
+	status := "new"
+	t.Run("control UI", func(t *testing.T) {
+		testenv.RequireCommands(t, "chromium")
+		p := browsertest.NewPage(t, browsertest.Start(t), "publish", true)
+		link, err := exec.Command(openclawBin, "ui", "--gateway", g.addr, "--data-dir", g.dataDir).Output()
+		if err != nil {
+			t.Fatalf("openclaw ui: %v", err)
+		}
+		p.Do("sign in", chromedp.Navigate(strings.TrimSpace(string(link))), chromedp.WaitVisible(`#session-list-status`))
+		p.Do("open the session", chromedp.Navigate("http://"+g.addr+"/sessions/"+id), chromedp.WaitVisible(`#publish`))
+		p.Do("publish to a remote the workspace lacks", chromedp.SetValue(`#publish-remote`, "upstream"), chromedp.Click(`#publish`))
+		p.Until("the refusal", `document.getElementById('publish-result').className === 'error'`)
+		if got := browsertest.Eval[string](p, `document.getElementById('publish-result').textContent`); !strings.Contains(got, `Publish failed:`) || !strings.Contains(got, `the workspace has no remote "upstream"`) {
+			t.Fatalf("the page says %q", got)
+		}
+		unchanged("the UI's refused publish")
+		p.Do("publish to origin", chromedp.SetValue(`#publish-remote`, "origin"), chromedp.Click(`#publish`))
+		p.Until("the result", `document.getElementById('publish-result').className === 'published'`)
+		want := "Pushed refs/heads/" + branch + " at " + tip[:12] + " to " + remote + " (new)"
+		if got := browsertest.Eval[string](p, `document.getElementById('publish-result').textContent`); got != want {
+			t.Fatalf("the page says %q, want %q", got, want)
+		}
+		// the publish's placement note hides neither what came back nor starts a move's steps
+		p.Until("what came back, still shown", `(() => { const h = document.querySelector('#came-back h2'); return !!h && h.textContent === 'What came back' })()`)
+		if n := browsertest.Eval[int](p, `document.querySelectorAll('#steps li').length`); n < 2 {
+			t.Fatalf("the steps list shows %d step(s) after the publish, want the pull-back's", n)
+		}
+		p.Shot(rootRel, "publish")
+		status = "up to date"
+	})
+
 	out, err := cli("", "session", "publish", id)
 	if err != nil {
 		t.Fatalf("session publish: %v\n%s", err, out)
 	}
-	if want := remote + " refs/heads/" + branch + " at " + tip[:12] + " (new)"; !strings.Contains(out, want) {
+	if want := remote + " refs/heads/" + branch + " at " + tip[:12] + " (" + status + ")"; !strings.Contains(out, want) {
 		t.Fatalf("session publish printed %q, want %q", out, want)
 	}
 	if got, err := gitforge.Git(ctx, "-C", bare, "rev-parse", "refs/heads/"+branch); err != nil || got != tip {

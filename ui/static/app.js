@@ -344,16 +344,20 @@ function chatPage(id) {
     $('#move').hidden = remote; $('#move-profile').hidden = remote; $('label[for=move-profile]').hidden = remote;
     showMoveClass(remote);
     $('#pullback').hidden = p.state !== 'active';
+    // a session home from a worker with a managed git branch can publish it (session publish)
+    $('#publish-controls').hidden = !(p.state === 'local' && p.syncMode === 'git' && p.anchorDir);
     // the recovery of a failed or reclaimed session: run it on the gateway (session move --local)
     $('#move-local').hidden = p.state !== 'failed' && p.state !== 'reclaimed';
     // the steps of the latest move: the events since the placement last rested at local
     const evs = v.events || [];
     let start = 0;
-    for (let i = evs.length - 1; i >= 0; i--) { if (evs[i].from === 'local' || (evs[i].from === 'active' && evs[i].to === 'draining')) { start = i; break; } }
+    // (a note made at home, such as a publish, starts no move)
+    for (let i = evs.length - 1; i >= 0; i--) { if ((evs[i].from === 'local' && evs[i].to !== 'local') || (evs[i].from === 'active' && evs[i].to === 'draining')) { start = i; break; } }
     $('#steps').replaceChildren(...evs.slice(start).map((e) => el('li', { 'data-to': e.to }, el('strong', { text: e.to }), ' ', e.reason || '')));
     const back = $('#came-back');
     back.replaceChildren();
-    const last = evs[evs.length - 1];
+    // the last change of state (notes made since, such as a publish, do not hide what came back)
+    const last = [...evs].reverse().find((e) => e.from !== e.to) || evs[evs.length - 1];
     if (p.state === 'local' && last && last.to === 'local' && (last.reason || '').startsWith('pulled back: ')) {
       back.append(el('h2', { text: 'What came back' }), el('p', { class: 'came-back', text: last.reason.slice('pulled back: '.length) }));
       if (st.changesFor !== last.at) {
@@ -483,6 +487,32 @@ function chatPage(id) {
     showError($('#chat-error'), null);
     try { await api('POST', '/sessions/' + encodeURIComponent(id) + '/move', { to: 'local' }); } catch (e) { showError($('#chat-error'), e); }
     loadPlacement(); sidebar.soon(100);
+  });
+  // Publish: push openclaw/<session> to the chosen remote with the gateway's forge credential,
+  // optionally opening its pull request; the result or the refusal is shown under the controls.
+  $('#publish').addEventListener('click', async () => {
+    const out = $('#publish-result');
+    out.hidden = false; out.className = 'muted'; out.replaceChildren('Publishing…');
+    $('#publish').disabled = true;
+    try {
+      const r = await api('POST', '/sessions/' + encodeURIComponent(id) + '/publish',
+        { remote: $('#publish-remote').value.trim() || undefined, pr: $('#publish-pr').checked || undefined });
+      out.className = 'published';
+      out.replaceChildren('Pushed ', el('code', { text: r.ref }), ' at ', el('code', { text: (r.commit || '').slice(0, 12) }),
+        ' to ' + r.remoteUrl + ' (' + r.status + ')');
+      const pr = r.pullRequest;
+      if (pr) {
+        // the forge's answer: only an http(s) address becomes a link
+        const link = /^https?:\/\//.test(pr.url || '') ? el('a', { href: pr.url, class: 'pr-link', rel: 'noopener noreferrer', target: '_blank', text: '#' + pr.number })
+          : el('span', { class: 'pr-link', text: '#' + pr.number + ' ' + (pr.url || '') });
+        out.append('; pull request ', link, pr.created ? ' opened' : ' reused');
+      }
+    } catch (e) {
+      out.className = 'error';
+      out.replaceChildren('Publish failed: ' + e.message);
+    }
+    $('#publish').disabled = false;
+    loadPlacement();
   });
   $('#pullback').addEventListener('click', async () => {
     showError($('#chat-error'), null);
