@@ -107,6 +107,28 @@ func (s *Server) takeWorkerSlot(wc *workerConn, envID string) *protocol.Error {
 		"the gateway holds %d workers, at most %d (capacity.maxWorkers)", n, s.cfg.Capacity.MaxWorkers)
 }
 
+// inferenceRetryAfter is the retry hint of a model call refused for the calls in flight: a place
+// frees when a call ends, so a worker retrying sooner than calls last is mostly refused again
+// (`make bench` section 1: a fixed 200 ms made most refusals retries). It is the calls' moving
+// average duration, between RetryAfter and 25 × RetryAfter.
+func (s *Server) inferenceRetryAfter() time.Duration {
+	s.bmu.Lock()
+	d := s.callTime
+	s.bmu.Unlock()
+	return min(max(d, s.cfg.RetryAfter), 25*s.cfg.RetryAfter)
+}
+
+// callEnded adds one model call's duration to the moving average inferenceRetryAfter uses.
+func (s *Server) callEnded(d time.Duration) {
+	s.bmu.Lock()
+	defer s.bmu.Unlock()
+	if s.callTime == 0 {
+		s.callTime = d
+		return
+	}
+	s.callTime += (d - s.callTime) / 8
+}
+
 // dropSlotLocked gives back wc's reservation, if it still holds one; s.mu is held.
 func (s *Server) dropSlotLocked(wc *workerConn) {
 	if wc.slot {
@@ -136,11 +158,11 @@ func (s *Server) reserveInference(wc *workerConn) (release func(), _ *protocol.E
 	case s.inference >= c.MaxInflightInference:
 		n := s.inference
 		s.bmu.Unlock()
-		return nil, s.capacityError(wc.envID, ReasonInferenceGateway, s.cfg.RetryAfter,
+		return nil, s.capacityError(wc.envID, ReasonInferenceGateway, s.inferenceRetryAfter(),
 			"%d model calls in flight on the gateway, at most %d (capacity.maxInflightInference)", n, c.MaxInflightInference)
 	case env >= c.MaxInflightInferencePerEnv:
 		s.bmu.Unlock()
-		return nil, s.capacityError(wc.envID, ReasonInferenceEnvironment, s.cfg.RetryAfter,
+		return nil, s.capacityError(wc.envID, ReasonInferenceEnvironment, s.inferenceRetryAfter(),
 			"%d model calls in flight in environment %s, at most %d (capacity.maxInflightInferencePerEnvironment)",
 			env, wc.envID, c.MaxInflightInferencePerEnv)
 	}

@@ -171,6 +171,60 @@ func TestCapacityInflightInference(t *testing.T) {
 	}
 }
 
+// A model call refused for the calls in flight is told to retry after about as long as calls last
+// (a place frees only when one ends), not after the fixed RetryAfter: the first call held 3 s of
+// the injected clock, so the refusal of the next call over the limit says 3,000 ms.
+func TestCapacityInflightRetryAfterFollowsCallDuration(t *testing.T) {
+	clk := clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	x := newHostile(t, func(c *hub.Config) {
+		c.Clock, c.RetryAfter = clk, 200*time.Millisecond
+		c.Capacity = hub.Capacity{MaxInflightInference: 1, MaxInflightInferencePerEnv: 1}
+	})
+	x.startTurn("run-1")
+	c := x.sessionConn()
+	frames := reader(t, c)
+	terminal := func(turn string) {
+		t.Helper()
+		for {
+			f := recvChan(t, "the terminal of "+turn, frames)
+			if f.Type == protocol.TypeEvent && f.Event == protocol.MethodInferenceTerminal {
+				return
+			}
+		}
+	}
+	refusal := func(id, turn string) *protocol.Error {
+		t.Helper()
+		sendRaw(t, c, x.inferenceFrame(id, "run-1", turn, []byte("hi")))
+		f := recvChan(t, "the answer of "+id, frames)
+		if f.ID != id || f.OK || f.Error.Code != protocol.CodeCapacityExceeded {
+			t.Fatalf("%s answered %+v, want capacity-exceeded", id, f)
+		}
+		return f.Error
+	}
+	release := x.models.release
+	sendRaw(t, c, x.inferenceFrame("first", "run-1", "t1", []byte("hi")))
+	if f := recvChan(t, "the first call's answer", frames); f.ID != "first" || !f.OK {
+		t.Fatalf("first call answered %+v", f)
+	}
+	recvChan(t, "the first call to reach the provider", x.models.started)
+	if e := refusal("early", "t0"); e.RetryAfterMs != 200 {
+		t.Fatalf("refusal before any call ended says retryAfterMs %d, want RetryAfter (200)", e.RetryAfterMs)
+	}
+	clk.Advance(3 * time.Second)
+	release <- struct{}{}
+	terminal("t1")
+	sendRaw(t, c, x.inferenceFrame("second", "run-1", "t2", []byte("hi")))
+	if f := recvChan(t, "the second call's answer", frames); f.ID != "second" || !f.OK {
+		t.Fatalf("second call answered %+v", f)
+	}
+	recvChan(t, "the second call to reach the provider", x.models.started)
+	if e := refusal("third", "t3"); e.RetryAfterMs != 3000 {
+		t.Fatalf("refusal after a 3 s call says retryAfterMs %d, want 3000", e.RetryAfterMs)
+	}
+	close(release)
+	terminal("t2")
+}
+
 // emittingModels streams n text deltas of size bytes each, then finishes.
 type emittingModels struct {
 	n, size int

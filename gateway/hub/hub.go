@@ -167,6 +167,7 @@ type Server struct {
 	refused        refusals             // refusals counted for the next audit window
 	inference      int                  // model calls in flight on the gateway
 	envInference   map[string]int       // environment → model calls in flight
+	callTime       time.Duration        // moving average of model calls' durations (0: none ended yet)
 	relay          map[string]*relayBucket
 	metrics        *metrics
 	refusalsStop   chan struct{} // closed by Close once every connection ended

@@ -452,6 +452,7 @@ func (s *Server) finishCall(envID string, p protocol.InferenceStartParams, start
 	}
 	b, _ := json.Marshal(t)
 	now := s.cfg.Clock.Now()
+	s.callEnded(now.Sub(started))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := s.cfg.DB.W.ExecContext(ctx, `UPDATE inference_calls SET outcome=?, input_tokens=?, output_tokens=?, cache_read_tokens=?,
