@@ -169,7 +169,7 @@ func (s *Store) PublishLive(ctx context.Context, p LiveParams) (uint64, error) {
 	// each is acknowledged only once that transaction committed.
 	err = s.db.GroupTx(ctx, func(tx *sql.Tx) error {
 		var owner uint64
-		err := tx.QueryRowContext(ctx, `SELECT owner_epoch FROM sessions WHERE id = ?`, p.SessionID).Scan(&owner)
+		err := tx.StmtContext(ctx, s.liveSQL.owner).QueryRowContext(ctx, p.SessionID).Scan(&owner)
 		if errors.Is(err, sql.ErrNoRows) {
 			return notFound(p.SessionID)
 		}
@@ -227,12 +227,20 @@ func (s *Store) PublishLive(ctx context.Context, p LiveParams) (uint64, error) {
 	return acked, nil
 }
 
-func (s *Store) writeCursor(ctx context.Context, tx *sql.Tx, id string, owner, run uint64, runID string, acked, stream uint64) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO live_cursors(session_id, owner_epoch, run_epoch, run_id, acked_seq, stream_seq, updated_at)
+// The statements of every live event (prepared once in New).
+const (
+	sqlLiveOwner  = `SELECT owner_epoch FROM sessions WHERE id = ?`
+	sqlLiveInsert = `INSERT INTO live_events(session_id, stream_seq, owner_epoch, run_epoch, run_id, seq, at, event)
+		VALUES(?,?,?,?,?,?,?,?)`
+	sqlLiveTrim   = `DELETE FROM live_events WHERE session_id = ? AND stream_seq <= ?`
+	sqlLiveCursor = `INSERT INTO live_cursors(session_id, owner_epoch, run_epoch, run_id, acked_seq, stream_seq, updated_at)
 		VALUES(?,?,?,?,?,?,?) ON CONFLICT(session_id) DO UPDATE SET owner_epoch = excluded.owner_epoch,
 		run_epoch = excluded.run_epoch, run_id = excluded.run_id, acked_seq = excluded.acked_seq,
-		stream_seq = excluded.stream_seq, updated_at = excluded.updated_at`,
-		id, owner, run, runID, acked, stream, store.FormatTime(s.now()))
+		stream_seq = excluded.stream_seq, updated_at = excluded.updated_at`
+)
+
+func (s *Store) writeCursor(ctx context.Context, tx *sql.Tx, id string, owner, run uint64, runID string, acked, stream uint64) error {
+	_, err := tx.StmtContext(ctx, s.liveSQL.cursor).ExecContext(ctx, id, owner, run, runID, acked, stream, store.FormatTime(s.now()))
 	if err != nil {
 		return fmt.Errorf("write live cursor: %w", err)
 	}

@@ -18,14 +18,12 @@ func (s *Store) insertLiveEvent(ctx context.Context, tx *sql.Tx, owner uint64, r
 	if err != nil {
 		return fmt.Errorf("encode live event: %w", err)
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO live_events(session_id, stream_seq, owner_epoch, run_epoch, run_id, seq, at, event)
-		VALUES(?,?,?,?,?,?,?,?)`, rec.SessionID, rec.Cursor, owner, rec.RunEpoch, rec.RunID, rec.Seq, store.FormatTime(rec.At), string(ev))
+	_, err = tx.StmtContext(ctx, s.liveSQL.insert).ExecContext(ctx, rec.SessionID, rec.Cursor, owner, rec.RunEpoch, rec.RunID, rec.Seq, store.FormatTime(rec.At), string(ev))
 	if err != nil {
 		return fmt.Errorf("store live event: %w", err)
 	}
 	if keep := uint64(s.cfg.Retention); rec.Cursor > keep {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM live_events WHERE session_id = ? AND stream_seq <= ?`,
-			rec.SessionID, rec.Cursor-keep); err != nil {
+		if _, err := tx.StmtContext(ctx, s.liveSQL.trim).ExecContext(ctx, rec.SessionID, rec.Cursor-keep); err != nil {
 			return fmt.Errorf("trim live events: %w", err)
 		}
 	}

@@ -151,6 +151,9 @@ type Store struct {
 	mu     sync.Mutex
 	live   map[string]*liveState
 	closed bool
+
+	// liveSQL are the statements of every live event, prepared once (store.DB.Prepare).
+	liveSQL struct{ owner, insert, trim, cursor *sql.Stmt }
 }
 
 // New returns a store over cfg.DB (already migrated by store.Open). Close releases subscribers.
@@ -159,12 +162,23 @@ func New(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Store{
+	s := &Store{
 		cfg:     cfg,
 		db:      cfg.DB,
 		changes: newFeed[*Change](cfg.ChangesRetention, cfg.SubscriberBuffer, 0),
 		live:    map[string]*liveState{},
-	}, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for q, p := range map[string]**sql.Stmt{
+		sqlLiveOwner: &s.liveSQL.owner, sqlLiveInsert: &s.liveSQL.insert, sqlLiveTrim: &s.liveSQL.trim, sqlLiveCursor: &s.liveSQL.cursor,
+	} {
+		var err error
+		if *p, err = cfg.DB.Prepare(ctx, q); err != nil {
+			return nil, fmt.Errorf("sessions: %w", err)
+		}
+	}
+	return s, nil
 }
 
 // Close ends every subscription. It does not close the database.

@@ -65,15 +65,15 @@ func (db *DB) leadGroup() {
 			if op.err = op.ctx.Err(); op.err != nil {
 				continue
 			}
-			if _, err := tx.ExecContext(ctx, `SAVEPOINT group_op`); err != nil {
+			if _, err := tx.StmtContext(ctx, db.savepoint).ExecContext(ctx); err != nil {
 				return fmt.Errorf("group savepoint: %w", err)
 			}
 			if op.err = op.fn(tx); op.err != nil {
-				if _, err := tx.ExecContext(ctx, `ROLLBACK TO group_op`); err != nil {
+				if _, err := tx.StmtContext(ctx, db.rollbackTo).ExecContext(ctx); err != nil {
 					return fmt.Errorf("group rollback: %w", err)
 				}
 			}
-			if _, err := tx.ExecContext(ctx, `RELEASE group_op`); err != nil {
+			if _, err := tx.StmtContext(ctx, db.release).ExecContext(ctx); err != nil {
 				return fmt.Errorf("group release: %w", err)
 			}
 		}
