@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -64,7 +65,9 @@ func printSummary() {
 	if len(summary.lines) == 0 {
 		return
 	}
-	fmt.Printf("\n== Summary (%s, %d cores, %s) ==\n", machine(), runtime.NumCPU(), runtime.Version())
+	// Sections print as they run (in file order); the summary is in section order.
+	slices.SortStableFunc(summary.lines, func(a, b [3]string) int { return strings.Compare(a[0], b[0]) })
+	fmt.Printf("\n== Summary (%s, %d cores, %s, %s) ==\n", machine(), runtime.NumCPU(), runtime.Version(), load())
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "section\tfigure\tgoal")
 	for _, l := range summary.lines {
