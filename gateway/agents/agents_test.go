@@ -13,7 +13,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
-	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/gateway/store/storetest"
 	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/worker/tools"
@@ -45,12 +45,7 @@ func TestConfigValidateNamesField(t *testing.T) {
 // refusal that must come before a placement or a lease.
 func newTestSpawner(t *testing.T, cfg Config) (*Spawner, *sessions.Store) {
 	t.Helper()
-	ctx := testenv.Context(t, 30*time.Second)
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "gateway.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	db := storetest.Open(t)
 	st, err := sessions.New(sessions.Config{DB: db})
 	if err != nil {
 		t.Fatal(err)
@@ -270,11 +265,7 @@ func TestForkPlain(t *testing.T) {
 // "delete" child still has its environment destroyed after its pull-back.
 func TestSpawnOptionsSurviveARestart(t *testing.T) {
 	ctx := testenv.Context(t, 20*time.Second)
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "gateway.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	db := storetest.Open(t)
 	d := &Deps{DB: db}
 	wait := false
 	req := SpawnRequest{Task: "secret task text", Profile: "kids", MachineClass: "big", RunTimeoutSeconds: 90,

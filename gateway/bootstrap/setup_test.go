@@ -10,7 +10,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/bootstrap"
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/profiles"
-	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/gateway/store/storetest"
 	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/providers/fake"
@@ -30,11 +30,7 @@ func newSetupHarness(t *testing.T) *setupHarness {
 	t.Helper()
 	ctx := testenv.Context(t, 30*time.Second)
 	box := localtest.Start(t)
-	db, err := store.Open(ctx, t.TempDir()+"/gateway.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := storetest.Open(t)
 	prov := fake.New()
 	prov.ProvisionFunc = func(_ context.Context, _ providers.Profile, opID string, req providers.ProvisionRequest) (providers.Lease, error) {
 		l := providers.Lease{ID: req.LeaseID, SSHHost: box.Host, SSHPort: box.Port, SSHUser: box.User, SSHKeyPath: box.ClientKeyPath,

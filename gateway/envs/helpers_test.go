@@ -7,6 +7,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/gateway/store/storetest"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -14,11 +15,7 @@ import (
 // over reg holding ps.
 func openStore(ctx context.Context, t *testing.T, reg providers.Registry, ps ...providers.Profile) (*store.DB, *profiles.Store) {
 	t.Helper()
-	db, err := store.Open(ctx, t.TempDir()+"/gateway.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := storetest.Open(t)
 	prof := profiles.New(db, reg, nil)
 	for i := range ps {
 		if _, err := prof.Put(ctx, &ps[i]); err != nil {

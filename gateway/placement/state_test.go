@@ -3,13 +3,12 @@ package placement
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
-	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/gateway/store/storetest"
 )
 
 func TestPlacementTransitionTableExhaustive(t *testing.T) {
@@ -41,11 +40,7 @@ func TestPlacementTransitionTableExhaustive(t *testing.T) {
 
 func openPlacements(t *testing.T) *Placements {
 	t.Helper()
-	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "gateway.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := storetest.Open(t)
 	return NewPlacements(db)
 }
 

@@ -3,23 +3,18 @@ package profiles_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/openclaw/cloudworkers/gateway/profiles"
-	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/gateway/store/storetest"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
 // newStore is a profile store over reg on a fresh gateway database (closed when t ends).
 func newStore(t *testing.T, reg providers.Registry) *profiles.Store {
 	t.Helper()
-	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "gateway.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := storetest.Open(t)
 	return profiles.New(db, reg, nil)
 }
 

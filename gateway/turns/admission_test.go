@@ -3,7 +3,6 @@ package turns
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,7 +10,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/inference/builtin"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
-	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/gateway/store/storetest"
 	"github.com/openclaw/cloudworkers/internal/testenv"
 )
 
@@ -20,11 +19,7 @@ import (
 // session whose placement is active on a worker is refused while that worker is not connected.
 func TestAdmissionReadsThePlacementRow(t *testing.T) {
 	ctx := testenv.Context(t, 30*time.Second)
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "gateway.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	db := storetest.Open(t)
 	st, err := sessions.New(sessions.Config{DB: db})
 	if err != nil {
 		t.Fatal(err)

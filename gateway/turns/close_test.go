@@ -2,12 +2,11 @@ package turns
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/gateway/store/storetest"
 	"github.com/openclaw/cloudworkers/internal/testenv"
 )
 
@@ -16,11 +15,7 @@ import (
 // it returns nil.
 func TestCloseIsBoundedByItsContext(t *testing.T) {
 	ctx := testenv.Context(t, 10*time.Second)
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "gateway.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	db := storetest.Open(t)
 	svc, err := New(ctx, Config{DB: db})
 	if err != nil {
 		t.Fatal(err)

@@ -4,11 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/gateway/store/storetest"
 )
 
 func TestTurnTransitionTableExhaustive(t *testing.T) {
@@ -43,11 +43,7 @@ func TestTurnTransitionTableExhaustive(t *testing.T) {
 // an ended turn is refused and changes nothing), each change with its event row.
 func TestTransitionTurn(t *testing.T) {
 	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "gateway.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	db := storetest.Open(t)
 	if _, err := db.W.ExecContext(ctx, `INSERT INTO turns(session_id, run_epoch, run_id, placement, model, status, created_at) VALUES('ses_1',1,'run_1','local','m','running',?)`, store.FormatTime(time.Now())); err != nil {
 		t.Fatal(err)
 	}
