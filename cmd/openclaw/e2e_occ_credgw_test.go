@@ -2,8 +2,11 @@ package main_test
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -208,7 +211,20 @@ func TestOCCCredentialSourceReachesTheRevisionsModelCalls(t *testing.T) {
 	if st.State != "absent" {
 		t.Fatalf("sourceStatus after removal = %+v", st)
 	}
+	// retirement revokes rev_c's worker credential: its launch credential, presented by a real
+	// worker through a live tunnel (rev_c2's box), is refused as unknown once rev_c is retired —
+	// and before, with the same descriptor, only for coming through another environment's tunnel
+	raw, err := os.ReadFile(filepath.Join(env.WorkerHome, ".openclaw-worker/state", env.ID, "launch.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := rogueWorker(t, raw, env3.WorkerSocket); !strings.Contains(out, "wrong-environment") || !strings.Contains(out, "came through the tunnel of "+env3.ID) {
+		t.Fatalf("rev_c's live credential through rev_c2's tunnel: %s, want refused for the tunnel only", out)
+	}
 	g.occOK("retireRevision", rev, nil)
+	if out := rogueWorker(t, raw, env3.WorkerSocket); !strings.Contains(out, "unauthorized") || !strings.Contains(out, "unknown worker credential") {
+		t.Fatalf("rev_c's credential after its retirement: %s, want refused as unknown", out)
+	}
 	if e := g.envNow(env.ID); e.State != envs.Destroyed {
 		t.Fatalf("rev_c's environment is %s after its retirement", e.State)
 	}
@@ -260,4 +276,28 @@ func (g *gw) envNow(id string) envs.Environment {
 		g.t.Fatal(err)
 	}
 	return v.Environment
+}
+
+// rogueWorker runs a real worker with the launch descriptor raw, connecting through the tunnel
+// socket sock, and returns its output once it was refused (it must be).
+func rogueWorker(t *testing.T, raw []byte, sock string) string {
+	t.Helper()
+	var d map[string]any
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	d["stateDir"], d["socketPath"] = filepath.Join(dir, "state"), sock
+	b, _ := json.Marshal(d)
+	p := filepath.Join(dir, "launch.json")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, openclawBin, "worker", "--descriptor", p).CombinedOutput()
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("the worker was not refused (%v):\n%s", err, out)
+	}
+	return string(out)
 }
