@@ -49,6 +49,12 @@ const (
 	AttachmentFailed  = "failed"
 	AttachmentRevoked = "revoked"
 	AttachmentAbsent  = "absent"
+	// AttachmentPending: attached, and the named sandbox is the revision's environment, but its
+	// worker is not admitted yet (the revision is preparing): OCC retries.
+	AttachmentPending = "pending"
+	// AttachmentWithheld: attached, but the named sandbox is not the revision's current
+	// environment, so the credential is withheld from it (its calls are refused).
+	AttachmentWithheld = "withheld"
 
 	attachedRow = "attached"
 	revokedRow  = "revoked"
@@ -138,6 +144,9 @@ type EnvRevision struct {
 	NamespaceID, RevisionID string
 	// Retired: that revision was retired (its environment's calls are refused).
 	Retired bool
+	// Current: the environment is the revision's current one; Ready: the revision is ready (its
+	// worker was admitted when last observed).
+	Current, Ready bool
 }
 
 var _ EnvironmentRevisions = (*Compute)(nil)
@@ -333,6 +342,15 @@ type attachmentRequest struct {
 	Revision  credRevision `json:"revision"`
 	Sources   []cgSource   `json:"sources"`
 	SourceID  string       `json:"sourceId"`
+	Sandbox   *sandboxRef  `json:"sandbox"`
+}
+
+// sandboxRef is OCC's SandboxResourceRef: here resourceName is the revision's environment id.
+type sandboxRef struct {
+	NamespaceName string `json:"namespaceName"`
+	ResourceName  string `json:"resourceName"`
+	AgentID       string `json:"agentId"`
+	RevisionID    string `json:"revisionId"`
 }
 
 func decodeAttachmentRequest(body json.RawMessage) (attachmentRequest, error) {
@@ -351,6 +369,17 @@ func decodeAttachmentRequest(body json.RawMessage) (attachmentRequest, error) {
 	}
 	if r.Sources == nil {
 		return r, Invalid("sources", "is required (the revision's bound source records)")
+	}
+	if sb := r.Sandbox; sb != nil {
+		if sb.RevisionID != "" && sb.RevisionID != r.Revision.ID {
+			return r, Invalid("sandbox.revisionId", "does not match revision.id")
+		}
+		if sb.AgentID != "" && sb.AgentID != r.Revision.AgentID {
+			return r, Invalid("sandbox.agentId", "does not match revision.agentId")
+		}
+		if sb.ResourceName != "" && !idRe.MatchString(sb.ResourceName) {
+			return r, Invalid("sandbox.resourceName", "must be letters, digits, '.', '_', ':', '@' or '-' (at most 128)")
+		}
 	}
 	seen := map[string]bool{}
 	for i, s := range r.Sources {
@@ -731,7 +760,43 @@ func (g *CredentialGateway) attachmentStatus(ctx context.Context, body json.RawM
 			}
 		}
 	}
+	if r.Sandbox == nil || r.Sandbox.ResourceName == "" {
+		return out, nil
+	}
+	// With the provisioned sandbox named: a ready attachment applies to it only if it is the
+	// revision's current environment, and from its worker's admission on.
+	sandboxState, err := g.sandboxState(ctx, r.Revision.ID, r.Sandbox.ResourceName)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		if out[i].State == AttachmentReady {
+			out[i].State = sandboxState
+		}
+	}
 	return out, nil
+}
+
+// sandboxState is what a ready attachment of revID is for the environment envID: ready (its
+// current environment, worker admitted), pending (its current environment, still preparing) or
+// withheld (not its current environment).
+func (g *CredentialGateway) sandboxState(ctx context.Context, revID, envID string) (string, error) {
+	g.mu.RLock()
+	revs := g.revisions
+	g.mu.RUnlock()
+	if revs == nil {
+		return AttachmentWithheld, nil
+	}
+	er, err := revs.RevisionOfEnvironment(ctx, envID)
+	switch {
+	case err != nil:
+		return "", err
+	case er.RevisionID != revID || er.Retired || !er.Current:
+		return AttachmentWithheld, nil
+	case !er.Ready:
+		return AttachmentPending, nil
+	}
+	return AttachmentReady, nil
 }
 
 // withdraw revokes one source from one revision: its next model call that needs the source is

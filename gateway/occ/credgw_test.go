@@ -638,28 +638,7 @@ func TestUpdateRotateAndRemoveSource(t *testing.T) {
 // The compute side's real RevisionOfEnvironment answers from the recorded rows.
 func TestRetiredOrUnownedOCCEnvironmentNeverFallsBack(t *testing.T) {
 	h := newCG(t)
-	c, err := occ.NewCompute(occ.ComputeDeps{DB: h.db})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.gw.SetRevisions(c)
-	now := store.FormatTime(time.Now())
-	for _, q := range [][]any{
-		{`INSERT INTO occ_agents(id, namespace_id, created_at, updated_at) VALUES('agent1','ns1',?,?)`, now, now},
-		{`INSERT INTO occ_revisions(id, namespace_id, agent_id, profile_id, state, created_at, updated_at) VALUES('rev-live','ns1','agent1','local','ready',?,?)`, now, now},
-		{`INSERT INTO occ_revisions(id, namespace_id, agent_id, profile_id, state, created_at, updated_at) VALUES('rev-ret','ns1','agent1','local','retired',?,?)`, now, now},
-		{`INSERT INTO occ_revision_environments(revision_id, attempt, environment_id) VALUES('rev-live',1,'env-live'),('rev-ret',1,'env-ret')`},
-	} {
-		if _, err := h.db.W.Exec(q[0].(string), q[1:]...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for id, key := range map[string]any{"env-live": "occ:ns1:rev-live:1", "env-ret": "occ:ns1:rev-ret:1", "env-orphan": "occ:ns1:rev-gone:1", "env-plain": nil} {
-		if _, err := h.db.W.Exec(`INSERT INTO environments(id, profile_id, provider_id, idempotency_key, operation_id, state, profile_snapshot,
-			created_at, updated_at, last_activity_at) VALUES(?,'local','local',?,?,'ready','{}',?,?,?)`, id, key, "op-"+id, now, now, now); err != nil {
-			t.Fatal(err)
-		}
-	}
+	h.computeRows()
 	for _, env := range []string{"env-live", "env-plain"} {
 		if err := h.stream(env, "anthropic/m"); err != nil {
 			t.Fatalf("call of %s: %v, want the catalog's credential", env, err)
@@ -678,5 +657,85 @@ func TestRetiredOrUnownedOCCEnvironmentNeverFallsBack(t *testing.T) {
 	}
 	if got := strings.Join(h.keysSeen(), ","); got != "sk-the-gateways-own-key,sk-the-gateways-own-key" {
 		t.Fatalf("keys the provider saw: %s, want only the two allowed calls", got)
+	}
+}
+
+// computeRows puts a real compute side behind the credential gateway, with the rows it would
+// have written: agent1 in ns1 with revisions rev-live (ready on env-live), rev-prep (preparing on
+// env-prep) and rev-ret (retired, was on env-ret); env-orphan is an OCC namespace's environment
+// no revision owns and env-plain one outside OCC.
+func (h *cgHarness) computeRows() {
+	t := h.t
+	t.Helper()
+	c, err := occ.NewCompute(occ.ComputeDeps{DB: h.db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.gw.SetRevisions(c)
+	now := store.FormatTime(time.Now())
+	for _, q := range [][]any{
+		{`INSERT INTO occ_agents(id, namespace_id, created_at, updated_at) VALUES('agent-1','ns1',?,?)`, now, now},
+		{`INSERT INTO occ_revisions(id, namespace_id, agent_id, profile_id, state, environment_id, created_at, updated_at) VALUES
+			('rev-live','ns1','agent-1','local','ready','env-live',?,?), ('rev-prep','ns1','agent-1','local','preparing','env-prep',?,?),
+			('rev-ret','ns1','agent-1','local','retired','env-ret',?,?)`, now, now, now, now, now, now},
+		{`INSERT INTO occ_revision_environments(revision_id, attempt, environment_id) VALUES('rev-live',1,'env-live'),('rev-prep',1,'env-prep'),('rev-ret',1,'env-ret')`},
+	} {
+		if _, err := h.db.W.Exec(q[0].(string), q[1:]...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id, key := range map[string]any{"env-live": "occ:ns1:rev-live:1", "env-prep": "occ:ns1:rev-prep:1", "env-ret": "occ:ns1:rev-ret:1",
+		"env-orphan": "occ:ns1:rev-gone:1", "env-plain": nil} {
+		if _, err := h.db.W.Exec(`INSERT INTO environments(id, profile_id, provider_id, idempotency_key, operation_id, state, profile_snapshot,
+			created_at, updated_at, last_activity_at) VALUES(?,'local','local',?,?,'ready','{}',?,?,?)`, id, key, "op-"+id, now, now, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// attachmentStatus with the provisioned sandbox named (its resourceName the environment id):
+// ready only for the revision's current environment once its worker is admitted, pending while
+// the revision still prepares on it, withheld for any other environment; a sandbox naming
+// another revision or agent is refused naming the field.
+func TestAttachmentStatusOfTheNamedSandbox(t *testing.T) {
+	h := newCG(t)
+	h.computeRows()
+	h.ok("registerSource", register("ns1", "src1", "anthropic", secret(t)), nil)
+	for _, rev := range []string{"rev-live", "rev-prep"} {
+		h.ok("attachForRevision", revisionCtx("ns1", rev, source("src1", "anthropic")), nil)
+	}
+	status := func(rev, env string) string {
+		t.Helper()
+		body := revisionCtx("ns1", rev, source("src1", "anthropic"))
+		body["sandbox"] = map[string]any{"namespaceName": "ns1", "resourceName": env, "agentId": "agent-1", "revisionId": rev}
+		var sts []occ.AttachmentStatus
+		h.ok("attachmentStatus", body, &sts)
+		if len(sts) != 1 || sts[0].SourceID != "src1" {
+			t.Fatalf("attachmentStatus = %+v", sts)
+		}
+		return sts[0].State
+	}
+	for _, tc := range []struct{ rev, env, want string }{
+		{"rev-live", "env-live", "ready"},
+		{"rev-prep", "env-prep", "pending"},
+		{"rev-live", "env-prep", "withheld"},
+		{"rev-live", "env-orphan", "withheld"},
+		{"rev-live", "env-plain", "withheld"},
+		{"rev-live", "env-never", "withheld"},
+	} {
+		if got := status(tc.rev, tc.env); got != tc.want {
+			t.Errorf("attachmentStatus of %s on sandbox %s = %s, want %s", tc.rev, tc.env, got, tc.want)
+		}
+	}
+	for field, sandbox := range map[string]map[string]any{
+		"sandbox.revisionId":   {"resourceName": "env-live", "revisionId": "rev-prep"},
+		"sandbox.agentId":      {"resourceName": "env-live", "agentId": "agent-2"},
+		"sandbox.resourceName": {"resourceName": "../env"},
+	} {
+		body := revisionCtx("ns1", "rev-live", source("src1", "anthropic"))
+		body["sandbox"] = sandbox
+		if e := h.fails("attachmentStatus", body, 400); !strings.Contains(e.Message, field) {
+			t.Errorf("sandbox %v: %+v, want a refusal naming %s", sandbox, e, field)
+		}
 	}
 }

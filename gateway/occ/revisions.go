@@ -665,9 +665,10 @@ func (c *Compute) RevisionOfEnvironment(ctx context.Context, envID string) (EnvR
 		return out, err
 	}
 	out.OCC = ReservedEnvironment(key.String)
-	var state string
-	err = c.d.DB.R.QueryRowContext(ctx, `SELECT r.namespace_id, r.id, r.state FROM occ_revision_environments e
-		JOIN occ_revisions r ON r.id=e.revision_id WHERE e.environment_id=? ORDER BY e.attempt DESC LIMIT 1`, envID).Scan(&out.NamespaceID, &out.RevisionID, &state)
+	var state, current string
+	err = c.d.DB.R.QueryRowContext(ctx, `SELECT r.namespace_id, r.id, r.state, r.environment_id FROM occ_revision_environments e
+		JOIN occ_revisions r ON r.id=e.revision_id WHERE e.environment_id=? ORDER BY e.attempt DESC LIMIT 1`, envID).
+		Scan(&out.NamespaceID, &out.RevisionID, &state, &current)
 	if errors.Is(err, sql.ErrNoRows) {
 		return out, nil
 	}
@@ -676,6 +677,7 @@ func (c *Compute) RevisionOfEnvironment(ctx context.Context, envID string) (EnvR
 	}
 	out.OCC = true // recorded for a revision: an OCC environment whatever its key
 	out.Retired = RevState(state) == RevRetired
+	out.Current, out.Ready = current == envID, RevState(state) == RevReady
 	return out, nil
 }
 
