@@ -88,6 +88,13 @@ func (f *forge) refs(t *testing.T) string {
 // userRepo is a checkout whose origin is the forge, with main pushed and a session branch
 // openclaw/s1 one commit ahead.
 func userRepo(t *testing.T, f *forge) string {
+	// main reaches the forge with the test's own credentials, not the publisher's
+	return checkout(t, f.url, "-c", "credential.helper=", "-c", "credential.helper=!f() { echo username=x-access-token; echo password="+token+"; }; f", "push", "-q", "origin", "main")
+}
+
+// checkout is a checkout whose origin is remote, main put there by git with pushMain, and a
+// session branch openclaw/s1 one commit ahead.
+func checkout(t *testing.T, remote string, pushMain ...string) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "user")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -99,9 +106,8 @@ func userRepo(t *testing.T, f *forge) string {
 	}
 	git(t, dir, "add", "README.md")
 	git(t, dir, "commit", "-qm", "initial")
-	git(t, dir, "remote", "add", "origin", f.url)
-	// main reaches the forge with the test's own credentials, not the publisher's
-	git(t, dir, "-c", "credential.helper=", "-c", "credential.helper=!f() { echo username=x-access-token; echo password="+token+"; }; f", "push", "-q", "origin", "main")
+	git(t, dir, "remote", "add", "origin", remote)
+	git(t, dir, pushMain...)
 	git(t, dir, "switch", "-q", "-c", "openclaw/s1")
 	if err := os.WriteFile(filepath.Join(dir, "work.txt"), []byte("the worker's\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -1,48 +1,39 @@
 package publish
 
 import (
-	"bufio"
+	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/openclaw/cloudworkers/internal/gitforge"
 	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
-// sshForge is a real OpenSSH sshd on loopback serving bare repositories over SSH to one
-// authorized key; log is what sshd reported.
+// sshForge is a real OpenSSH sshd on loopback (internal/gitforge) serving one bare repository
+// over SSH to one authorized key.
 type sshForge struct {
-	port             string
-	hostKey, hostPub string // the host key's public half, "TYPE BASE64"
-	bare             string
-	mu               sync.Mutex
-	log              strings.Builder
+	*gitforge.SSH
+	bare string
 }
 
-func (f *sshForge) logged() string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.log.String()
-}
+func (f *sshForge) logged() string { return f.Log() }
+
+func (f *sshForge) url() string { return f.URL(f.bare) }
 
 func keygen(t *testing.T, path string) (pub string) {
 	t.Helper()
-	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "", "-f", path).CombinedOutput(); err != nil {
-		t.Fatalf("ssh-keygen: %v\n%s", err, out)
-	}
-	b, err := os.ReadFile(path + ".pub")
+	pub, err := gitforge.Keygen(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.TrimSpace(string(b))
+	return pub
 }
 
 func readKey(t *testing.T, path string) string {
@@ -54,99 +45,26 @@ func readKey(t *testing.T, path string) string {
 	return string(b)
 }
 
-// newSSHForge starts sshd -D on 127.0.0.1 (stopped at the end of the test) accepting the public
-// key authorized only.
+// newSSHForge starts sshd on 127.0.0.1 (stopped at the end of the test) accepting the public key
+// authorized only.
 func newSSHForge(t *testing.T, authorized string) *sshForge {
 	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "git", "ssh", "ssh-keygen", "/usr/sbin/sshd")
-	if err := os.MkdirAll("/run/sshd", 0o755); err != nil { // sshd's privilege separation directory
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	f := &sshForge{hostKey: filepath.Join(dir, "host_ed25519"), bare: filepath.Join(dir, "org", "repo.git")}
-	f.hostPub = keygen(t, f.hostKey)
-	if err := os.WriteFile(filepath.Join(dir, "authorized_keys"), []byte(authorized+"\n"), 0o600); err != nil {
+	s, err := gitforge.StartSSH(testenv.Context(t, 20*time.Second), dir, authorized)
+	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(s.Close)
+	f := &sshForge{SSH: s, bare: filepath.Join(dir, "org", "repo.git")}
 	git(t, dir, "init", "-q", "--bare", f.bare)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, f.port, _ = net.SplitHostPort(l.Addr().String())
-	l.Close()
-	cfg := filepath.Join(dir, "sshd_config")
-	conf := strings.Join([]string{"ListenAddress 127.0.0.1:" + f.port, "HostKey " + f.hostKey, "AuthorizedKeysFile " + filepath.Join(dir, "authorized_keys"),
-		"PidFile none", "StrictModes no", "UsePAM no", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
-		"PermitRootLogin prohibit-password", "AllowUsers root", "AllowAgentForwarding no", "LogLevel VERBOSE", ""}, "\n")
-	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("/usr/sbin/sshd", "-D", "-e", "-f", cfg)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		once := sync.Once{}
-		for sc.Scan() {
-			f.mu.Lock()
-			f.log.WriteString(sc.Text() + "\n")
-			f.mu.Unlock()
-			if strings.Contains(sc.Text(), "Server listening on") {
-				once.Do(func() { close(ready) })
-			}
-		}
-	}()
-	select {
-	case <-ready:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("sshd did not start listening:\n%s", f.logged())
-	}
 	return f
 }
-
-func (f *sshForge) url() string { return "ssh://root@127.0.0.1:" + f.port + f.bare }
 
 func (f *sshForge) refs(t *testing.T) string {
 	t.Helper()
 	return git(t, f.bare, "for-each-ref", "--format=%(refname) %(objectname)")
-}
-
-// sshUserRepo is a checkout whose origin is the forge over SSH, main already on the forge (put
-// there by path) and openclaw/s1 one commit ahead.
-func sshUserRepo(t *testing.T, f *sshForge) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "user")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	git(t, dir, "init", "-q")
-	if err := os.WriteFile(filepath.Join(dir, "README.md"), []byte("hello\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	git(t, dir, "add", "README.md")
-	git(t, dir, "commit", "-qm", "initial")
-	git(t, dir, "push", "-q", f.bare, "main")
-	git(t, dir, "remote", "add", "origin", f.url())
-	git(t, dir, "switch", "-q", "-c", "openclaw/s1")
-	if err := os.WriteFile(filepath.Join(dir, "work.txt"), []byte("the worker's\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	git(t, dir, "add", "work.txt")
-	git(t, dir, "commit", "-qm", "worker: work")
-	git(t, dir, "switch", "-q", "main")
-	return dir
 }
 
 // TestSSHKeyWithPinnedHostKey: against a real OpenSSH sshd on loopback, a publish with an SSH
@@ -160,13 +78,13 @@ func TestSSHKeyWithPinnedHostKey(t *testing.T) {
 	authorized := keygen(t, filepath.Join(keys, "client"))
 	keygen(t, filepath.Join(keys, "other")) // not authorized
 	f := newSSHForge(t, authorized)
-	dir := sshUserRepo(t, f)
+	dir := checkout(t, f.url(), "push", "-q", f.bare, "main") // main put on the forge by path
 	gitDir := filepath.Join(dir, ".git")
 	ctx := testenv.Context(t, 90*time.Second)
 	before := f.refs(t)
 	clientKey, otherKey := readKey(t, filepath.Join(keys, "client")), readKey(t, filepath.Join(keys, "other"))
 	wrongHost := keygen(t, filepath.Join(keys, "impostor"))
-	hostLine := "[127.0.0.1]:" + f.port + " " + f.hostPub
+	hostLine := "[127.0.0.1]:" + f.Port + " " + f.HostKey
 	fp := func(pub string) string {
 		out, err := exec.Command("sh", "-c", "printf '%s\\n' \"$0\" | ssh-keygen -lf -", pub).Output()
 		if err != nil {
@@ -227,10 +145,10 @@ func TestSSHKeyWithPinnedHostKey(t *testing.T) {
 		creds memCreds
 		want  string
 	}{
-		{"host key mismatch (line)", newCred(clientKey, "[127.0.0.1]:"+f.port+" "+wrongHost, ""), "is not the credential's pinned host key"},
+		{"host key mismatch (line)", newCred(clientKey, "[127.0.0.1]:"+f.Port+" "+wrongHost, ""), "is not the credential's pinned host key"},
 		{"host key mismatch (bare key)", newCred(clientKey, wrongHost, ""), "is not the credential's pinned host key"},
 		{"host key mismatch (fingerprint)", newCred(clientKey, "", fp(wrongHost)), "is not the credential's pinned host key"},
-		{"pin for another host", newCred(clientKey, "forge.example "+f.hostPub, ""), "is for forge.example, not for the remote's host"},
+		{"pin for another host", newCred(clientKey, "forge.example "+f.HostKey, ""), "is for forge.example, not for the remote's host"},
 		{"unauthorized key, authorized one in the agent", newCred(otherKey, hostLine, ""), "Permission denied"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -253,7 +171,7 @@ func TestSSHKeyWithPinnedHostKey(t *testing.T) {
 		t.Fatalf("sshd accepted a key during a refused push:\n%s", f.logged())
 	}
 
-	for i, creds := range []memCreds{newCred(clientKey, hostLine, ""), newCred(clientKey, "", fp(f.hostPub))} {
+	for i, creds := range []memCreds{newCred(clientKey, hostLine, ""), newCred(clientKey, "", fp(f.HostKey))} {
 		want := "new"
 		if i > 0 {
 			want = "up to date"
