@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -160,4 +161,123 @@ func eventReasons(v placementView) []string {
 		r = append(r, ev.Reason)
 	}
 	return r
+}
+
+// TestGatewayPublishSSH: through a running gateway, an SSH key set with `openclaw credential set
+// --git-ssh-key --known-host` publishes to a real OpenSSH sshd on loopback; with a pin that is not
+// the server's host key the publish is refused with that said, no key accepted and no ref
+// changed; the key is in no output or log. Bad SSH credentials are refused by the CLI.
+func TestGatewayPublishSSH(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "git", "ssh", "ssh-keygen", "/usr/sbin/sshd")
+	root := t.TempDir()
+	ctx := testenv.Context(t, 2*time.Minute)
+	keys := filepath.Join(root, "keys")
+	if err := os.MkdirAll(keys, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := gitforge.Keygen(ctx, filepath.Join(keys, "client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	impostor, err := gitforge.Keygen(ctx, filepath.Join(keys, "impostor"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := readFile(t, filepath.Join(keys, "client"))
+	srvDir := filepath.Join(root, "sshd")
+	if err := os.MkdirAll(srvDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := gitforge.StartSSH(ctx, srvDir, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	bare := filepath.Join(srvDir, "org", "repo.git")
+	if _, err := gitforge.Git(ctx, "init", "-q", "--bare", bare); err != nil {
+		t.Fatal(err)
+	}
+
+	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedModels(t, root, map[string]string{
+		"work": `[{"toolCalls": [{"name": "exec", "arguments": {"command": "printf 'over ssh\\n' > work.txt && git add work.txt && git -c user.name=w -c user.email=w@example.com commit -qm 'add work'"}}]},
+		          {"text": "Committed."}]`,
+	})+"profiles:\n  - id: pubssh\n    provider: local\n    hygiene: {metadataRoute: warn, dockerSocket: warn}\n    publish: {credential: forge-ssh}\n")
+	t.Cleanup(func() { destroyAll(g) })
+	cli := func(stdin string, args ...string) (string, error) {
+		cmd := exec.Command(openclawBin, append(args, "--gateway", g.addr, "--data-dir", g.dataDir)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	body := strings.Split(strings.TrimSpace(key), "\n")[1] // a line of the key's body
+	// refused by the CLI, before anything is stored
+	for _, tc := range []struct {
+		stdin string
+		args  []string
+		want  string
+	}{
+		{key, []string{"--git-ssh-key"}, "pins no host key"},
+		{"not a key", []string{"--git-ssh-key", "--known-host", srv.KnownHost()}, "is not an SSH private key"},
+		{key, []string{"--known-host", srv.KnownHost()}, "--known-host and --host-key pin the host key of a --git-ssh-key credential"},
+		{key, []string{"--git-ssh-key", "--git-token", "--known-host", srv.KnownHost()}, "one or the other"},
+	} {
+		out, err := cli(tc.stdin, append([]string{"credential", "set", "forge-ssh"}, tc.args...)...)
+		if err == nil || !strings.Contains(out, tc.want) || strings.Contains(out, body) {
+			t.Fatalf("credential set %v: %v\n%s\nwant a refusal saying %q, never the key", tc.args, err, out, tc.want)
+		}
+	}
+
+	ws := filepath.Join(root, "user")
+	userWorkspace(t, ws, true)
+	gitIn(t, ws, "push", "-q", bare, "main")
+	gitIn(t, ws, "remote", "add", "origin", srv.URL(bare))
+	id := g.newSession(ws, "work/m")
+	g.dispatchTo(id, "pubssh")
+	g.mustRest(id, placement.Active)
+	g.runTurn(id, "add the work", "worker")
+	g.pullback(id)
+	g.mustRest(id, placement.Local)
+	branch := "openclaw/" + strings.TrimPrefix(id, "ses_")
+	tip := gitIn(t, ws, "rev-parse", branch)
+	before, err := gitforge.Refs(ctx, bare)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// a pin that is not the server's host key: refused, nothing accepted, nothing changed
+	if out, err := cli(key, "credential", "set", "forge-ssh", "--git-ssh-key", "--known-host", "[127.0.0.1]:"+srv.Port+" "+impostor); err != nil {
+		t.Fatalf("credential set --git-ssh-key: %v\n%s", err, out)
+	}
+	out, err := cli("", "session", "publish", id)
+	if err == nil || !strings.Contains(out, "is not the credential's pinned host key") || !strings.Contains(out, "nothing was pushed") {
+		t.Fatalf("session publish to a server with another host key: %v\n%s", err, out)
+	}
+	if now, _ := gitforge.Refs(ctx, bare); now != before {
+		t.Fatalf("a refused publish changed the server's refs:\n%s", now)
+	}
+	if strings.Contains(srv.Log(), "Accepted publickey") {
+		t.Fatalf("sshd accepted a key for a publish whose host key check failed:\n%s", srv.Log())
+	}
+
+	// the server's own host key: the branch lands, authenticated with the credential's key
+	if out, err := cli(key, "credential", "set", "forge-ssh", "--git-ssh-key", "--known-host", srv.KnownHost()); err != nil {
+		t.Fatalf("credential set --git-ssh-key: %v\n%s", err, out)
+	}
+	out, err = cli("", "session", "publish", id)
+	if err != nil {
+		t.Fatalf("session publish over ssh: %v\n%s", err, out)
+	}
+	if want := srv.URL(bare) + " refs/heads/" + branch + " at " + tip[:12] + " (new)"; !strings.Contains(out, want) {
+		t.Fatalf("session publish printed %q, want %q", out, want)
+	}
+	if got, err := gitforge.Git(ctx, "-C", bare, "rev-parse", "refs/heads/"+branch); err != nil || got != tip {
+		t.Fatalf("the server has %s at %q (%v), want %s", branch, got, err, tip)
+	}
+	if !strings.Contains(srv.Log(), "Accepted publickey for root") {
+		t.Fatalf("sshd did not accept the credential's key:\n%s", srv.Log())
+	}
+	if strings.Contains(g.log.String(), body) {
+		t.Fatal("the gateway log holds the SSH key")
+	}
 }
