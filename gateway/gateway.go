@@ -149,7 +149,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	// The worker side: one hub listener for all tunnels, the worker endpoint served on it, and the
 	// bootstrapper that brings boxes to ready.
 	auditFn := func(ctx context.Context, kind, envID, detail string) {
-		if err := db.InTx(ctx, func(tx *sql.Tx) error { return store.Audit(ctx, tx, kind, envID, detail) }); err != nil {
+		if err := db.InTx(ctx, func(tx *sql.Tx) error { return store.Audit(ctx, tx, clk.Now(), kind, envID, detail) }); err != nil {
 			log.Warn("audit", "kind", kind, "err", err)
 		}
 	}
@@ -334,7 +334,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		return false
 	}
 	spawner.Start(agents.Deps{DB: db, Sessions: sess, Turns: turnSvc, Dispatcher: dispatcher, Placements: placements,
-		Envs: mgr, Admitted: workers.Admitted, DataDir: dataDir, Log: log.With("subsystem", "agents")})
+		Envs: mgr, Admitted: workers.Admitted, DataDir: dataDir, Log: log.With("subsystem", "agents"), Clock: clk})
 
 	reg.MustRegister(newStateCollector(db, "openclaw_environments", "Environments by state.", "state", stateNames(envs.AllStates),
 		`SELECT state, COUNT(*) FROM environments GROUP BY state`))

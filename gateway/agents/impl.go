@@ -20,6 +20,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/gateway/turns"
+	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/sync/gitexec"
 )
@@ -646,7 +647,7 @@ func (s *Spawner) usage(ctx context.Context, d *Deps, sessionID string) (Usage, 
 func (s *Spawner) audit(ctx context.Context, d *Deps, kind, detail string) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := d.DB.InTx(actx, func(tx *sql.Tx) error { return store.Audit(actx, tx, kind, "", detail) }); err != nil {
+	if err := d.DB.InTx(actx, func(tx *sql.Tx) error { return store.Audit(actx, tx, clock.Or(d.Clock).Now(), kind, "", detail) }); err != nil {
 		d.Log.Warn("audit", "kind", kind, "err", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/gateway/turns"
+	"github.com/openclaw/cloudworkers/internal/clock"
 )
 
 // Deps are the gateway parts a Spawner drives; they are built after the tools are handed to the
@@ -28,6 +29,8 @@ type Deps struct {
 	// DataDir holds the children's forked workspaces (DataDir/agents/…).
 	DataDir string
 	Log     *slog.Logger
+	// Clock dates the audit rows of spawns (the real clock when nil).
+	Clock clock.Clock
 }
 
 // ErrNotStarted is a call before Start (the gateway is still starting).

@@ -127,7 +127,7 @@ func (s *Store) Set(ctx context.Context, name, value string) error {
 			name, sealed, now, now); err != nil {
 			return fmt.Errorf("set credential %s: %w", name, err)
 		}
-		return store.Audit(ctx, tx, "credential.set", "", name)
+		return store.Audit(ctx, tx, clock.Or(s.Clock).Now(), "credential.set", "", name)
 	})
 }
 
@@ -173,7 +173,7 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 		if n, _ := res.RowsAffected(); n == 0 {
 			return fmt.Errorf("%w: %q", ErrNotFound, name)
 		}
-		return store.Audit(ctx, tx, "credential.delete", "", name)
+		return store.Audit(ctx, tx, clock.Or(s.Clock).Now(), "credential.delete", "", name)
 	})
 }
 

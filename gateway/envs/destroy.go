@@ -40,7 +40,7 @@ func (m *Manager) RequestDestroy(ctx context.Context, id string, force bool) (En
 		if err := m.transition(ctx, tx, id, e.State, Draining, reason); err != nil {
 			return err
 		}
-		return store.Audit(ctx, tx, "environment.destroy", id, reason)
+		return store.Audit(ctx, tx, m.cfg.Clock.Now(), "environment.destroy", id, reason)
 	})
 	if err != nil {
 		return Environment{}, err
@@ -156,7 +156,7 @@ func (m *Manager) finishDestroy(ctx context.Context, id, reason string) error {
 		if _, err := tx.ExecContext(ctx, `UPDATE environments SET error='' WHERE id=? AND error LIKE 'destroy attempt %'`, id); err != nil {
 			return err
 		}
-		return store.Audit(ctx, tx, "environment.destroyed", id, reason)
+		return store.Audit(ctx, tx, m.cfg.Clock.Now(), "environment.destroyed", id, reason)
 	})
 	if err == nil {
 		m.mu.Lock()
@@ -242,7 +242,7 @@ func (m *Manager) checkLease(ctx context.Context, e Environment) bool {
 		if err := m.transition(ctx, tx, e.ID, e.State, Orphaned, reason); err != nil {
 			return err
 		}
-		return store.Audit(ctx, tx, "environment.orphaned", e.ID, reason)
+		return store.Audit(ctx, tx, m.cfg.Clock.Now(), "environment.orphaned", e.ID, reason)
 	})
 	if err != nil {
 		m.log.Warn("orphan environment", "env", e.ID, "err", err)
@@ -332,7 +332,7 @@ func (m *Manager) Sweep(ctx context.Context) (SweepReport, error) {
 				continue
 			}
 			detail := fmt.Sprintf("lease %s of profile %s destroyed: %s", id, prof.ID, reason)
-			if err := m.db.InTx(ctx, func(tx *sql.Tx) error { return store.Audit(ctx, tx, "sweep.destroy", owner, detail) }); err != nil {
+			if err := m.db.InTx(ctx, func(tx *sql.Tx) error { return store.Audit(ctx, tx, m.cfg.Clock.Now(), "sweep.destroy", owner, detail) }); err != nil {
 				return rep, err
 			}
 			m.log.Warn("orphan sweep destroyed lease", "lease", id, "profile", prof.ID, "reason", reason)

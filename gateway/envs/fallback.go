@@ -77,7 +77,7 @@ func (m *Manager) fallBack(ctx context.Context, e Environment, next providers.Pr
 		if n, _ := res.RowsAffected(); n != 1 {
 			return errNotProvisioning
 		}
-		return store.Audit(ctx, tx, "environment.fallback", e.ID, fmt.Sprintf("profile %s → %s (operation %s, lease %s)", e.Profile.ID, next.ID, ne.OperationID, leaseID))
+		return store.Audit(ctx, tx, m.cfg.Clock.Now(), "environment.fallback", e.ID, fmt.Sprintf("profile %s → %s (operation %s, lease %s)", e.Profile.ID, next.ID, ne.OperationID, leaseID))
 	})
 	if err != nil {
 		return e, nil, "", err

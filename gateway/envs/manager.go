@@ -410,7 +410,7 @@ func (m *Manager) CreateClass(ctx context.Context, profileID, idempotencyKey, cl
 		if err != nil {
 			return err
 		}
-		return store.Audit(ctx, tx, "environment.create", id, "profile "+prof.ID)
+		return store.Audit(ctx, tx, m.cfg.Clock.Now(), "environment.create", id, "profile "+prof.ID)
 	})
 	if err != nil {
 		return env, false, err
@@ -480,7 +480,7 @@ func (m *Manager) failStep(ctx context.Context, id, reason string, step *Step) {
 		if err := attachStep(ctx, tx, id, step); err != nil {
 			return err
 		}
-		return store.Audit(ctx, tx, "environment.failed", id, reason)
+		return store.Audit(ctx, tx, m.cfg.Clock.Now(), "environment.failed", id, reason)
 	})
 	if err != nil {
 		m.log.Error("record environment failure", "env", id, "err", err, "reason", reason)
@@ -710,7 +710,7 @@ func (m *Manager) releaseLease(ctx context.Context, envID string, prov providers
 		detail += ": " + Sanitize(err.Error())
 		m.log.Warn("release lease", "env", envID, "lease", lease.ID, "err", err)
 	}
-	if aerr := m.db.InTx(ctx, func(tx *sql.Tx) error { return store.Audit(ctx, tx, "lease.release", envID, detail) }); aerr != nil {
+	if aerr := m.db.InTx(ctx, func(tx *sql.Tx) error { return store.Audit(ctx, tx, m.cfg.Clock.Now(), "lease.release", envID, detail) }); aerr != nil {
 		m.log.Error("audit lease release", "err", aerr)
 	}
 }

@@ -100,7 +100,7 @@ func (cs *Credentials) Mint(ctx context.Context, envID, bundleHash string, ttl t
 		if err != nil {
 			return err
 		}
-		return store.Audit(ctx, tx, "worker.credential.mint", envID,
+		return store.Audit(ctx, tx, cs.now(), "worker.credential.mint", envID,
 			fmt.Sprintf("credential %s expires in %s", hashSecret(secret)[:12], ttl))
 	})
 	if err != nil {
@@ -201,7 +201,7 @@ func (cs *Credentials) refreshHash(ctx context.Context, hash string) (string, Cr
 		}
 		c = Credential{ID: hashSecret(secret), EnvironmentID: c.EnvironmentID, BundleHash: c.BundleHash, Lineage: c.Lineage,
 			Methods: c.Methods, CreatedAt: now, ExpiresAt: now.Add(ttl)}
-		return store.Audit(ctx, tx, "worker.credential.refresh", c.EnvironmentID,
+		return store.Audit(ctx, tx, cs.now(), "worker.credential.refresh", c.EnvironmentID,
 			fmt.Sprintf("credential %s replaced by %s", hash[:12], c.ShortID()))
 	})
 	if err != nil {
@@ -221,7 +221,7 @@ func (cs *Credentials) revokeSupersededTx(ctx context.Context, tx *sql.Tx, c Cre
 		return fmt.Errorf("revoke credentials replaced by %s: %w", c.ShortID(), err)
 	}
 	if n, _ := res.RowsAffected(); n > 0 {
-		return store.Audit(ctx, tx, "worker.credential.revoke", c.EnvironmentID,
+		return store.Audit(ctx, tx, cs.now(), "worker.credential.revoke", c.EnvironmentID,
 			fmt.Sprintf("%d credentials replaced by %s revoked on its first use", n, c.ShortID()))
 	}
 	return nil
@@ -244,7 +244,7 @@ func (cs *Credentials) RevokeEnv(ctx context.Context, envID string) (int, error)
 			return fmt.Errorf("revoke worker credentials of %s: %w", envID, err)
 		}
 		n, _ = res.RowsAffected()
-		return store.Audit(ctx, tx, "worker.credential.revoke", envID, fmt.Sprintf("%d credentials revoked", n))
+		return store.Audit(ctx, tx, cs.now(), "worker.credential.revoke", envID, fmt.Sprintf("%d credentials revoked", n))
 	})
 	return int(n), err
 }

@@ -614,7 +614,7 @@ func (s *Server) admit(ctx context.Context, wc *workerConn) bool {
 		if err := s.cfg.Credentials.revokeSupersededTx(ctx, tx, cred); err != nil {
 			return err
 		}
-		return store.Audit(ctx, tx, "worker.admit", env, detail)
+		return store.Audit(ctx, tx, s.cfg.Clock.Now(), "worker.admit", env, detail)
 	}); err != nil {
 		s.log.Error("audit worker admission", "env", env, "err", err)
 		s.reject(ctx, wc, reqID, "", &protocol.Error{Code: protocol.CodeInternal, Message: "admission not recorded", Retryable: true})

@@ -97,7 +97,7 @@ func (s *Server) flushRefusals(ctx context.Context) {
 	slices.SortFunc(keys, func(a, b refusalKey) int { return strings.Compare(a.kind+"\x00"+a.env, b.kind+"\x00"+b.env) })
 	if err := s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
 		for _, k := range keys {
-			if err := store.Audit(ctx, tx, k.kind, k.env, counts[k].detail()); err != nil {
+			if err := store.Audit(ctx, tx, s.cfg.Clock.Now(), k.kind, k.env, counts[k].detail()); err != nil {
 				return err
 			}
 		}

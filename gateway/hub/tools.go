@@ -64,7 +64,9 @@ func (s *Server) auditTool(envID string, p protocol.ToolCallParams, isError bool
 		outcome = "error"
 	}
 	detail := fmt.Sprintf("session %s run %s tool %s call %s: %s", p.SessionID, p.RunID, p.Name, p.ToolCallID, outcome)
-	if err := s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error { return store.Audit(ctx, tx, "worker.tool.call", envID, detail) }); err != nil {
+	if err := s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
+		return store.Audit(ctx, tx, s.cfg.Clock.Now(), "worker.tool.call", envID, detail)
+	}); err != nil {
 		s.log.Warn("audit gateway tool call", "env", envID, "err", err)
 	}
 }

@@ -270,7 +270,7 @@ func (c *Compute) ensureNamespace(ctx context.Context, body json.RawMessage) (an
 		if n, _ := r.RowsAffected(); n == 0 {
 			return errForeign
 		}
-		return store.Audit(ctx, tx, "occ.namespace.ensure", "", "namespace "+ns.ID+" profile "+profileID)
+		return store.Audit(ctx, tx, c.now(), "occ.namespace.ensure", "", "namespace "+ns.ID+" profile "+profileID)
 	})
 	if errors.Is(err, errForeign) {
 		return fail(FailurePermanent, "namespace id is recorded with another name")
@@ -368,7 +368,7 @@ func (c *Compute) deleteNamespace(ctx context.Context, body json.RawMessage) (an
 				return err
 			}
 		}
-		return store.Audit(ctx, tx, "occ.namespace.delete", "", "namespace "+id)
+		return store.Audit(ctx, tx, c.now(), "occ.namespace.delete", "", "namespace "+id)
 	})
 	var ne errNotEmpty
 	if errors.As(err, &ne) {

@@ -545,7 +545,7 @@ func (g *CredentialGateway) store(ctx context.Context, r sourceRequest, audit st
 			r.Namespace.ID, r.Source.ID, r.Input.Type, name, now, now); err != nil {
 			return fmt.Errorf("record occ source %s: %w", r.Source.ID, err)
 		}
-		return store.Audit(ctx, tx, audit, "", fmt.Sprintf("namespace %s source %s type %s", r.Namespace.ID, r.Source.ID, r.Input.Type))
+		return store.Audit(ctx, tx, g.cfg.Clock.Now(), audit, "", fmt.Sprintf("namespace %s source %s type %s", r.Namespace.ID, r.Source.ID, r.Input.Type))
 	})
 }
 
@@ -644,7 +644,7 @@ func (g *CredentialGateway) removeSource(ctx context.Context, body json.RawMessa
 		if n, _ := res.RowsAffected(); n == 0 {
 			return nil
 		}
-		return store.Audit(ctx, tx, "occ.source.remove", "", fmt.Sprintf("namespace %s source %s", r.Namespace.ID, r.Source.ID))
+		return store.Audit(ctx, tx, g.cfg.Clock.Now(), "occ.source.remove", "", fmt.Sprintf("namespace %s source %s", r.Namespace.ID, r.Source.ID))
 	})
 }
 
@@ -706,7 +706,7 @@ func (g *CredentialGateway) attachForRevision(ctx context.Context, body json.Raw
 					VALUES(?,?,?,?,?,?,?)`, r.Namespace.ID, r.Revision.ID, s.ID, typeOf[s.ID], ref, attachedRow, now); err != nil {
 					return fmt.Errorf("record occ attachment: %w", err)
 				}
-				if err := store.Audit(ctx, tx, "occ.source.attach", "", fmt.Sprintf("namespace %s revision %s source %s", r.Namespace.ID, r.Revision.ID, s.ID)); err != nil {
+				if err := store.Audit(ctx, tx, g.cfg.Clock.Now(), "occ.source.attach", "", fmt.Sprintf("namespace %s revision %s source %s", r.Namespace.ID, r.Revision.ID, s.ID)); err != nil {
 					return err
 				}
 			case err != nil:
@@ -836,7 +836,7 @@ func (g *CredentialGateway) withdraw(ctx context.Context, body json.RawMessage) 
 		if n, _ := res.RowsAffected(); n == 0 {
 			return nil
 		}
-		return store.Audit(ctx, tx, "occ.source.withdraw", "", fmt.Sprintf("namespace %s revision %s source %s", r.Namespace.ID, r.Revision.ID, r.SourceID))
+		return store.Audit(ctx, tx, g.cfg.Clock.Now(), "occ.source.withdraw", "", fmt.Sprintf("namespace %s revision %s source %s", r.Namespace.ID, r.Revision.ID, r.SourceID))
 	})
 	if err != nil {
 		return nil, err
@@ -857,7 +857,7 @@ func (g *CredentialGateway) RevokeRevision(ctx context.Context, namespaceID, rev
 		if n, _ := res.RowsAffected(); n == 0 {
 			return nil
 		}
-		return store.Audit(ctx, tx, "occ.source.revoke", "", fmt.Sprintf("namespace %s revision %s", namespaceID, revisionID))
+		return store.Audit(ctx, tx, g.cfg.Clock.Now(), "occ.source.revoke", "", fmt.Sprintf("namespace %s revision %s", namespaceID, revisionID))
 	})
 }
 
@@ -944,7 +944,9 @@ func (g *CredentialGateway) auditRefusal(ctx context.Context, envID, nsID, revID
 		return
 	}
 	detail := fmt.Sprintf("namespace %s revision %s: %s", nsID, revID, why)
-	if err := g.cfg.DB.InTx(ctx, func(tx *sql.Tx) error { return store.Audit(ctx, tx, "occ.source.refused", envID, detail) }); err != nil {
+	if err := g.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
+		return store.Audit(ctx, tx, g.cfg.Clock.Now(), "occ.source.refused", envID, detail)
+	}); err != nil {
 		g.refusalsAudited.Delete(key)
 		g.cfg.Log.Warn("audit occ credential refusal", "env", envID, "revision", revID, "err", err)
 	}

@@ -284,7 +284,7 @@ func (c *Compute) recordRevision(ctx context.Context, rev AgentRevision, rc Revi
 		if err != nil {
 			return err
 		}
-		return store.Audit(ctx, tx, "occ.revision.prepare", "", "revision "+rev.ID+" namespace "+rev.NamespaceID+" profile "+profileID)
+		return store.Audit(ctx, tx, c.now(), "occ.revision.prepare", "", "revision "+rev.ID+" namespace "+rev.NamespaceID+" profile "+profileID)
 	})
 	if err != nil {
 		return revisionRow{}, err
@@ -441,7 +441,7 @@ func (c *Compute) failRevision(ctx context.Context, r revisionRow, component, ch
 		if err != nil {
 			return err
 		}
-		return store.Audit(ctx, tx, "occ.revision.failed", r.EnvironmentID, "revision "+r.ID+" "+check+" failed")
+		return store.Audit(ctx, tx, c.now(), "occ.revision.failed", r.EnvironmentID, "revision "+r.ID+" "+check+" failed")
 	})
 	if err != nil && !errors.Is(err, errRaced) {
 		return ComputeReadiness{}, err
@@ -497,7 +497,7 @@ func (c *Compute) activateRevision(ctx context.Context, body json.RawMessage) (a
 			r.ID, store.FormatTime(c.now()), r.AgentID); err != nil {
 			return err
 		}
-		return store.Audit(ctx, tx, "occ.revision.activate", r.EnvironmentID, "agent "+r.AgentID+" served by revision "+r.ID+" (was "+orNone(active)+")")
+		return store.Audit(ctx, tx, c.now(), "occ.revision.activate", r.EnvironmentID, "agent "+r.AgentID+" served by revision "+r.ID+" (was "+orNone(active)+")")
 	})
 	return nil, err
 }
@@ -517,7 +517,7 @@ func (c *Compute) unroute(ctx context.Context, tx *sql.Tx, r revisionRow, why st
 		return err
 	}
 	if n, _ := res.RowsAffected(); n == 1 {
-		return store.Audit(ctx, tx, "occ.revision.unroute", r.EnvironmentID, "revision "+r.ID+" "+why)
+		return store.Audit(ctx, tx, c.now(), "occ.revision.unroute", r.EnvironmentID, "revision "+r.ID+" "+why)
 	}
 	return nil
 }
@@ -543,7 +543,7 @@ func (c *Compute) settleRevision(ctx context.Context, r revisionRow, to RevState
 		if err := c.moveRev(ctx, tx, r.ID, r.State, to, reason, ""); err != nil {
 			return err
 		}
-		return store.Audit(ctx, tx, kind, r.EnvironmentID, "revision "+r.ID)
+		return store.Audit(ctx, tx, c.now(), kind, r.EnvironmentID, "revision "+r.ID)
 	})
 }
 
@@ -609,7 +609,7 @@ func (c *Compute) destroyEnvs(ctx context.Context, r revisionRow, revoke bool) e
 				return err
 			}
 			if err := c.d.DB.InTx(ctx, func(tx *sql.Tx) error {
-				return store.Audit(ctx, tx, "occ.revision.revoke", id, fmt.Sprintf("revision %s: %d worker credentials revoked", r.ID, n))
+				return store.Audit(ctx, tx, c.now(), "occ.revision.revoke", id, fmt.Sprintf("revision %s: %d worker credentials revoked", r.ID, n))
 			}); err != nil {
 				return err
 			}

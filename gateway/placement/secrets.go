@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/sync/gitexec"
 	"github.com/openclaw/cloudworkers/sync/gitsync"
@@ -79,7 +80,7 @@ func (s *secretScan) refuse(ctx context.Context, found []secretscan.Finding) err
 	}
 	detail := fmt.Sprintf("session %s: %d finding(s): %s", s.sessionID, len(found), strings.Join(parts, ", "))
 	if aerr := s.d.cfg.Placements.db.InTx(ctx, func(tx *sql.Tx) error {
-		return store.Audit(ctx, tx, AuditSecretRefused, s.envID, detail)
+		return store.Audit(ctx, tx, clock.Or(s.d.cfg.Placements.Clock).Now(), AuditSecretRefused, s.envID, detail)
 	}); aerr != nil {
 		s.d.log.Warn("audit a secret scan refusal", "session", s.sessionID, "err", aerr)
 	}

@@ -92,7 +92,7 @@ func (s *Store) Put(ctx context.Context, p *providers.Profile) (created bool, er
 		if created {
 			verb = "profile.create"
 		}
-		return store.Audit(ctx, tx, verb, "", fmt.Sprintf("profile %s provider %s", p.ID, p.Provider))
+		return store.Audit(ctx, tx, clock.Or(s.Clock).Now(), verb, "", fmt.Sprintf("profile %s provider %s", p.ID, p.Provider))
 	})
 	if err != nil {
 		return false, fmt.Errorf("store profile %s: %w", p.ID, err)
@@ -182,7 +182,7 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 		if n, _ := res.RowsAffected(); n == 0 {
 			return fmt.Errorf("profile %q: %w", id, store.ErrNotFound)
 		}
-		return store.Audit(ctx, tx, "profile.delete", "", "profile "+id)
+		return store.Audit(ctx, tx, clock.Or(s.Clock).Now(), "profile.delete", "", "profile "+id)
 	})
 }
 

@@ -46,7 +46,7 @@ func (s *Store) SetArchived(ctx context.Context, id string, archived bool) (Sess
 		if archived {
 			what = "session.archive"
 		}
-		return store.Audit(ctx, tx, what, "", "session "+id)
+		return store.Audit(ctx, tx, s.now(), what, "", "session "+id)
 	})
 	if err != nil {
 		return Session{}, err
@@ -87,7 +87,7 @@ func (s *Store) DeleteTx(ctx context.Context, tx *sql.Tx, id string) error {
 	if n, _ := res.RowsAffected(); n == 0 {
 		return notFound(id)
 	}
-	return store.Audit(ctx, tx, "session.remove", "", "session "+id)
+	return store.Audit(ctx, tx, s.now(), "session.remove", "", "session "+id)
 }
 
 // Forget drops the in-memory live state of a removed session: its subscribers are ended.

@@ -228,7 +228,7 @@ func (s *Store) Create(ctx context.Context, p CreateParams) (Session, error) {
 		if err != nil {
 			return err
 		}
-		return store.Audit(ctx, tx, "session.create", "", fmt.Sprintf("session %s agent %s model %q", ses.ID, ses.Agent, ses.Model))
+		return store.Audit(ctx, tx, s.now(), "session.create", "", fmt.Sprintf("session %s agent %s model %q", ses.ID, ses.Agent, ses.Model))
 	})
 	if err != nil {
 		return Session{}, fmt.Errorf("create session: %w", err)
@@ -291,7 +291,7 @@ func (s *Store) AdvanceOwnerEpoch(ctx context.Context, id string) (uint64, error
 		if err != nil {
 			return err
 		}
-		return store.Audit(ctx, tx, "session.fence", "", fmt.Sprintf("session %s owner epoch %d", id, epoch))
+		return store.Audit(ctx, tx, s.now(), "session.fence", "", fmt.Sprintf("session %s owner epoch %d", id, epoch))
 	})
 	if err != nil {
 		return 0, fmt.Errorf("advance owner epoch of %s: %w", id, err)

@@ -27,7 +27,7 @@ func (s *Store) BindTx(ctx context.Context, tx *sql.Tx, id, envID string) (uint6
 		err = notFound(id)
 	}
 	if err == nil {
-		err = store.Audit(ctx, tx, kind, envID, fmt.Sprintf("session %s owner epoch %d", id, epoch))
+		err = store.Audit(ctx, tx, s.now(), kind, envID, fmt.Sprintf("session %s owner epoch %d", id, epoch))
 	}
 	if err != nil {
 		return 0, fmt.Errorf("%s %s: %w", kind, id, err)

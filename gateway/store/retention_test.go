@@ -27,7 +27,7 @@ func TestPruneAudit(t *testing.T) {
 				return err
 			}
 		}
-		return store.Audit(ctx, tx, "x", "", "new")
+		return store.Audit(ctx, tx, time.Now(), "x", "", "new")
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -263,10 +263,11 @@ func ParseTime(s string) time.Time {
 	return t
 }
 
-// Audit records an audited action in the same transaction as the change it explains.
-func Audit(ctx context.Context, tx *sql.Tx, kind, environmentID, detail string) error {
+// Audit records an audited action in the same transaction as the change it explains, dated at
+// (the caller's clock, so that a test's clock dates audit rows as it dates the rest).
+func Audit(ctx context.Context, tx *sql.Tx, at time.Time, kind, environmentID, detail string) error {
 	_, err := tx.ExecContext(ctx, `INSERT INTO audit(at, kind, environment_id, detail) VALUES(?,?,?,?)`,
-		now(), kind, environmentID, detail)
+		FormatTime(at), kind, environmentID, detail)
 	if err != nil {
 		return fmt.Errorf("audit %s: %w", kind, err)
 	}

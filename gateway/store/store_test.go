@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
 )
@@ -56,7 +57,7 @@ func TestInTxRollsBackOnError(t *testing.T) {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO gateway_meta(key,value) VALUES('a','b')`); err != nil {
 			return err
 		}
-		if err := store.Audit(ctx, tx, "test", "", "x"); err != nil {
+		if err := store.Audit(ctx, tx, time.Now(), "test", "", "x"); err != nil {
 			return err
 		}
 		return boom
