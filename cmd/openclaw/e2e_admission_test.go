@@ -37,20 +37,8 @@ func rejections(t *testing.T, g *gw, e envs.Environment) {
 		for k, v := range desc {
 			d[k] = v
 		}
-		d["stateDir"] = filepath.Join(dir, "state")
 		mutate(d)
-		b, _ := json.Marshal(d)
-		p := filepath.Join(dir, "launch.json")
-		if err := os.WriteFile(p, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, bin, "worker", "--descriptor", p).CombinedOutput()
-		if err == nil {
-			t.Fatalf("hostile worker was not refused:\n%s", out)
-		}
-		return string(out)
+		return refusedWorker(t, bin, d, dir)
 	}
 	// a forged credential
 	if out := runWorker(openclawBin, func(d map[string]any) { d["credential"] = "ocw_forged" }); !strings.Contains(out, "unauthorized") {
@@ -158,3 +146,22 @@ func TestHostileWorkersRejectedNetns(t *testing.T) {
 
 // admissionConfig is fastWorkerConfig with aggregated refusal audit rows flushed quickly.
 var admissionConfig = strings.Replace(fastWorkerConfig, "admitTimeout: 30s}", "admitTimeout: 30s, limits: {refusalAuditWindow: 200ms}}", 1)
+
+// refusedWorker runs bin as a real worker with the launch descriptor d (its state under dir) and
+// returns its output once the hub refused it; a worker that is not refused fails the test.
+func refusedWorker(t *testing.T, bin string, d map[string]any, dir string) string {
+	t.Helper()
+	d["stateDir"] = filepath.Join(dir, "state")
+	b, _ := json.Marshal(d)
+	p := filepath.Join(dir, "launch.json")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "worker", "--descriptor", p).CombinedOutput()
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("hostile worker was not refused (%v):\n%s", err, out)
+	}
+	return string(out)
+}

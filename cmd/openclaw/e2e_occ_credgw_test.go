@@ -2,11 +2,9 @@ package main_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -286,18 +284,6 @@ func rogueWorker(t *testing.T, raw []byte, sock string) string {
 	if err := json.Unmarshal(raw, &d); err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	d["stateDir"], d["socketPath"] = filepath.Join(dir, "state"), sock
-	b, _ := json.Marshal(d)
-	p := filepath.Join(dir, "launch.json")
-	if err := os.WriteFile(p, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, openclawBin, "worker", "--descriptor", p).CombinedOutput()
-	if err == nil || ctx.Err() != nil {
-		t.Fatalf("the worker was not refused (%v):\n%s", err, out)
-	}
-	return string(out)
+	d["socketPath"] = sock
+	return refusedWorker(t, openclawBin, d, t.TempDir())
 }

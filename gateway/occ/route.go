@@ -30,19 +30,32 @@ func (c *Compute) sessionOf(ctx context.Context, agentID string) (string, error)
 	return session, err
 }
 
+// routing returns the agent's session ("" when there is nothing to route: no router, or no
+// session) and the context bounding one route change by occ.routeTimeout.
+func (c *Compute) routing(ctx context.Context, r revisionRow) (string, context.Context, context.CancelFunc, error) {
+	if c.d.Router == nil {
+		return "", nil, nil, nil
+	}
+	session, err := c.sessionOf(ctx, r.AgentID)
+	if err != nil || session == "" {
+		return "", nil, nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, c.d.Config.RouteTimeout.D())
+	return session, wctx, cancel, nil
+}
+
 // route places the agent's session on the revision's environment through the placement state
 // machine and waits, up to occ.routeTimeout, until it is active there. A session active on a
 // previous revision's environment is pulled back from it first (its turn in flight ends there),
 // so the previous revision serves until the move starts.
 func (c *Compute) route(ctx context.Context, r revisionRow) error {
-	if c.d.Router == nil || r.EnvironmentID == "" {
+	if r.EnvironmentID == "" {
 		return nil
 	}
-	session, err := c.sessionOf(ctx, r.AgentID)
+	session, wctx, cancel, err := c.routing(ctx, r)
 	if err != nil || session == "" {
 		return err
 	}
-	wctx, cancel := context.WithTimeout(ctx, c.d.Config.RouteTimeout.D())
 	defer cancel()
 	dispatch := true
 	for {
@@ -85,14 +98,10 @@ func (c *Compute) route(ctx context.Context, r revisionRow) error {
 // leave brings the agent's session home from each of the environments (a pull-back: the
 // workspace comes back into the anchor) and waits, up to occ.routeTimeout, until it left them.
 func (c *Compute) leave(ctx context.Context, r revisionRow, envIDs []string) error {
-	if c.d.Router == nil {
-		return nil
-	}
-	session, err := c.sessionOf(ctx, r.AgentID)
+	session, wctx, cancel, err := c.routing(ctx, r)
 	if err != nil || session == "" {
 		return err
 	}
-	wctx, cancel := context.WithTimeout(ctx, c.d.Config.RouteTimeout.D())
 	defer cancel()
 	for _, id := range envIDs {
 		for {

@@ -13,6 +13,17 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/store"
 )
 
+// openSessions is the session store on the placements' database.
+func openSessions(t *testing.T, ps *Placements) *sessions.Store {
+	t.Helper()
+	st, err := sessions.New(sessions.Config{DB: ps.db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close(context.Background()) })
+	return st
+}
+
 // putEnv records an environment row in state (what the environment manager would have written).
 func putEnv(t *testing.T, ps *Placements, id, key string, state envs.State) {
 	t.Helper()
@@ -35,11 +46,7 @@ func putEnv(t *testing.T, ps *Placements, id, key string, state envs.State) {
 func TestDispatchToEnvironmentRefusesBeforeAnyMove(t *testing.T) {
 	ctx := context.Background()
 	ps := openPlacements(t)
-	st, err := sessions.New(sessions.Config{DB: ps.db})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close(ctx) })
+	st := openSessions(t, ps)
 	ses, err := st.Create(ctx, sessions.CreateParams{Title: "onto", Workspace: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)

@@ -17,11 +17,7 @@ import (
 func TestStartBindsOnlyWithTheTransition(t *testing.T) {
 	ctx := context.Background()
 	ps := openPlacements(t)
-	st, err := sessions.New(sessions.Config{DB: ps.db})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close(ctx) })
+	st := openSessions(t, ps)
 	ses, err := st.Create(ctx, sessions.CreateParams{Title: "start", Workspace: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
