@@ -100,9 +100,11 @@ func TestOCCCredentialSourceReachesTheRevisionsModelCalls(t *testing.T) {
 	if v := g.placement(ses); v.Placement.State != placement.Local {
 		t.Fatalf("the agent's session moved before activation:\n%s", v)
 	}
+	start := time.Now()
 	for range 2 {
 		g.occOK("activateRevision", rev, nil)
 	}
+	t.Logf("first activation (dispatch onto rev_c's environment): %s", time.Since(start).Round(time.Millisecond))
 	box := onEnv(env.ID).Placement.BoxWorkspace
 	turn(1)
 	var sts []struct{ SourceID, State string }
@@ -132,7 +134,9 @@ func TestOCCCredentialSourceReachesTheRevisionsModelCalls(t *testing.T) {
 	onEnv(env.ID)
 	turn(2)
 	g.waitUnheld(ses)
+	start = time.Now()
 	g.occOK("activateRevision", rev2, nil)
+	t.Logf("second activation (pull-back from rev_c, dispatch onto rev_c2): %s", time.Since(start).Round(time.Millisecond))
 	box2 := onEnv(env2.ID).Placement.BoxWorkspace
 	if got := readFile(t, filepath.Join(box2, "notes.txt")); got != "written on rev_c's box\n" {
 		t.Fatalf("the workspace on rev_c2's box has notes.txt %q", got)
@@ -147,9 +151,11 @@ func TestOCCCredentialSourceReachesTheRevisionsModelCalls(t *testing.T) {
 	// the same source and the same workspace
 	occWrite(t, filepath.Join(box2, "notes.txt"), "written on rev_c2's box\n")
 	g.waitUnheld(ses)
+	start = time.Now()
 	for range 2 {
 		g.occOK("stopRevision", rev2, nil)
 	}
+	t.Logf("stop (pull-back, teardown): %s", time.Since(start).Round(time.Millisecond))
 	v := g.placement(ses)
 	if v.Placement.State != placement.Local {
 		t.Fatalf("after stopRevision the agent's session is not home:\n%s", v)
