@@ -303,7 +303,11 @@ func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Enviro
 				if err := scan.commits(ctx, g, head, tip); err != nil {
 					return err
 				}
-				return scanUncommitted(ctx, r, p, base, mirror.Filter(boxM, e.Profile.Sync.Exclude, e.Profile.Sync.Include), lim, space, scan)
+				committed, err := gitsync.CommittedSums(ctx, g, head, tip)
+				if err != nil {
+					return err
+				}
+				return scanUncommitted(ctx, r, p, base, mirror.Filter(boxM, e.Profile.Sync.Exclude, e.Profile.Sync.Include), committed, lim, space, scan)
 			}
 			tip, err := a.AdoptChecked(ctx, anchorName(p.SessionID), bundle, check)
 			if err != nil {
@@ -358,13 +362,17 @@ func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Enviro
 var errScanned = errors.New("scanned")
 
 // scanUncommitted scans, before a git pull-back adopts the worker's commits, every file and
-// symlink of the box that differs from the anchor's recorded base (the uncommitted work the mirror
-// brings after the adoption, and the committed files again): fetched, staged and verified in a
-// scratch directory of the data dir under the same limits, scanned there, then dropped. The
-// mirror scans what it fetches again (the box is fenced: the same content).
-func scanUncommitted(ctx context.Context, r stream.Remote, p Placement, base, box *manifest.Manifest, lim stream.Limits, space *stream.SpaceCheck, scan *secretScan) error {
+// symlink of the box that differs from the anchor's recorded base — the uncommitted work the
+// mirror brings after the adoption — but the files whose content is the one the commits leave
+// there (committed: path → SHA256, scanned as commits): fetched, staged and verified in a scratch
+// directory of the data dir under the same limits, scanned there, then dropped. The mirror scans
+// what it fetches again (the box is fenced: the same content).
+func scanUncommitted(ctx context.Context, r stream.Remote, p Placement, base, box *manifest.Manifest, committed map[string]string, lim stream.Limits, space *stream.SpaceCheck, scan *secretScan) error {
 	plan := stream.PlanFor(base, box)
 	plan.Deletes = nil // a deletion carries nothing to scan
+	plan.Entries = slices.DeleteFunc(plan.Entries, func(e manifest.Entry) bool {
+		return e.Type == manifest.TypeFile && e.SHA256 != "" && committed[e.Path] == e.SHA256
+	})
 	if !slices.ContainsFunc(plan.Entries, func(e manifest.Entry) bool { return e.Type != manifest.TypeDir }) {
 		return nil
 	}

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -142,4 +144,39 @@ func catBatch(ctx context.Context, g *gitexec.Untrusted, ids []string, what stri
 		err = fmt.Errorf("read the worker's %s: %w", what, rerr)
 	}
 	return err
+}
+
+// CommittedSums maps each regular file that the commits have..tip change (added or modified
+// between the two trees) to the SHA256 (hex) of its content at tip: content ScanCommits reads, so
+// that a scan of the worker's files can leave out the files that hold exactly it.
+func CommittedSums(ctx context.Context, g *gitexec.Untrusted, have, tip string) (map[string]string, error) {
+	out, err := g.Run(ctx, "diff-tree", "-r", "-z", "--no-renames", have, tip)
+	if err != nil {
+		return nil, fmt.Errorf("list the worker's changes: %w", err)
+	}
+	paths := map[string][]string{} // blob → its paths
+	err = scanDiff(bytes.NewReader(out), func(_, mode, blob, status, path string) error {
+		if status != "D" && (mode == "100644" || mode == "100755" || mode == "100664") {
+			paths[blob] = append(paths[blob], path)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sums := map[string]string{}
+	err = catBatch(ctx, g, sortedKeys(paths), "files", func(id, typ string, _ int64, r io.Reader) error {
+		if typ != "blob" {
+			return fmt.Errorf("cat-file: %s is %s, not a blob", id, typ)
+		}
+		h := sha256.New()
+		if _, err := io.Copy(h, r); err != nil {
+			return err
+		}
+		for _, p := range paths[id] {
+			sums[p] = hex.EncodeToString(h.Sum(nil))
+		}
+		return nil
+	})
+	return sums, err
 }

@@ -2,7 +2,12 @@ package gitsync
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -59,5 +64,36 @@ func TestScanCommitsRefusesAdoption(t *testing.T) {
 		return err
 	}); err != nil {
 		t.Fatalf("adoption with the findings allowed: %v", err)
+	}
+}
+
+// TestCommittedSums: the regular files the worker's commits add or change, with the SHA256 of
+// their content at the tip; a file changed and changed back, a deleted file and a symlink are
+// not among them.
+func TestCommittedSums(t *testing.T) {
+	ctx := synctest.Context(t)
+	w := dispatch(t, setup{})
+	synctest.Write(t, w.box, map[string]string{"new.txt": "first\n", "back.txt": "tmp\n"})
+	synctest.Git(t, w.box, "add", "-A")
+	synctest.Git(t, w.box, "commit", "-q", "-m", "one")
+	synctest.Write(t, w.box, map[string]string{"new.txt": "second\n"})
+	synctest.Git(t, w.box, "rm", "-q", "back.txt")
+	if err := os.Symlink("new.txt", filepath.Join(w.box, "link")); err != nil {
+		t.Fatal(err)
+	}
+	synctest.Git(t, w.box, "add", "-A")
+	synctest.Git(t, w.box, "commit", "-q", "-m", "two")
+	bundle := w.bundle(t)
+	var sums map[string]string
+	if _, err := w.anchor.AdoptChecked(ctx, "s1", bundle, func(ctx context.Context, g *gitexec.Untrusted, head, tip string) error {
+		var err error
+		sums, err = CommittedSums(ctx, g, head, tip)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256([]byte("second\n"))
+	if want := map[string]string{"new.txt": hex.EncodeToString(h[:])}; !maps.Equal(sums, want) {
+		t.Fatalf("committed sums %v, want %v", sums, want)
 	}
 }
