@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/gateway/hub"
 	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/protocol"
@@ -419,22 +420,11 @@ type WorkerInfo struct {
 	Inference InferenceTotals `json:"inference"`
 }
 
-// Shedding is why an environment's load is being refused or paced, and since when.
-type Shedding struct {
-	Reason string    `json:"reason"`
-	Since  time.Time `json:"since"`
-}
+// Shedding is why an environment's load is being refused or paced, and since when (the hub's).
+type Shedding = hub.Shedding
 
-// InferenceTotals are an environment's running totals of proxied model calls.
-type InferenceTotals struct {
-	Calls        int64   `json:"calls"`
-	InputTokens  int64   `json:"inputTokens"`
-	OutputTokens int64   `json:"outputTokens"`
-	TotalTokens  int64   `json:"totalTokens"`
-	Cost         float64 `json:"cost"`
-	BytesIn      int64   `json:"bytesIn"`
-	BytesOut     int64   `json:"bytesOut"`
-}
+// InferenceTotals are an environment's running totals of proxied model calls (the hub's).
+type InferenceTotals = hub.InferenceTotals
 
 func (s *Server) envWorker(c echo.Context) error {
 	e, err := s.cfg.Envs.Get(c.Request().Context(), c.Param("id"))

@@ -169,19 +169,12 @@ func (s *Server) reserveInference(wc *workerConn) (release func(), _ *protocol.E
 	s.inference++
 	s.envInference[wc.envID]++
 	s.bmu.Unlock()
-	var done bool
-	return func() {
-		s.bmu.Lock()
-		defer s.bmu.Unlock()
-		if done {
-			return
-		}
-		done = true
+	return s.releaseOnce(func() {
 		s.inference--
 		if s.envInference[wc.envID]--; s.envInference[wc.envID] <= 0 {
 			delete(s.envInference, wc.envID)
 		}
-	}, nil
+	}), nil
 }
 
 // InferenceInflight returns the model calls in flight on the gateway.

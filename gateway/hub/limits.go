@@ -73,6 +73,20 @@ func (l Limits) validate(frameLimit int) error {
 	return nil
 }
 
+// releaseOnce is the release of a reservation: undo runs under s.bmu, the first time only (a
+// release may be called more than once).
+func (s *Server) releaseOnce(undo func()) func() {
+	var done bool
+	return func() {
+		s.bmu.Lock()
+		defer s.bmu.Unlock()
+		if !done {
+			done = true
+			undo()
+		}
+	}
+}
+
 // inflight counts calls and bytes in flight, of one connection or one environment.
 type inflight struct {
 	calls int
@@ -112,14 +126,7 @@ func (s *Server) reserve(wc *workerConn, n int) (release func(), _ *protocol.Err
 	env.calls++
 	env.bytes += int64(n)
 	s.bmu.Unlock()
-	var done bool
-	return func() {
-		s.bmu.Lock()
-		defer s.bmu.Unlock()
-		if done {
-			return
-		}
-		done = true
+	return s.releaseOnce(func() {
 		wc.inflight.calls--
 		wc.inflight.bytes -= int64(n)
 		env.calls--
@@ -127,7 +134,7 @@ func (s *Server) reserve(wc *workerConn, n int) (release func(), _ *protocol.Err
 		if env.calls == 0 && s.envInflight[wc.envID] == env {
 			delete(s.envInflight, wc.envID)
 		}
-	}, nil
+	}), nil
 }
 
 // refreshAllowed takes a credential-refresh token of envID, or returns how long until one is free.
