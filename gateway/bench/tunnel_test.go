@@ -122,15 +122,18 @@ func TestTunnelThroughput(t *testing.T) {
 		}
 	}
 	var rows []string
-	rate := map[string]map[bool]float64{}
+	// rate is by the median round, best by the fastest: on a loaded machine the fastest round is the
+	// one least disturbed by others' work.
+	rate, best := map[string]map[bool]float64{}, map[string]map[bool]float64{}
 	for _, f := range forwards {
-		rate[f.name] = map[bool]float64{}
+		rate[f.name], best[f.name] = map[bool]float64{}, map[bool]float64{}
 		for _, up := range []bool{true, false} {
 			ds := times[f.name][up]
 			slices.Sort(ds)
 			med := ds[len(ds)/2]
 			r := float64(bulkBytes) / med.Seconds() / (1 << 20)
 			rate[f.name][up] = r
+			best[f.name][up] = float64(bulkBytes) / ds[0].Seconds() / (1 << 20)
 			dir := "gateway → box"
 			if up {
 				dir = "box → gateway"
@@ -145,13 +148,14 @@ func TestTunnelThroughput(t *testing.T) {
 		if up {
 			dir = "up"
 		}
-		rows = append(rows, fmt.Sprintf("ratio ours/OpenSSH %s\t\t%.2f× (default cipher), %.2f× (same cipher)", dir,
-			rate[ours][up]/rate[def][up], rate[ours][up]/rate[gcm][up]))
+		rows = append(rows, fmt.Sprintf("ratio ours/OpenSSH %s\t\t%.2f× (default cipher), %.2f× (same cipher); fastest rounds %.2f×, %.2f×", dir,
+			rate[ours][up]/rate[def][up], rate[ours][up]/rate[gcm][up], best[ours][up]/best[def][up], best[ours][up]/best[gcm][up]))
 	}
 	table(fmt.Sprintf("3. Tunnel bulk throughput (netns sshd box %s, %d MiB, median of %d interleaved rounds; %s)", box.Host, bulkBytes>>20, bulkReps, load()),
 		"forward\tdirection\tMiB/s\tmedian time\trange", rows)
-	summarize("3 tunnel throughput", fmt.Sprintf("ours/OpenSSH ssh -R: up %.2f×, down %.2f× (vs its default cipher); up %.2f×, down %.2f× (same cipher)",
-		rate[ours][true]/rate[def][true], rate[ours][false]/rate[def][false], rate[ours][true]/rate[gcm][true], rate[ours][false]/rate[gcm][false]), "≥ 0.9× OpenSSH")
+	summarize("3 tunnel throughput", fmt.Sprintf("ours/OpenSSH ssh -R (medians): up %.2f×, down %.2f× vs its default cipher, up %.2f×, down %.2f× same cipher; fastest rounds %.2f×, %.2f×, %.2f×, %.2f×",
+		rate[ours][true]/rate[def][true], rate[ours][false]/rate[def][false], rate[ours][true]/rate[gcm][true], rate[ours][false]/rate[gcm][false],
+		best[ours][true]/best[def][true], best[ours][false]/best[def][false], best[ours][true]/best[gcm][true], best[ours][false]/best[gcm][false]), "≥ 0.9× OpenSSH")
 }
 
 // serveAll serves bulk connections until ln is closed.

@@ -229,8 +229,10 @@ func (s *Store) PublishLive(ctx context.Context, p LiveParams) (uint64, error) {
 
 // The statements of every live event (prepared once in New).
 const (
-	sqlLiveOwner  = `SELECT owner_epoch FROM sessions WHERE id = ?`
-	sqlLiveInsert = `INSERT INTO live_events(session_id, stream_seq, owner_epoch, run_epoch, run_id, seq, at, event)
+	sqlLiveOwner = `SELECT owner_epoch FROM sessions WHERE id = ?`
+	// sqlWorkerBinding is WorkerBinding's, asked before every live event and model call.
+	sqlWorkerBinding = `SELECT environment_id, owner_epoch, lifecycle_revision FROM sessions WHERE id = ?`
+	sqlLiveInsert    = `INSERT INTO live_events(session_id, stream_seq, owner_epoch, run_epoch, run_id, seq, at, event)
 		VALUES(?,?,?,?,?,?,?,?)`
 	sqlLiveTrim   = `DELETE FROM live_events WHERE session_id = ? AND stream_seq <= ?`
 	sqlLiveCursor = `INSERT INTO live_cursors(session_id, owner_epoch, run_epoch, run_id, acked_seq, stream_seq, updated_at)

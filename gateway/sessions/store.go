@@ -152,8 +152,9 @@ type Store struct {
 	live   map[string]*liveState
 	closed bool
 
-	// liveSQL are the statements of every live event, prepared once (store.DB.Prepare).
-	liveSQL struct{ owner, insert, trim, cursor *sql.Stmt }
+	// liveSQL are the statements of every live event, prepared once: on the writer
+	// (store.DB.Prepare) and, for binding, on the read pool.
+	liveSQL struct{ owner, insert, trim, cursor, binding *sql.Stmt }
 }
 
 // New returns a store over cfg.DB (already migrated by store.Open). Close releases subscribers.
@@ -177,6 +178,10 @@ func New(cfg Config) (*Store, error) {
 		if *p, err = cfg.DB.Prepare(ctx, q); err != nil {
 			return nil, fmt.Errorf("sessions: %w", err)
 		}
+	}
+	var err error
+	if s.liveSQL.binding, err = cfg.DB.R.PrepareContext(ctx, sqlWorkerBinding); err != nil {
+		return nil, fmt.Errorf("sessions: prepare %.60q: %w", sqlWorkerBinding, err)
 	}
 	return s, nil
 }

@@ -60,8 +60,7 @@ func (s *Store) bind(ctx context.Context, id, envID string) (uint64, error) {
 // WorkerBinding returns the environment a session is attached to ("" when local), its active owner
 // epoch and its lifecycle revision. An unknown session is session-not-attached.
 func (s *Store) WorkerBinding(ctx context.Context, id string) (envID string, ownerEpoch, lifecycleRevision uint64, err error) {
-	err = s.db.R.QueryRowContext(ctx, `SELECT environment_id, owner_epoch, lifecycle_revision FROM sessions WHERE id = ?`, id).
-		Scan(&envID, &ownerEpoch, &lifecycleRevision)
+	err = s.liveSQL.binding.QueryRowContext(ctx, id).Scan(&envID, &ownerEpoch, &lifecycleRevision)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", 0, 0, notFound(id)
 	}
