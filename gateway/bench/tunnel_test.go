@@ -5,11 +5,13 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,7 +59,7 @@ func TestTunnelThroughput(t *testing.T) {
 	t.Cleanup(func() { ln.Close() })
 	go serveAll(ln)
 	known := netnsbox.KnownHosts(t, box)
-	openssh := func(name string, cipher ...string) string {
+	openssh := func(name string, cipher ...string) (string, int) {
 		remote := filepath.Join(box.Home, name)
 		args := []string{"-F", "/dev/null", "-N", "-v", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "ExitOnForwardFailure=yes",
 			"-o", "StrictHostKeyChecking=yes", "-o", "UserKnownHostsFile=" + known, "-i", box.KeyPath, "-p", strconv.Itoa(box.Port),
@@ -96,27 +98,38 @@ func TestTunnelThroughput(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("ssh -R: no forward")
 		}
-		return remote
+		return remote, cmd.Process.Pid
 	}
 
-	forwards := []struct{ name, sock, cipher string }{
-		{"ours (gateway/tunnel, " + tunnel.Ciphers[0] + ")", filepath.Join(box.Home, "ocw/bulk.sock"), tunnel.Ciphers[0]},
-		{"OpenSSH ssh -R, its default cipher", openssh("ossh-default.sock"), "default"},
-		{"OpenSSH ssh -R, -c aes128-gcm@openssh.com", openssh("ossh-gcm.sock", "-c", "aes128-gcm@openssh.com"), "aes128-gcm@openssh.com"},
+	type forward struct {
+		name, sock string
+		pid        int // the ssh process, whose CPU is the forward's on this side; 0 for ours (this process)
+	}
+	forwards := []forward{{name: "ours (gateway/tunnel, " + tunnel.Ciphers[0] + ")", sock: filepath.Join(box.Home, "ocw/bulk.sock")}}
+	for _, o := range []struct{ name, file string }{{"OpenSSH ssh -R, its default cipher", "ossh-default.sock"}, {"OpenSSH ssh -R, -c aes128-gcm@openssh.com", "ossh-gcm.sock"}} {
+		var cipher []string
+		if strings.Contains(o.name, "-c ") {
+			cipher = []string{"-c", "aes128-gcm@openssh.com"}
+		}
+		sock, pid := openssh(o.file, cipher...)
+		forwards = append(forwards, forward{name: o.name, sock: sock, pid: pid})
 	}
 	// Interleaved: each round moves the payload once per forward and direction, so that the load of
 	// this shared machine changing during the run falls on every forward alike.
 	times := map[string]map[bool][]time.Duration{}
+	cpu := map[string]map[bool]time.Duration{} // this side's CPU: this process, plus the ssh process for OpenSSH's
 	for _, f := range forwards {
-		times[f.name] = map[bool][]time.Duration{}
+		times[f.name], cpu[f.name] = map[bool][]time.Duration{}, map[bool]time.Duration{}
 	}
 	for range bulkReps {
 		for _, f := range forwards {
 			for _, up := range []bool{true, false} {
 				var res bulkResult
+				before := sideCPU(t, f.pid)
 				if err := onBox(c, bin, boxTask{Bulk: &bulkTask{Sock: f.sock, Up: up, Bytes: bulkBytes, Reps: 1}}, &res); err != nil {
 					t.Fatalf("%s: %v", f.name, err)
 				}
+				cpu[f.name][up] += sideCPU(t, f.pid) - before
 				times[f.name][up] = append(times[f.name][up], time.Duration(res.Ns[0]))
 			}
 		}
@@ -125,8 +138,9 @@ func TestTunnelThroughput(t *testing.T) {
 	// rate is by the median round, best by the fastest: on a loaded machine the fastest round is the
 	// one least disturbed by others' work.
 	rate, best := map[string]map[bool]float64{}, map[string]map[bool]float64{}
+	cpuPer := map[string]map[bool]time.Duration{}
 	for _, f := range forwards {
-		rate[f.name], best[f.name] = map[bool]float64{}, map[bool]float64{}
+		rate[f.name], best[f.name], cpuPer[f.name] = map[bool]float64{}, map[bool]float64{}, map[bool]time.Duration{}
 		for _, up := range []bool{true, false} {
 			ds := times[f.name][up]
 			slices.Sort(ds)
@@ -138,8 +152,10 @@ func TestTunnelThroughput(t *testing.T) {
 			if up {
 				dir = "box → gateway"
 			}
-			rows = append(rows, fmt.Sprintf("%s\t%s\t%.0f\t%v\t%v–%v", f.name, dir, r, med.Round(time.Millisecond),
-				ds[0].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond)))
+			perGiB := cpu[f.name][up] * (1 << 30) / time.Duration(bulkBytes*len(ds))
+			cpuPer[f.name][up] = perGiB
+			rows = append(rows, fmt.Sprintf("%s\t%s\t%.0f\t%v\t%v–%v\t%v", f.name, dir, r, med.Round(time.Millisecond),
+				ds[0].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond), perGiB.Round(time.Millisecond)))
 		}
 	}
 	ours, def, gcm := forwards[0].name, forwards[1].name, forwards[2].name
@@ -148,14 +164,39 @@ func TestTunnelThroughput(t *testing.T) {
 		if up {
 			dir = "up"
 		}
-		rows = append(rows, fmt.Sprintf("ratio ours/OpenSSH %s\t\t%.2f× (default cipher), %.2f× (same cipher); fastest rounds %.2f×, %.2f×", dir,
-			rate[ours][up]/rate[def][up], rate[ours][up]/rate[gcm][up], best[ours][up]/best[def][up], best[ours][up]/best[gcm][up]))
+		rows = append(rows, fmt.Sprintf("ratio ours/OpenSSH %s\t\t%.2f× (default cipher), %.2f× (same cipher); fastest rounds %.2f×, %.2f×; CPU %.2f×, %.2f×", dir,
+			rate[ours][up]/rate[def][up], rate[ours][up]/rate[gcm][up], best[ours][up]/best[def][up], best[ours][up]/best[gcm][up],
+			cpuPer[ours][up].Seconds()/cpuPer[def][up].Seconds(), cpuPer[ours][up].Seconds()/cpuPer[gcm][up].Seconds()))
 	}
 	table(fmt.Sprintf("3. Tunnel bulk throughput (netns sshd box %s, %d MiB, median of %d interleaved rounds; %s)", box.Host, bulkBytes>>20, bulkReps, load()),
-		"forward\tdirection\tMiB/s\tmedian time\trange", rows)
-	summarize("3 tunnel throughput", fmt.Sprintf("ours/OpenSSH ssh -R (medians): up %.2f×, down %.2f× vs its default cipher, up %.2f×, down %.2f× same cipher; fastest rounds %.2f×, %.2f×, %.2f×, %.2f×",
+		"forward\tdirection\tMiB/s\tmedian time\trange\tthis side's CPU per GiB", rows)
+	summarize("3 tunnel throughput", fmt.Sprintf("ours/OpenSSH ssh -R (medians): up %.2f×, down %.2f× vs its default cipher, up %.2f×, down %.2f× same cipher; fastest rounds %.2f×, %.2f×, %.2f×, %.2f×; this side's CPU per byte vs same cipher up %.2f×, down %.2f×",
 		rate[ours][true]/rate[def][true], rate[ours][false]/rate[def][false], rate[ours][true]/rate[gcm][true], rate[ours][false]/rate[gcm][false],
-		best[ours][true]/best[def][true], best[ours][false]/best[def][false], best[ours][true]/best[gcm][true], best[ours][false]/best[gcm][false]), "≥ 0.9× OpenSSH")
+		best[ours][true]/best[def][true], best[ours][false]/best[def][false], best[ours][true]/best[gcm][true], best[ours][false]/best[gcm][false],
+		cpuPer[ours][true].Seconds()/cpuPer[gcm][true].Seconds(), cpuPer[ours][false].Seconds()/cpuPer[gcm][false].Seconds()), "≥ 0.9× OpenSSH")
+}
+
+// sideCPU is the CPU time this process used so far, plus that of process pid when it is not 0
+// (from /proc/PID/schedstat: nanoseconds on a CPU).
+func sideCPU(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	d := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	if pid == 0 {
+		return d
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := strconv.ParseInt(strings.Fields(string(b))[0], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d + time.Duration(ns)
 }
 
 // serveAll serves bulk connections until ln is closed.
