@@ -171,6 +171,13 @@ func TestCLI(t *testing.T) {
 		if out, err := exec.Command(openclawBin, "--version").Output(); err != nil || !strings.Contains(string(out), "sha256") || !strings.Contains(string(out), "commit") {
 			t.Errorf("--version: %v %s", err, out)
 		}
+		// flags after --version apply as they do on `version`
+		for _, args := range [][]string{{"--version", "-o", "json"}, {"--gateway", "http://127.0.0.1:1", "--version", "-o", "json"}} {
+			info.SHA256 = ""
+			if out, err := exec.Command(openclawBin, args...).Output(); err != nil || json.Unmarshal(out, &info) != nil || info.SHA256 == "" {
+				t.Errorf("openclaw %v: %v %s", args, err, out)
+			}
+		}
 		if out := r.mustCLI("profile", "show", "local"); !strings.Contains(out, "provider") || !strings.Contains(out, "max environments") || strings.Contains(out, "{") {
 			t.Errorf("profile show is not a table: %s", out)
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"os/signal"
 	"syscall"
 
@@ -122,8 +123,30 @@ token from <data-dir>/gateway.token, or --token.`,
 	if buildRoot != nil {
 		buildRoot(root)
 	}
-	root.SetArgs(args)
+	root.SetArgs(versionArgs(root, args))
 	return root.ExecuteContext(ctx)
+}
+
+// versionArgs makes `openclaw [global flags] --version [flags]` run `openclaw version [flags]`, so
+// that flags after --version (-o json) work as they do on the command.
+func versionArgs(root *cobra.Command, args []string) []string {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--version":
+			return append(append([]string{"version"}, args[:i]...), args[i+1:]...)
+		case a == "--":
+			return args
+		case strings.HasPrefix(a, "--") && !strings.Contains(a, "="):
+			if f := root.PersistentFlags().Lookup(a[2:]); f != nil && f.NoOptDefVal == "" {
+				i++ // the flag's value
+			}
+		case strings.HasPrefix(a, "-"):
+		default:
+			return args // a command: --version after it is its own
+		}
+	}
+	return args
 }
 
 // fromEnv fills the global options the flags left unset from the environment.
