@@ -252,6 +252,63 @@ func TestCLI(t *testing.T) {
 		if ends < 2 {
 			t.Fatalf("watch -o json replayed %d turn ends, want 2 (%v)", ends, sc.Err())
 		}
+
+		// watch -o yaml: a YAML document stream, each document after "---", with the JSON names
+		ycmd := r.cliCmd("session", "watch", id, "-o", "yaml")
+		yout, err := ycmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ycmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ycmd.Process.Kill(); _ = ycmd.Wait() })
+		// a document is complete once the next "---" arrives (the last one waits for more events)
+		var raw strings.Builder
+		docs := make(chan error, 1)
+		go func() {
+			ysc := bufio.NewScanner(yout)
+			ysc.Buffer(nil, 4<<20)
+			var doc strings.Builder
+			complete := 0
+			for ysc.Scan() {
+				line := ysc.Text()
+				raw.WriteString(line + "\n")
+				if line != "---" {
+					doc.WriteString(line + "\n")
+					if complete > 0 && strings.Count(raw.String(), "type: lifecycle_end") == 2 {
+						docs <- nil
+						return
+					}
+					continue
+				}
+				if doc.Len() > 0 {
+					var m struct {
+						Type   string `yaml:"type"`
+						Cursor uint64 `yaml:"cursor"`
+					}
+					if err := yaml.Unmarshal([]byte(doc.String()), &m); err != nil || m.Type != "live" || m.Cursor == 0 {
+						docs <- fmt.Errorf("watch -o yaml document without a record and cursor (%v):\n%s", err, doc.String())
+						return
+					}
+					complete++
+				}
+				doc.Reset()
+			}
+			docs <- fmt.Errorf("watch -o yaml ended: %v", ysc.Err())
+		}()
+		select {
+		case err := <-docs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			_ = ycmd.Process.Kill()
+			t.Fatalf("watch -o yaml did not replay both turn ends within 30s")
+		}
+		if !strings.HasPrefix(raw.String(), "---\n") || strings.Count(raw.String(), "\n---\n") == 0 {
+			t.Errorf("watch -o yaml documents do not start with ---:\n%s", raw.String())
+		}
 	})
 
 	t.Run("turn-control", func(t *testing.T) {

@@ -264,27 +264,25 @@ func newSessionWatchCmd(g *globals) *cobra.Command {
 	var cursor uint64
 	var thinking bool
 	cmd := &cobra.Command{
-		Use:   "watch ID [--cursor N] [-o json]",
+		Use:   "watch ID [--cursor N] [-o json|yaml]",
 		Short: "Follow a session's live events: assistant text, tool activity, run lifecycle",
 		Long: `Follow a session's live events. Retained events after --cursor are replayed first (0: all
 retained), then new ones are printed as they happen: assistant text on stdout, tool activity and run
 lifecycle on stderr. With -o json every event is one line of JSON on stdout, with its cursor (a gap
-of events no longer retained is a {"type":"gap","missed":N} line). A watcher that falls behind is
+of events no longer retained is a {"type":"gap","missed":N} line); with -o yaml every event is one
+YAML document of a stream, each starting with "---" (as kubectl get -w -o yaml). A watcher that falls behind is
 disconnected by the gateway and reconnects from the last event it printed.`,
 		Example: `  openclaw session watch ses_123
   openclaw session watch ses_123 -o json | jq -r 'select(.event.type == "text_delta") | .event.delta'`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeSessions(g),
 		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
-			if g.output == "yaml" {
-				return errors.New("session watch prints a stream: -o table or -o json (one JSON line per event)")
-			}
-			p := &console.Printer{Out: stdout, Info: stderr, Thinking: thinking, JSONLines: g.asJSON()}
+			p := &console.Printer{Out: stdout, Info: stderr, Thinking: thinking, JSONLines: g.asJSON(), YAMLDocs: g.output == "yaml"}
 			for {
 				err := p.Watch(ctx, c, args[0], &cursor, nil)
 				var ce websocket.CloseError
 				if errors.As(err, &ce) && ce.Code == websocket.StatusTryAgainLater {
-					if !p.JSONLines {
+					if !p.JSONLines && !p.YAMLDocs {
 						p.Note("(fell behind; resuming after event %d)", cursor)
 					}
 					continue

@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/openclaw/cloudworkers/gateway/credentials"
+	"github.com/openclaw/cloudworkers/internal/jsonbody"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -94,8 +95,16 @@ func RegisterAPI(g *echo.Group, cat *Catalog, creds *credentials.Store) {
 			}
 			return providers.Fieldf("value", "cannot read request body")
 		}
-		if err := decodeStrict(b, &req); err != nil {
-			return providers.Fieldf("value", "body must be {\"value\": \"...\"}")
+		if err := jsonbody.Decode(bytes.NewReader(b), &req); err != nil {
+			// jsonbody names the field; its other messages could quote a byte of the secret
+			var fe *providers.FieldError
+			switch {
+			case errors.As(err, &fe) && fe.Field == "value":
+				return providers.Fieldf("value", "must be a string")
+			case errors.As(err, &fe) && fe.Field != "body":
+				return err // an unknown field, named
+			}
+			return providers.Fieldf("body", "must be {\"value\": \"...\"} (nothing of the body is quoted here: it may hold the secret)")
 		}
 		req.Value = strings.TrimRight(req.Value, "\r\n")
 		if err := creds.Set(c.Request().Context(), name, req.Value); err != nil {

@@ -3,6 +3,7 @@
 package console
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/placement"
@@ -27,7 +29,10 @@ type Printer struct {
 	// JSONLines writes each stream message (live records with their cursor, gaps) to Out as one
 	// line of JSON instead of rendering it.
 	JSONLines bool
-	midLine   bool // the last text delta did not end a line
+	// YAMLDocs writes each stream message to Out as one YAML document, starting with "---" (as
+	// kubectl get -w -o yaml does), with the JSON field names.
+	YAMLDocs bool
+	midLine  bool // the last text delta did not end a line
 }
 
 // Note prints one line on Info, after ending a text line left open on Out.
@@ -82,18 +87,23 @@ func (p *Printer) Watch(ctx context.Context, c *api.Client, sessionID string, cu
 		if err != nil {
 			return err
 		}
-		if p.JSONLines {
-			if err := json.NewEncoder(p.Out).Encode(m); err != nil {
-				return err
-			}
+		structured := p.JSONLines || p.YAMLDocs
+		switch {
+		case p.JSONLines:
+			err = json.NewEncoder(p.Out).Encode(m)
+		case p.YAMLDocs:
+			err = writeYAMLDoc(p.Out, m)
+		}
+		if err != nil {
+			return err
 		}
 		switch {
-		case p.JSONLines && m.LiveRecord != nil:
+		case structured && m.LiveRecord != nil:
 			*cursor = m.Cursor
 			if until != nil && until(m.LiveRecord) {
 				return nil
 			}
-		case p.JSONLines:
+		case structured:
 		case m.Type == "gap":
 			p.Note("(%d earlier events are no longer retained)", m.Missed)
 		case m.LiveRecord != nil:
@@ -176,4 +186,29 @@ func Truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// writeYAMLDoc writes v (through its JSON form, so with its JSON field names) as one YAML document
+// of a stream: "---", then the document.
+func writeYAMLDoc(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	var tree any
+	if err := json.Unmarshal(b, &tree); err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	buf.WriteString("---\n")
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(tree); err != nil {
+		return err
+	}
+	if err := enc.Close(); err != nil {
+		return err
+	}
+	_, err = w.Write(buf.Bytes())
+	return err
 }
