@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/openclaw/cloudworkers/gateway/agents"
+	"github.com/openclaw/cloudworkers/gateway/boxaccess"
 	"github.com/openclaw/cloudworkers/gateway/hub"
 	"github.com/openclaw/cloudworkers/gateway/inference"
 	"github.com/openclaw/cloudworkers/gateway/mcp"
@@ -65,6 +66,8 @@ type Config struct {
 	Sync     SyncConfig          `yaml:"sync"`
 	// Retention bounds how long audit rows, dead worker credentials and inference call rows are kept.
 	Retention RetentionConfig `yaml:"retention"`
+	// BoxAccess bounds env ssh, exec, logs and extend (docs/cli.md).
+	BoxAccess boxaccess.Config `yaml:"boxAccess"`
 	// OCC configures the OCC Compute side under /occ/v1/ (docs/occ.md).
 	OCC occ.Config `yaml:"occ"`
 }
@@ -293,6 +296,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.MCP.Validate(); err != nil {
+		return err
+	}
+	if err := c.BoxAccess.Validate(); err != nil {
 		return err
 	}
 	if err := c.OCC.Validate(); err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/agents"
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/bootstrap"
+	"github.com/openclaw/cloudworkers/gateway/boxaccess"
 	"github.com/openclaw/cloudworkers/gateway/credentials"
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/hub"
@@ -350,6 +351,12 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if err != nil {
 		return err
 	}
+	boxAccess, err := boxaccess.New(cfg.BoxAccess, boxaccess.Deps{Envs: mgr, Dial: boot.Dial, Audit: auditFn,
+		StartTimeout: cfg.Box.CommandTimeout.D(), Log: log.With("subsystem", "boxaccess")})
+	if err != nil {
+		return fmt.Errorf("config boxAccess: %w", err)
+	}
+	closers.Push("box access", boxAccess.Close)
 	var ready atomic.Bool
 	info, _ := version.Get()
 	srv := api.New(api.Config{
@@ -379,6 +386,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			},
 			func(g *echo.Group) { placement.RegisterDispatchAPI(g, dispatcher) },
 			func(g *echo.Group) { agents.RegisterAPI(g, spawner) },
+			func(g *echo.Group) { boxaccess.RegisterAPI(g, boxAccess) },
 		},
 		WorkerInfo: func(envID string) api.WorkerInfo {
 			bp := workers.Backpressure(envID)

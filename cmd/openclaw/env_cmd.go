@@ -22,7 +22,7 @@ func newEnvCmd(g *globals) *cobra.Command {
 		Short:   "Lease, inspect and destroy environments (leased machines)",
 	}
 	cmd.AddCommand(newEnvCreateCmd(g), newEnvListCmd(g), newEnvShowCmd(g), newEnvEventsCmd(g),
-		newEnvDestroyCmd(g), newEnvSweepCmd(g))
+		newEnvDestroyCmd(g), newEnvSweepCmd(g), newEnvSSHCmd(g), newEnvExecCmd(g), newEnvLogsCmd(g), newEnvExtendCmd(g))
 	return cmd
 }
 
@@ -150,6 +150,9 @@ func envRows(e envs.Environment, row func(k, v string)) {
 	row("host keys", strings.Join(e.Lease.HostKeys, "\n\t"))
 	if !e.Lease.ExpiresAt.IsZero() {
 		row("expires", e.Lease.ExpiresAt.Local().Format(time.RFC3339))
+	}
+	if !e.TTLDeadline.IsZero() {
+		row("ttl deadline", e.TTLDeadline.Local().Format(time.RFC3339))
 	}
 	row("tunnel", e.TunnelStatus)
 	row("sessions", strings.Join(e.AttachedSessionIDs, ", "))

@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/openclaw/cloudworkers/gateway/agents"
+	"github.com/openclaw/cloudworkers/gateway/boxaccess"
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/inference"
 	"github.com/openclaw/cloudworkers/gateway/placement"
@@ -133,6 +134,16 @@ var Operations = []Operation{
 	{Method: "GET", Path: "/api/v1/agents/:id", Summary: "A spawned session's status.", Status: 200, Response: agents.SpawnResult{}},
 	{Method: "POST", Path: "/api/v1/agents/:id/send", Summary: "Send a spawned session a follow-up message.", Body: agents.OperatorSendRequest{}, Status: 200, Response: agents.SpawnResult{}},
 	{Method: "POST", Path: "/api/v1/agents/:id/pullback", Summary: "Bring a spawned session's results back.", Status: 200, Response: agents.SpawnResult{}},
+
+	{Method: "GET", Path: "/api/v1/environments/:id/exec", Summary: "WebSocket running one command or shell on the environment's box through the gateway's pinned SSH trust " +
+		"(audited, output bounded per frame and rate, closed when the environment is destroyed). The client's first text message is a Start " +
+		"({command, tty, term, rows, cols}); binary messages are data whose first byte is the stream (0 stdin from the client, 1 stdout and 2 stderr " +
+		"from the gateway); text messages are controls (resize, eof, signal from the client; the gateway's last message is exit {code, signal, error}).",
+		Status: 101, Response: boxaccess.Control{}, WebSocket: true},
+	{Method: "GET", Path: "/api/v1/environments/:id/logs", Summary: "The end of the worker's log on the environment's box (text/plain, at most boxAccess.logTailBytes); with follow, what is appended until the client leaves or the environment ends.",
+		Query: []Param{{"tail", "integer", "how many of the last lines (0 to 10000, default 200)"}, {"follow", "boolean", "stream what the worker appends"}}, Status: 200, Response: Text("")},
+	{Method: "POST", Path: "/api/v1/environments/:id/extend", Summary: "Renew the environment's lease for ttl from now through the provider's renew (409 when it has none; 502 when it refuses); the ttl deadline and lease expiry are updated.",
+		Body: boxaccess.ExtendRequest{}, Status: 200, Response: envs.Environment{}},
 }
 
 // OpenAPIPath is the echo path of an OpenAPI path template (/sessions/{id} → /sessions/:id) and

@@ -50,6 +50,9 @@ type Environment struct {
 	IdleMs             int64    `json:"idleMs"`
 	AttachedSessionIDs []string `json:"attachedSessionIds"`
 	TunnelStatus       string   `json:"tunnelStatus"`
+	// TTLDeadline is when the gateway's ttl policy destroys the environment if it is not
+	// attached (its creation plus its profile snapshot's lifetime.ttl; zero when it has none).
+	TTLDeadline time.Time `json:"ttlDeadline,omitzero"`
 }
 
 // LeaseInfo is the stored part of a lease. The private key path is kept but never shown.

@@ -288,6 +288,9 @@ func (m *Manager) present(e Environment) Environment {
 	e.AgeMs = now.Sub(e.CreatedAt).Milliseconds()
 	e.IdleMs = now.Sub(e.LastActivityAt).Milliseconds()
 	e.TunnelStatus = "stopped"
+	if ttl := e.Profile.Lifetime.TTL.D(); ttl > 0 {
+		e.TTLDeadline = e.CreatedAt.Add(ttl)
+	}
 	if m.cfg.TunnelStatus != nil && e.State.HasMachine() {
 		e.TunnelStatus = m.cfg.TunnelStatus(e.ID)
 	}
