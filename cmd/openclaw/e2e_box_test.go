@@ -459,7 +459,7 @@ func TestBoxAccessTerminalOnOpenSSH(t *testing.T) {
 	done := make(chan int, 1)
 	go func() { done <- exitCode(cmd.Wait()) }()
 
-	screen := make(chan string, 100)
+	screen := make(chan string, 1) // the latest output so far
 	go func() {
 		buf := make([]byte, 4096)
 		var all strings.Builder
@@ -467,30 +467,29 @@ func TestBoxAccessTerminalOnOpenSSH(t *testing.T) {
 			n, err := master.Read(buf)
 			all.Write(buf[:n])
 			select {
-			case screen <- all.String():
+			case <-screen: // superseded
 			default:
 			}
+			screen <- all.String()
 			if err != nil {
 				close(screen)
 				return
 			}
 		}
 	}()
+	cur := "" // the terminal's output so far
 	until := func(want string) {
 		t.Helper()
 		timeout := time.After(30 * time.Second)
-		last := ""
-		for {
+		for !strings.Contains(cur, want) {
 			select {
 			case s, ok := <-screen:
 				if !ok {
-					t.Fatalf("terminal closed before %q: %q (stderr %q)", want, last, errb.String())
+					t.Fatalf("terminal closed before %q: %q (stderr %q)", want, cur, errb.String())
 				}
-				if last = s; strings.Contains(s, want) {
-					return
-				}
+				cur = s
 			case <-timeout:
-				t.Fatalf("no %q on the terminal within 30s: %q (stderr %q)", want, last, errb.String())
+				t.Fatalf("no %q on the terminal within 30s: %q (stderr %q)", want, cur, errb.String())
 			}
 		}
 	}
@@ -504,10 +503,17 @@ func TestBoxAccessTerminalOnOpenSSH(t *testing.T) {
 	until("T=xterm-256color")
 	until("30x100")
 	until("on-/dev/pts/")
+	// the new size reaches the box after the CLI's SIGWINCH, on its own path: ask until it shows
 	setWinsize(t, master, 40, 120)
-	_ = cmd.Process.Signal(syscall.SIGWINCH)
-	type_("stty size | sed 's/ /y/'\r")
-	until("40y120")
+	for i := 0; ; i++ {
+		type_(fmt.Sprintf("echo R$((%d+1000)) $(stty size | sed 's/ /y/')\r", i))
+		until(fmt.Sprintf("R%d ", i+1000))
+		if strings.Contains(cur, fmt.Sprintf("R%d 40y120", i+1000)) {
+			break
+		} else if i == 50 {
+			t.Fatalf("the resize never reached the box: %q", cur)
+		}
+	}
 	type_("exit 5\r")
 	select {
 	case code := <-done:

@@ -55,14 +55,7 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) (int,
 		return resp.StatusCode, err
 	}
 	if resp.StatusCode >= 300 {
-		var eb struct {
-			Error *Error `json:"error"`
-		}
-		if json.Unmarshal(b, &eb) == nil && eb.Error != nil {
-			eb.Error.Status = resp.StatusCode
-			return resp.StatusCode, eb.Error
-		}
-		return resp.StatusCode, &Error{Status: resp.StatusCode, Code: "http", Message: summarizeBody(c.BaseURL, resp, b)}
+		return resp.StatusCode, replyError(c.BaseURL, resp, b)
 	}
 	if out != nil && len(b) > 0 {
 		if err := json.Unmarshal(b, out); err != nil {

@@ -18,9 +18,7 @@ import (
 
 // ExtendEnvironment renews an environment's lease for ttl (a Go duration) from now.
 func (c *Client) ExtendEnvironment(ctx context.Context, id, ttl string) (envs.Environment, error) {
-	var e envs.Environment
-	_, err := c.Do(ctx, http.MethodPost, v1("environments", id, "extend"), boxaccess.ExtendRequest{TTL: ttl}, &e)
-	return e, err
+	return doAs[envs.Environment](ctx, c, http.MethodPost, v1("environments", id, "extend"), boxaccess.ExtendRequest{TTL: ttl})
 }
 
 // EnvironmentLogs opens the end of the worker's log on an environment's box: the last tail lines,
