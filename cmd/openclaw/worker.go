@@ -9,45 +9,18 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/openclaw/cloudworkers/internal/version"
+	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/worker/remote"
 	"github.com/openclaw/cloudworkers/worker/turns"
 )
 
 // maxDescriptorBytes bounds the launch descriptor.
 const maxDescriptorBytes = 64 << 10
-
-// workerDescriptor is the launch descriptor the gateway hands a worker on stdin or in a 0600 file.
-type workerDescriptor struct {
-	EnvironmentID string `json:"environmentId"`
-	Credential    string `json:"credential"`
-	OwnerEpoch    uint64 `json:"ownerEpoch"`
-	// BundleHash is the bundle the gateway pushed; the worker reports its own executable's hash.
-	BundleHash string `json:"bundleHash"`
-	SocketPath string `json:"socketPath"`
-	StateDir   string `json:"stateDir"`
-	// Version is the gateway's build version, reported back for logs and audit.
-	Version string `json:"version"`
-}
-
-func (d *workerDescriptor) validate() error {
-	switch {
-	case d.EnvironmentID == "":
-		return errors.New("launch descriptor: environmentId is required")
-	case d.Credential == "":
-		return errors.New("launch descriptor: credential is required")
-	case d.SocketPath == "":
-		return errors.New("launch descriptor: socketPath is required")
-	case d.StateDir == "" || !filepath.IsAbs(d.StateDir):
-		return errors.New("launch descriptor: stateDir must be an absolute path")
-	}
-	return nil
-}
 
 func newWorkerCmd() *cobra.Command {
 	var descriptorPath, logPath string
@@ -154,7 +127,7 @@ through the gateway. It exits non-zero when admission is refused.`,
 }
 
 // readDescriptor reads and strictly decodes the launch descriptor from path, or stdin when path is "".
-func readDescriptor(stdin io.Reader, path string) (*workerDescriptor, error) {
+func readDescriptor(stdin io.Reader, path string) (*protocol.LaunchDescriptor, error) {
 	r := stdin
 	if path != "" {
 		f, err := os.Open(path)
@@ -183,14 +156,14 @@ func readDescriptor(stdin io.Reader, path string) (*workerDescriptor, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	var d workerDescriptor
+	var d protocol.LaunchDescriptor
 	if err := dec.Decode(&d); err != nil {
 		return nil, fmt.Errorf("decode launch descriptor: %w", err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, errors.New("decode launch descriptor: trailing data")
 	}
-	if err := d.validate(); err != nil {
+	if err := d.Validate(); err != nil {
 		return nil, err
 	}
 	return &d, nil

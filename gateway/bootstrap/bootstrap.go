@@ -23,6 +23,7 @@ import (
 	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/internal/shutdown"
 	"github.com/openclaw/cloudworkers/internal/version"
+	"github.com/openclaw/cloudworkers/protocol"
 )
 
 // Recorder is the part of the environment manager bootstrap reports to.
@@ -278,17 +279,6 @@ func (b *Bootstrapper) Bootstrap(ctx context.Context, env envs.Environment) (err
 	return nil
 }
 
-// Descriptor is the launch descriptor the worker reads (0600 file in its state dir).
-type Descriptor struct {
-	EnvironmentID string `json:"environmentId"`
-	Credential    string `json:"credential"`
-	OwnerEpoch    uint64 `json:"ownerEpoch"`
-	BundleHash    string `json:"bundleHash"`
-	SocketPath    string `json:"socketPath"`
-	StateDir      string `json:"stateDir"`
-	Version       string `json:"version"`
-}
-
 // launch starts the worker unless its pidfile names a live process; a fresh credential is minted
 // for every launch.
 func (b *Bootstrapper) launch(ctx context.Context, c *ssh.Client, env envs.Environment, bundlePath string) error {
@@ -305,7 +295,7 @@ func (b *Bootstrapper) launch(ctx context.Context, c *ssh.Client, env envs.Envir
 	if err != nil {
 		return fmt.Errorf("mint worker credential: %w", err)
 	}
-	d := Descriptor{EnvironmentID: env.ID, Credential: cred, BundleHash: env.BundleHash, SocketPath: env.WorkerSocket,
+	d := protocol.LaunchDescriptor{EnvironmentID: env.ID, Credential: cred, BundleHash: env.BundleHash, SocketPath: env.WorkerSocket,
 		StateDir: state, Version: version.Version}
 	raw, _ := json.Marshal(d)
 	wctx, wcancel := b.command(ctx)
