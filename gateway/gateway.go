@@ -214,7 +214,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			hubTools = append(hubTools, t)
 		}
 	}
-	var turnSvc *turns.Service // built below; workers ask it only once turns run
+	var turnSvc *turns.Service                 // built below; workers ask it only once turns run
+	var occCompute atomic.Pointer[occ.Compute] // built below; turn admission asks it
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -283,7 +284,27 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	turnSvc, err = turns.New(ctx, turns.Config{Clock: clk, DB: db, Sessions: sess, Catalog: catalog, DataDir: dataDir,
 		Log: log.With("subsystem", "turns"), Workers: workers, Placements: placements, ExtraTools: extraTools,
 		AfterWorkerTurn: func(id string) { dispatcher.AfterTurn(id) },
-		Redispatch:      func(ctx context.Context, id string) error { return dispatcher.Redispatch(ctx, id) },
+		Redispatch: func(ctx context.Context, id string) error {
+			// an OCC agent's session goes back to a worker only through activateRevision (a fresh
+			// lease of the profile would make its model calls with the catalog's credentials)
+			if c := occCompute.Load(); c != nil {
+				only, err := c.WorkerOnly(ctx, id)
+				if err != nil {
+					return err
+				}
+				if only {
+					return fmt.Errorf("OCC agent session (its next activateRevision places it): %w", turns.ErrWorkerOnly)
+				}
+			}
+			return dispatcher.Redispatch(ctx, id)
+		},
+		// an OCC agent's session runs only on its activated revision's worker
+		WorkerOnly: func(ctx context.Context, id string) (bool, error) {
+			if c := occCompute.Load(); c != nil {
+				return c.WorkerOnly(ctx, id)
+			}
+			return false, nil
+		},
 	})
 	if err != nil {
 		return err
@@ -455,6 +476,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		ln.Close()
 		return err
 	}
+	occCompute.Store(compute)
 	occSrv.RegisterCompute(compute.Driver())
 	credGW.SetRevisions(compute)
 	occSrv.RegisterCredentialGateway(credGW.Driver())

@@ -32,7 +32,8 @@ func (g *gw) cgOK(method string, in any, out any) {
 // while the first serves leaves the turns on the first until it is activated, then the session
 // moves with its workspace. stopRevision brings the session and its workspace home and releases
 // the box, keeping the session, its transcript and the attachments: the revision prepared and
-// activated again serves with the same source. Withdrawn, the revision's next turn is refused
+// activated again serves with the same source. While the session is on no worker (before the
+// first activation, after the stop) a message to it is refused: its turns never run on the gateway. Withdrawn, the revision's next turn is refused
 // before the provider sees it; the source is then removed, twice.
 func TestOCCCredentialSourceReachesTheRevisionsModelCalls(t *testing.T) {
 	root := t.TempDir()
@@ -100,6 +101,14 @@ func TestOCCCredentialSourceReachesTheRevisionsModelCalls(t *testing.T) {
 	if v := g.placement(ses); v.Placement.State != placement.Local {
 		t.Fatalf("the agent's session moved before activation:\n%s", v)
 	}
+	// the agent's turns never run on the gateway (the catalog's credentials would make them)
+	workerOnly := func(when string) {
+		t.Helper()
+		if _, code, err := g.send(ses, "on the gateway?"); code != http.StatusConflict || err == nil || !strings.Contains(err.Error(), "run only on a worker") {
+			t.Fatalf("a message to the agent's session %s: %d %v, want 409 naming that its turns run only on a worker", when, code, err)
+		}
+	}
+	workerOnly("before activation")
 	start := time.Now()
 	for range 2 {
 		g.occOK("activateRevision", rev, nil)
@@ -172,6 +181,10 @@ func TestOCCCredentialSourceReachesTheRevisionsModelCalls(t *testing.T) {
 	}
 	if n := len(g.turns(ses)); n != 3 {
 		t.Fatalf("the agent's session has %d turns after stop, want its 3", n)
+	}
+	workerOnly("after stop")
+	if n := len(provider.Requests()); n != 3 {
+		t.Fatalf("the provider saw %d requests, want still 3", n)
 	}
 	g.cgOK("attachmentStatus", rev2Ctx, &sts)
 	if len(sts) != 1 || sts[0].State != "ready" {

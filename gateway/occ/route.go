@@ -30,6 +30,15 @@ func (c *Compute) sessionOf(ctx context.Context, agentID string) (string, error)
 	return session, err
 }
 
+// WorkerOnly reports whether a session carries an OCC agent's turns: those run only on the
+// environment of its activated revision, never on the gateway (where the catalog's credentials
+// would make its model calls).
+func (c *Compute) WorkerOnly(ctx context.Context, sessionID string) (bool, error) {
+	var n int
+	err := c.d.DB.R.QueryRowContext(ctx, `SELECT COUNT(*) FROM occ_agents WHERE session_id=?`, sessionID).Scan(&n)
+	return n > 0, err
+}
+
 // routing returns the agent's session ("" when there is nothing to route: no router, or no
 // session) and the context bounding one route change by occ.routeTimeout.
 func (c *Compute) routing(ctx context.Context, r revisionRow) (string, context.Context, context.CancelFunc, error) {

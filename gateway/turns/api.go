@@ -34,7 +34,8 @@ func RegisterAPI(g *echo.Group, s *Service) {
 		if errors.Is(err, ErrWorkerUnavailable) {
 			return echo.NewHTTPError(http.StatusServiceUnavailable, err.Error())
 		}
-		if errors.Is(err, placement.ErrBusy) || errors.Is(err, ErrPlacementMoving) || errors.Is(err, placement.ErrPlacementFailed) {
+		if errors.Is(err, placement.ErrBusy) || errors.Is(err, ErrPlacementMoving) || errors.Is(err, placement.ErrPlacementFailed) ||
+			errors.Is(err, ErrWorkerOnly) {
 			return echo.NewHTTPError(http.StatusConflict, err.Error())
 		}
 		if err != nil {

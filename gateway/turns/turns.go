@@ -77,6 +77,9 @@ type Config struct {
 	// Placements is the placement state machine; turn admission claims it (compare-and-swap on
 	// its generation), so a message admitted against a stale snapshot can never race a move.
 	Placements *placement.Placements
+	// WorkerOnly reports sessions whose turns never run on the gateway (an OCC agent's session:
+	// its model calls go only through its revision's credentials); nil: none.
+	WorkerOnly func(ctx context.Context, sessionID string) (bool, error)
 }
 
 // Workers is the worker endpoint as turn placement uses it; *hub.Server implements it.
@@ -104,6 +107,10 @@ func (s *Service) waitAdmitted(ctx context.Context, envID string) bool {
 	}
 	return true
 }
+
+// ErrWorkerOnly refuses a message to a session whose turns run only on a worker (an OCC agent's
+// session) while it is not active on one.
+var ErrWorkerOnly = errors.New("the session's turns run only on a worker, and it is not active on one")
 
 // ErrWorkerUnavailable is a session placed on a worker that is not connected.
 var ErrWorkerUnavailable = errors.New("the session's worker is not connected")
@@ -249,6 +256,15 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 			if sess.EnvironmentID != p.EnvironmentID {
 				return Turn{}, fmt.Errorf("%w: session %s is bound to %q, its placement to %q", ErrPlacementMoving, sessionID, sess.EnvironmentID, p.EnvironmentID)
 			}
+		}
+	}
+	if where == "local" && s.cfg.WorkerOnly != nil {
+		only, err := s.cfg.WorkerOnly(ctx, sessionID)
+		if err != nil {
+			return Turn{}, err
+		}
+		if only {
+			return Turn{}, fmt.Errorf("session %s: %w", sessionID, ErrWorkerOnly)
 		}
 	}
 	model := sess.Model
