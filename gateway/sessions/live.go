@@ -170,14 +170,8 @@ func (s *Store) PublishLive(ctx context.Context, p LiveParams) (uint64, error) {
 	err = s.db.GroupTx(ctx, func(tx *sql.Tx) error {
 		var owner uint64
 		err := tx.StmtContext(ctx, s.liveSQL.owner).QueryRowContext(ctx, p.SessionID).Scan(&owner)
-		if errors.Is(err, sql.ErrNoRows) {
-			return notFound(p.SessionID)
-		}
-		if err != nil {
+		if err := ownerCheck(err, p.SessionID, p.OwnerEpoch, owner); err != nil {
 			return err
-		}
-		if p.OwnerEpoch != owner {
-			return errorf(protocol.CodeEpochMismatch, "owner epoch %d is not the session's active epoch %d", p.OwnerEpoch, owner)
 		}
 		curAcked := ls.acked
 		switch {

@@ -101,14 +101,8 @@ func (s *Store) Commit(ctx context.Context, p CommitParams) (CommitResult, error
 		var owner uint64
 		var leaf string
 		err := tx.QueryRowContext(ctx, `SELECT owner_epoch, leaf_id FROM sessions WHERE id = ?`, p.SessionID).Scan(&owner, &leaf)
-		if errors.Is(err, sql.ErrNoRows) {
-			return notFound(p.SessionID)
-		}
-		if err != nil {
+		if err := ownerCheck(err, p.SessionID, p.OwnerEpoch, owner); err != nil {
 			return err
-		}
-		if p.OwnerEpoch != owner {
-			return errorf(protocol.CodeEpochMismatch, "owner epoch %d is not the session's active epoch %d", p.OwnerEpoch, owner)
 		}
 		var cached string
 		err = tx.QueryRowContext(ctx, `SELECT result FROM transcript_commits WHERE session_id = ? AND owner_epoch = ?

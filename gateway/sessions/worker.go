@@ -96,6 +96,20 @@ func (s *Store) WorkerLive(ctx context.Context, p protocol.LiveEventParams) (pro
 	return protocol.LiveEventResult{AckedSeq: acked}, nil
 }
 
+// ownerCheck refuses a worker's write or read at epoch, given readErr and owner, the read of the
+// session's active owner epoch: not-found for no such session, readErr itself, or epoch-mismatch.
+func ownerCheck(readErr error, sessionID string, epoch, owner uint64) error {
+	switch {
+	case errors.Is(readErr, sql.ErrNoRows):
+		return notFound(sessionID)
+	case readErr != nil:
+		return readErr
+	case epoch != owner:
+		return errorf(protocol.CodeEpochMismatch, "owner epoch %d is not the session's active epoch %d", epoch, owner)
+	}
+	return nil
+}
+
 // WorkerResume serves worker.resume: the session's leaf, the newest transcript operation committed
 // in the owner epoch and the live ACK cursor of the owner epoch's newest live stream. A stale owner
 // epoch is epoch-mismatch.
@@ -104,8 +118,8 @@ func (s *Store) WorkerResume(ctx context.Context, p protocol.ResumeParams) (prot
 	if err != nil {
 		return protocol.ResumeResult{}, err
 	}
-	if p.OwnerEpoch != ses.OwnerEpoch {
-		return protocol.ResumeResult{}, errorf(protocol.CodeEpochMismatch, "owner epoch %d is not the session's active epoch %d", p.OwnerEpoch, ses.OwnerEpoch)
+	if err := ownerCheck(nil, p.SessionID, p.OwnerEpoch, ses.OwnerEpoch); err != nil {
+		return protocol.ResumeResult{}, err
 	}
 	res := protocol.ResumeResult{SessionID: ses.ID, OwnerEpoch: ses.OwnerEpoch, LifecycleRevision: ses.LifecycleRevision, LeafID: ses.LeafID}
 	err = s.db.R.QueryRowContext(ctx, `SELECT run_epoch, seq FROM transcript_commits WHERE session_id = ? AND owner_epoch = ?
@@ -134,8 +148,8 @@ func (s *Store) WorkerContext(ctx context.Context, p protocol.TranscriptContextP
 	if err != nil {
 		return protocol.TranscriptContextResult{}, err
 	}
-	if p.OwnerEpoch != ses.OwnerEpoch {
-		return protocol.TranscriptContextResult{}, errorf(protocol.CodeEpochMismatch, "owner epoch %d is not the session's active epoch %d", p.OwnerEpoch, ses.OwnerEpoch)
+	if err := ownerCheck(nil, p.SessionID, p.OwnerEpoch, ses.OwnerEpoch); err != nil {
+		return protocol.TranscriptContextResult{}, err
 	}
 	msgs, err := s.Context(ctx, p.SessionID)
 	if err != nil {
