@@ -1,16 +1,12 @@
 package turns
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
 
-	"github.com/openclaw/cloudworkers/gateway/inference"
-	"github.com/openclaw/cloudworkers/gateway/inference/builtin"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
-	"github.com/openclaw/cloudworkers/gateway/store/storetest"
 	"github.com/openclaw/cloudworkers/internal/testenv"
 )
 
@@ -19,25 +15,9 @@ import (
 // session whose placement is active on a worker is refused while that worker is not connected.
 func TestAdmissionReadsThePlacementRow(t *testing.T) {
 	ctx := testenv.Context(t, 30*time.Second)
-	db := storetest.Open(t)
-	st, err := sessions.New(sessions.Config{DB: db})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close(context.Background()) })
 	// a model that resolves; the turn it runs fails at once (nothing listens on the port)
-	cat, err := inference.NewCatalog(inference.CatalogConfig{Default: "local/m1", Providers: map[string]inference.ProviderConfig{
-		"local": {API: inference.APIOpenAICompletions, BaseURL: "http://127.0.0.1:1", Models: []inference.ModelConfig{{ID: "m1"}}},
-	}}, nil, builtin.Adapters())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps := placement.NewPlacements(db)
-	svc, err := New(ctx, Config{DB: db, Sessions: st, Catalog: cat, DataDir: t.TempDir(), Placements: ps})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = svc.Close(context.Background()) })
+	db, st, ps, cat := testDeps(t)
+	svc := startService(ctx, t, Config{DB: db, Sessions: st, Catalog: cat, DataDir: t.TempDir(), Placements: ps})
 
 	bound, err := st.Create(ctx, sessions.CreateParams{Workspace: t.TempDir()})
 	if err != nil {

@@ -8,11 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openclaw/cloudworkers/gateway/inference"
-	"github.com/openclaw/cloudworkers/gateway/inference/builtin"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
-	"github.com/openclaw/cloudworkers/gateway/store/storetest"
 	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/protocol"
 )
@@ -87,25 +84,9 @@ func TestWorkerTurnCancelIsNotLost(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testenv.Context(t, 60*time.Second)
-			db := storetest.Open(t)
-			st, err := sessions.New(sessions.Config{DB: db})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = st.Close(context.Background()) })
-			cat, err := inference.NewCatalog(inference.CatalogConfig{Default: "local/m1", Providers: map[string]inference.ProviderConfig{
-				"local": {API: inference.APIOpenAICompletions, BaseURL: "http://127.0.0.1:1", Models: []inference.ModelConfig{{ID: "m1"}}},
-			}}, nil, builtin.Adapters())
-			if err != nil {
-				t.Fatal(err)
-			}
+			db, st, ps, cat := testDeps(t)
 			w := &fakeWorker{st: st, started: make(chan struct{}), gotStart: make(chan struct{}), failCancels: tc.failCancels}
-			ps := placement.NewPlacements(db)
-			svc, err := New(ctx, Config{DB: db, Sessions: st, Catalog: cat, DataDir: t.TempDir(), Placements: ps, Workers: w})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = svc.Close(context.Background()) })
+			svc := startService(ctx, t, Config{DB: db, Sessions: st, Catalog: cat, DataDir: t.TempDir(), Placements: ps, Workers: w})
 			sess, err := st.Create(ctx, sessions.CreateParams{Workspace: t.TempDir()})
 			if err != nil {
 				t.Fatal(err)

@@ -15,8 +15,7 @@ import (
 // it returns nil.
 func TestCloseIsBoundedByItsContext(t *testing.T) {
 	ctx := testenv.Context(t, 10*time.Second)
-	db := storetest.Open(t)
-	svc, err := New(ctx, Config{DB: db})
+	svc, err := New(ctx, Config{DB: storetest.Open(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

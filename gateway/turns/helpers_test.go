@@ -1,0 +1,43 @@
+package turns
+
+import (
+	"context"
+	"testing"
+
+	"github.com/openclaw/cloudworkers/gateway/inference"
+	"github.com/openclaw/cloudworkers/gateway/inference/builtin"
+	"github.com/openclaw/cloudworkers/gateway/placement"
+	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/gateway/store/storetest"
+)
+
+// testDeps are a fresh database, its session store (closed when t ends) and placements, and a
+// catalog whose one model resolves but whose turns fail at once (nothing listens on its port).
+func testDeps(t *testing.T) (*store.DB, *sessions.Store, *placement.Placements, *inference.Catalog) {
+	t.Helper()
+	db := storetest.Open(t)
+	st, err := sessions.New(sessions.Config{DB: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close(context.Background()) })
+	cat, err := inference.NewCatalog(inference.CatalogConfig{Default: "local/m1", Providers: map[string]inference.ProviderConfig{
+		"local": {API: inference.APIOpenAICompletions, BaseURL: "http://127.0.0.1:1", Models: []inference.ModelConfig{{ID: "m1"}}},
+	}}, nil, builtin.Adapters())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, st, placement.NewPlacements(db), cat
+}
+
+// startService starts the turn service of cfg, closed when t ends.
+func startService(ctx context.Context, t *testing.T, cfg Config) *Service {
+	t.Helper()
+	svc, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Close(context.Background()) })
+	return svc
+}
