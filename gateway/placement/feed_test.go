@@ -18,11 +18,7 @@ import (
 func TestPlacementChangesAreOnTheFeed(t *testing.T) {
 	ctx := testenv.Context(t, 10*time.Second)
 	ps := openPlacements(t)
-	st, err := sessions.New(sessions.Config{DB: ps.db})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close(context.Background()) })
+	st := openSessions(t, ps)
 	ps.Notify = st.Notify
 	sub := st.SubscribeChanges(0)
 	defer sub.Close()
