@@ -48,6 +48,13 @@ func runBoxCLI(t *testing.T, g *gw, in string, args ...string) (string, string, 
 // returned channel delivers the exit and the full stderr.
 func startBoxCLI(t *testing.T, g *gw, want string, args ...string) (lines <-chan string, done <-chan boxExit) {
 	t.Helper()
+	lines, done, _ = startBoxCLIProcess(t, g, want, args...)
+	return lines, done
+}
+
+// startBoxCLIProcess is startBoxCLI that also returns the running command.
+func startBoxCLIProcess(t *testing.T, g *gw, want string, args ...string) (<-chan string, <-chan boxExit, *exec.Cmd) {
+	t.Helper()
 	cmd := boxCmd(g, args...)
 	pr, pw := io.Pipe()
 	var errb strings.Builder
@@ -86,7 +93,7 @@ func startBoxCLI(t *testing.T, g *gw, want string, args ...string) (lines <-chan
 	case <-time.After(30 * time.Second):
 		t.Fatalf("openclaw %v: no %q within 30s", args, want)
 	}
-	return ch, d
+	return ch, d, cmd
 }
 
 type boxExit struct {
@@ -123,7 +130,7 @@ func TestBoxAccess(t *testing.T) {
 	leased := leaseDirProfile("leased", leaseDir, nil)
 	noRenew := strings.Replace(leaseDirProfile("norenew", leaseDir, nil), "      renew:", "      #renew:", 1)
 	refusing := leaseDirProfile("refusing", leaseDir, map[string]string{"LEASE_DIR_HEARTBEAT_FAIL": "quota exhausted"})
-	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+"boxAccess: {maxFrameBytes: 4096}\nprofiles:\n"+leased+noRenew+refusing)
+	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+"boxAccess: {maxFrameBytes: 4096, sessionsPerEnvironment: 2}\nprofiles:\n"+leased+noRenew+refusing)
 	t.Cleanup(func() { destroyAll(g) })
 	e := g.waitReady(g.createEnv("local").ID)
 
@@ -158,6 +165,16 @@ func TestBoxAccess(t *testing.T) {
 		joined := strings.Join(audited, "\n")
 		if len(audited) != 4 || !strings.Contains(joined, `exec 'printf' '%s|' 'a b' 'c'\''d' '$HOME'`) || strings.Contains(joined, "line one") {
 			t.Errorf("audit of execs (want 4 commands, no input or output): %q", audited)
+		}
+	})
+
+	t.Run("exec-interrupt", func(t *testing.T) {
+		// the first Ctrl-C is sent to the command as INT; its own handling decides the exit
+		out, done, cmd := startBoxCLIProcess(t, g, "ready", "env", "exec", e.ID, "--", "sh", "-c", `trap 'echo got-int; exit 9' INT; echo ready; while :; do sleep 1; done`)
+		_ = cmd.Process.Signal(os.Interrupt)
+		waitLine(t, out, "got-int")
+		if ex := waitBoxExit(t, done); ex.code != 9 || !strings.Contains(ex.stderr, "sent INT to the command") {
+			t.Errorf("exec after Ctrl-C: %+v", ex)
 		}
 	})
 
@@ -224,13 +241,18 @@ func TestBoxAccess(t *testing.T) {
 		if _, errOut, code := runBoxCLI(t, g, "", "env", "logs", e.ID, "--tail", "20000"); code != 1 || !strings.Contains(errOut, "--tail must be from 0 to 10000") {
 			t.Errorf("--tail 20000: code %d stderr %q", code, errOut)
 		}
-		got, done := startBoxCLI(t, g, "marker-10", "env", "logs", e.ID, "-f", "--tail", "20")
+		got, done, cmd := startBoxCLIProcess(t, g, "marker-10", "env", "logs", e.ID, "-f", "--tail", "20")
 		appendLines("followed-line")
 		waitLine(t, got, "followed-line")
 		select {
 		case ex := <-done:
 			t.Fatalf("logs -f ended by itself: %+v", ex)
 		default:
+		}
+		// Ctrl-C ends a follow cleanly
+		_ = cmd.Process.Signal(os.Interrupt)
+		if ex := waitBoxExit(t, done); ex.code != 0 {
+			t.Errorf("logs -f after Ctrl-C: %+v", ex)
 		}
 	})
 
@@ -367,6 +389,10 @@ func TestBoxAccess(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
 		_, logDone := startBoxCLI(t, g, "", "env", "logs", d.ID, "-f", "--tail", "1")
+		// a third session on the environment is refused (boxAccess.sessionsPerEnvironment: 2)
+		if _, errOut, code := runBoxCLI(t, g, "", "env", "exec", d.ID, "--", "true"); code != 1 || !strings.Contains(errOut, "boxAccess.sessionsPerEnvironment") {
+			t.Errorf("a third session: code %d stderr %q", code, errOut)
+		}
 		if got, err := g.destroy(d.ID, true, 30*time.Second); err != nil || got.State != envs.Destroyed {
 			t.Fatalf("destroy during an exec: %v %s", err, got.State)
 		}
