@@ -201,23 +201,23 @@ func TestCapacityInflightRetryAfterFollowsCallDuration(t *testing.T) {
 		}
 		return f.Error
 	}
-	release := x.models.release
-	sendRaw(t, c, x.inferenceFrame("first", "run-1", "t1", []byte("hi")))
-	if f := recvChan(t, "the first call's answer", frames); f.ID != "first" || !f.OK {
-		t.Fatalf("first call answered %+v", f)
+	admitted := func(id, turn string) {
+		t.Helper()
+		sendRaw(t, c, x.inferenceFrame(id, "run-1", turn, []byte("hi")))
+		if f := recvChan(t, "the answer of "+id, frames); f.ID != id || !f.OK {
+			t.Fatalf("%s answered %+v, want it admitted", id, f)
+		}
+		recvChan(t, id+" to reach the provider", x.models.started)
 	}
-	recvChan(t, "the first call to reach the provider", x.models.started)
+	release := x.models.release
+	admitted("first", "t1")
 	if e := refusal("early", "t0"); e.RetryAfterMs != 200 {
 		t.Fatalf("refusal before any call ended says retryAfterMs %d, want RetryAfter (200)", e.RetryAfterMs)
 	}
 	clk.Advance(3 * time.Second)
 	release <- struct{}{}
 	terminal("t1")
-	sendRaw(t, c, x.inferenceFrame("second", "run-1", "t2", []byte("hi")))
-	if f := recvChan(t, "the second call's answer", frames); f.ID != "second" || !f.OK {
-		t.Fatalf("second call answered %+v", f)
-	}
-	recvChan(t, "the second call to reach the provider", x.models.started)
+	admitted("second", "t2")
 	if e := refusal("third", "t3"); e.RetryAfterMs != 3000 {
 		t.Fatalf("refusal after a 3 s call says retryAfterMs %d, want 3000", e.RetryAfterMs)
 	}
