@@ -3,13 +3,21 @@ package main_test
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+	"github.com/coder/websocket/wsjson"
+
+	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/turns"
+	"github.com/openclaw/cloudworkers/protocol"
 )
 
 // testSessionArchive: an archived session leaves session list (--archived and --all show it),
@@ -199,4 +207,80 @@ func mustJSON[T any](t *testing.T, out string) T {
 		t.Fatalf("decode %q: %v", out, err)
 	}
 	return v
+}
+
+// TestSecondCtrlCDetaches runs `session send --follow` against a gateway whose turn ignores the
+// cancellation: the first Ctrl-C asks the gateway to cancel the turn and keeps following, the
+// second detaches at once (exit 130) without a second cancel, naming session watch.
+func TestSecondCtrlCDetaches(t *testing.T) {
+	following := make(chan struct{}, 1)
+	cancels := make(chan struct{}, 4)
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /api/v1/sessions/ses_x/messages", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+		_ = json.NewEncoder(w).Encode(turns.Turn{SessionID: "ses_x", RunID: "run_1", Status: turns.TurnRunning, Placement: "local"})
+	})
+	mux.HandleFunc("GET /api/v1/sessions/ses_x/stream", func(w http.ResponseWriter, r *http.Request) {
+		conn, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer conn.CloseNow()
+		start := sessions.StreamMessage{Type: "live", LiveRecord: &sessions.LiveRecord{Cursor: 1, SessionID: "ses_x", RunID: "run_1",
+			Event: protocol.LiveEvent{Type: protocol.LiveLifecycleStart}}}
+		if wsjson.Write(r.Context(), conn, start) != nil {
+			return
+		}
+		following <- struct{}{}
+		<-conn.CloseRead(r.Context()).Done() // the turn never ends
+	})
+	mux.HandleFunc("POST /api/v1/sessions/ses_x/cancel", func(w http.ResponseWriter, r *http.Request) {
+		cancels <- struct{}{}
+		_ = json.NewEncoder(w).Encode(map[string]bool{"canceled": true})
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	cmd := exec.Command(openclawBin, "--gateway", srv.URL, "--token", "t", "session", "send", "ses_x", "hello", "--follow")
+	cmd.Env = cleanEnv()
+	var errText strings.Builder
+	cmd.Stderr = &errText
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	wait := func(what string, ch <-chan struct{}) {
+		t.Helper()
+		select {
+		case <-ch:
+		case err := <-done:
+			t.Fatalf("send --follow ended (%v) before %s:\n%s", err, what, errText.String())
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no %s within 30s", what)
+		}
+	}
+	wait("stream", following)
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	wait("cancel request", cancels)
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if code := exitCode(err); code != 130 {
+			t.Errorf("send --follow after a second Ctrl-C: exit %d (%v), want 130", code, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("send --follow did not detach after a second Ctrl-C:\n%s", errText.String())
+	}
+	if !strings.Contains(errText.String(), "detached; turn run_1 goes on in the gateway (see openclaw session watch ses_x)") {
+		t.Errorf("the detach is not reported:\n%s", errText.String())
+	}
+	if n := len(cancels); n != 0 {
+		t.Errorf("the second Ctrl-C sent %d more cancel request(s), want none", n)
+	}
 }
