@@ -149,9 +149,12 @@ func TestMetricsAndLogsOfASessionTurn(t *testing.T) {
 	moved(`openclaw_provider_errors_total{code="429",model="refusing/x"}`, before, after, 2)
 	moved(`openclaw_sync_bytes_total{direction="out"}`, before, after, float64(len("hello\n")))
 	moved(`openclaw_sync_bytes_total{direction="in"}`, before, after, float64(len("from the worker\n")))
+	// the wire carries at least the archive's frames and the manifests; both directions move
+	moved(`openclaw_sync_wire_bytes_total{direction="out"}`, before, after, 1)
+	moved(`openclaw_sync_wire_bytes_total{direction="in"}`, before, after, 1)
 	moved(`openclaw_sync_duration_seconds_count{direction="out",result="ok"}`, before, after, 1)
 	moved(`openclaw_sync_duration_seconds_count{direction="in",result="ok"}`, before, after, 1)
-	moved(`openclaw_environment_provision_seconds_count{provider="local"}`, before, after, 1)
+	moved(`openclaw_environment_provision_seconds_count{provider="local",result="ready"}`, before, after, 1)
 	moved(`openclaw_http_requests_total{method="POST",route="/api/v1/sessions/:id/messages",status="202"}`, before, after, 2)
 	moved(`openclaw_http_requests_total{method="GET",route="/metrics",status="200"}`, before, after, 1)
 	if _, ok := after[`openclaw_tunnel_reconnects_total`]; !ok {

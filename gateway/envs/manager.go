@@ -469,6 +469,7 @@ func (m *Manager) fail(ctx context.Context, id, reason string) { m.failStep(ctx,
 // failStep is fail with the timeline entry of the step that failed on the transition's event.
 func (m *Manager) failStep(ctx context.Context, id, reason string, step *Step) {
 	reason = Sanitize(reason)
+	var provisioning *Environment // failed before it was ready: a failed provision
 	err := m.db.InTx(ctx, func(tx *sql.Tx) error {
 		e, err := getEnv(ctx, tx, id)
 		if err != nil {
@@ -480,6 +481,9 @@ func (m *Manager) failStep(ctx context.Context, id, reason string, step *Step) {
 		if err := m.transition(ctx, tx, id, e.State, Failed, reason); err != nil {
 			return err
 		}
+		if e.State == Requested || e.State == Provisioning || e.State == Bootstrapping {
+			provisioning = &e
+		}
 		if err := attachStep(ctx, tx, id, step); err != nil {
 			return err
 		}
@@ -488,6 +492,9 @@ func (m *Manager) failStep(ctx context.Context, id, reason string, step *Step) {
 	if err != nil {
 		m.log.Error("record environment failure", "env", id, "err", err, "reason", reason)
 		return
+	}
+	if provisioning != nil {
+		m.observeProvision(*provisioning, "failed")
 	}
 	m.log.Warn("environment failed", "env", id, "reason", reason)
 	m.notify()
@@ -659,7 +666,7 @@ func (m *Manager) bootstrap(ctx context.Context, id string) {
 		m.log.Warn("bootstrap: mark ready", "env", id, "err", err)
 		return
 	}
-	m.observeReady(e)
+	m.observeProvision(e, "ready")
 }
 
 // Note records a progress note (an event without a state change) on an environment.

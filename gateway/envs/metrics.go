@@ -7,12 +7,13 @@ var provisionBuckets = []float64{0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 
 
 func newProvisionHistogram() *prometheus.HistogramVec {
 	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "openclaw_environment_provision_seconds",
-		Help:    "Time from an environment's request to ready (leased, bootstrapped, worker admitted), by provider.",
-		Buckets: provisionBuckets}, []string{"provider"})
+		Help:    "Time from an environment's request to ready (leased, bootstrapped, worker admitted; result ready) or to its failure before that (result failed), by provider.",
+		Buckets: provisionBuckets}, []string{"provider", "result"})
 }
 
-func (m *Manager) observeReady(e Environment) {
-	m.provisionSeconds.WithLabelValues(e.ProviderID).Observe(max(0, m.cfg.Clock.Now().Sub(e.CreatedAt)).Seconds())
+// observeProvision records a provision's end: result ready or failed.
+func (m *Manager) observeProvision(e Environment, result string) {
+	m.provisionSeconds.WithLabelValues(e.ProviderID, result).Observe(max(0, m.cfg.Clock.Now().Sub(e.CreatedAt)).Seconds())
 }
 
 // Collectors are the environment manager's metrics, for the gateway's registry.

@@ -66,7 +66,7 @@ func (d *Dispatcher) remote(ctx context.Context, e envs.Environment) (stream.Rem
 		return stream.Remote{}, nil, fmt.Errorf("sync connection: %w", err)
 	}
 	bin := filepath.Join(e.WorkerHome, bootstrap.BundlesDir, e.BundleHash, "openclaw")
-	return stream.Remote{Client: c, Command: bootstrap.Quote(bin) + " worker"}, c, nil
+	return stream.Remote{Client: c, Command: bootstrap.Quote(bin) + " worker", Wire: d.sync.countWire}, c, nil
 }
 
 // syncOut builds the anchor (a managed worktree for git, a gateway-owned copy otherwise), records

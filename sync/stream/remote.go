@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -47,6 +48,10 @@ type Remote struct {
 	// Channels is how many exec channels a cold sync of a large tree uses at once (one archive
 	// each, applied together by one box process): 0 means DefaultChannels, 1 one channel.
 	Channels int
+	// Wire, when set, is told what each exec channel carried once it ends: the bytes sent to the
+	// box (its stdin) and received from it (its stdout), as they crossed the connection (after
+	// compression; SSH framing excluded).
+	Wire func(sent, received int64)
 
 	progressTick <-chan time.Time // tests: ticks instead of a ticker
 	// tests: PushTree calls beforeList before listing the tree, and boxAnswered once it has the
@@ -125,6 +130,11 @@ func (r Remote) runOnAt(ctx context.Context, sess *ssh.Session, cmd string, in f
 	stdout, err := sess.StdoutPipe()
 	if err != nil {
 		return time.Now(), err
+	}
+	if r.Wire != nil {
+		cw, cr := &wireWriter{w: stdin}, &wireReader{r: stdout}
+		stdin, stdout = cw, cr
+		defer func() { r.Wire(cw.n.Load(), cr.n.Load()) }()
 	}
 	errb := capbuf.New(4 << 10)
 	sess.Stderr = errb
@@ -740,4 +750,33 @@ func (r Remote) Exec(ctx context.Context, cmd string, w io.Writer, max int64) er
 		}
 		return nil
 	})
+}
+
+// wireWriter counts the bytes written through it (to a channel's stdin).
+type wireWriter struct {
+	w interface {
+		io.Writer
+		io.Closer
+	}
+	n atomic.Int64
+}
+
+func (c *wireWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func (c *wireWriter) Close() error { return c.w.Close() }
+
+// wireReader counts the bytes read through it (from a channel's stdout).
+type wireReader struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (c *wireReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
 }
