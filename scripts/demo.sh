@@ -4,17 +4,22 @@
 #           git workspace, dispatch, a turn that edits and commits, pull-back, branch and diff, teardown.
 #   part 2: leasing through a lease CLI (examples/lease-dir): a second gateway refused, a lease watched to
 #           ready, kill -9 of the gateway mid-provision (the lease is adopted), the orphan sweep, destroy.
-# Each stage prints what happened and how long it took; the script exits 0 only if every stage happened.
+# Each stage prints what happened and how long it took, both parts in the same style ("== N. title
+# [+elapsed]", "-- ok: what happened (time)") and each ends with a summary table of the same columns;
+# the script exits 0 only if every stage happened. Both parts make their temp dirs under one $TMPDIR of
+# the demo's own, which must be empty at the end (nothing left behind).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BIN=$PWD/bin/openclaw
+DEMO_TMP=$(mktemp -d -t openclaw-demo-tmp.XXXXXX)
+export TMPDIR=$DEMO_TMP
 echo "######## part 1: a worker session end to end (openclaw demo)"
 "$BIN" demo --script examples/demo/script.json
 echo
 echo "######## part 2: leasing through a lease CLI — adoption after kill -9, orphan sweep, destroy"
 LEASE=$PWD/examples/lease-dir/lease-dir
-WORK=$(mktemp -d -t openclaw-demo.XXXXXX)
+WORK=$(mktemp -d -p "$DEMO_TMP" openclaw-demo.XXXXXX)
 DATA=$WORK/data
 export LEASE_DIR=$WORK/leases
 export OPENCLAW_DATA_DIR=$DATA
@@ -27,8 +32,8 @@ cleanup() {
   if [ -n "$GW_PID" ] && kill -0 "$GW_PID" 2>/dev/null; then kill "$GW_PID"; wait "$GW_PID" 2>/dev/null || true; fi
   # local boxes and their workers are detached processes (they outlive a gateway like a real machine): stop ours
   for pid in $(box_pids) $(worker_pids); do kill "$pid" 2>/dev/null || true; done
-  if [ $rc -ne 0 ]; then echo; echo "demo FAILED (exit $rc); gateway log: $WORK/gateway.log"; tail -20 "$WORK/gateway.log" 2>/dev/null || true
-  else rm -rf "$WORK"; fi
+  if [ $rc -ne 0 ]; then echo; echo "demo FAILED (exit $rc); kept $DEMO_TMP; gateway log: $WORK/gateway.log"; tail -20 "$WORK/gateway.log" 2>/dev/null || true
+  else rm -rf "$WORK"; rmdir "$DEMO_TMP" 2>/dev/null || true; fi
 }
 trap cleanup EXIT
 
@@ -50,11 +55,40 @@ worker_pids() {
   true
 }
 
-T0=$(date +%s%N)
-stage() { echo; echo "== $* [$(( ($(date +%s%N) - T0) / 1000000 )) ms]"; }
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# Stage times are printed as openclaw demo prints them (Go's time.Duration: 450ms, 1.23s, 1m5.4s).
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+fmt_dur() {
+  awk -v ms="$1" 'BEGIN { if (ms < 1000) { printf "%dms", ms; exit }
+    cs = int((ms + 5) / 10); s = cs / 100; out = ""
+    if (s >= 60) { m = int(s / 60); s -= m * 60; out = m "m" }
+    str = sprintf("%.2f", s); sub(/0+$/, "", str); sub(/\.$/, "", str); printf "%s%ss", out, str }'
+}
+T0=$(now_ms)
+N=0; STAGE_T=; TITLE=; SUMMARY=$WORK/summary.tsv
+# stage TITLE starts a stage; done_stage WHAT ends it with what happened.
+stage() { N=$((N + 1)); TITLE=$*; STAGE_T=$(now_ms); echo; echo "== $N. $TITLE  [+$(fmt_dur $((STAGE_T - T0)))]"; }
+done_stage() {
+  local d w; d=$(fmt_dur $(($(now_ms) - STAGE_T))); w=$*
+  echo "-- ok: $w ($d)"
+  [ ${#w} -le 90 ] || w="${w:0:89}…" # cut as openclaw demo cuts its column
+  printf '%s\t%s\t%s\t%s\t%s\n' "$N" "$TITLE" ok "$d" "$w" >>"$SUMMARY"
+}
+# summary prints the table openclaw demo ends with: #, STAGE, RESULT, TIME, WHAT HAPPENED and the total.
+summary() {
+  echo; echo "== summary"
+  { printf '#\tSTAGE\tRESULT\tTIME\tWHAT HAPPENED\n'; cat "$SUMMARY"; printf '\ttotal\t\t%s\t\n' "$(fmt_dur $(($(now_ms) - T0)))"; } |
+    awk -F'\t' '{ for (i = 1; i <= NF; i++) { c[NR, i] = $i; if (i < NF && length($i) > w[i]) w[i] = length($i) } n[NR] = NF }
+      END { for (r = 1; r <= NR; r++) { line = ""; for (i = 1; i <= n[r]; i++) line = line (i < n[r] ? sprintf("%-" (w[i] + 2) "s", c[r, i]) : c[r, i]); sub(/ +$/, "", line); print line } }'
+}
+fail() {
+  local d; d=$(fmt_dur $(($(now_ms) - STAGE_T)))
+  echo "-- FAILED: $* ($d)" >&2
+  printf '%s\t%s\t%s\t%s\t%s\n' "$N" "$TITLE" FAILED "$d" "$*" >>"$SUMMARY"
+  summary
+  exit 1
+}
 
-stage "1. start a gateway on a temp data dir ($DATA)"
+stage "start a gateway on a temp data dir ($DATA)"
 cat > "$WORK/gateway.yaml" <<YAML
 profiles:
   - id: demo
@@ -79,18 +113,24 @@ curl -fsS "http://$OPENCLAW_GATEWAY/readyz" >/dev/null || fail "gateway not read
 echo "gateway ready at $OPENCLAW_GATEWAY (token in $DATA/gateway.token, mode $(stat -c %a "$DATA/gateway.token"))"
 "$BIN" profile list
 
-stage "2. a second gateway on the same data dir refuses to start"
+done_stage "gateway ready at $OPENCLAW_GATEWAY, token mode $(stat -c %a "$DATA/gateway.token")"
+
+stage "a second gateway on the same data dir refuses to start"
 if "$BIN" gateway --listen 127.0.0.1:0 2>"$WORK/second.err"; then fail "second gateway started"; fi
 cat "$WORK/second.err"
 
-stage "3. lease a machine through a lease CLI (examples/lease-dir, backed by a local box), watch it become ready"
+done_stage "refused: $(head -1 "$WORK/second.err")"
+
+stage "lease a machine through a lease CLI (examples/lease-dir, backed by a local box), watch it become ready"
 echo "(provision → pinned SSH → bundle upload → hygiene checks → reverse tunnel → worker launch → admission)"
 ENV=$("$BIN" env create --profile demo --wait)
 STATE=$("$BIN" env show "$ENV" -o json | sed -n 's/^  "state": "\(.*\)",$/\1/p')
 [ "$STATE" = ready ] || fail "environment $ENV is $STATE, expected ready"
 "$BIN" env show "$ENV"
 
-stage "4. kill -9 the gateway mid-provision, restart it: the lease is adopted, not leased twice"
+done_stage "environment $ENV ready"
+
+stage "kill -9 the gateway mid-provision, restart it: the lease is adopted, not leased twice"
 "$BIN" profile add slow --provider command --hygiene metadataRoute=warn --hygiene dockerSocket=warn --settings "$(cat <<JSON
 {"provision":["$LEASE","warmup","--lease-id","{leaseId}","--label","openclaw.gateway={gatewayId}","--label","openclaw.environment={envId}","--delay","1500ms"],
  "inspect":["$LEASE","inspect","--id","{leaseId}","--json"],"destroy":["$LEASE","stop","{leaseId}"],"list":["$LEASE","list","--json"],
@@ -112,7 +152,9 @@ CALLS=$(grep -c "\"$SLOW_LEASE\"" "$LEASE_DIR/calls.log")
 echo "warmup was called $CALLS times, every time with lease id $SLOW_LEASE"
 [ "$CALLS" -ge 2 ] || fail "restarted gateway did not resume provisioning"
 
-stage "5. an orphan lease labelled with our gateway id is found and destroyed by the sweep"
+done_stage "$SLOW adopted after kill -9: warmup called $CALLS times with lease id $SLOW_LEASE"
+
+stage "an orphan lease labelled with our gateway id is found and destroyed by the sweep"
 GWID=$(curl -fsS -H "Authorization: Bearer $(cat "$DATA/gateway.token")" "http://$OPENCLAW_GATEWAY/api/v1/gateway" | sed 's/.*"id":"\([^"]*\)".*/\1/')
 LEASE_DIR=$LEASE_DIR LEASE_DIR_LOCALBOX=$BIN "$LEASE" warmup --lease-id ocl_leaked --label "openclaw.gateway=$GWID" >/dev/null
 # the lease CLI's stop fails twice (LEASE_DIR_STOP_FAILS=2): a failure is reported and retried, never taken as done
@@ -122,7 +164,9 @@ for i in 1 2 3 4; do
 done
 grep -q "destroyed ocl_leaked" "$WORK/sweep.txt" || fail "sweep did not destroy the orphan"
 
-stage "6. destroy returns only on proof of teardown"
+done_stage "orphan lease ocl_leaked destroyed by the sweep (after $i sweep(s); the lease CLI's stop failed twice)"
+
+stage "destroy returns only on proof of teardown"
 "$BIN" env destroy "$ENV"
 "$BIN" env destroy "$SLOW"
 "$BIN" env list --all
@@ -132,7 +176,24 @@ LEFT=$(box_pids; worker_pids)
 [ -z "$LEFT" ] || fail "box or worker processes left behind: $LEFT"
 echo "no lease, box or worker process left"
 
-stage "7. audit trail"
+done_stage "$ENV and $SLOW destroyed; no lease, box or worker process left"
+
+stage "audit trail"
 curl -fsS -H "Authorization: Bearer $(cat "$DATA/gateway.token")" "http://$OPENCLAW_GATEWAY/api/v1/audit" | tr '{' '\n' | { grep -o '"kind":"[^"]*"' || true; } | sort | uniq -c
 
-stage "done: every stage happened; no machine left behind"
+done_stage "$(curl -fsS -H "Authorization: Bearer $(cat "$DATA/gateway.token")" "http://$OPENCLAW_GATEWAY/api/v1/audit" | grep -o '"kind":' | wc -l) audit rows"
+
+stage "stop the gateway; no temp dir left behind"
+kill "$GW_PID"; wait "$GW_PID" 2>/dev/null || true
+GW_PID=
+cp "$SUMMARY" "$DEMO_TMP.summary"
+rm -rf "$WORK"
+SUMMARY=$DEMO_TMP.summary
+LEFT=$(find "$DEMO_TMP" -mindepth 1 -maxdepth 1)
+[ -z "$LEFT" ] || fail "temp dirs left behind in $DEMO_TMP (both parts' \$TMPDIR): $LEFT"
+rmdir "$DEMO_TMP"
+done_stage "gateway stopped; $DEMO_TMP (both parts' \$TMPDIR) empty and removed"
+summary
+rm -f "$SUMMARY"
+echo
+echo "demo passed: every stage happened; no machine, box, gateway or temp dir left behind"
