@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/inference/inferencetest"
 	"github.com/openclaw/cloudworkers/gateway/placement"
@@ -33,7 +34,8 @@ func (g *gw) cgOK(method string, in any, out any) {
 // moves with its workspace. stopRevision brings the session and its workspace home and releases
 // the box, keeping the session, its transcript and the attachments: the revision prepared and
 // activated again serves with the same source. While the session is on no worker (before the
-// first activation, after the stop) a message to it is refused: its turns never run on the gateway. Withdrawn, the revision's next turn is refused
+// first activation, after the stop, after its worker was lost) a message to it is refused: its
+// turns never run on the gateway, nor on a lease made outside OCC. Withdrawn, the revision's next turn is refused
 // before the provider sees it; the source is then removed, twice.
 func TestOCCCredentialSourceReachesTheRevisionsModelCalls(t *testing.T) {
 	root := t.TempDir()
@@ -246,6 +248,27 @@ func TestOCCCredentialSourceReachesTheRevisionsModelCalls(t *testing.T) {
 		t.Fatalf("rev_c's environment is %s after its retirement", e.State)
 	}
 	onEnv(env3.ID) // the replacement still serves
+
+	// its box lost: the session is reclaimed, and a message does not restore it onto a fresh lease
+	// of the profile (whose calls would use the catalog's credentials): only activation places it
+	if _, err := g.client.DestroyEnvironment(g.ctx(), env3.ID, api.DestroyOptions{Force: true, Wait: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(40 * time.Second); g.placement(ses).Placement.State != placement.Reclaimed; time.Sleep(20 * time.Millisecond) { // polling the API
+		if time.Now().After(deadline) {
+			t.Fatalf("the session is not reclaimed after its box was destroyed:\n%s", g.placement(ses))
+		}
+	}
+	workerOnly("after its worker was lost")
+	list, err := g.client.Environments(g.ctx(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range list {
+		if !strings.HasPrefix(e.IdempotencyKey, "occ:") {
+			t.Fatalf("environment %s (key %q) was leased for the agent's session outside OCC", e.ID, e.IdempotencyKey)
+		}
+	}
 	g.occOK("retireRevision", rev2, nil)
 }
 
