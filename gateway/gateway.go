@@ -377,7 +377,6 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if err != nil {
 		return fmt.Errorf("config boxAccess: %w", err)
 	}
-	closers.Push("box access", boxAccess.Close)
 	var ready atomic.Bool
 	info, _ := version.Get()
 	srv := api.New(api.Config{
@@ -500,6 +499,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	serve("http server", httpSrv, ln)
 	// closed before the http server: its open /mcp streams end first
 	closers.Push("mcp", func(context.Context) error { mcpSrv.Close(); return nil })
+	// closed before the http server too: an open log follow or shell ends at once
+	closers.Push("box access", boxAccess.Close)
 	if cfg.MetricsListen != "" {
 		mln, err := net.Listen("tcp", cfg.MetricsListen)
 		if err != nil {

@@ -409,6 +409,20 @@ func TestBoxAccess(t *testing.T) {
 	})
 }
 
+// TestBoxAccessEndsAtGatewayStop: a gateway that stops ends an open log follow at once and stops
+// cleanly (the follow does not hold the HTTP server's drain).
+func TestBoxAccessEndsAtGatewayStop(t *testing.T) {
+	g := startGateway(t, filepath.Join(t.TempDir(), "data"), fastWorkerConfig)
+	t.Cleanup(func() { destroyAll(g) })
+	e := g.waitReady(g.createEnv("local").ID)
+	_, done := startBoxCLI(t, g, "", "env", "logs", e.ID, "-f")
+	g.stop()
+	if ex := waitBoxExit(t, done); ex.code != 0 {
+		t.Errorf("logs -f across a gateway stop: %+v", ex)
+	}
+	g.start() // so that the cleanup destroys the box
+}
+
 // waitLine waits for a line containing want on lines.
 func waitLine(t *testing.T, lines <-chan string, want string) {
 	t.Helper()

@@ -81,7 +81,7 @@ func (s *Service) acquire(envID string) (release func(), err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ctx.Err() != nil {
-		return nil, context.Cause(s.ctx)
+		return nil, echo.NewHTTPError(http.StatusServiceUnavailable, context.Cause(s.ctx).Error())
 	}
 	if s.open[envID] >= s.cfg.SessionsPerEnvironment {
 		return nil, echo.NewHTTPError(http.StatusTooManyRequests,
