@@ -101,8 +101,15 @@ func (s *Service) serveLogs(c echo.Context) error {
 		return echo.NewHTTPError(http.StatusBadGateway, err.Error())
 	}
 	defer client.Close()
+	inTime := s.startDeadline(client) // until the tail started, or (without follow) until it sent all
+	late := func(what string) error {
+		return echo.NewHTTPError(http.StatusGatewayTimeout, s.errStartTimeout(what).Error())
+	}
 	sess, err := client.NewSession()
 	if err != nil {
+		if !inTime() {
+			return late("open a session")
+		}
 		return echo.NewHTTPError(http.StatusBadGateway, fmt.Sprintf("open a session on the box: %v", err))
 	}
 	defer sess.Close()
@@ -118,18 +125,32 @@ func (s *Service) serveLogs(c echo.Context) error {
 		cmd = fmt.Sprintf("exec tail -n %d -F -- %s 2>/dev/null", tail, quote(logPath))
 	}
 	if err := sess.Start(cmd); err != nil {
+		if !inTime() {
+			return late("start reading the worker log")
+		}
 		return echo.NewHTTPError(http.StatusBadGateway, fmt.Sprintf("the box refused to read the worker log: %v", err))
 	}
 	if !follow {
 		// the box may send more than it was asked for: what passes is bounded here
 		b, err := io.ReadAll(io.LimitReader(stdout, int64(s.cfg.LogTailBytes)))
+		var waitErr error
+		if len(b) == 0 {
+			waitErr = sess.Wait()
+		}
+		timely := inTime()
 		if err != nil && context.Cause(ctx) != nil {
 			return echo.NewHTTPError(http.StatusConflict, context.Cause(ctx).Error())
 		}
-		if len(b) == 0 && sess.Wait() != nil {
+		if !timely {
+			return late("send the worker log")
+		}
+		if len(b) == 0 && waitErr != nil {
 			return fmt.Errorf("no worker log at %s on the box yet: %s: %w", logPath, strings.TrimSpace(stderr.String()), envs.ErrConflict)
 		}
 		return c.Blob(http.StatusOK, "text/plain; charset=utf-8", b)
+	}
+	if !inTime() {
+		return late("start following the worker log")
 	}
 	rc := http.NewResponseController(c.Response().Writer)
 	_ = rc.SetReadDeadline(time.Time{})

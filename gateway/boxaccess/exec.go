@@ -106,7 +106,14 @@ func (x *execution) run(e envs.Environment) Exit {
 		return Exit{Code: -1, Error: err.Error()}
 	}
 	defer client.Close()
+	inTime := x.s.startDeadline(client)
 	sess, stdin, stdout, stderr, err := x.start(client, st)
+	if !inTime() {
+		if err == nil {
+			sess.Close()
+		}
+		err = x.s.errStartTimeout("start the command")
+	}
 	if err != nil {
 		if cause := context.Cause(x.ctx); cause != nil {
 			return Exit{Code: -1, Error: cause.Error()}

@@ -138,6 +138,18 @@ func (s *Service) dial(ctx context.Context, e envs.Environment) (*ssh.Client, er
 	return c, nil
 }
 
+// startDeadline closes client when the box has not done what it was asked within StartTimeout
+// (a box that never answers the session's open or its command cannot hold the session);
+// inTime stops it and reports whether the box was in time.
+func (s *Service) startDeadline(client *ssh.Client) (inTime func() bool) {
+	return time.AfterFunc(s.d.StartTimeout, func() { _ = client.Close() }).Stop
+}
+
+// errStartTimeout is the error of a box that was not in time.
+func (s *Service) errStartTimeout(what string) error {
+	return fmt.Errorf("the box did not %s within %s (box.commandTimeout)", what, s.d.StartTimeout)
+}
+
 // limiter paces box output to boxAccess.outputBytesPerSecond.
 func (s *Service) limiter() *rate.Limiter {
 	return rate.NewLimiter(rate.Limit(s.cfg.OutputBytesPerSecond), max(s.cfg.OutputBytesPerSecond, s.cfg.MaxFrameBytes))

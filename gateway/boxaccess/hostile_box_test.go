@@ -1,0 +1,204 @@
+package boxaccess_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/coder/websocket/wsjson"
+	"github.com/labstack/echo/v4"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/openclaw/cloudworkers/gateway/boxaccess"
+	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/gateway/profiles"
+	"github.com/openclaw/cloudworkers/gateway/store/storetest"
+	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/providers"
+	"github.com/openclaw/cloudworkers/providers/fake"
+)
+
+// stallingBox is an SSH server on loopback that completes the handshake and then never answers
+// the channel open (stallOpen) or the exec request of a session it accepted.
+func stallingBox(t *testing.T, stallOpen bool) string {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &ssh.ServerConfig{NoClientAuth: true}
+	cfg.AddHostKey(signer)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done); ln.Close() })
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer nc.Close()
+				context.AfterFunc(t.Context(), func() { nc.Close() })
+				sc, chans, reqs, err := ssh.NewServerConn(nc, cfg)
+				if err != nil {
+					return
+				}
+				defer sc.Close()
+				go ssh.DiscardRequests(reqs)
+				for nch := range chans {
+					if stallOpen {
+						continue // never accepted, never rejected
+					}
+					ch, creqs, err := nch.Accept()
+					if err != nil {
+						return
+					}
+					defer ch.Close()
+					go func() {
+						for range creqs { // every request is left unanswered
+						}
+					}()
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// boxService serves the box access routes of one environment (with a worker recorded) whose
+// box is at addr.
+func boxService(t *testing.T, addr string, startTimeout time.Duration) (baseURL, envID string) {
+	t.Helper()
+	ctx := testenv.Context(t, 20*time.Second)
+	prov := fake.New()
+	reg := providers.Registry{"fake": prov}
+	db := storetest.Open(t)
+	prof := profiles.New(db, reg, nil)
+	if _, err := prof.Put(ctx, &providers.Profile{ID: "p1", Provider: "fake", MaxEnvironments: 1}); err != nil {
+		t.Fatal(err)
+	}
+	mgr := envs.New(envs.Config{DB: db, Profiles: prof, Providers: reg, GatewayID: "gw_test", SweepInterval: -1})
+	if err := mgr.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mgr.Close(context.Background()) })
+	e, _, err := mgr.Create(ctx, "p1", "k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mgr.WaitFor(ctx, e.ID, func(e envs.Environment) bool { return e.State == envs.Bootstrapping }); err != nil {
+		t.Fatal(err)
+	}
+	if err := mgr.SetWorker(ctx, e.ID, "h", "/tmp/sock", "/home/box"); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := boxaccess.New(boxaccess.Config{}, boxaccess.Deps{Envs: mgr, StartTimeout: startTimeout,
+		Dial: func(ctx context.Context, _ envs.Environment) (*ssh.Client, error) {
+			var d net.Dialer
+			nc, err := d.DialContext(ctx, "tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			c, chans, reqs, err := ssh.NewClientConn(nc, addr, &ssh.ClientConfig{User: "u", HostKeyCallback: ssh.InsecureIgnoreHostKey()})
+			if err != nil {
+				nc.Close()
+				return nil, err
+			}
+			return ssh.NewClient(c, chans, reqs), nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := svc.Close(cctx); err != nil {
+			t.Errorf("box access close: %v", err)
+		}
+	})
+	ec := echo.New()
+	boxaccess.RegisterAPI(ec.Group("/api/v1"), svc)
+	srv := httptest.NewServer(ec)
+	t.Cleanup(srv.Close)
+	return srv.URL, e.ID
+}
+
+// A box that accepts the SSH connection but never opens the session, or never starts the
+// command, gets the exec refused after box.commandTimeout, with an exit naming it.
+func TestExecOnABoxThatNeverStartsTheCommandEnds(t *testing.T) {
+	for _, stallOpen := range []bool{true, false} {
+		name := map[bool]string{true: "channel open unanswered", false: "exec request unanswered"}[stallOpen]
+		t.Run(name, func(t *testing.T) {
+			base, id := boxService(t, stallingBox(t, stallOpen), 300*time.Millisecond)
+			ctx := testenv.Context(t, 15*time.Second)
+			ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/api/v1/environments/"+id+"/exec", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ws.CloseNow()
+			if err := wsjson.Write(ctx, ws, boxaccess.Start{Command: []string{"true"}}); err != nil {
+				t.Fatal(err)
+			}
+			var m boxaccess.Control
+			for {
+				typ, b, err := ws.Read(ctx)
+				if err != nil {
+					t.Fatalf("no exit from the gateway while the box never started the command: %v", err)
+				}
+				if typ == websocket.MessageText {
+					if err := jsonUnmarshal(b, &m); err != nil {
+						t.Fatal(err)
+					}
+					break
+				}
+			}
+			if m.Type != boxaccess.ControlExit || m.Exit == nil || !strings.Contains(m.Exit.Error, "box.commandTimeout") {
+				t.Fatalf("exit %+v, want an error naming box.commandTimeout", m.Exit)
+			}
+		})
+	}
+}
+
+// env logs on a box that never answers ends with an error naming box.commandTimeout instead of
+// holding the request (and one of the environment's box sessions) for as long as the box likes.
+func TestLogsOnABoxThatNeverAnswersEnds(t *testing.T) {
+	for _, stallOpen := range []bool{true, false} {
+		name := map[bool]string{true: "channel open unanswered", false: "exec request unanswered"}[stallOpen]
+		t.Run(name, func(t *testing.T) {
+			base, id := boxService(t, stallingBox(t, stallOpen), 300*time.Millisecond)
+			ctx := testenv.Context(t, 15*time.Second)
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/environments/"+id+"/logs", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatalf("no answer while the box never answered: %v", err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(b), "box.commandTimeout") {
+				t.Fatalf("%d %s, want 504 naming box.commandTimeout", resp.StatusCode, b)
+			}
+		})
+	}
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
