@@ -125,7 +125,7 @@ func (x *execution) run(e envs.Environment) Exit {
 	var pumps sync.WaitGroup
 	pumps.Go(func() { x.pump(StreamStdout, stdout) })
 	pumps.Go(func() { x.pump(StreamStderr, stderr) })
-	go x.input(sess, stdin) // ends when the socket or the session closes (both closed on return)
+	go x.input(client, sess, stdin) // ends when the socket or the session closes (both closed on return)
 	pumps.Wait()
 	err = waitSession(x.ctx, sess)
 	var ee *ssh.ExitError
@@ -236,12 +236,14 @@ func (x *execution) write(typ websocket.MessageType, b []byte) error {
 }
 
 // input relays the client's stdin and controls to the session until the socket closes.
-func (x *execution) input(sess *ssh.Session, stdin io.WriteCloser) {
+func (x *execution) input(client *ssh.Client, sess *ssh.Session, stdin io.WriteCloser) {
 	defer stdin.Close()
 	for {
 		typ, b, err := x.ws.Read(x.wsCtx)
 		if err != nil {
-			_ = sess.Close() // the client is gone: so is its command
+			// the client is gone: so is its command, and the session's connection (a box that
+			// never answers the session's close cannot hold it)
+			_ = client.Close()
 			return
 		}
 		if typ == websocket.MessageBinary {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -202,3 +203,116 @@ func TestLogsOnABoxThatNeverAnswersEnds(t *testing.T) {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// freezingConn is a box's side of its connection that, once frozen, takes in what the gateway
+// sends and answers nothing; hungUp closes when the gateway closes the connection.
+type freezingConn struct {
+	net.Conn
+	frozen atomic.Bool
+	execed chan struct{} // closed at the exec request
+	hungUp chan struct{}
+}
+
+func (c *freezingConn) Read(p []byte) (int, error) {
+	for {
+		n, err := c.Conn.Read(p)
+		if err != nil {
+			close(c.hungUp)
+			return n, err
+		}
+		if !c.frozen.Load() {
+			return n, nil
+		}
+	}
+}
+
+// freezingBox starts the command it is asked for, then stops answering anything (it answers
+// neither the close of the session nor keepalives). It sends on conns each connection's.
+func freezingBox(t *testing.T, conns chan<- *freezingConn) string {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &ssh.ServerConfig{NoClientAuth: true}
+	cfg.AddHostKey(signer)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			raw, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			nc := &freezingConn{Conn: raw, execed: make(chan struct{}), hungUp: make(chan struct{})}
+			conns <- nc
+			go func() {
+				defer nc.Close()
+				context.AfterFunc(t.Context(), func() { nc.Close() })
+				_, chans, reqs, err := ssh.NewServerConn(nc, cfg)
+				if err != nil {
+					return
+				}
+				go ssh.DiscardRequests(reqs)
+				for nch := range chans {
+					_, creqs, err := nch.Accept()
+					if err != nil {
+						return
+					}
+					go func() {
+						for req := range creqs {
+							if req.Type == "exec" {
+								nc.frozen.Store(true) // from here on nothing the gateway sends is read
+								_ = req.Reply(true, nil)
+								close(nc.execed) // and the session gets no output, no exit status, no close
+							} else if req.WantReply {
+								_ = req.Reply(false, nil)
+							}
+						}
+					}()
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// An operator who leaves an exec on a box that stopped answering frees the session: the
+// gateway hangs up on the box instead of waiting for it to answer the session's close.
+func TestExecLeftOnAFrozenBoxHangsUpOnTheBox(t *testing.T) {
+	conns := make(chan *freezingConn, 4)
+	base, id := boxService(t, freezingBox(t, conns), 5*time.Second)
+	ctx := testenv.Context(t, 15*time.Second)
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/api/v1/environments/"+id+"/exec", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	if err := wsjson.Write(ctx, ws, boxaccess.Start{Command: []string{"sleep", "infinity"}}); err != nil {
+		t.Fatal(err)
+	}
+	var box *freezingConn
+	select {
+	case box = <-conns:
+	case <-ctx.Done():
+		t.Fatal("the gateway never connected to the box")
+	}
+	select {
+	case <-box.execed:
+	case <-ctx.Done():
+		t.Fatal("the gateway never asked the box to start the command")
+	}
+	ws.CloseNow() // the operator leaves (Ctrl-C, lost network)
+	select {
+	case <-box.hungUp:
+	case <-ctx.Done():
+		t.Fatal("the gateway still holds the connection to a frozen box its operator left")
+	}
+}
