@@ -401,7 +401,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			func(g *echo.Group) { inference.RegisterAPI(g, catalog, creds) },
 			func(g *echo.Group) { turns.RegisterAPI(g, turnSvc) },
 			func(g *echo.Group) {
-				turns.RegisterRemoveAPI(g, turns.NewRemover(turns.RemoverConfig{Turns: turnSvc, Dispatcher: dispatcher, Envs: mgr,
+				turns.RegisterRemoveAPI(g, turns.NewRemover(turns.RemoverConfig{Turns: turnSvc, Dispatcher: dispatcher, Envs: mgr, PullBackWait: cfg.Box.ReconcileTimeout.D(),
 					AlsoDelete: []func(context.Context, *sql.Tx, string) error{spawner.DeleteTx}}))
 			},
 			func(g *echo.Group) { placement.RegisterDispatchAPI(g, dispatcher) },

@@ -61,7 +61,8 @@ type RemoverConfig struct {
 	// AlsoDelete delete the rows other packages keep of a removed session (spawn options), in the
 	// removal's transaction.
 	AlsoDelete []func(ctx context.Context, tx *sql.Tx, sessionID string) error
-	// PullBackWait bounds a forced removal's pull-back (default 10 minutes).
+	// PullBackWait bounds a forced removal's pull-back: the gateway's box.reconcileTimeout
+	// (default 10 minutes); past it nothing is removed.
 	PullBackWait time.Duration
 }
 
