@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
-	"github.com/openclaw/cloudworkers/protocol"
 )
 
 // Change kinds of archive and removal on the gateway-wide changes feed.
@@ -104,9 +103,4 @@ func (s *Store) Forget(id string) {
 		}
 	}
 	s.Notify(ChangeSessionRemoved, id)
-}
-
-// IsNotFound reports whether err is the not-found of an unknown session.
-func IsNotFound(err error) bool {
-	return errors.Is(err, store.ErrNotFound) || CodeOf(err) == protocol.CodeSessionNotAttached
 }
