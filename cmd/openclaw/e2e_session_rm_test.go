@@ -46,6 +46,9 @@ func testSessionArchive(t *testing.T, r *cliRig) {
 	if e := r.failCLI("session", "dispatch", id, "--profile", "local"); !strings.Contains(e, "unarchive") {
 		t.Errorf("a dispatch of an archived session is not refused naming unarchive: %s", e)
 	}
+	if show := r.mustCLI("session", "show", id); !strings.Contains(show, "openclaw session unarchive "+id) {
+		t.Errorf("session show of an archived session does not say so:\n%s", show)
+	}
 	if !strings.Contains(r.transcriptText(id), "Hello") {
 		t.Errorf("the archived session's transcript is gone: %s", r.transcriptText(id))
 	}

@@ -189,6 +189,9 @@ func sessionRows(ctx context.Context, c *api.Client, t sessions.Transcript, row 
 		}
 		row("children cost", fmt.Sprintf("%.6f (%d tokens, %d children)", cost, tokens, len(kids)))
 	}
+	if s.ArchivedAt != nil {
+		row("archived", s.ArchivedAt.Local().Format(time.RFC3339)+" (read-only; openclaw session unarchive "+s.ID+")")
+	}
 	row("owner epoch", fmt.Sprint(s.OwnerEpoch))
 	row("leaf", s.LeafID)
 	row("entries", fmt.Sprint(len(t.Entries)))
