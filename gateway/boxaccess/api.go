@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"path"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -98,7 +97,7 @@ func (s *Service) serveLogs(c echo.Context) error {
 	defer cancel()
 	client, err := s.dial(ctx, e)
 	if err != nil {
-		return echo.NewHTTPError(http.StatusBadGateway, err.Error())
+		return echo.NewHTTPError(http.StatusBadGateway, envs.Sanitize(err.Error()))
 	}
 	defer client.Close()
 	inTime := s.startDeadline(client) // until the tail started, or (without follow) until it sent all
@@ -110,7 +109,7 @@ func (s *Service) serveLogs(c echo.Context) error {
 		if !inTime() {
 			return late("open a session")
 		}
-		return echo.NewHTTPError(http.StatusBadGateway, fmt.Sprintf("open a session on the box: %v", err))
+		return echo.NewHTTPError(http.StatusBadGateway, envs.Sanitize(fmt.Sprintf("open a session on the box: %v", err)))
 	}
 	defer sess.Close()
 	logPath := path.Join(e.WorkerHome, bootstrap.StateDir(e.ID), "worker.log")
@@ -128,7 +127,7 @@ func (s *Service) serveLogs(c echo.Context) error {
 		if !inTime() {
 			return late("start reading the worker log")
 		}
-		return echo.NewHTTPError(http.StatusBadGateway, fmt.Sprintf("the box refused to read the worker log: %v", err))
+		return echo.NewHTTPError(http.StatusBadGateway, envs.Sanitize(fmt.Sprintf("the box refused to read the worker log: %v", err)))
 	}
 	if !follow {
 		// the box may send more than it was asked for: what passes is bounded here
@@ -145,7 +144,7 @@ func (s *Service) serveLogs(c echo.Context) error {
 			return late("send the worker log")
 		}
 		if len(b) == 0 && waitErr != nil {
-			return fmt.Errorf("no worker log at %s on the box yet: %s: %w", logPath, strings.TrimSpace(stderr.String()), envs.ErrConflict)
+			return fmt.Errorf("no worker log at %s on the box yet: %s: %w", logPath, envs.Sanitize(stderr.String()), envs.ErrConflict)
 		}
 		return c.Blob(http.StatusOK, "text/plain; charset=utf-8", b)
 	}

@@ -58,6 +58,9 @@ func (s *Service) serveExec(c echo.Context) error {
 	defer wsCancel()
 	x := &execution{s: s, ws: ws, ctx: ctx, wsCtx: wsCtx, limit: s.limiter()}
 	exit := x.run(e)
+	// what the box said (a refusal's message, a signal's name) reaches the operator's terminal:
+	// printable and bounded
+	exit.Error, exit.Signal = envs.Sanitize(exit.Error), envs.Sanitize(exit.Signal)
 	wctx, wcancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer wcancel()
 	if wsjson.Write(wctx, ws, Control{Type: ControlExit, Exit: &exit}) == nil {

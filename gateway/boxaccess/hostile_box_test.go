@@ -5,10 +5,12 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -135,6 +137,14 @@ func boxService(t *testing.T, addr string, startTimeout time.Duration) (baseURL,
 		}
 	})
 	ec := echo.New()
+	// errors carry their text, as the gateway's API renders them
+	ec.HTTPErrorHandler = func(err error, c echo.Context) {
+		code, msg := http.StatusInternalServerError, err.Error()
+		if he, ok := err.(*echo.HTTPError); ok {
+			code, msg = he.Code, fmt.Sprint(he.Message)
+		}
+		_ = c.JSON(code, map[string]string{"message": msg})
+	}
 	boxaccess.RegisterAPI(ec.Group("/api/v1"), svc)
 	srv := httptest.NewServer(ec)
 	t.Cleanup(srv.Close)
@@ -314,5 +324,165 @@ func TestExecLeftOnAFrozenBoxHangsUpOnTheBox(t *testing.T) {
 	case <-box.hungUp:
 	case <-ctx.Done():
 		t.Fatal("the gateway still holds the connection to a frozen box its operator left")
+	}
+}
+
+// scriptedBox is an SSH server on loopback that hands each channel the gateway opens to handle.
+func scriptedBox(t *testing.T, handle func(ssh.NewChannel)) string {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &ssh.ServerConfig{NoClientAuth: true}
+	cfg.AddHostKey(signer)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer nc.Close()
+				context.AfterFunc(t.Context(), func() { nc.Close() })
+				_, chans, reqs, err := ssh.NewServerConn(nc, cfg)
+				if err != nil {
+					return
+				}
+				go ssh.DiscardRequests(reqs)
+				for nch := range chans {
+					go handle(nch)
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// hostileText is what a box puts where the operator's terminal shows it: escape sequences that
+// retitle the window and clear the screen, and far more than a message needs.
+var hostileText = "\x1b]0;owned\x07\x1b[2J\x1b[31mBOOM\r" + strings.Repeat("A", 100<<10)
+
+// clean reports what is wrong with a text from the box as the operator would see it.
+func clean(s string) string {
+	if strings.ContainsAny(s, "\x1b\x07\r") {
+		return "holds control characters"
+	}
+	if len(s) > 4096 {
+		return "is " + strconv.Itoa(len(s)) + " bytes"
+	}
+	return ""
+}
+
+// execExit runs one command on the box at addr and returns its exit.
+func execExit(t *testing.T, addr string) boxaccess.Exit {
+	t.Helper()
+	base, id := boxService(t, addr, 5*time.Second)
+	ctx := testenv.Context(t, 15*time.Second)
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/api/v1/environments/"+id+"/exec", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	ws.SetReadLimit(1 << 20)
+	if err := wsjson.Write(ctx, ws, boxaccess.Start{Command: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		typ, b, err := ws.Read(ctx)
+		if err != nil {
+			t.Fatalf("no exit: %v", err)
+		}
+		var m boxaccess.Control
+		if typ == websocket.MessageText && json.Unmarshal(b, &m) == nil && m.Type == boxaccess.ControlExit && m.Exit != nil {
+			return *m.Exit
+		}
+	}
+}
+
+// What a box says about how a command ended (a refused session's message, an exit signal's
+// name) reaches the operator's terminal without its control characters, and bounded.
+func TestExecExitFromAHostileBoxIsPrintable(t *testing.T) {
+	t.Run("session refused with a hostile message", func(t *testing.T) {
+		exit := execExit(t, scriptedBox(t, func(nch ssh.NewChannel) { _ = nch.Reject(ssh.Prohibited, hostileText) }))
+		if exit.Error == "" || clean(exit.Error) != "" {
+			t.Fatalf("exit error %s: %.200q", clean(exit.Error), exit.Error)
+		}
+	})
+	t.Run("exit signal with a hostile name", func(t *testing.T) {
+		exit := execExit(t, scriptedBox(t, func(nch ssh.NewChannel) {
+			ch, reqs, err := nch.Accept()
+			if err != nil {
+				return
+			}
+			for req := range reqs {
+				_ = req.Reply(req.Type == "exec", nil)
+				if req.Type == "exec" {
+					_, _ = ch.SendRequest("exit-signal", false, ssh.Marshal(struct {
+						Signal     string
+						CoreDumped bool
+						Msg, Lang  string
+					}{Signal: hostileText}))
+					ch.Close()
+				}
+			}
+		}))
+		if exit.Signal+exit.Error == "" || clean(exit.Signal) != "" || clean(exit.Error) != "" {
+			t.Fatalf("exit signal %s, error %s: %.200q %.200q", clean(exit.Signal), clean(exit.Error), exit.Signal, exit.Error)
+		}
+	})
+}
+
+// env logs on a box that refuses the session, or fails the tail with a hostile stderr, answers
+// an error without the box's control characters, bounded.
+func TestLogsErrorFromAHostileBoxIsPrintable(t *testing.T) {
+	for name, handle := range map[string]func(ssh.NewChannel){
+		"session refused": func(nch ssh.NewChannel) { _ = nch.Reject(ssh.Prohibited, hostileText) },
+		"tail fails": func(nch ssh.NewChannel) {
+			ch, reqs, err := nch.Accept()
+			if err != nil {
+				return
+			}
+			for req := range reqs {
+				_ = req.Reply(req.Type == "exec", nil)
+				if req.Type == "exec" {
+					_, _ = ch.Stderr().Write([]byte(hostileText[:4000]))
+					_, _ = ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{1}))
+					ch.Close()
+				}
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			base, id := boxService(t, scriptedBox(t, handle), 5*time.Second)
+			ctx := testenv.Context(t, 15*time.Second)
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/environments/"+id+"/logs", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var body struct {
+				Message string `json:"message"`
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode < 400 || body.Message == "" || clean(body.Message) != "" {
+				t.Fatalf("%d, message %s: %.200q", resp.StatusCode, clean(body.Message), body.Message)
+			}
+		})
 	}
 }
