@@ -33,56 +33,17 @@ import (
 // stallingBox is an SSH server on loopback that completes the handshake and then never answers
 // the channel open (stallOpen) or the exec request of a session it accepted.
 func stallingBox(t *testing.T, stallOpen bool) string {
-	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := &ssh.ServerConfig{NoClientAuth: true}
-	cfg.AddHostKey(signer)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	t.Cleanup(func() { close(done); ln.Close() })
-	go func() {
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer nc.Close()
-				context.AfterFunc(t.Context(), func() { nc.Close() })
-				sc, chans, reqs, err := ssh.NewServerConn(nc, cfg)
-				if err != nil {
-					return
-				}
-				defer sc.Close()
-				go ssh.DiscardRequests(reqs)
-				for nch := range chans {
-					if stallOpen {
-						continue // never accepted, never rejected
-					}
-					ch, creqs, err := nch.Accept()
-					if err != nil {
-						return
-					}
-					defer ch.Close()
-					go func() {
-						for range creqs { // every request is left unanswered
-						}
-					}()
-				}
-			}()
+	return sshBox(t, nil, func(_ net.Conn, nch ssh.NewChannel) {
+		if stallOpen {
+			return // never accepted, never rejected
 		}
-	}()
-	return ln.Addr().String()
+		_, reqs, err := nch.Accept()
+		if err != nil {
+			return
+		}
+		for range reqs { // every request is left unanswered
+		}
+	})
 }
 
 // boxService serves the box access routes of one environment (with a worker recorded) whose
@@ -159,14 +120,7 @@ func TestExecOnABoxThatNeverStartsTheCommandEnds(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			base, id := boxService(t, stallingBox(t, stallOpen), 300*time.Millisecond)
 			ctx := testenv.Context(t, 15*time.Second)
-			ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/api/v1/environments/"+id+"/exec", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ws.CloseNow()
-			if err := wsjson.Write(ctx, ws, boxaccess.Start{Command: []string{"true"}}); err != nil {
-				t.Fatal(err)
-			}
+			ws := startExec(ctx, t, base, id, "true")
 			var m boxaccess.Control
 			for {
 				typ, b, err := ws.Read(ctx)
@@ -194,17 +148,7 @@ func TestLogsOnABoxThatNeverAnswersEnds(t *testing.T) {
 		name := map[bool]string{true: "channel open unanswered", false: "exec request unanswered"}[stallOpen]
 		t.Run(name, func(t *testing.T) {
 			base, id := boxService(t, stallingBox(t, stallOpen), 300*time.Millisecond)
-			ctx := testenv.Context(t, 15*time.Second)
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/environments/"+id+"/logs", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatalf("no answer while the box never answered: %v", err)
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
+			resp, b := getLogs(t, base, id)
 			if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(b), "box.commandTimeout") {
 				t.Fatalf("%d %s, want 504 naming box.commandTimeout", resp.StatusCode, b)
 			}
@@ -239,59 +183,27 @@ func (c *freezingConn) Read(p []byte) (int, error) {
 // freezingBox starts the command it is asked for, then stops answering anything (it answers
 // neither the close of the session nor keepalives). It sends on conns each connection's.
 func freezingBox(t *testing.T, conns chan<- *freezingConn) string {
-	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
+	wrap := func(raw net.Conn) net.Conn {
+		nc := &freezingConn{Conn: raw, execed: make(chan struct{}), hungUp: make(chan struct{})}
+		conns <- nc
+		return nc
 	}
-	signer, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := &ssh.ServerConfig{NoClientAuth: true}
-	cfg.AddHostKey(signer)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			raw, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			nc := &freezingConn{Conn: raw, execed: make(chan struct{}), hungUp: make(chan struct{})}
-			conns <- nc
-			go func() {
-				defer nc.Close()
-				context.AfterFunc(t.Context(), func() { nc.Close() })
-				_, chans, reqs, err := ssh.NewServerConn(nc, cfg)
-				if err != nil {
-					return
-				}
-				go ssh.DiscardRequests(reqs)
-				for nch := range chans {
-					_, creqs, err := nch.Accept()
-					if err != nil {
-						return
-					}
-					go func() {
-						for req := range creqs {
-							if req.Type == "exec" {
-								nc.frozen.Store(true) // from here on nothing the gateway sends is read
-								_ = req.Reply(true, nil)
-								close(nc.execed) // and the session gets no output, no exit status, no close
-							} else if req.WantReply {
-								_ = req.Reply(false, nil)
-							}
-						}
-					}()
-				}
-			}()
+	return sshBox(t, wrap, func(c net.Conn, nch ssh.NewChannel) {
+		nc := c.(*freezingConn)
+		_, reqs, err := nch.Accept()
+		if err != nil {
+			return
 		}
-	}()
-	return ln.Addr().String()
+		for req := range reqs {
+			if req.Type == "exec" {
+				nc.frozen.Store(true) // from here on nothing the gateway sends is read
+				_ = req.Reply(true, nil)
+				close(nc.execed) // and the session gets no output, no exit status, no close
+			} else if req.WantReply {
+				_ = req.Reply(false, nil)
+			}
+		}
+	})
 }
 
 // An operator who leaves an exec on a box that stopped answering frees the session: the
@@ -300,14 +212,7 @@ func TestExecLeftOnAFrozenBoxHangsUpOnTheBox(t *testing.T) {
 	conns := make(chan *freezingConn, 4)
 	base, id := boxService(t, freezingBox(t, conns), 5*time.Second)
 	ctx := testenv.Context(t, 15*time.Second)
-	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/api/v1/environments/"+id+"/exec", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ws.CloseNow()
-	if err := wsjson.Write(ctx, ws, boxaccess.Start{Command: []string{"sleep", "infinity"}}); err != nil {
-		t.Fatal(err)
-	}
+	ws := startExec(ctx, t, base, id, "sleep", "infinity")
 	var box *freezingConn
 	select {
 	case box = <-conns:
@@ -329,6 +234,12 @@ func TestExecLeftOnAFrozenBoxHangsUpOnTheBox(t *testing.T) {
 
 // scriptedBox is an SSH server on loopback that hands each channel the gateway opens to handle.
 func scriptedBox(t *testing.T, handle func(ssh.NewChannel)) string {
+	return sshBox(t, nil, func(_ net.Conn, nch ssh.NewChannel) { handle(nch) })
+}
+
+// sshBox is an SSH server on loopback (without authentication) that hands each channel the
+// gateway opens to handle, with the box's side of its connection (wrapped by wrap, when given).
+func sshBox(t *testing.T, wrap func(net.Conn) net.Conn, handle func(net.Conn, ssh.NewChannel)) string {
 	t.Helper()
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -351,6 +262,9 @@ func scriptedBox(t *testing.T, handle func(ssh.NewChannel)) string {
 			if err != nil {
 				return
 			}
+			if wrap != nil {
+				nc = wrap(nc)
+			}
 			go func() {
 				defer nc.Close()
 				context.AfterFunc(t.Context(), func() { nc.Close() })
@@ -360,7 +274,7 @@ func scriptedBox(t *testing.T, handle func(ssh.NewChannel)) string {
 				}
 				go ssh.DiscardRequests(reqs)
 				for nch := range chans {
-					go handle(nch)
+					go handle(nc, nch)
 				}
 			}()
 		}
@@ -388,15 +302,8 @@ func execExit(t *testing.T, addr string) boxaccess.Exit {
 	t.Helper()
 	base, id := boxService(t, addr, 5*time.Second)
 	ctx := testenv.Context(t, 15*time.Second)
-	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/api/v1/environments/"+id+"/exec", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ws.CloseNow()
+	ws := startExec(ctx, t, base, id, "true")
 	ws.SetReadLimit(1 << 20)
-	if err := wsjson.Write(ctx, ws, boxaccess.Start{Command: []string{"true"}}); err != nil {
-		t.Fatal(err)
-	}
 	for {
 		typ, b, err := ws.Read(ctx)
 		if err != nil {
@@ -419,23 +326,13 @@ func TestExecExitFromAHostileBoxIsPrintable(t *testing.T) {
 		}
 	})
 	t.Run("exit signal with a hostile name", func(t *testing.T) {
-		exit := execExit(t, scriptedBox(t, func(nch ssh.NewChannel) {
-			ch, reqs, err := nch.Accept()
-			if err != nil {
-				return
-			}
-			for req := range reqs {
-				_ = req.Reply(req.Type == "exec", nil)
-				if req.Type == "exec" {
-					_, _ = ch.SendRequest("exit-signal", false, ssh.Marshal(struct {
-						Signal     string
-						CoreDumped bool
-						Msg, Lang  string
-					}{Signal: hostileText}))
-					ch.Close()
-				}
-			}
-		}))
+		exit := execExit(t, scriptedBox(t, onExec(func(ch ssh.Channel) {
+			_, _ = ch.SendRequest("exit-signal", false, ssh.Marshal(struct {
+				Signal     string
+				CoreDumped bool
+				Msg, Lang  string
+			}{Signal: hostileText}))
+		})))
 		if exit.Signal+exit.Error == "" || clean(exit.Signal) != "" || clean(exit.Error) != "" {
 			t.Fatalf("exit signal %s, error %s: %.200q %.200q", clean(exit.Signal), clean(exit.Error), exit.Signal, exit.Error)
 		}
@@ -447,42 +344,73 @@ func TestExecExitFromAHostileBoxIsPrintable(t *testing.T) {
 func TestLogsErrorFromAHostileBoxIsPrintable(t *testing.T) {
 	for name, handle := range map[string]func(ssh.NewChannel){
 		"session refused": func(nch ssh.NewChannel) { _ = nch.Reject(ssh.Prohibited, hostileText) },
-		"tail fails": func(nch ssh.NewChannel) {
-			ch, reqs, err := nch.Accept()
-			if err != nil {
-				return
-			}
-			for req := range reqs {
-				_ = req.Reply(req.Type == "exec", nil)
-				if req.Type == "exec" {
-					_, _ = ch.Stderr().Write([]byte(hostileText[:4000]))
-					_, _ = ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{1}))
-					ch.Close()
-				}
-			}
-		},
+		"tail fails": onExec(func(ch ssh.Channel) {
+			_, _ = ch.Stderr().Write([]byte(hostileText[:4000]))
+			_, _ = ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{1}))
+		}),
 	} {
 		t.Run(name, func(t *testing.T) {
 			base, id := boxService(t, scriptedBox(t, handle), 5*time.Second)
-			ctx := testenv.Context(t, 15*time.Second)
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/environments/"+id+"/logs", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
+			resp, b := getLogs(t, base, id)
 			var body struct {
 				Message string `json:"message"`
 			}
-			if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+			if err := json.Unmarshal(b, &body); err != nil {
 				t.Fatal(err)
 			}
 			if resp.StatusCode < 400 || body.Message == "" || clean(body.Message) != "" {
 				t.Fatalf("%d, message %s: %.200q", resp.StatusCode, clean(body.Message), body.Message)
 			}
 		})
+	}
+}
+
+// startExec opens an exec of argv on the environment id; the socket is closed when t ends.
+func startExec(ctx context.Context, t *testing.T, base, id string, argv ...string) *websocket.Conn {
+	t.Helper()
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/api/v1/environments/"+id+"/exec", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ws.CloseNow() })
+	if err := wsjson.Write(ctx, ws, boxaccess.Start{Command: argv}); err != nil {
+		t.Fatal(err)
+	}
+	return ws
+}
+
+// getLogs asks for the environment id's worker log and returns the answer and its body.
+func getLogs(t *testing.T, base, id string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(testenv.Context(t, 15*time.Second), http.MethodGet, base+"/api/v1/environments/"+id+"/logs", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("no answer from env logs: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
+
+// onExec is a box's session that runs the exec it is asked for as do, then closes.
+func onExec(do func(ssh.Channel)) func(ssh.NewChannel) {
+	return func(nch ssh.NewChannel) {
+		ch, reqs, err := nch.Accept()
+		if err != nil {
+			return
+		}
+		for req := range reqs {
+			_ = req.Reply(req.Type == "exec", nil)
+			if req.Type == "exec" {
+				do(ch)
+				ch.Close()
+			}
+		}
 	}
 }
