@@ -317,9 +317,11 @@ type exitSignalMsg struct {
 }
 type signalRequest struct{ Signal string }
 
-// handleSession serves one session channel: env, exec, subsystem sftp and signal requests.
+// handleSession serves one session channel: env, pty-req, shell, exec, subsystem sftp,
+// window-change and signal requests.
 func (c *conn) handleSession(ch ssh.Channel, reqs <-chan *ssh.Request) {
 	env := map[string]string{}
+	var pty *ptyRequest
 	var run *process
 	started := false
 	for req := range reqs {
@@ -333,12 +335,36 @@ func (c *conn) handleSession(ch ssh.Channel, reqs <-chan *ssh.Request) {
 				env[m.Name] = m.Value
 				ok = true
 			}
-		case "exec":
-			var m execRequest
-			if started || ssh.Unmarshal(req.Payload, &m) != nil {
+		case "pty-req":
+			var m ptyRequest
+			if started || pty != nil {
 				break
 			}
-			p, err := c.startProcess(ch, m.Command, env)
+			if err := ssh.Unmarshal(req.Payload, &m); err != nil {
+				c.log.Warn("pty-req refused", "err", err)
+				break
+			}
+			if err := m.validate(); err != nil {
+				c.log.Warn("pty-req refused", "err", err)
+				break
+			}
+			pty, ok = &m, true
+		case "window-change":
+			var m windowChange
+			if run != nil && ssh.Unmarshal(req.Payload, &m) == nil {
+				if err := run.resize(m.Columns, m.Rows); err != nil {
+					c.log.Warn("window-change refused", "err", err)
+				} else {
+					ok = true
+				}
+			}
+		case "exec", "shell":
+			var m execRequest
+			shell := req.Type == "shell"
+			if started || (!shell && ssh.Unmarshal(req.Payload, &m) != nil) {
+				break
+			}
+			p, err := c.startProcess(ch, m.Command, shell, env, pty)
 			if err != nil {
 				c.log.Warn("exec refused", "err", err)
 				break
@@ -358,7 +384,7 @@ func (c *conn) handleSession(ch ssh.Channel, reqs <-chan *ssh.Request) {
 				ok = run.signal(m.Signal) == nil
 			}
 		default:
-			// pty-req, shell, x11-req, auth-agent-req@openssh.com: refused.
+			// x11-req, auth-agent-req@openssh.com: refused.
 		}
 		if req.WantReply {
 			_ = req.Reply(ok, nil)

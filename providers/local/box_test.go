@@ -1,6 +1,8 @@
 package local
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -122,8 +124,9 @@ func TestBoxEnvRequests(t *testing.T) {
 	if err := s.Setenv("LD_PRELOAD", "/evil.so"); err == nil {
 		t.Error("LD_PRELOAD accepted")
 	}
-	if err := s.RequestPty("xterm", 24, 80, ssh.TerminalModes{}); err == nil {
-		t.Error("pty-req accepted")
+	// Issue 22: the box serves terminals, so a sane pty-req is accepted.
+	if err := s.RequestPty("xterm", 24, 80, ssh.TerminalModes{}); err != nil {
+		t.Errorf("pty-req refused: %v", err)
 	}
 	out, err := s.Output(`echo "$LC_ALL:${LD_PRELOAD-unset}"`)
 	if err != nil {
@@ -371,4 +374,205 @@ func TestBoxRejectsWrongKeyAndUser(t *testing.T) {
 	if _, err := dialBox(t, st.Host, st.Port, st.User, st.ClientKeyPath, authorizedKeyString(other.PublicKey())); err == nil {
 		t.Error("login with a wrong host key pin succeeded")
 	}
+}
+
+func TestBoxTerminal(t *testing.T) {
+	st, _ := inProcessBox(t)
+	c := dialState(t, st)
+	s, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.RequestPty("xterm-256color", 30, 100, ssh.TerminalModes{}); err != nil {
+		t.Fatalf("pty-req: %v", err)
+	}
+	stdout, err := s.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin, err := s.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(`tty; stty size; echo "TERM=$TERM pid=$$"; echo ready; read x; stty size; exit 7`); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdout)
+	next := func() string {
+		t.Helper()
+		if !lines.Scan() {
+			t.Fatalf("output ended: %v", lines.Err())
+		}
+		return strings.TrimRight(lines.Text(), "\r")
+	}
+	if tty := next(); !strings.HasPrefix(tty, "/dev/pts/") {
+		t.Fatalf("tty = %q, want a /dev/pts name", tty)
+	}
+	if size := next(); size != "30 100" {
+		t.Errorf("stty size = %q, want 30 100", size)
+	}
+	var pid int
+	if line := next(); !strings.HasPrefix(line, "TERM=xterm-256color pid=") {
+		t.Errorf("environment line = %q", line)
+	} else if pid, err = strconv.Atoi(strings.TrimPrefix(line, "TERM=xterm-256color pid=")); err != nil {
+		t.Fatal(err)
+	}
+	if r := next(); r != "ready" {
+		t.Fatalf("got %q, want ready", r)
+	}
+	// A window-change with want-reply: once answered, the terminal has the new size.
+	ok, err := s.SendRequest("window-change", true, ssh.Marshal(windowChange{Columns: 120, Rows: 40}))
+	if err != nil || !ok {
+		t.Fatalf("window-change = %v, %v", ok, err)
+	}
+	ok, err = s.SendRequest("window-change", true, ssh.Marshal(windowChange{Columns: 70000, Rows: 40}))
+	if err != nil || ok {
+		t.Errorf("window-change to 70000 columns = %v, %v; want refused", ok, err)
+	}
+	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	if echo := next(); echo != "go" {
+		t.Errorf("terminal echo = %q, want go", echo)
+	}
+	if size := next(); size != "40 120" {
+		t.Errorf("stty size after window-change = %q, want 40 120", size)
+	}
+	var ee *ssh.ExitError
+	if err := s.Wait(); !errors.As(err, &ee) || ee.ExitStatus() != 7 {
+		t.Fatalf("exit: err = %v, want status 7", err)
+	}
+	if pid == 0 || !processGone(pid) {
+		t.Errorf("shell %d still running after its exit was reported", pid)
+	}
+}
+
+func TestBoxTerminalShell(t *testing.T) {
+	st, _ := inProcessBox(t)
+	c := dialState(t, st)
+	s, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.RequestPty("vt100", 24, 80, ssh.TerminalModes{}); err != nil {
+		t.Fatalf("pty-req: %v", err)
+	}
+	var out bytes.Buffer
+	s.Stdout = &out
+	s.Stdin = strings.NewReader("echo \"in:$(tty)\"; exit 5\n")
+	if err := s.Shell(); err != nil {
+		t.Fatal(err)
+	}
+	var ee *ssh.ExitError
+	if err := s.Wait(); !errors.As(err, &ee) || ee.ExitStatus() != 5 {
+		t.Fatalf("shell exit: err = %v, want status 5", err)
+	}
+	if !strings.Contains(out.String(), "in:/dev/pts/") {
+		t.Errorf("interactive shell output = %q, want it on a /dev/pts terminal", out.String())
+	}
+}
+
+func TestBoxRefusesHostilePtyRequests(t *testing.T) {
+	st, _ := inProcessBox(t)
+	c := dialState(t, st)
+	for _, tc := range []struct {
+		name       string
+		term       string
+		cols, rows uint32
+	}{
+		{"shell metacharacters in term", "xterm;touch /tmp/x", 80, 24},
+		{"newline in term", "xterm\nTERM=evil", 80, 24},
+		{"escape in term", "xterm\x1b[2J", 80, 24},
+		{"empty term", "", 80, 24},
+		{"long term", strings.Repeat("x", 65), 80, 24},
+		{"zero columns", "xterm", 0, 24},
+		{"zero rows", "xterm", 80, 0},
+		{"huge columns", "xterm", 10001, 24},
+		{"huge rows", "xterm", 80, 1 << 31},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := c.NewSession()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			ok, err := s.SendRequest("pty-req", true, ssh.Marshal(ptyRequest{Term: tc.term, Columns: tc.cols, Rows: tc.rows}))
+			if err != nil || ok {
+				t.Fatalf("pty-req = %v, %v; want refused", ok, err)
+			}
+			// Refused means no terminal: the command runs on pipes.
+			if out, err := s.Output("tty"); err == nil {
+				t.Errorf("tty succeeded after a refused pty-req: %q", out)
+			}
+		})
+	}
+	t.Run("window-change without a terminal", func(t *testing.T) {
+		s, err := c.NewSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		stdin, err := s.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start("cat"); err != nil {
+			t.Fatal(err)
+		}
+		ok, err := s.SendRequest("window-change", true, ssh.Marshal(windowChange{Columns: 80, Rows: 24}))
+		if err != nil || ok {
+			t.Errorf("window-change on a pipe session = %v, %v; want refused", ok, err)
+		}
+		stdin.Close()
+		if err := s.Wait(); err != nil {
+			t.Errorf("cat: %v", err)
+		}
+	})
+}
+
+func TestBoxTerminalAbandoned(t *testing.T) {
+	st, _ := inProcessBox(t)
+	c := dialState(t, st)
+	openFDs := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	before := openFDs()
+	s, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RequestPty("xterm", 24, 80, ssh.TerminalModes{}); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := s.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The background sleep shares the terminal's session and must die when the client goes.
+	if err := s.Start(`sleep 60 & echo $!; wait`); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() {
+		t.Fatalf("no pid: %v", lines.Err())
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(lines.Text()))
+	if err != nil {
+		t.Fatalf("pid line %q: %v", lines.Text(), err)
+	}
+	if processGone(pid) {
+		t.Fatal("sleep is not running")
+	}
+	if openFDs() <= before {
+		t.Fatal("a terminal session holds no descriptor: the leak check below cannot fail")
+	}
+	s.Close()
+	testenv.Eventually(t, "abandoned terminal command to be killed", func() bool { return processGone(pid) })
+	testenv.Eventually(t, "terminal descriptors to be closed", func() bool { return openFDs() <= before })
 }

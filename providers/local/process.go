@@ -18,17 +18,30 @@ type waitStatus = syscall.WaitStatus
 // process is one command started by an exec request, in its own process group.
 type process struct {
 	cmd        *exec.Cmd
-	outR, errR *os.File
+	outR, errR *os.File      // errR is nil on a terminal, where stderr goes to the terminal
+	tty        *os.File      // the terminal's master end, or nil
 	exited     chan struct{} // closed when the shell has exited
 	finished   chan struct{} // closed when its exit was reported and the channel closed
 }
 
-// startProcess starts command under /bin/sh -c with a clean environment, wired to ch.
-// The caller answers the exec request and then calls run.
-func (c *conn) startProcess(ch ssh.Channel, command string, env map[string]string) (*process, error) {
+// startProcess starts command under /bin/sh -c (an interactive /bin/sh for a shell request, when
+// shell is true) with a clean environment, wired to ch: on a new pseudo-terminal when pty is set,
+// else on pipes. The caller answers the request and then calls run.
+func (c *conn) startProcess(ch ssh.Channel, command string, shell bool, env map[string]string, pty *ptyRequest) (*process, error) {
 	cmd := exec.Command("/bin/sh", "-c", command)
-	cmd.Env = c.execEnv(env)
+	if shell {
+		cmd = exec.Command("/bin/sh")
+	}
 	cmd.Dir = c.cfg.Dir
+	if pty != nil {
+		withTerm := map[string]string{"TERM": pty.Term}
+		for k, v := range env {
+			withTerm[k] = v
+		}
+		cmd.Env = c.execEnv(withTerm)
+		return c.startOnTerminal(ch, cmd, *pty)
+	}
+	cmd.Env = c.execEnv(env)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 
 	var files []*os.File
@@ -61,7 +74,7 @@ func (c *conn) startProcess(ch ssh.Channel, command string, env map[string]strin
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 	if err := cmd.Start(); err != nil {
 		closeAll()
-		return nil, fmt.Errorf("start %q: %w", command, err)
+		return nil, fmt.Errorf("start %q: %w", cmd.Args, err)
 	}
 	// The child holds its ends now.
 	_ = inR.Close()
@@ -76,13 +89,50 @@ func (c *conn) startProcess(ch ssh.Channel, command string, env map[string]strin
 	return p, nil
 }
 
+// startOnTerminal starts cmd as the leader of a new session whose controlling terminal is a new
+// pseudo-terminal, wired to ch.
+func (c *conn) startOnTerminal(ch ssh.Channel, cmd *exec.Cmd, pty ptyRequest) (*process, error) {
+	master, slave, err := openPTY(pty.Columns, pty.Rows)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	// The session leader's process group is its pid, so signals to -pid reach it as with Setpgid.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	err = cmd.Start()
+	_ = slave.Close() // the child holds it now
+	if err != nil {
+		_ = master.Close()
+		return nil, fmt.Errorf("start %q: %w", cmd.Args, err)
+	}
+	p := &process{cmd: cmd, outR: master, tty: master, exited: make(chan struct{}), finished: make(chan struct{})}
+	c.wg.Go(func() {
+		// Ends when the client closes its side or the terminal is closed.
+		_, _ = io.Copy(master, ch)
+	})
+	return p, nil
+}
+
+// resize applies a window-change to the command's terminal.
+func (p *process) resize(cols, rows uint32) error {
+	if p.tty == nil {
+		return errNoTerminal
+	}
+	if err := validTerminalSize(cols, rows); err != nil {
+		return err
+	}
+	return setWinsize(p.tty, cols, rows)
+}
+
 // run waits for the command and its output, reports its exit and closes the channel.
 // Like OpenSSH, the channel stays open while anything still holds the command's stdout or stderr.
 func (p *process) run(ch ssh.Channel) {
 	defer close(p.finished)
 	var copies sync.WaitGroup
 	copies.Go(func() { copyAndClose(ch, p.outR) })
-	copies.Go(func() { copyAndClose(ch.Stderr(), p.errR) })
+	if p.errR != nil {
+		copies.Go(func() { copyAndClose(ch.Stderr(), p.errR) })
+	}
 	_ = p.cmd.Wait()
 	close(p.exited)
 	copies.Wait()
@@ -99,7 +149,9 @@ func (p *process) abandon() {
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	}
 	_ = p.outR.Close()
-	_ = p.errR.Close()
+	if p.errR != nil {
+		_ = p.errR.Close()
+	}
 }
 
 func (p *process) wait() { <-p.finished }
