@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -575,4 +576,49 @@ func TestBoxTerminalAbandoned(t *testing.T) {
 	s.Close()
 	testenv.Eventually(t, "abandoned terminal command to be killed", func() bool { return processGone(pid) })
 	testenv.Eventually(t, "terminal descriptors to be closed", func() bool { return openFDs() <= before })
+}
+
+func TestBoxTerminalEndsWithShell(t *testing.T) {
+	st, _ := inProcessBox(t)
+	c := dialState(t, st)
+	s, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.RequestPty("xterm", 24, 80, ssh.TerminalModes{}); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := s.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The background sleep inherits the ignored SIGHUP and holds the terminal after the shell exits.
+	if err := s.Start(`trap '' HUP; sleep 60 & echo "bg=$!"; exit 3`); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() {
+		t.Fatalf("no pid: %v", lines.Err())
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(lines.Text(), "bg=")))
+	if err != nil {
+		t.Fatalf("pid line %q: %v", lines.Text(), err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	done := make(chan error, 1)
+	go func() { done <- s.Wait() }()
+	select {
+	case err := <-done:
+		var ee *ssh.ExitError
+		if !errors.As(err, &ee) || ee.ExitStatus() != 3 {
+			t.Fatalf("exit: err = %v, want status 3", err)
+		}
+	case <-testenv.Context(t, 20*time.Second).Done():
+		t.Fatal("the session stayed open while a background process held its terminal")
+	}
+	if processGone(pid) {
+		t.Error("the background process did not outlive the session: the check above proved nothing")
+	}
 }

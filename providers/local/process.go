@@ -8,12 +8,17 @@ import (
 	"os/exec"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 )
 
 type waitStatus = syscall.WaitStatus
+
+// terminalDrain is how long a terminal's output is still relayed after its shell exited while
+// another process holds the terminal open.
+const terminalDrain = 250 * time.Millisecond
 
 // process is one command started by an exec request, in its own process group.
 type process struct {
@@ -135,6 +140,12 @@ func (p *process) run(ch ssh.Channel) {
 	}
 	_ = p.cmd.Wait()
 	close(p.exited)
+	if p.tty != nil {
+		// Like sshd, a terminal session ends with its shell: what it wrote is drained (the read ends
+		// at once when nothing else holds the terminal), a background process still holding the
+		// terminal does not keep the session open.
+		_ = p.tty.SetReadDeadline(time.Now().Add(terminalDrain))
+	}
 	copies.Wait()
 	sendExit(ch, p.cmd.ProcessState)
 	_ = ch.Close()
