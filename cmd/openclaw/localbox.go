@@ -26,7 +26,8 @@ func newLocalboxCmd() *cobra.Command {
 which is the box user's HOME and the working directory of every command.
 
 It accepts public-key logins for the current user with the key in <dir>/.localbox/client_ed25519
-only, runs exec requests under /bin/sh -c with a clean environment, serves the SFTP subsystem and
+only, runs exec requests under /bin/sh -c with a clean environment, serves interactive shells on a
+pseudo-terminal (pty-req, shell, window-change; terminal name and size checked), the SFTP subsystem and
 forwards unix sockets for the gateway (streamlocal-forward@openssh.com). It writes
 <dir>/.localbox/state.json (pid, port, pinned host key, client key path, labels) once it listens.
 
