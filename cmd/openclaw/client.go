@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/openclaw/cloudworkers/gateway"
 	"github.com/openclaw/cloudworkers/gateway/api"
@@ -107,7 +106,7 @@ func (g *globals) asJSON() bool { return g.output == "json" }
 // carries the JSON field names (v goes through its JSON form).
 func (g *globals) emit(w io.Writer, v any) error {
 	if g.output == "yaml" {
-		return printYAML(w, v)
+		return console.WriteYAML(w, v)
 	}
 	return printJSON(w, v)
 }
@@ -116,23 +115,6 @@ func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-func printYAML(w io.Writer, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	var tree any
-	if err := json.Unmarshal(b, &tree); err != nil {
-		return err
-	}
-	enc := yaml.NewEncoder(w)
-	enc.SetIndent(2)
-	if err := enc.Encode(tree); err != nil {
-		return err
-	}
-	return enc.Close()
 }
 
 // printList prints items as JSON or YAML with -o json|yaml, else as a table: the header, then one row of

@@ -188,9 +188,8 @@ func Truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// writeYAMLDoc writes v (through its JSON form, so with its JSON field names) as one YAML document
-// of a stream: "---", then the document.
-func writeYAMLDoc(w io.Writer, v any) error {
+// WriteYAML writes v as YAML through its JSON form, so with its JSON field names.
+func WriteYAML(w io.Writer, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -199,16 +198,21 @@ func writeYAMLDoc(w io.Writer, v any) error {
 	if err := json.Unmarshal(b, &tree); err != nil {
 		return err
 	}
-	var buf bytes.Buffer
-	buf.WriteString("---\n")
-	enc := yaml.NewEncoder(&buf)
+	enc := yaml.NewEncoder(w)
 	enc.SetIndent(2)
 	if err := enc.Encode(tree); err != nil {
 		return err
 	}
-	if err := enc.Close(); err != nil {
+	return enc.Close()
+}
+
+// writeYAMLDoc writes v as one YAML document of a stream: "---", then the document, in one write.
+func writeYAMLDoc(w io.Writer, v any) error {
+	var buf bytes.Buffer
+	buf.WriteString("---\n")
+	if err := WriteYAML(&buf, v); err != nil {
 		return err
 	}
-	_, err = w.Write(buf.Bytes())
+	_, err := w.Write(buf.Bytes())
 	return err
 }
