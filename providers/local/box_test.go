@@ -60,6 +60,17 @@ func dialState(t *testing.T, st State) *ssh.Client {
 	return c
 }
 
+// newSession opens a session on c, closed when the test ends.
+func newSession(t *testing.T, c *ssh.Client) *ssh.Session {
+	t.Helper()
+	s, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 func TestBoxState(t *testing.T) {
 	st, dir := inProcessBox(t)
 	got, err := ReadState(dir)
@@ -114,11 +125,7 @@ func TestBoxExecEnvironment(t *testing.T) {
 func TestBoxEnvRequests(t *testing.T) {
 	st, _ := inProcessBox(t)
 	c := dialState(t, st)
-	s, err := c.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newSession(t, c)
 	if err := s.Setenv("LC_ALL", "C"); err != nil {
 		t.Errorf("LC_ALL refused: %v", err)
 	}
@@ -156,11 +163,7 @@ func TestBoxExitStatusAndStdin(t *testing.T) {
 		t.Errorf("stderr = %q", stderr)
 	}
 
-	s, err := c.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newSession(t, c)
 	s.Stdin = strings.NewReader("hello box")
 	out, err := s.Output("tr a-z A-Z")
 	if err != nil || string(out) != "HELLO BOX" {
@@ -380,11 +383,7 @@ func TestBoxRejectsWrongKeyAndUser(t *testing.T) {
 func TestBoxTerminal(t *testing.T) {
 	st, _ := inProcessBox(t)
 	c := dialState(t, st)
-	s, err := c.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newSession(t, c)
 	if err := s.RequestPty("xterm-256color", 30, 100, ssh.TerminalModes{}); err != nil {
 		t.Fatalf("pty-req: %v", err)
 	}
@@ -452,11 +451,7 @@ func TestBoxTerminal(t *testing.T) {
 func TestBoxTerminalShell(t *testing.T) {
 	st, _ := inProcessBox(t)
 	c := dialState(t, st)
-	s, err := c.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newSession(t, c)
 	if err := s.RequestPty("vt100", 24, 80, ssh.TerminalModes{}); err != nil {
 		t.Fatalf("pty-req: %v", err)
 	}
@@ -494,11 +489,7 @@ func TestBoxRefusesHostilePtyRequests(t *testing.T) {
 		{"huge rows", "xterm", 80, 1 << 31},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := c.NewSession()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s := newSession(t, c)
 			ok, err := s.SendRequest("pty-req", true, ssh.Marshal(ptyRequest{Term: tc.term, Columns: tc.cols, Rows: tc.rows}))
 			if err != nil || ok {
 				t.Fatalf("pty-req = %v, %v; want refused", ok, err)
@@ -510,11 +501,7 @@ func TestBoxRefusesHostilePtyRequests(t *testing.T) {
 		})
 	}
 	t.Run("window-change without a terminal", func(t *testing.T) {
-		s, err := c.NewSession()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		s := newSession(t, c)
 		stdin, err := s.StdinPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -581,11 +568,7 @@ func TestBoxTerminalAbandoned(t *testing.T) {
 func TestBoxTerminalEndsWithShell(t *testing.T) {
 	st, _ := inProcessBox(t)
 	c := dialState(t, st)
-	s, err := c.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newSession(t, c)
 	if err := s.RequestPty("xterm", 24, 80, ssh.TerminalModes{}); err != nil {
 		t.Fatal(err)
 	}
