@@ -39,17 +39,7 @@ func TestGatewayPublish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedModels(t, root, map[string]string{
-		"work": `[{"toolCalls": [{"name": "exec", "arguments": {"command": "printf 'published work\\n' > work.txt && git add work.txt && git -c user.name=w -c user.email=w@example.com commit -qm 'add work'"}}]},
-		          {"text": "Committed."}]`,
-	})+"profiles:\n  - id: pub\n    provider: local\n    hygiene: {metadataRoute: warn, dockerSocket: warn}\n    publish: {credential: forge}\n")
-	t.Cleanup(func() { destroyAll(g) })
-	cli := func(stdin string, args ...string) (string, error) {
-		cmd := exec.Command(openclawBin, append(args, "--gateway", g.addr, "--data-dir", g.dataDir)...)
-		cmd.Stdin = strings.NewReader(stdin)
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
+	g, cli := startPublishGateway(t, root, "pub", "forge", "published work")
 	if out, err := cli(forgeToken, "credential", "set", "forge", "--git-token"); err != nil {
 		t.Fatalf("credential set --git-token: %v\n%s", err, out)
 	}
@@ -199,17 +189,7 @@ func TestGatewayPublishSSH(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedModels(t, root, map[string]string{
-		"work": `[{"toolCalls": [{"name": "exec", "arguments": {"command": "printf 'over ssh\\n' > work.txt && git add work.txt && git -c user.name=w -c user.email=w@example.com commit -qm 'add work'"}}]},
-		          {"text": "Committed."}]`,
-	})+"profiles:\n  - id: pubssh\n    provider: local\n    hygiene: {metadataRoute: warn, dockerSocket: warn}\n    publish: {credential: forge-ssh}\n")
-	t.Cleanup(func() { destroyAll(g) })
-	cli := func(stdin string, args ...string) (string, error) {
-		cmd := exec.Command(openclawBin, append(args, "--gateway", g.addr, "--data-dir", g.dataDir)...)
-		cmd.Stdin = strings.NewReader(stdin)
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
+	g, cli := startPublishGateway(t, root, "pubssh", "forge-ssh", "over ssh")
 	body := strings.Split(strings.TrimSpace(key), "\n")[1] // a line of the key's body
 	// refused by the CLI, before anything is stored
 	for _, tc := range []struct {
@@ -280,4 +260,22 @@ func TestGatewayPublishSSH(t *testing.T) {
 	if strings.Contains(g.log.String(), body) {
 		t.Fatal("the gateway log holds the SSH key")
 	}
+}
+
+// startPublishGateway starts a gateway whose profile publishes with credential, and whose scripted
+// worker turn commits work.txt holding content; cli runs the real CLI against it with stdin.
+func startPublishGateway(t *testing.T, root, profile, credential, content string) (*gw, func(stdin string, args ...string) (string, error)) {
+	t.Helper()
+	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedModels(t, root, map[string]string{
+		"work": `[{"toolCalls": [{"name": "exec", "arguments": {"command": "printf '` + content + `\\n' > work.txt && git add work.txt && git -c user.name=w -c user.email=w@example.com commit -qm 'add work'"}}]},
+		          {"text": "Committed."}]`,
+	})+"profiles:\n  - id: "+profile+"\n    provider: local\n    hygiene: {metadataRoute: warn, dockerSocket: warn}\n    publish: {credential: "+credential+"}\n")
+	t.Cleanup(func() { destroyAll(g) })
+	cli := func(stdin string, args ...string) (string, error) {
+		cmd := exec.Command(openclawBin, append(args, "--gateway", g.addr, "--data-dir", g.dataDir)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	return g, cli
 }
