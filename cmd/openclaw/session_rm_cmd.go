@@ -212,18 +212,14 @@ func (r pruneRepo) finished(ctx context.Context, c *api.Client) (map[string][]pr
 			add(b, pruneItem{"worktree", path})
 		}
 	}
-	refs, err := r.git(ctx, "for-each-ref", "--format=%(refname)", "refs/openclaw/", "refs/heads/"+gitsync.BranchPrefix)
+	refs, err := r.git(ctx, "for-each-ref", "--format=%(refname)", gitsync.RefsRoot, "refs/heads/"+gitsync.BranchPrefix)
 	if err != nil {
 		return nil, err
 	}
 	for _, ref := range strings.Fields(refs) {
 		if b, ok := strings.CutPrefix(ref, "refs/heads/"+gitsync.BranchPrefix); ok {
 			add(b, pruneItem{"branch", gitsync.BranchPrefix + b})
-			continue
-		}
-		rest := strings.TrimPrefix(ref, "refs/openclaw/")
-		if _, rest, ok := strings.Cut(rest, "/"); ok {
-			name, _, _ := strings.Cut(rest, "/")
+		} else if name, ok := gitsync.SessionOfRef(ref); ok {
 			add(name, pruneItem{"ref", ref})
 		}
 	}

@@ -28,18 +28,13 @@ func (ps *Placements) DeleteTx(ctx context.Context, tx *sql.Tx, sessionID string
 // ses_) in the repository whose common git directory is gitDir: each kind's ref of that name and
 // everything under it (refs/openclaw/checkpoints/<name>/<n>).
 func RefsOf(ctx context.Context, gitDir, name string) ([]string, error) {
-	out, err := gitexec.RunEnv(ctx, "/", []string{"GIT_DIR=" + gitDir}, nil, "for-each-ref", "--format=%(refname)", "refs/openclaw/")
+	out, err := gitexec.RunEnv(ctx, "/", []string{"GIT_DIR=" + gitDir}, nil, "for-each-ref", "--format=%(refname)", gitsync.RefsRoot)
 	if err != nil {
 		return nil, err
 	}
 	var refs []string
-	for _, ref := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		rest, ok := strings.CutPrefix(ref, "refs/openclaw/")
-		if !ok {
-			continue
-		}
-		_, rest, ok = strings.Cut(rest, "/") // the kind: worker-results, checkpoints, dispatch-snapshots
-		if ok && (rest == name || strings.HasPrefix(rest, name+"/")) {
+	for _, ref := range strings.Fields(string(out)) {
+		if n, ok := gitsync.SessionOfRef(ref); ok && n == name {
 			refs = append(refs, ref)
 		}
 	}

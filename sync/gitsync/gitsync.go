@@ -26,6 +26,24 @@ const BranchPrefix = "openclaw/"
 // ResultRefPrefix stores adopted worker results: refs/openclaw/worker-results/<session>.
 const ResultRefPrefix = "refs/openclaw/worker-results/"
 
+// RefsRoot holds every ref the gateway writes for a session in a repository:
+// refs/openclaw/<kind>/<name>[/…] (worker results, checkpoints, dispatch snapshots).
+const RefsRoot = "refs/openclaw/"
+
+// SessionOfRef returns the session name of a ref under RefsRoot, and whether ref is one.
+func SessionOfRef(ref string) (string, bool) {
+	rest, ok := strings.CutPrefix(ref, RefsRoot)
+	if !ok {
+		return "", false
+	}
+	_, rest, ok = strings.Cut(rest, "/") // the kind
+	if !ok {
+		return "", false
+	}
+	name, _, _ := strings.Cut(rest, "/")
+	return name, name != ""
+}
+
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
 
 // ValidName reports whether s can name an anchor or a session in refs and paths.
