@@ -237,99 +237,124 @@ func (r pruneRepo) finished(ctx context.Context, c *api.Client) (map[string][]pr
 	return found, nil
 }
 
-// prune removes (or, dry, lists) the items: a session's worktree first (its branch cannot go while
+// pruneOrder is the order of a session's items: its worktree first (its branch cannot go while
 // checked out), its refs, then its branch.
+var pruneOrder = map[string]int{"worktree": 0, "ref": 1, "branch": 2}
+
+// pruning is one prune run: what it removed and kept, and the errors it met.
+type pruning struct {
+	r             pruneRepo
+	dry, force    bool
+	verb          string
+	removed, kept int
+	errs          []error
+}
+
+func (p *pruning) keep(what, why string) {
+	p.kept++
+	fmt.Fprintf(stdout, "kept %s: %s\n", what, why)
+}
+
+func (p *pruning) done(what string) {
+	p.removed++
+	fmt.Fprintf(stdout, "%s %s\n", p.verb, what)
+}
+
+// prune removes (or, dry, lists) the items of each session in pruneOrder.
 func (r pruneRepo) prune(ctx context.Context, found map[string][]pruneItem, dry, force bool) error {
-	verb := "removed"
+	p := &pruning{r: r, dry: dry, force: force, verb: "removed"}
 	if dry {
-		verb = "would remove"
+		p.verb = "would remove"
 	}
-	var removed, kept int
-	keep := func(what, why string) {
-		kept++
-		fmt.Fprintf(stdout, "kept %s: %s\n", what, why)
-	}
-	done := func(what string) {
-		removed++
-		fmt.Fprintf(stdout, "%s %s\n", verb, what)
-	}
-	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(found)) {
+		items := slices.SortedStableFunc(slices.Values(found[name]), func(a, b pruneItem) int {
+			return pruneOrder[a.kind] - pruneOrder[b.kind]
+		})
 		wtKept := false
-		for _, kind := range []string{"worktree", "ref", "branch"} {
-			for _, it := range found[name] {
-				if it.kind != kind {
-					continue
+		for _, it := range items {
+			switch it.kind {
+			case "worktree":
+				if !p.worktree(ctx, it.what) {
+					wtKept = true
 				}
-				switch kind {
-				case "worktree":
-					dirty := ""
-					if _, err := os.Stat(it.what); err == nil {
-						out, err := gitexec.Run(ctx, it.what, "status", "--porcelain", "--untracked-files=normal")
-						if err != nil {
-							errs = append(errs, err)
-							continue
-						}
-						dirty = strings.TrimSpace(string(out))
-					} // else the directory is gone: git removes its registration
-					if dirty != "" && !force {
-						wtKept = true
-						keep("worktree "+it.what, "it has uncommitted changes (--force removes it)")
-						continue
-					}
-					if !dry {
-						args := []string{"worktree", "remove", it.what}
-						if force {
-							args = []string{"worktree", "remove", "--force", "--force", it.what}
-						}
-						if _, err := r.git(ctx, args...); err != nil {
-							if _, perr := r.git(ctx, "worktree", "prune"); perr != nil || exists(it.what) {
-								wtKept = true
-								errs = append(errs, err)
-								continue
-							}
-						}
-					}
-					done("worktree " + it.what)
-				case "ref":
-					if !dry {
-						if _, err := r.git(ctx, "update-ref", "-d", it.what); err != nil {
-							errs = append(errs, err)
-							continue
-						}
-					}
-					done("ref " + it.what)
-				case "branch":
-					n, err := r.unmerged(ctx, "refs/heads/"+it.what)
-					if err != nil {
-						errs = append(errs, err)
-						continue
-					}
-					switch {
-					case wtKept:
-						keep("branch "+it.what, "its worktree is kept")
-						continue
-					case n != "0" && !force:
-						keep("branch "+it.what, n+" commit(s) on no other branch: merge it, or --force deletes it")
-						continue
-					}
-					if !dry {
-						if _, err := r.git(ctx, "branch", "-D", it.what); err != nil {
-							errs = append(errs, err)
-							continue
-						}
-					}
-					if n == "0" {
-						done("branch " + it.what + " (merged)")
-					} else {
-						done("branch " + it.what + " (" + n + " unmerged commit(s), --force)")
-					}
-				}
+			case "ref":
+				p.ref(ctx, it.what)
+			case "branch":
+				p.branch(ctx, it.what, wtKept)
 			}
 		}
 	}
-	fmt.Fprintf(stdout, "%s %d, kept %d (sessions the gateway still has are not looked at)\n", verb, removed, kept)
-	return errors.Join(errs...)
+	fmt.Fprintf(stdout, "%s %d, kept %d (sessions the gateway still has are not looked at)\n", p.verb, p.removed, p.kept)
+	return errors.Join(p.errs...)
+}
+
+// worktree removes a managed worktree unless it has uncommitted changes (or --force); it reports
+// whether the worktree is gone (or, dry, would be).
+func (p *pruning) worktree(ctx context.Context, path string) bool {
+	dirty := ""
+	if _, err := os.Stat(path); err == nil {
+		out, err := gitexec.Run(ctx, path, "status", "--porcelain", "--untracked-files=normal")
+		if err != nil {
+			p.errs = append(p.errs, err)
+			return true // as before: an unreadable worktree does not hold its branch back
+		}
+		dirty = strings.TrimSpace(string(out))
+	} // else the directory is gone: git removes its registration
+	if dirty != "" && !p.force {
+		p.keep("worktree "+path, "it has uncommitted changes (--force removes it)")
+		return false
+	}
+	if !p.dry {
+		args := []string{"worktree", "remove", path}
+		if p.force {
+			args = []string{"worktree", "remove", "--force", "--force", path}
+		}
+		if _, err := p.r.git(ctx, args...); err != nil {
+			if _, perr := p.r.git(ctx, "worktree", "prune"); perr != nil || exists(path) {
+				p.errs = append(p.errs, err)
+				return false
+			}
+		}
+	}
+	p.done("worktree " + path)
+	return true
+}
+
+func (p *pruning) ref(ctx context.Context, ref string) {
+	if !p.dry {
+		if _, err := p.r.git(ctx, "update-ref", "-d", ref); err != nil {
+			p.errs = append(p.errs, err)
+			return
+		}
+	}
+	p.done("ref " + ref)
+}
+
+// branch deletes a session's branch once merged (or --force), never while its worktree is kept.
+func (p *pruning) branch(ctx context.Context, branch string, wtKept bool) {
+	n, err := p.r.unmerged(ctx, "refs/heads/"+branch)
+	switch {
+	case err != nil:
+		p.errs = append(p.errs, err)
+		return
+	case wtKept:
+		p.keep("branch "+branch, "its worktree is kept")
+		return
+	case n != "0" && !p.force:
+		p.keep("branch "+branch, n+" commit(s) on no other branch: merge it, or --force deletes it")
+		return
+	}
+	if !p.dry {
+		if _, err := p.r.git(ctx, "branch", "-D", branch); err != nil {
+			p.errs = append(p.errs, err)
+			return
+		}
+	}
+	if n == "0" {
+		p.done("branch " + branch + " (merged)")
+	} else {
+		p.done("branch " + branch + " (" + n + " unmerged commit(s), --force)")
+	}
 }
 
 func exists(path string) bool {
