@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -123,7 +125,7 @@ func (m *manager) get(doc *stateDoc, id string) (*lease, error) {
 func (m *manager) reapExpired(ctx context.Context, doc *stateDoc) error {
 	now := m.now()
 	var errs []error
-	for _, id := range sortedKeys(doc.Leases) {
+	for _, id := range slices.Sorted(maps.Keys(doc.Leases)) {
 		l := doc.Leases[id]
 		if l.State == stateReady && now.After(l.ExpiresAt) {
 			errs = append(errs, m.release(ctx, doc, l))
@@ -308,7 +310,7 @@ func (m *manager) list(ctx context.Context) ([]leaseJSON, error) {
 		return nil, err
 	}
 	out := []leaseJSON{}
-	for _, id := range sortedKeys(doc.Leases) {
+	for _, id := range slices.Sorted(maps.Keys(doc.Leases)) {
 		if l := doc.Leases[id]; l.State.Live() {
 			out = append(out, m.view(ctx, l))
 		}

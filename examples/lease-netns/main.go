@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -322,13 +321,4 @@ func parseFlags(args []string, specs map[string]flagKind, allowUnknown, stopAtPo
 		f.vals[name] = append(f.vals[name], val)
 	}
 	return f, pos, nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/openclaw/cloudworkers/gateway/credentials"
@@ -131,7 +131,7 @@ func (c *CatalogConfig) SetDefaults() {
 		c.Providers[name] = p
 	}
 	if c.Default == "" {
-		for _, name := range sortedKeys(c.Providers) {
+		for _, name := range slices.Sorted(maps.Keys(c.Providers)) {
 			if ms := c.Providers[name].Models; len(ms) > 0 {
 				c.Default = name + "/" + ms[0].ID
 				break
@@ -160,7 +160,7 @@ func (c *CatalogConfig) Validate() error {
 	if len(c.Providers) == 0 {
 		return providers.Fieldf("models.providers", "at least one provider is required")
 	}
-	for _, name := range sortedKeys(c.Providers) {
+	for _, name := range slices.Sorted(maps.Keys(c.Providers)) {
 		p := c.Providers[name]
 		f := "models.providers." + name
 		if !providerNamePattern.MatchString(name) {
@@ -274,7 +274,7 @@ func NewCatalog(cfg CatalogConfig, creds CredentialSource, adapters Adapters) (*
 		return nil, err
 	}
 	c := &Catalog{models: map[string]Model{}, def: cfg.Default, creds: creds, adapters: adapters}
-	for _, name := range sortedKeys(cfg.Providers) {
+	for _, name := range slices.Sorted(maps.Keys(cfg.Providers)) {
 		p := cfg.Providers[name]
 		if adapters[p.API] == nil {
 			return nil, providers.Fieldf("models.providers."+name+".api", "no adapter for %s in this build", p.API)
@@ -361,15 +361,6 @@ func (c *Catalog) Stream(ctx context.Context, ref string, cx protocol.Context, o
 	msg, err := c.adapters[m.API].Stream(ctx, call, emit)
 	c.metrics.observe(ref, msg, err)
 	return msg, err
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func truncate(s string, n int) string {

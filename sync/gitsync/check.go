@@ -7,7 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/openclaw/cloudworkers/sync/gitexec"
@@ -97,7 +98,7 @@ func CheckCommits(ctx context.Context, g *gitexec.Untrusted, have, tip string) e
 		if err != nil {
 			return &TreeError{Commit: m.commit, Path: ".gitmodules", Reason: fmt.Sprintf("cannot be read: %v", err)}
 		}
-		for _, name := range sortedKeys(urls) {
+		for _, name := range slices.Sorted(maps.Keys(urls)) {
 			if url := urls[name]; !allowed[url] || strings.HasPrefix(url, "-") {
 				return &TreeError{Commit: m.commit, Path: ".gitmodules", Reason: fmt.Sprintf(
 					"submodule %q has URL %q, not one of the repository's own submodules (the gateway fills submodules from the user's checkouts only)", name, url)}
@@ -190,7 +191,7 @@ func scanDiff(r io.Reader, each func(commit, mode, blob, status, path string) er
 // checkLinks reads each symlink blob, streamed from one `cat-file --batch` (a target longer
 // than a path stops it: nothing larger is read), and checks its target wherever it is.
 func checkLinks(ctx context.Context, g *gitexec.Untrusted, links map[string][]linkAt) error {
-	return catBatch(ctx, g, sortedKeys(links), "symlinks", func(b, typ string, size int64, r io.Reader) error {
+	return catBatch(ctx, g, slices.Sorted(maps.Keys(links)), "symlinks", func(b, typ string, size int64, r io.Reader) error {
 		target := ""
 		if typ == "blob" && size > 0 && size <= maxLinkTarget {
 			buf, err := io.ReadAll(r)
@@ -240,15 +241,6 @@ func submoduleURLs(ctx context.Context, g *gitexec.Untrusted, blob string) (map[
 		urls[name] = string(val)
 	}
 	return urls, nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 // hfsIgnored are the code points HFS+ drops when it compares names (git's is_hfs_dotgit).

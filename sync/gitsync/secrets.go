@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -165,7 +167,7 @@ func CommittedSums(ctx context.Context, g *gitexec.Untrusted, have, tip string) 
 		return nil, err
 	}
 	sums := map[string]string{}
-	err = catBatch(ctx, g, sortedKeys(paths), "files", func(id, typ string, _ int64, r io.Reader) error {
+	err = catBatch(ctx, g, slices.Sorted(maps.Keys(paths)), "files", func(id, typ string, _ int64, r io.Reader) error {
 		if typ != "blob" {
 			return fmt.Errorf("cat-file: %s is %s, not a blob", id, typ)
 		}
