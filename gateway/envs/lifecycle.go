@@ -61,21 +61,6 @@ func (m *Manager) Detach(ctx context.Context, id, sessionID string) error {
 	return m.move(ctx, id, Attached, Idle, "session "+sessionID+" detached")
 }
 
-// lifecycleLoop applies the profiles' lifetime policy: idle auto-stop, TTL and lease renewal.
-func (m *Manager) lifecycleLoop(interval time.Duration) {
-	defer m.wg.Done()
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-m.ctx.Done():
-			return
-		case <-t.C:
-			m.ApplyLifecycle(m.ctx)
-		}
-	}
-}
-
 // ApplyLifecycle runs one pass of the lifetime policy over live environments:
 //   - an environment not attached to a session, not in use (Hold, Config.Busy) and idle longer
 //     than its profile's idleTimeout is destroyed; activity is measured at the gateway from what

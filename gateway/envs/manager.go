@@ -155,28 +155,35 @@ func (m *Manager) Start(ctx context.Context) error {
 		return err
 	}
 	if m.cfg.LifecycleInterval > 0 {
-		m.wg.Add(1)
-		go m.lifecycleLoop(m.cfg.LifecycleInterval)
+		// the profiles' lifetime policy: idle auto-stop, TTL and lease renewal
+		m.every(m.cfg.LifecycleInterval, func() { m.ApplyLifecycle(m.ctx) })
 	}
 	if m.cfg.SweepInterval > 0 {
-		m.wg.Add(1)
-		go func() {
-			defer m.wg.Done()
-			t := time.NewTicker(m.cfg.SweepInterval)
-			defer t.Stop()
-			for {
-				select {
-				case <-m.ctx.Done():
-					return
-				case <-t.C:
-					if _, err := m.Sweep(m.ctx); err != nil && m.ctx.Err() == nil {
-						m.log.Warn("orphan sweep", "err", err)
-					}
-				}
+		m.every(m.cfg.SweepInterval, func() {
+			if _, err := m.Sweep(m.ctx); err != nil && m.ctx.Err() == nil {
+				m.log.Warn("orphan sweep", "err", err)
 			}
-		}()
+		})
 	}
 	return nil
+}
+
+// every runs fn every interval until the manager closes.
+func (m *Manager) every(interval time.Duration, fn func()) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-m.ctx.Done():
+				return
+			case <-t.C:
+				fn()
+			}
+		}
+	}()
 }
 
 // Close stops background work and waits for it. In-flight provider calls are cancelled; a
