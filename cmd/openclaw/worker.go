@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/openclaw/cloudworkers/internal/dirwatch"
 	"github.com/openclaw/cloudworkers/internal/version"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/worker/remote"
@@ -75,19 +76,9 @@ through the gateway. It exits non-zero when admission is refused.`,
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
 			go func() {
-				t := time.NewTicker(2 * time.Second)
-				defer t.Stop()
-				for {
-					select {
-					case <-ctx.Done():
-						return
-					case <-t.C:
-						if _, err := os.Stat(d.StateDir); os.IsNotExist(err) {
-							log.Info("state dir removed; stopping")
-							cancel()
-							return
-						}
-					}
+				if dirwatch.Gone(ctx, d.StateDir, 2*time.Second) {
+					log.Info("state dir removed; stopping")
+					cancel()
 				}
 			}()
 			rcfg := remote.Config{

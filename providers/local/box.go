@@ -16,6 +16,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/openclaw/cloudworkers/internal/atomicfile"
+	"github.com/openclaw/cloudworkers/internal/dirwatch"
 )
 
 // DefaultListen is where a box listens unless told otherwise: loopback, port chosen by the kernel.
@@ -143,7 +144,12 @@ func Serve(ctx context.Context, cfg BoxConfig) error {
 	s.sshConfig.AddHostKey(hostKey)
 
 	var wg sync.WaitGroup
-	wg.Go(func() { s.watchDir(ctx, cancel) })
+	wg.Go(func() {
+		if dirwatch.Gone(ctx, s.cfg.Dir, dirWatchInterval) {
+			s.log.Info("box directory removed; stopping", "dir", s.cfg.Dir)
+			cancel()
+		}
+	})
 	stopAccept := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stopAccept()
 
@@ -195,24 +201,6 @@ func (s *server) checkKey(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permis
 		return nil, errors.New("unauthorized key")
 	}
 	return &ssh.Permissions{}, nil
-}
-
-// watchDir cancels the box when its directory disappears.
-func (s *server) watchDir(ctx context.Context, cancel context.CancelFunc) {
-	t := time.NewTicker(dirWatchInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := os.Stat(s.cfg.Dir); errors.Is(err, os.ErrNotExist) {
-				s.log.Info("box directory removed; stopping", "dir", s.cfg.Dir)
-				cancel()
-				return
-			}
-		}
-	}
 }
 
 // serveConn runs one SSH connection until it ends or the box stops.
