@@ -452,18 +452,27 @@ func (s *Spawner) collect(ctx context.Context, d *Deps, childID string) (SpawnRe
 	return r, nil
 }
 
-// own returns the child, refusing a session that parentID did not spawn ("" may drive any).
-func (s *Spawner) own(ctx context.Context, d *Deps, parentID, childID string) (sessions.Session, error) {
+// own refuses a session that parentID did not spawn ("" may drive any).
+func (s *Spawner) own(ctx context.Context, d *Deps, parentID, childID string) error {
 	if childID == "" {
-		return sessions.Session{}, fieldf("sessionId", "is required")
+		return fieldf("sessionId", "is required")
 	}
 	c, err := d.Sessions.Get(ctx, childID)
 	if err != nil || (parentID != "" && c.ParentSessionID != parentID) {
 		// The same answer for "no such session" and "someone else's": a parent learns nothing
 		// about sessions it did not spawn.
-		return sessions.Session{}, fmt.Errorf("session %.64q: %w", childID, ErrNotChild)
+		return fmt.Errorf("session %.64q: %w", childID, ErrNotChild)
 	}
-	return c, nil
+	return nil
+}
+
+// child returns the dependencies to drive childID with, once own allowed parentID to.
+func (s *Spawner) child(ctx context.Context, parentID, childID string) (*Deps, error) {
+	d, err := s.deps()
+	if err != nil {
+		return nil, err
+	}
+	return d, s.own(ctx, d, parentID, childID)
 }
 
 func (s *Spawner) send(ctx context.Context, parentID, childID, message string, wait bool) (SpawnResult, error) {
@@ -478,7 +487,7 @@ func (s *Spawner) send(ctx context.Context, parentID, childID, message string, w
 	if len(message) > MaxTaskBytes {
 		return SpawnResult{}, fieldf("message", "is %d bytes, at most %d", len(message), MaxTaskBytes)
 	}
-	if _, err := s.own(ctx, d, parentID, childID); err != nil {
+	if err := s.own(ctx, d, parentID, childID); err != nil {
 		return SpawnResult{}, err
 	}
 	req := s.recalled(ctx, d, childID)
@@ -518,22 +527,16 @@ func (s *Spawner) send(ctx context.Context, parentID, childID, message string, w
 }
 
 func (s *Spawner) status(ctx context.Context, parentID, childID string) (SpawnResult, error) {
-	d, err := s.deps()
+	d, err := s.child(ctx, parentID, childID)
 	if err != nil {
-		return SpawnResult{}, err
-	}
-	if _, err := s.own(ctx, d, parentID, childID); err != nil {
 		return SpawnResult{}, err
 	}
 	return s.result(ctx, d, childID), nil
 }
 
 func (s *Spawner) pullback(ctx context.Context, parentID, childID string) (SpawnResult, error) {
-	d, err := s.deps()
+	d, err := s.child(ctx, parentID, childID)
 	if err != nil {
-		return SpawnResult{}, err
-	}
-	if _, err := s.own(ctx, d, parentID, childID); err != nil {
 		return SpawnResult{}, err
 	}
 	if d.Turns.Busy(childID) {
