@@ -110,15 +110,22 @@ func ownerCheck(readErr error, sessionID string, epoch, owner uint64) error {
 	return nil
 }
 
+// workerSession reads the session for a worker at epoch: refused as ownerCheck says unless
+// epoch is the session's active owner epoch.
+func (s *Store) workerSession(ctx context.Context, sessionID string, epoch uint64) (Session, error) {
+	ses, err := s.Get(ctx, sessionID)
+	if err != nil {
+		return Session{}, err
+	}
+	return ses, ownerCheck(nil, sessionID, epoch, ses.OwnerEpoch)
+}
+
 // WorkerResume serves worker.resume: the session's leaf, the newest transcript operation committed
 // in the owner epoch and the live ACK cursor of the owner epoch's newest live stream. A stale owner
 // epoch is epoch-mismatch.
 func (s *Store) WorkerResume(ctx context.Context, p protocol.ResumeParams) (protocol.ResumeResult, error) {
-	ses, err := s.Get(ctx, p.SessionID)
+	ses, err := s.workerSession(ctx, p.SessionID, p.OwnerEpoch)
 	if err != nil {
-		return protocol.ResumeResult{}, err
-	}
-	if err := ownerCheck(nil, p.SessionID, p.OwnerEpoch, ses.OwnerEpoch); err != nil {
 		return protocol.ResumeResult{}, err
 	}
 	res := protocol.ResumeResult{SessionID: ses.ID, OwnerEpoch: ses.OwnerEpoch, LifecycleRevision: ses.LifecycleRevision, LeafID: ses.LeafID}
@@ -144,11 +151,8 @@ func (s *Store) WorkerResume(ctx context.Context, p protocol.ResumeParams) (prot
 // WorkerContext serves worker.transcript.context once the caller has checked the binding: the
 // session's messages (root first) and its leaf, for a worker that starts a run.
 func (s *Store) WorkerContext(ctx context.Context, p protocol.TranscriptContextParams) (protocol.TranscriptContextResult, error) {
-	ses, err := s.Get(ctx, p.SessionID)
+	ses, err := s.workerSession(ctx, p.SessionID, p.OwnerEpoch)
 	if err != nil {
-		return protocol.TranscriptContextResult{}, err
-	}
-	if err := ownerCheck(nil, p.SessionID, p.OwnerEpoch, ses.OwnerEpoch); err != nil {
 		return protocol.TranscriptContextResult{}, err
 	}
 	msgs, err := s.Context(ctx, p.SessionID)
