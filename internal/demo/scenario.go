@@ -188,16 +188,12 @@ func (d *run) startSession(ctx context.Context) (string, error) {
 	}
 	d.sessionID = ses.ID
 	fmt.Fprintf(d.out, "   session %s on %s; dispatching to profile local:\n", ses.ID, d.ws)
-	skip := d.placementSteps(ctx)
-	if _, err := d.c.Dispatch(ctx, ses.ID, placement.DispatchRequest{ProfileID: "local"}); err != nil {
-		return "", fmt.Errorf("dispatch: %w", err)
-	}
-	v, err := d.c.WaitPlacement(ctx, ses.ID, skip, console.PlacementSteps(d.o.Err))
+	v, err := d.movePlacement(ctx, "dispatch", placement.Active, func() error {
+		_, err := d.c.Dispatch(ctx, ses.ID, placement.DispatchRequest{ProfileID: "local"})
+		return err
+	})
 	if err != nil {
 		return "", err
-	}
-	if v.Placement.State != placement.Active {
-		return "", fmt.Errorf("placement ended %s, not active: %s", v.Placement.State, v.Placement.Error)
 	}
 	d.envID = v.Placement.EnvironmentID
 	ev, err := d.c.Environment(ctx, d.envID)
@@ -221,6 +217,23 @@ func (d *run) startSession(ctx context.Context) (string, error) {
 
 // boxes is the directory of the gateway's local boxes.
 func (d *run) boxes() string { return local.BoxesDir(d.data) }
+
+// movePlacement asks for the placement change what with ask, prints the steps the placement takes
+// until it settles, and checks that it settled in want.
+func (d *run) movePlacement(ctx context.Context, what string, want placement.State, ask func() error) (api.PlacementView, error) {
+	skip := d.placementSteps(ctx)
+	if err := ask(); err != nil {
+		return api.PlacementView{}, fmt.Errorf("%s: %w", what, err)
+	}
+	v, err := d.c.WaitPlacement(ctx, d.sessionID, skip, console.PlacementSteps(d.o.Err))
+	if err != nil {
+		return v, err
+	}
+	if v.Placement.State != want {
+		return v, fmt.Errorf("%s ended %s, not %s: %s", what, v.Placement.State, want, v.Placement.Error)
+	}
+	return v, nil
+}
 
 // placementSteps counts the steps the session's placement has taken (0 when it cannot be read).
 func (d *run) placementSteps(ctx context.Context) int {
@@ -285,16 +298,12 @@ func (d *run) runTurn(ctx context.Context) (string, error) {
 }
 
 func (d *run) pullBack(ctx context.Context) (string, error) {
-	skip := d.placementSteps(ctx)
-	if _, err := d.c.PullBack(ctx, d.sessionID, placement.PullBackRequest{}); err != nil {
-		return "", fmt.Errorf("pull back: %w", err)
-	}
-	v, err := d.c.WaitPlacement(ctx, d.sessionID, skip, console.PlacementSteps(d.o.Err))
+	v, err := d.movePlacement(ctx, "pull-back", placement.Local, func() error {
+		_, err := d.c.PullBack(ctx, d.sessionID, placement.PullBackRequest{})
+		return err
+	})
 	if err != nil {
 		return "", err
-	}
-	if v.Placement.State != placement.Local {
-		return "", fmt.Errorf("pull-back ended %s, not local: %s", v.Placement.State, v.Placement.Error)
 	}
 	d.anchor = v.Placement.AnchorDir
 	fmt.Fprintf(d.out, "   the session's workspace is now %s\n", d.anchor)
