@@ -42,21 +42,6 @@ func (g *gw) postRaw(path, body string) (int, apiError) {
 	return resp.StatusCode, eb.Error
 }
 
-// netnsState makes a lease-netns state directory that the boxes' users can traverse, removed at
-// cleanup.
-func netnsState(t *testing.T, prefix string) string {
-	t.Helper()
-	state, err := os.MkdirTemp("", prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(state) })
-	if err := os.Chmod(state, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	return state
-}
-
 // startAgents starts a gateway on agentsConfig(maxEnvs, extra, scripts) in a fresh directory, its
 // environments destroyed at cleanup, and makes the user's workspace; it returns both.
 func startAgents(t *testing.T, maxEnvs int, extra string, scripts map[string]string) (*gw, string) {

@@ -442,7 +442,7 @@ func TestSweepDestroysUnknownLabelledLease(t *testing.T) {
 func TestNetnsLeaseThroughCommandProvider(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "ip", "sshd", "useradd")
-	state := netnsState(t, "ocw-e2e-netns-")
+	state := testenv.PublicDir(t, "ocw-e2e-netns-")
 	l := leaseNetnsBin
 	cfg := fmt.Sprintf(`profiles:
   - id: netns

@@ -234,7 +234,7 @@ func netnsProfile(t *testing.T) (cfg, state string) {
 	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "ip", "sshd", "useradd", "setsid", "sha256sum")
-	state = netnsState(t, "ocw-e2e-")
+	state = testenv.PublicDir(t, "ocw-e2e-")
 	l := leaseNetnsBin
 	return fmt.Sprintf(`profiles:
   - id: netns

@@ -65,14 +65,7 @@ func TestLeaseNetnsBox(t *testing.T) {
 	ipPath, _ := testenv.LookPath("ip")
 
 	// The state dir holds the box user's home, so every ancestor must be o+x: t.TempDir is 0700.
-	base, err := os.MkdirTemp("", "ocw-lease-netns-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	if err := os.Chmod(base, 0o711); err != nil {
-		t.Fatal(err)
-	}
+	base := testenv.PublicDir(t, "ocw-lease-netns-test-")
 	bin := filepath.Join(base, "lease-netns")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

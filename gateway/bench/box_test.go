@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/openclaw/cloudworkers/internal/netnsbox"
+	"github.com/openclaw/cloudworkers/internal/testenv"
 )
 
 // The box side of sections 2 and 3 is this test binary, copied where the box user can run it and
@@ -65,7 +65,7 @@ func boxBinary(t *testing.T) string {
 		t.Fatal(err)
 	}
 	defer in.Close()
-	dst := filepath.Join(netnsbox.PublicDir(t, "ocw-bench-bin"), "bench.test")
+	dst := filepath.Join(testenv.PublicDir(t, "ocw-bench-bin"), "bench.test")
 	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
 	if err != nil {
 		t.Fatal(err)

@@ -53,7 +53,7 @@ func TestProvisionLatency(t *testing.T) {
 
 	// Local boxes.
 	bin := netnsbox.BuildBinary(t, "github.com/openclaw/cloudworkers/cmd/openclaw")
-	prov, err := local.New(local.Config{BoxesDir: filepath.Join(netnsbox.PublicDir(t, "ocw-prov"), "boxes"), Command: []string{bin, "localbox"}})
+	prov, err := local.New(local.Config{BoxesDir: filepath.Join(testenv.PublicDir(t, "ocw-prov"), "boxes"), Command: []string{bin, "localbox"}})
 	if err != nil {
 		t.Fatal(err)
 	}

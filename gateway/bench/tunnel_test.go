@@ -50,7 +50,7 @@ func TestTunnelThroughput(t *testing.T) {
 	go serveAll(th.Listener())
 
 	// OpenSSH: ssh -R <box path>:<local path>, to a listener here serving the same way.
-	dir := netnsbox.PublicDir(t, "ocw-bulk")
+	dir := testenv.PublicDir(t, "ocw-bulk")
 	local := filepath.Join(dir, "ossh.sock")
 	ln, err := net.Listen("unix", local)
 	if err != nil {

@@ -39,21 +39,6 @@ type Box struct {
 	HostAddr string
 }
 
-// PublicDir returns a new temporary directory that other users can traverse (0711), removed at
-// the end of the test: netns boxes run as their own user.
-func PublicDir(t testing.TB, pattern string) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", pattern)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 var (
 	buildMu sync.Mutex
 	built   = map[string]string{}
@@ -114,7 +99,7 @@ func NewNetns(t testing.TB) *Netns {
 	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "ip", "sshd", "useradd", "userdel")
-	return &Netns{bin: BuildBinary(t, "github.com/openclaw/cloudworkers/examples/lease-netns"), state: PublicDir(t, "ocw-netns-")}
+	return &Netns{bin: BuildBinary(t, "github.com/openclaw/cloudworkers/examples/lease-netns"), state: testenv.PublicDir(t, "ocw-netns-")}
 }
 
 func (n *Netns) run(args ...string) ([]byte, error) {

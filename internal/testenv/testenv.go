@@ -83,3 +83,18 @@ func LookPath(name string) (string, error) {
 	}
 	return "", &exec.Error{Name: name, Err: exec.ErrNotFound}
 }
+
+// PublicDir returns a new temporary directory that other users can traverse (0711), removed at
+// the end of the test: for what a box or process running as another user must reach.
+func PublicDir(t testing.TB, pattern string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}

@@ -3,11 +3,11 @@ package localtest
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/providers/local"
 )
 
@@ -32,15 +32,7 @@ func Start(t testing.TB) Box {
 func StartConfig(t testing.TB, cfg local.BoxConfig) Box {
 	t.Helper()
 	if cfg.Dir == "" {
-		root, err := os.MkdirTemp("", "lb")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(root) })
-		if err := os.Chmod(root, 0o711); err != nil {
-			t.Fatal(err)
-		}
-		cfg.Dir = filepath.Join(root, "box")
+		cfg.Dir = filepath.Join(testenv.PublicDir(t, "lb"), "box")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan local.State, 1)

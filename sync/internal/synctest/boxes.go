@@ -12,13 +12,6 @@ import (
 // namespace running OpenSSH sshd (internal/netnsbox).
 type Box = netnsbox.Box
 
-// PublicDir returns a new temporary directory that other users can traverse (0711), removed at
-// the end of the test: netns boxes run as their own user.
-func PublicDir(t testing.TB, pattern string) string {
-	t.Helper()
-	return netnsbox.PublicDir(t, pattern)
-}
-
 // BuildBinary builds the Go package pkg into a directory other users can execute from, once per
 // test binary (netnsbox.BuildBinary); CleanupBinaries removes it.
 func BuildBinary(t testing.TB, pkg string) string { t.Helper(); return netnsbox.BuildBinary(t, pkg) }
