@@ -667,11 +667,7 @@ func (s *Server) register(wc *workerConn) {
 		s.sessionConns[key] = wc
 		s.mu.Unlock()
 		if old != nil {
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				_ = old.ws.Close(websocket.StatusPolicyViolation, "replaced by a newer connection")
-			}()
+			s.closeReplaced(old)
 		}
 		return
 	}
@@ -683,15 +679,20 @@ func (s *Server) register(wc *workerConn) {
 	s.mu.Unlock()
 	if old != nil {
 		s.log.Info("worker connection replaced by a newer one", "env", wc.envID)
-		s.wg.Add(1) // safe: the caller's handler holds the group open
-		go func() {
-			defer s.wg.Done()
-			_ = old.ws.Close(websocket.StatusPolicyViolation, "replaced by a newer connection")
-		}()
+		s.closeReplaced(old)
 	}
 	if s.cfg.OnAdmit != nil {
 		s.cfg.OnAdmit(wc.envID)
 	}
+}
+
+// closeReplaced closes a connection that a newer one replaced, without waiting for it.
+func (s *Server) closeReplaced(old *workerConn) {
+	s.wg.Add(1) // safe: the caller's handler holds the group open
+	go func() {
+		defer s.wg.Done()
+		_ = old.ws.Close(websocket.StatusPolicyViolation, "replaced by a newer connection")
+	}()
 }
 
 // release forgets wc if it is still its environment's admitted connection.
