@@ -15,6 +15,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
+	"github.com/openclaw/cloudworkers/internal/shutdown"
 )
 
 // Deps are what the service works with.
@@ -66,14 +67,7 @@ func (s *Service) MaxExtend() time.Duration { return s.cfg.MaxExtend.D() }
 // Close ends every open session and waits for them.
 func (s *Service) Close(ctx context.Context) error {
 	s.stop(errors.New("the gateway is stopping"))
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
+	return shutdown.Wait(ctx, &s.wg, "box access sessions")
 }
 
 // acquire counts one session of envID; release undoes it.

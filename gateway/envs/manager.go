@@ -16,6 +16,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/internal/clock"
+	"github.com/openclaw/cloudworkers/internal/shutdown"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -193,14 +194,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	m.stopping = true
 	m.mu.Unlock()
 	m.cancel()
-	done := make(chan struct{})
-	go func() { m.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("environment manager: %w", ctx.Err())
-	}
+	return shutdown.Wait(ctx, &m.wg, "environment manager")
 }
 
 func (m *Manager) notify() {
