@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -106,7 +107,7 @@ func hostKeyAlgorithms(keys []ssh.PublicKey) []string {
 	var algos []string
 	add := func(a ...string) {
 		for _, x := range a {
-			if !containsString(algos, x) {
+			if !slices.Contains(algos, x) {
 				algos = append(algos, x)
 			}
 		}
@@ -119,15 +120,6 @@ func hostKeyAlgorithms(keys []ssh.PublicKey) []string {
 		add(k.Type())
 	}
 	return algos
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func loadSigner(path string) (ssh.Signer, error) {

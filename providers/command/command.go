@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -551,7 +552,7 @@ func (c *config) status(obj leaseJSON, id, slug string) (providers.LeaseStatus, 
 		if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(k)); err != nil {
 			return st, fmt.Errorf("lease %s: unparseable host key %q: %v", id, sanitize(k, maxSnippet), err)
 		}
-		if !contains(l.HostKeys, k) {
+		if !slices.Contains(l.HostKeys, k) {
 			l.HostKeys = append(l.HostKeys, k)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -235,23 +236,14 @@ func checkTemplate(name string, argv []string, required bool) error {
 		}
 		for _, m := range placeholderRE.FindAllStringSubmatch(arg, -1) {
 			switch {
-			case !contains(allPlaceholders, m[1]):
+			case !slices.Contains(allPlaceholders, m[1]):
 				return providers.Fieldf(f, "unknown placeholder %s (known: {%s})", m[0], strings.Join(allPlaceholders, "}, {"))
-			case !contains(allowed, m[1]):
+			case !slices.Contains(allowed, m[1]):
 				return providers.Fieldf(f, "placeholder %s is not available in %s", m[0], name)
 			}
 		}
 	}
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 func parseDur(field, s string, def time.Duration) (time.Duration, error) {
