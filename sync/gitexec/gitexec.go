@@ -89,6 +89,17 @@ func run(ctx context.Context, dir string, env []string, stdin io.Reader, stdout 
 	return nil
 }
 
+// SplitZ returns the records of a git command's -z output (NUL-terminated), leaving out empty ones.
+func SplitZ(out []byte) []string {
+	var ps []string
+	for _, p := range bytes.Split(out, []byte{0}) {
+		if len(p) > 0 {
+			ps = append(ps, string(p))
+		}
+	}
+	return ps
+}
+
 // Line runs git and returns its stdout with surrounding space trimmed.
 func Line(ctx context.Context, dir string, args ...string) (string, error) {
 	out, err := Run(ctx, dir, args...)

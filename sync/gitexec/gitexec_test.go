@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -97,5 +98,21 @@ func TestUntrustedRefusesWorktreeConfig(t *testing.T) {
 				t.Fatalf("err %v, want a *gitexec.ConfigError naming %s", err, tc.value)
 			}
 		})
+	}
+}
+
+func TestSplitZ(t *testing.T) {
+	for _, tc := range []struct {
+		out  string
+		want []string
+	}{
+		{"", nil},
+		{"a\x00", []string{"a"}},
+		{"a b\x00dir/c\x00", []string{"a b", "dir/c"}},
+		{"a\x00\x00b", []string{"a", "b"}}, // an empty record is left out; the last needs no NUL
+	} {
+		if got := gitexec.SplitZ([]byte(tc.out)); !slices.Equal(got, tc.want) {
+			t.Errorf("SplitZ(%q) = %q, want %q", tc.out, got, tc.want)
+		}
 	}
 }

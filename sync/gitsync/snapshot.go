@@ -85,7 +85,7 @@ func Snapshot(ctx context.Context, repo, head string, opts SnapshotOptions) (com
 		return "", nil, fmt.Errorf("list untracked files: %w", err)
 	}
 	var add, remove bytes.Buffer
-	for _, p := range append(splitNUL(diff), splitNUL(untracked)...) {
+	for _, p := range append(gitexec.SplitZ(diff), gitexec.SplitZ(untracked)...) {
 		if !eligible(p) {
 			continue
 		}
@@ -155,16 +155,6 @@ func skippedAlways(p string) bool {
 		}
 	}
 	return false
-}
-
-func splitNUL(out []byte) []string {
-	var ps []string
-	for _, p := range bytes.Split(out, []byte{0}) {
-		if len(p) > 0 {
-			ps = append(ps, string(p))
-		}
-	}
-	return ps
 }
 
 // CreateWorkingAnchor is CreateAnchor at the user's HEAD plus a snapshot of their uncommitted

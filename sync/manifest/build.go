@@ -1,7 +1,6 @@
 package manifest
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -361,22 +360,12 @@ func (b *builder) walk(ctx context.Context) error {
 	return nil
 }
 
-func splitZ(out []byte) []string {
-	var ps []string
-	for _, p := range bytes.Split(out, []byte{0}) {
-		if len(p) > 0 {
-			ps = append(ps, string(p))
-		}
-	}
-	return ps
-}
-
 func (b *builder) git(ctx context.Context) error {
 	out, err := gitexec.Run(ctx, b.root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
 	if err != nil {
 		return fmt.Errorf("list files of %s: %w", b.root, err)
 	}
-	paths := splitZ(out)
+	paths := gitexec.SplitZ(out)
 	// Ignored files come in when .worktreeinclude (its root is the listed one) or the profile's
 	// Include (on rulePath) selects them.
 	wti := &Rules{}
@@ -388,7 +377,7 @@ func (b *builder) git(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("list ignored files of %s: %w", b.root, err)
 		}
-		for _, p := range splitZ(out) {
+		for _, p := range gitexec.SplitZ(out) {
 			if wti.Match(p, false) || b.include.Match(b.rulePath(p), false) {
 				paths = append(paths, p)
 			}
