@@ -382,20 +382,7 @@ func (m *Manager) recordedOrphanReason(ctx context.Context, prov providers.Provi
 
 // queryEnvs returns the environments a WHERE (and ORDER, LIMIT) clause selects.
 func (m *Manager) queryEnvs(ctx context.Context, where string, args ...any) ([]Environment, error) {
-	rows, err := m.db.R.QueryContext(ctx, `SELECT `+envCols+` FROM environments `+where, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Environment
-	for rows.Next() {
-		e, err := scanEnv(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return store.Query(ctx, m.db.R, scanEnv, `SELECT `+envCols+` FROM environments `+where, args...)
 }
 
 // derivedLeaseID is the lease id (or slug) the gateway derives for an operation of a profile.

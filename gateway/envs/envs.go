@@ -98,9 +98,7 @@ const envCols = `id, profile_id, provider_id, COALESCE(idempotency_key,''), oper
 	ssh_host, ssh_port, ssh_user, ssh_key_path, host_keys, lease_labels, lease_expires_at, profile_snapshot,
 	created_at, updated_at, last_activity_at, bundle_hash, worker_socket, worker_home, setup_key, lease_attempts`
 
-type scanner interface{ Scan(...any) error }
-
-func scanEnv(row scanner) (Environment, error) {
+func scanEnv(row store.Scanner) (Environment, error) {
 	var e Environment
 	var hostKeys, labels, expires, snapshot, created, updated, activity, attempts string
 	err := row.Scan(&e.ID, &e.ProfileID, &e.ProviderID, &e.IdempotencyKey, &e.OperationID, &e.LeaseID, &e.State, &e.Error,

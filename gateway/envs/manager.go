@@ -264,24 +264,15 @@ func (m *Manager) Get(ctx context.Context, id string) (Environment, error) {
 
 // List returns all environments, newest first. Destroyed ones are included only when all is set.
 func (m *Manager) List(ctx context.Context, all bool) ([]Environment, error) {
-	q := `SELECT ` + envCols + ` FROM environments`
+	where := ``
 	if !all {
-		q += ` WHERE state != 'destroyed'`
+		where = `WHERE state != 'destroyed' `
 	}
-	rows, err := m.db.R.QueryContext(ctx, q+` ORDER BY created_at DESC, id`)
-	if err != nil {
-		return nil, err
+	list, err := m.queryEnvs(ctx, where+`ORDER BY created_at DESC, id`)
+	for i := range list {
+		list[i] = m.present(list[i])
 	}
-	defer rows.Close()
-	out := []Environment{}
-	for rows.Next() {
-		e, err := scanEnv(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, m.present(e))
-	}
-	return out, rows.Err()
+	return list, err
 }
 
 func (m *Manager) present(e Environment) Environment {
@@ -303,20 +294,13 @@ func (m *Manager) Events(ctx context.Context, id string) ([]Event, error) {
 	if _, err := getEnv(ctx, m.db.R, id); err != nil {
 		return nil, err
 	}
-	rows, err := m.db.R.QueryContext(ctx, `SELECT id, at, from_state, to_state, reason, step, step_kind, started_at, duration_ms,
-		result, exit_code, output FROM environment_events WHERE environment_id=? ORDER BY id`, id)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []Event{}
-	for rows.Next() {
+	return store.Query(ctx, m.db.R, func(r store.Scanner) (Event, error) {
 		var ev Event
 		var at, started string
 		var st Step
-		if err := rows.Scan(&ev.ID, &at, &ev.From, &ev.To, &ev.Reason, &st.Name, &st.Kind, &started, &st.DurationMs,
+		if err := r.Scan(&ev.ID, &at, &ev.From, &ev.To, &ev.Reason, &st.Name, &st.Kind, &started, &st.DurationMs,
 			&st.Result, &st.ExitCode, &st.Output); err != nil {
-			return nil, err
+			return ev, err
 		}
 		ev.At = store.ParseTime(at)
 		if st.Kind != "" {
@@ -324,9 +308,9 @@ func (m *Manager) Events(ctx context.Context, id string) ([]Event, error) {
 			st.Detail = strings.TrimPrefix(strings.TrimPrefix(ev.Reason, st.Summary()), ": ")
 			ev.Step = &st
 		}
-		out = append(out, ev)
-	}
-	return out, rows.Err()
+		return ev, nil
+	}, `SELECT id, at, from_state, to_state, reason, step, step_kind, started_at, duration_ms,
+		result, exit_code, output FROM environment_events WHERE environment_id=? ORDER BY id`, id)
 }
 
 // WaitFor blocks until cond holds for the environment, or ctx ends.

@@ -336,20 +336,11 @@ type Event struct {
 
 // Events returns a session's placement changes, oldest first.
 func (ps *Placements) Events(ctx context.Context, sessionID string) ([]Event, error) {
-	rows, err := ps.db.R.QueryContext(ctx, `SELECT at, from_state, to_state, generation, reason FROM placement_events WHERE session_id=? ORDER BY id`, sessionID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []Event{}
-	for rows.Next() {
+	return store.Query(ctx, ps.db.R, func(r store.Scanner) (Event, error) {
 		var e Event
-		if err := rows.Scan(&e.At, &e.From, &e.To, &e.Generation, &e.Reason); err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
+		err := r.Scan(&e.At, &e.From, &e.To, &e.Generation, &e.Reason)
+		return e, err
+	}, `SELECT at, from_state, to_state, generation, reason FROM placement_events WHERE session_id=? ORDER BY id`, sessionID)
 }
 
 // Note records a placement event without a state change.
