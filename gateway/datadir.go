@@ -11,7 +11,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/openclaw/cloudworkers/internal/atomicfile"
+	"github.com/openclaw/cloudworkers/internal/tokenfile"
 )
 
 // Lock is an exclusive lock on a data dir, held for the life of the gateway.
@@ -90,32 +90,7 @@ const TokenFile = "gateway.token"
 
 // EnsureToken returns the API bearer token, generating it (mode 0600) on first start.
 func EnsureToken(dir string) (string, error) {
-	path := filepath.Join(dir, TokenFile)
-	b, err := os.ReadFile(path)
-	if err == nil {
-		tok := strings.TrimSpace(string(b))
-		if len(tok) < 32 {
-			return "", fmt.Errorf("token file %s is too short: delete it to generate a new one", path)
-		}
-		if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
-			if err := os.Chmod(path, 0o600); err != nil {
-				return "", err
-			}
-		}
-		return tok, nil
-	}
-	if !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("read token: %w", err)
-	}
-	var raw [32]byte
-	if _, err := rand.Read(raw[:]); err != nil {
-		return "", err
-	}
-	tok := hex.EncodeToString(raw[:])
-	if err := atomicfile.Write(path, []byte(tok+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("write token: %w", err)
-	}
-	return tok, nil
+	return tokenfile.Ensure(filepath.Join(dir, TokenFile), "", "delete it to generate a new one")
 }
 
 // ReadToken reads the token of a data dir (for CLI clients).

@@ -2,12 +2,9 @@ package mcp
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -18,52 +15,28 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/openclaw/cloudworkers/internal/atomicfile"
+	"github.com/openclaw/cloudworkers/internal/tokenfile"
 )
 
 // TokenFile is the MCP token's file in the gateway's data dir (mode 0600). The token opens /mcp
 // and nothing else: it cannot reach /api/v1 (no profiles, credentials, audit or Control UI).
 const TokenFile = "mcp.token"
 
-// minTokenLen refuses a token file too short to be a real token.
-const minTokenLen = 32
-
 // EnsureToken returns the MCP token of a data dir, generating it when missing or when rotate is
 // set (the old token stops working at once).
 func EnsureToken(dataDir string, rotate bool) (string, error) {
-	path := filepath.Join(dataDir, TokenFile)
 	if !rotate {
 		tok, err := ReadToken(dataDir)
-		if err == nil {
-			return tok, nil
-		}
 		if !errors.Is(err, os.ErrNotExist) {
-			return "", err
+			return tok, err
 		}
 	}
-	var raw [32]byte
-	if _, err := rand.Read(raw[:]); err != nil {
-		return "", err
-	}
-	tok := "ocmcp_" + hex.EncodeToString(raw[:])
-	if err := atomicfile.Write(path, []byte(tok+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("write MCP token: %w", err)
-	}
-	return tok, nil
+	return tokenfile.New(filepath.Join(dataDir, TokenFile), "ocmcp_")
 }
 
 // ReadToken reads the MCP token of a data dir; a missing file is os.ErrNotExist.
 func ReadToken(dataDir string) (string, error) {
-	path := filepath.Join(dataDir, TokenFile)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	tok := strings.TrimSpace(string(b))
-	if len(tok) < minTokenLen {
-		return "", fmt.Errorf("MCP token file %s is too short: run `openclaw mcp token --rotate`", path)
-	}
-	return tok, nil
+	return tokenfile.Read(filepath.Join(dataDir, TokenFile), "run `openclaw mcp token --rotate`")
 }
 
 // HTTPHandler serves the MCP server over streamable HTTP. A request must carry

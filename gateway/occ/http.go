@@ -36,22 +36,18 @@ package occ
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 
-	"github.com/openclaw/cloudworkers/internal/atomicfile"
+	"github.com/openclaw/cloudworkers/internal/tokenfile"
 )
 
 // Method is one driver method: it gets the request body (a JSON object) and returns the result,
@@ -277,46 +273,20 @@ func truncate(s string, n int) string {
 
 // ReadToken returns OCC's bearer token from dir/occ.token.
 func ReadToken(dir string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(dir, TokenFile))
-	if err != nil {
-		return "", err
-	}
-	tok := strings.TrimSpace(string(b))
-	if len(tok) < 32 {
-		return "", fmt.Errorf("%s is too short: run openclaw occ token --rotate", filepath.Join(dir, TokenFile))
-	}
-	return tok, nil
+	return tokenfile.Read(filepath.Join(dir, TokenFile), occTokenFix)
 }
+
+// occTokenFix is what an operator does about a broken occ.token.
+const occTokenFix = "run openclaw occ token --rotate"
 
 // EnsureToken returns OCC's bearer token, generating dir/occ.token (mode 0600) on first start
 // and tightening its mode when it allows more.
 func EnsureToken(dir string) (string, error) {
-	path := filepath.Join(dir, TokenFile)
-	tok, err := ReadToken(dir)
-	if err == nil {
-		if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
-			if err := os.Chmod(path, 0o600); err != nil {
-				return "", err
-			}
-		}
-		return tok, nil
-	}
-	if !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("occ token: %w", err)
-	}
-	return RotateToken(dir)
+	return tokenfile.Ensure(filepath.Join(dir, TokenFile), "", occTokenFix)
 }
 
 // RotateToken writes a new token to dir/occ.token (0600) and returns it; the old one stops
 // working at once, also for a running gateway.
 func RotateToken(dir string) (string, error) {
-	var raw [32]byte
-	if _, err := rand.Read(raw[:]); err != nil {
-		return "", err
-	}
-	tok := hex.EncodeToString(raw[:])
-	if err := atomicfile.Write(filepath.Join(dir, TokenFile), []byte(tok+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("write occ token: %w", err)
-	}
-	return tok, nil
+	return tokenfile.New(filepath.Join(dir, TokenFile), "")
 }
