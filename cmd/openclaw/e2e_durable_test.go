@@ -99,9 +99,11 @@ func (d *durable) config(epoch uint64) remote.Config {
 		BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, DialTimeout: 3 * time.Second}
 }
 
+// client is a worker client of the session at epoch. Its live events carry at most 16 bytes of
+// merged deltas, so that the loads below stream hundreds of events across the faults.
 func (d *durable) client(epoch uint64, outbox int) *remote.Client {
 	d.t.Helper()
-	c, err := remote.NewClient(remote.ClientConfig{Config: d.config(epoch), RunID: "run-e2e", OutboxLimit: outbox})
+	c, err := remote.NewClient(remote.ClientConfig{Config: d.config(epoch), RunID: "run-e2e", OutboxLimit: outbox, LiveCoalesceBytes: 16})
 	if err != nil {
 		d.t.Fatal(err)
 	}
@@ -233,12 +235,14 @@ func (d *durable) lazySubscriber() {
 }
 
 // load runs a producer of live events and one of transcript commits until stop is closed and at
-// least minEvents and minCommits were produced; it returns the last live seq and the committed texts.
-func load(ctx context.Context, t *testing.T, c *remote.Client, stop <-chan struct{}, minEvents, minCommits int) (uint64, []string) {
+// least minEvents and minCommits were produced; it returns the last live seq, the number of deltas
+// queued (d0, d1, …; the client merges consecutive ones into fewer events) and the committed texts.
+func load(ctx context.Context, t *testing.T, c *remote.Client, stop <-chan struct{}, minEvents, minCommits int) (uint64, int, []string) {
 	t.Helper()
 	var wg sync.WaitGroup
 	var texts []string
 	var last uint64
+	deltas := 0
 	stopped := func() bool {
 		select {
 		case <-stop:
@@ -275,36 +279,42 @@ func load(ctx context.Context, t *testing.T, c *remote.Client, stop <-chan struc
 				return
 			}
 			last = seq
+			deltas++
 		}
 		if err := c.WaitLiveAcked(ctx, last); err != nil {
 			t.Errorf("wait for ACK of %d: %v", last, err)
 		}
 	}()
 	wg.Wait()
-	return last, texts
+	return last, deltas, texts
 }
 
-// checkLive asserts that records are seqs 1..last of one run, each once, in order, apart from
-// missed ones the stream announced as a gap.
-func checkLive(t *testing.T, records []sessions.LiveRecord, missed, last uint64) {
+// checkLive asserts that records are seqs 1..last of one run, each once, in order, and that
+// their deltas, joined, are the deltas d0 … d(deltas-1) queued: every one once, in order.
+func checkLive(t *testing.T, records []sessions.LiveRecord, last uint64, deltas int) {
 	t.Helper()
 	seen := map[uint64]bool{}
 	var prev uint64
+	var got, want strings.Builder
 	for _, r := range records {
 		if seen[r.Seq] {
 			t.Fatalf("live seq %d delivered twice", r.Seq)
 		}
 		seen[r.Seq] = true
-		if r.Seq <= prev {
+		if r.Seq != prev+1 {
 			t.Fatalf("live seq %d after %d", r.Seq, prev)
 		}
-		if want := fmt.Sprintf("d%d", r.Seq-1); r.Event.Delta != want {
-			t.Fatalf("live seq %d carries %q, want %q", r.Seq, r.Event.Delta, want)
-		}
+		got.WriteString(r.Event.Delta)
 		prev = r.Seq
 	}
-	if uint64(len(records))+missed != last || prev != last {
-		t.Fatalf("subscriber got %d records (+%d announced missed), last seq %d; want seqs 1..%d", len(records), missed, prev, last)
+	if uint64(len(records)) != last || prev != last {
+		t.Fatalf("subscriber got %d records, last seq %d; want seqs 1..%d", len(records), prev, last)
+	}
+	for i := range deltas {
+		fmt.Fprintf(&want, "d%d", i)
+	}
+	if got.String() != want.String() {
+		t.Fatalf("the live events carry %d bytes of deltas, want %d: d0 … d%d, each once, in order", got.Len(), want.Len(), deltas-1)
 	}
 }
 
@@ -366,25 +376,27 @@ func TestDurableNetnsLinkCuts(t *testing.T) {
 	}
 	checkTranscript(t, d.transcriptTexts(d.session), res.texts)
 	records := sub.waitCount(t, int(res.last))
-	checkLive(t, records, sub.missed, res.last)
 	if sub.missed != 0 {
 		t.Fatalf("subscriber missed %d events although the gateway stayed up", sub.missed)
 	}
+	checkLive(t, records, res.last, res.deltas)
 	t.Logf("%d live events, %d messages, client stats %+v", res.last, len(res.texts), c.Stats())
 }
 
-// loadResult is what a load ended with: the last live event's sequence and the committed texts.
+// loadResult is what a load ended with: the last live event's sequence, the deltas queued and the
+// committed texts.
 type loadResult struct {
-	last  uint64
-	texts []string
+	last   uint64
+	deltas int
+	texts  []string
 }
 
 // goLoad runs load on its own goroutine; its result arrives on the channel returned.
 func goLoad(ctx context.Context, t *testing.T, c *remote.Client, stop <-chan struct{}, minEvents, minCommits int) <-chan loadResult {
 	done := make(chan loadResult, 1)
 	go func() {
-		last, texts := load(ctx, t, c, stop, minEvents, minCommits)
-		done <- loadResult{last, texts}
+		last, deltas, texts := load(ctx, t, c, stop, minEvents, minCommits)
+		done <- loadResult{last, deltas, texts}
 	}()
 	return done
 }
@@ -437,7 +449,7 @@ func TestDurableGatewayKilledLocalBox(t *testing.T) {
 	if sub.missed != 0 {
 		t.Fatalf("subscriber was told it missed %d events across the crash; every acknowledged event must be replayed", sub.missed)
 	}
-	checkLive(t, records, 0, res.last)
+	checkLive(t, records, res.last, res.deltas)
 	// A subscriber that starts after the restart gets the whole stream, including what was
 	// acknowledged before the crash (fewer events than sessions.DefaultRetention).
 	if res.last >= sessions.DefaultRetention {
@@ -448,7 +460,7 @@ func TestDurableGatewayKilledLocalBox(t *testing.T) {
 	if late.missed != 0 {
 		t.Fatalf("a subscriber from cursor 0 after the restart was told it missed %d events", late.missed)
 	}
-	checkLive(t, records, 0, res.last)
+	checkLive(t, records, res.last, res.deltas)
 	t.Logf("%d live events, %d messages, client stats %+v", res.last, len(res.texts), c.Stats())
 }
 
@@ -546,12 +558,15 @@ func TestDurableFencingAndHostileFramesLocalBox(t *testing.T) {
 		Content: []protocol.Content{{Type: protocol.ContentText, Text: "first owner"}}}}); err != nil {
 		t.Fatal(err)
 	}
+	var last uint64
 	for i := range 5 {
-		if _, err := a.Live(ctx, protocol.LiveEvent{Type: protocol.LiveTextDelta, Delta: fmt.Sprint(i)}); err != nil {
+		seq, err := a.Live(ctx, protocol.LiveEvent{Type: protocol.LiveTextDelta, Delta: fmt.Sprint(i)})
+		if err != nil {
 			t.Fatal(err)
 		}
+		last = seq
 	}
-	if err := a.WaitLiveAcked(ctx, 5); err != nil {
+	if err := a.WaitLiveAcked(ctx, last); err != nil {
 		t.Fatal(err)
 	}
 	_ = a.Close()

@@ -3,6 +3,7 @@ package hub_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -53,17 +54,23 @@ func TestClientSurvivesTunnelDrops(t *testing.T) {
 	}
 	defer sub.Close()
 	const commits, events = 20, 600
+	var want strings.Builder
+	for i := range events {
+		fmt.Fprintf(&want, "d%d", i)
+	}
+	// The client merges deltas it has not sent yet: the subscriber reads until it has every byte.
 	received := make(chan []*sessions.LiveRecord, 1)
 	go func() {
 		var got []*sessions.LiveRecord
 		defer func() { received <- got }()
-		for len(got) < events {
+		for n := 0; n < want.Len(); {
 			r, ok := <-sub.C()
 			if !ok {
 				t.Errorf("subscription ended: %v", sub.Err())
 				return
 			}
 			got = append(got, r)
+			n += len(r.Event.Delta)
 		}
 	}()
 	cfg := h.workerConfig(envA, h.mint(envA, bundleA, time.Hour, nil), bundleA)
@@ -102,13 +109,16 @@ func TestClientSurvivesTunnelDrops(t *testing.T) {
 	}
 	wg.Wait()
 	got := recvChan(t, "subscriber", received)
-	if len(got) != events {
-		t.Fatalf("subscriber got %d of %d events", len(got), events)
-	}
+	var text strings.Builder
 	for i, r := range got {
-		if want := fmt.Sprintf("d%d", i); r.Event.Delta != want || r.Seq != uint64(i+1) {
-			t.Fatalf("event %d: got seq %d %q, want %q", i, r.Seq, r.Event.Delta, want)
+		if r.Seq != uint64(i+1) || r.Event.Type != protocol.LiveTextDelta {
+			t.Fatalf("event %d: got seq %d %s, want seq %d text_delta", i, r.Seq, r.Event.Type, i+1)
 		}
+		text.WriteString(r.Event.Delta)
+	}
+	if text.String() != want.String() || uint64(len(got)) != last {
+		t.Fatalf("subscriber got %d events (last seq %d) carrying\n%q\nwant every delta once, in order:\n%q",
+			len(got), last, text.String(), want.String())
 	}
 	select {
 	case r := <-sub.C():

@@ -17,8 +17,10 @@ import (
 
 // Defaults of ClientConfig.
 const (
-	DefaultLiveWindow  = 64
-	DefaultOutboxLimit = 4096
+	DefaultLiveWindow           = 64
+	DefaultOutboxLimit          = 4096
+	DefaultLiveCoalesceBytes    = 16 << 10
+	DefaultLiveCoalesceInflight = 1
 )
 
 // ErrClientClosed is returned by a Client's methods after Close.
@@ -36,6 +38,16 @@ type ClientConfig struct {
 	// OutboxLimit bounds the live events kept until acknowledged; Live waits when it is full
 	// (default 4096).
 	OutboxLimit int
+	// LiveCoalesceBytes bounds the delta of one live event: consecutive text_delta (or
+	// thinking_delta) events that were never sent merge into one while their deltas fit
+	// (default 16 KiB; a single bigger delta goes alone). Negative: every event goes alone.
+	LiveCoalesceBytes int
+	// LiveCoalesceInflight: while at least this many live events are unacknowledged, a delta
+	// at the tail of the outbox is held so that the deltas after it merge into it, like Nagle's
+	// algorithm (default 1). It goes as soon as fewer are in flight, it reaches
+	// LiveCoalesceBytes, another event follows it or WaitLiveAcked asks for it. Negative: never
+	// held.
+	LiveCoalesceInflight int
 }
 
 func (c *ClientConfig) setDefaults() {
@@ -48,6 +60,12 @@ func (c *ClientConfig) setDefaults() {
 	}
 	if c.OutboxLimit <= 0 {
 		c.OutboxLimit = DefaultOutboxLimit
+	}
+	if c.LiveCoalesceBytes == 0 {
+		c.LiveCoalesceBytes = DefaultLiveCoalesceBytes
+	}
+	if c.LiveCoalesceInflight == 0 {
+		c.LiveCoalesceInflight = DefaultLiveCoalesceInflight
 	}
 }
 
@@ -66,6 +84,7 @@ func (c *ClientConfig) Validate() error {
 type ClientStats struct {
 	Connects        int // admitted connections
 	LiveSent        int // live-event frames sent, resends included
+	LiveMerged      int // deltas merged into the live event before them (Live returned its seq)
 	Resyncs         int // resync-required answers acted on
 	CapacityRetries int // capacity-exceeded (or retryable internal) answers acted on
 	CommitRetries   int // commits resent after a lost connection or a retryable answer
@@ -77,8 +96,10 @@ type ClientStats struct {
 // from there. Delivery is at-least-once; the gateway dedupes on the operation identity.
 //
 // Live events are pipelined (up to LiveWindow in flight, cumulative ACKs; resync-required and
-// capacity-exceeded rewind to the ACK cursor). Transcript commits go one at a time, because each
-// commit's base leaf is the previous commit's new leaf.
+// capacity-exceeded rewind to the ACK cursor). Consecutive deltas that were never sent merge into
+// one event (see LiveCoalesceBytes and LiveCoalesceInflight); an event once sent never changes, so
+// a resend carries the same content under the same seq. Transcript commits go one at a time,
+// because each commit's base leaf is the previous commit's new leaf.
 type Client struct {
 	cfg    ClientConfig
 	w      *worker
@@ -97,6 +118,8 @@ type Client struct {
 	outbox    []protocol.LiveEvent
 	liveAcked uint64
 	sendFrom  uint64 // next seq to send on the current connection
+	liveSent  uint64 // highest seq ever sent on any connection: it and those before it never change
+	liveFlush uint64 // WaitLiveAcked asked for seqs up to this one: none of them is held
 	gen       uint64 // bumped on every rewind; answers to frames of older generations are ignored
 	livePause time.Time
 
@@ -203,26 +226,73 @@ func (c *Client) wait(ctx context.Context, cond func() (ok bool, until time.Time
 	}
 }
 
-// Live queues one live event and returns its seq. It waits while the outbox is full. The event is
-// acknowledged later; see WaitLiveAcked.
+// Live queues one live event and returns its seq: a delta that merged into the never-sent delta
+// before it returns that event's seq. It waits while the outbox is full. The event is acknowledged
+// later; see WaitLiveAcked.
 func (c *Client) Live(ctx context.Context, ev protocol.LiveEvent) (uint64, error) {
 	if _, err := json.Marshal(ev); err != nil {
 		return 0, fmt.Errorf("encode live event: %w", err)
 	}
+	merge := false
 	if err := c.wait(ctx, func() (bool, time.Time) {
-		return c.resumed && len(c.outbox) < c.cfg.OutboxLimit, time.Time{}
+		merge = c.resumed && c.mergesLocked(ev)
+		return c.resumed && (merge || len(c.outbox) < c.cfg.OutboxLimit), time.Time{}
 	}); err != nil {
 		return 0, err
 	}
 	defer c.mu.Unlock()
-	c.outbox = append(c.outbox, ev)
+	if merge {
+		c.outbox[len(c.outbox)-1].Delta += ev.Delta
+		c.stats.LiveMerged++
+	} else {
+		c.outbox = append(c.outbox, ev)
+	}
 	seq := c.liveAcked + uint64(len(c.outbox))
 	c.notifyLocked()
 	return seq, nil
 }
 
-// WaitLiveAcked waits until the gateway has acknowledged every live event up to seq.
+// deltaOnly reports whether ev is a text or thinking delta with nothing else set: one that may
+// merge with its neighbours.
+func deltaOnly(ev protocol.LiveEvent) bool {
+	return (ev.Type == protocol.LiveTextDelta || ev.Type == protocol.LiveThinkingDelta) && ev.Delta != "" &&
+		ev.ToolCallID == "" && ev.ToolName == "" && len(ev.Args) == 0 && len(ev.PartialResult) == 0 &&
+		len(ev.Result) == 0 && !ev.IsError && ev.Error == ""
+}
+
+// mergesLocked reports whether ev merges into the outbox's last event: both deltas of one type,
+// that event never sent, and their deltas within LiveCoalesceBytes.
+func (c *Client) mergesLocked(ev protocol.LiveEvent) bool {
+	n := len(c.outbox)
+	if c.cfg.LiveCoalesceBytes < 0 || n == 0 || c.liveAcked+uint64(n) <= c.liveSent || !deltaOnly(ev) {
+		return false
+	}
+	tail := c.outbox[n-1]
+	return tail.Type == ev.Type && deltaOnly(tail) && len(tail.Delta)+len(ev.Delta) <= c.cfg.LiveCoalesceBytes
+}
+
+// holdLocked reports whether the event at sendFrom waits for deltas to merge into it: it is the
+// outbox's last event, a delta never sent with room left, and LiveCoalesceInflight events are in
+// flight (their ACK sends it).
+func (c *Client) holdLocked(inflight uint64) bool {
+	n := len(c.outbox)
+	if c.cfg.LiveCoalesceBytes < 0 || c.cfg.LiveCoalesceInflight < 0 || inflight < uint64(c.cfg.LiveCoalesceInflight) ||
+		n == 0 || c.sendFrom != c.liveAcked+uint64(n) || c.sendFrom <= c.liveSent || c.sendFrom <= c.liveFlush {
+		return false
+	}
+	tail := c.outbox[n-1]
+	return deltaOnly(tail) && len(tail.Delta) < c.cfg.LiveCoalesceBytes
+}
+
+// WaitLiveAcked waits until the gateway has acknowledged every live event up to seq. A delta held
+// for merging (LiveCoalesceInflight) among them goes at once.
 func (c *Client) WaitLiveAcked(ctx context.Context, seq uint64) error {
+	c.mu.Lock()
+	if seq > c.liveFlush {
+		c.liveFlush = seq
+		c.notifyLocked()
+	}
+	c.mu.Unlock()
 	if err := c.wait(ctx, func() (bool, time.Time) { return c.liveAcked >= seq, time.Time{} }); err != nil {
 		return err
 	}
@@ -410,7 +480,8 @@ func (c *Client) liveSender(ctx context.Context, cc *conn) error {
 				return false, c.livePause
 			}
 			inflight := c.sendFrom - 1 - c.liveAcked
-			return c.sendFrom <= c.liveAcked+uint64(len(c.outbox)) && inflight < uint64(c.cfg.LiveWindow), time.Time{}
+			return c.sendFrom <= c.liveAcked+uint64(len(c.outbox)) && inflight < uint64(c.cfg.LiveWindow) &&
+				!c.holdLocked(inflight), time.Time{}
 		}); err != nil {
 			return err
 		}
@@ -421,6 +492,7 @@ func (c *Client) liveSender(ctx context.Context, cc *conn) error {
 		seq, gen, acked = c.sendFrom, c.gen, c.liveAcked
 		ev = c.outbox[seq-c.liveAcked-1]
 		c.sendFrom++
+		c.liveSent = max(c.liveSent, seq)
 		c.stats.LiveSent++
 		c.mu.Unlock()
 		p := protocol.LiveEventParams{Scope: c.scope(protocol.StreamLive, seq), LastAckedSeq: acked, Event: ev}
