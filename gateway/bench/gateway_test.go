@@ -96,6 +96,10 @@ func (tokenModel) Stream(ctx context.Context, _ string, _ protocol.Context, _ in
 // envProfile, set for the bench gateway, has it write a CPU profile of its whole life there.
 const envProfile = "OPENCLAW_BENCH_GATEWAY_CPUPROFILE"
 
+// envMaxInflight sets the bench gateway's capacity.maxInflightInference (section 1's what-if runs;
+// unset: the default).
+const envMaxInflight = "OPENCLAW_BENCH_MAX_INFLIGHT"
+
 func runGateway(dir string) error {
 	ctx := context.Background()
 	if path := os.Getenv(envProfile); path != "" {
@@ -176,7 +180,11 @@ func newBenchHub(ctx context.Context, dir string, models hub.Models, onTurn func
 		return nil, err
 	}
 	g := &benchHub{db: db, st: st, reg: prometheus.NewRegistry(), byEnv: map[string]workerLine{}}
-	g.srv, err = hub.New(hub.Config{DB: db, Sessions: st, Models: models, Registerer: g.reg,
+	var capacity hub.Capacity // the defaults, or OPENCLAW_BENCH_MAX_INFLIGHT's model calls in flight
+	if n, err := strconv.Atoi(os.Getenv(envMaxInflight)); err == nil && n > 0 {
+		capacity.MaxInflightInference = n
+	}
+	g.srv, err = hub.New(hub.Config{DB: db, Sessions: st, Models: models, Registerer: g.reg, Capacity: capacity,
 		ExpectedBundle: func(string) (string, bool) { return benchBundle, true },
 		OnAdmit: func(env string) {
 			g.mu.Lock()

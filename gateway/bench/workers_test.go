@@ -161,6 +161,7 @@ type benchWorker struct {
 	line   workerLine
 	client *remote.Client
 	lat    []time.Duration // provider emit → event in the worker, each token
+	seqs   []uint64        // the live event each token went into (ascending)
 	calls  int
 	errs   int
 }
@@ -168,6 +169,22 @@ type benchWorker struct {
 func workerConfig(sock string, w workerLine) remote.Config {
 	return remote.Config{SocketPath: sock, EnvironmentID: w.Env, Credential: w.Cred, OwnerEpoch: 1,
 		BundleHash: benchBundle, Version: "bench", BackoffMin: 50 * time.Millisecond, BackoffMax: time.Second}
+}
+
+// envCoalesce sets the session clients' remote.ClientConfig.LiveCoalesceInflight for section 1
+// ("off": LiveCoalesceBytes -1, every token its own live event); unset keeps the defaults.
+const envCoalesce = "OPENCLAW_BENCH_COALESCE"
+
+func coalesceConfig(c *remote.ClientConfig) {
+	switch s := os.Getenv(envCoalesce); s {
+	case "":
+	case "off":
+		c.LiveCoalesceBytes = -1
+	default:
+		if n, err := strconv.Atoi(s); err == nil {
+			c.LiveCoalesceInflight = n
+		}
+	}
 }
 
 // startWorkers runs ws' environment connections until ctx ends and returns once each turn started.
@@ -194,7 +211,9 @@ func startWorkers(ctx context.Context, t *testing.T, g *childGateway, ws []worke
 		}
 		cfg := workerConfig(g.sock, w.line)
 		cfg.SessionID, cfg.OwnerEpoch = w.line.Session, w.line.Epoch
-		c, err := remote.NewClient(remote.ClientConfig{Config: cfg, RunID: benchRun, RunEpoch: 1})
+		ccfg := remote.ClientConfig{Config: cfg, RunID: benchRun, RunEpoch: 1}
+		coalesceConfig(&ccfg)
+		c, err := remote.NewClient(ccfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,7 +238,10 @@ func stream(ctx context.Context, ws []*benchWorker) {
 						if ns, err := strconv.ParseInt(ev.Delta, 10, 64); err == nil {
 							w.lat = append(w.lat, time.Since(time.Unix(0, ns)))
 						}
-						_, err := w.client.Live(ctx, protocol.LiveEvent{Type: protocol.LiveTextDelta, Delta: ev.Delta})
+						seq, err := w.client.Live(ctx, protocol.LiveEvent{Type: protocol.LiveTextDelta, Delta: ev.Delta})
+						if err == nil {
+							w.seqs = append(w.seqs, seq)
+						}
 						return err
 					})
 				switch {
@@ -296,10 +318,16 @@ func TestWorkersHeld(t *testing.T) {
 		stop()
 		var lat []time.Duration
 		var calls, errs int
+		// Live events the gateway acknowledged (written durably), and the tokens they carry.
+		var events, written uint64
 		for _, w := range ws {
 			lat = append(lat, w.lat...)
 			calls += w.calls
 			errs += w.errs
+			acked := w.client.LiveAcked()
+			events += acked
+			n, _ := slices.BinarySearch(w.seqs, acked+1)
+			written += uint64(n)
 		}
 		streamRSS := after.RSSKiB
 		if m := mid.Load(); m != nil {
@@ -311,12 +339,13 @@ func TestWorkersHeld(t *testing.T) {
 		}
 		cpu := float64(after.CPUNs-before.CPUNs) / float64(wall.Nanoseconds())
 		tokensPerS := float64(len(lat)) / wall.Seconds()
-		rows = append(rows, fmt.Sprintf("%d\t%d\t%.2f\t%.0f\t%d\t%d\t%s\t%s\t%d\t%d\t%v", n, idle.Workers, cpu, tokensPerS,
+		eventsPerS := float64(events) / wall.Seconds()
+		rows = append(rows, fmt.Sprintf("%d\t%d\t%.2f\t%.0f\t%.0f\t%.0f\t%d\t%d\t%s\t%s\t%d\t%d\t%v", n, idle.Workers, cpu, tokensPerS, float64(written)/wall.Seconds(), eventsPerS,
 			(idle.RSSKiB-base.RSSKiB)/int64(n), (streamRSS-base.RSSKiB)/int64(n), pct(lat, .5).Round(10*time.Microsecond),
 			pct(lat, .99).Round(10*time.Microsecond), calls, errs, after.Rejections))
 		if n == ns[len(ns)-1] {
-			summarize("1 workers held", fmt.Sprintf("%d streaming workers held: %.2f cores, %.0f tokens/s, p50/p99 relay %s/%s, idle %d KiB/worker, %d refusals",
-				idle.Workers, cpu, tokensPerS, pct(lat, .5).Round(10*time.Microsecond), pct(lat, .99).Round(10*time.Microsecond),
+			summarize("1 workers held", fmt.Sprintf("%d streaming workers held: %.2f cores, %.0f tokens/s in %.0f live events/s, p50/p99 relay %s/%s, idle %d KiB/worker, %d refusals",
+				idle.Workers, cpu, tokensPerS, eventsPerS, pct(lat, .5).Round(10*time.Microsecond), pct(lat, .99).Round(10*time.Microsecond),
 				(idle.RSSKiB-base.RSSKiB)/int64(n), rej), "500 held; ≤256 KiB/idle worker")
 			// Where shedding starts: the workers of 10 more environments.
 			extra := g.setup(n+10, n)
@@ -341,7 +370,7 @@ func TestWorkersHeld(t *testing.T) {
 				}
 				time.Sleep(200 * time.Millisecond) // polling the other process's counters
 			}
-			rows = append(rows, fmt.Sprintf("+10\t%d\t\t\t\t\t\t\t\t\t%d workers refused at admission (max-workers)", s.Workers, s.Rejections["max-workers"]))
+			rows = append(rows, fmt.Sprintf("+10\t%d\t\t\t\t\t\t\t\t\t\t\t%d workers refused at admission (max-workers)", s.Workers, s.Rejections["max-workers"]))
 		}
 		cancel()
 		for _, w := range ws {
@@ -350,5 +379,5 @@ func TestWorkersHeld(t *testing.T) {
 		wg.Wait()
 	}
 	table(fmt.Sprintf("1. Workers held (gateway in its own process; %s streaming at %d tokens/s; %s, %d cores)", window, tokensPerSecond, machine(), runtime.NumCPU()),
-		"N\tadmitted\tgateway CPU (cores)\ttokens/s relayed\tRSS/idle worker KiB\tRSS/streaming worker KiB\trelay p50\trelay p99\tcalls\tcall errors\trefusals", rows)
+		"N\tadmitted\tgateway CPU (cores)\ttokens/s relayed\ttokens/s written\tlive events/s written\tRSS/idle worker KiB\tRSS/streaming worker KiB\trelay p50\trelay p99\tcalls\tcall errors\trefusals", rows)
 }
