@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/openclaw/cloudworkers/gateway/hub"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/protocol"
@@ -16,7 +18,7 @@ import (
 
 var _ hub.SessionBackend = (*sessions.Store)(nil)
 
-func withSessions(t *testing.T) (*harness, *sessions.Store) {
+func withSessions(t *testing.T, mods ...func(*hub.Config)) (*harness, *sessions.Store) {
 	t.Helper()
 	var st *sessions.Store
 	h := newHarness(t, func(c *hub.Config) {
@@ -26,20 +28,17 @@ func withSessions(t *testing.T) (*harness, *sessions.Store) {
 			t.Fatal(err)
 		}
 		c.Sessions = st
+		for _, mod := range mods {
+			mod(c)
+		}
 	})
 	t.Cleanup(func() { _ = st.Close(context.Background()) })
 	return h, st
 }
 
-func userMessage(text string) protocol.Message {
-	return protocol.Message{Role: protocol.RoleUser, Content: []protocol.Content{{Type: protocol.ContentText, Text: text}}, Timestamp: 1}
-}
-
-// A worker client commits and streams live events while the tunnel drops repeatedly: every commit
-// lands once, in order, and every live event reaches a subscriber once, in order.
-func TestClientSurvivesTunnelDrops(t *testing.T) {
-	h, st := withSessions(t)
-	ctx := testContext(t)
+// attachedSession creates a session attached to envA and subscribes to its live events.
+func attachedSession(t *testing.T, ctx context.Context, st *sessions.Store) (sessions.Session, uint64, *sessions.Subscription[*sessions.LiveRecord]) {
+	t.Helper()
 	ses, err := st.Create(ctx, sessions.CreateParams{})
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +51,20 @@ func TestClientSurvivesTunnelDrops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Close()
+	t.Cleanup(sub.Close)
+	return ses, epoch, sub
+}
+
+func userMessage(text string) protocol.Message {
+	return protocol.Message{Role: protocol.RoleUser, Content: []protocol.Content{{Type: protocol.ContentText, Text: text}}, Timestamp: 1}
+}
+
+// A worker client commits and streams live events while the tunnel drops repeatedly: every commit
+// lands once, in order, and every live event reaches a subscriber once, in order.
+func TestClientSurvivesTunnelDrops(t *testing.T) {
+	h, st := withSessions(t)
+	ctx := testContext(t)
+	ses, epoch, sub := attachedSession(t, ctx, st)
 	const commits, events = 20, 600
 	var want strings.Builder
 	for i := range events {
@@ -224,5 +236,48 @@ func TestStreamQueueBackpressureWithoutHeadOfLineBlocking(t *testing.T) {
 		if !got[fmt.Sprintf("s%d", i)] {
 			t.Fatalf("queued request s%d not answered: %v", i, got)
 		}
+	}
+}
+
+// Workers merge deltas into longer live events, but the gateway does not rely on their bound: a
+// delta of any length within the frame limit is one event, stored and fanned out whole; a frame
+// over the limit closes the connection (message too big) and nothing of it is stored.
+func TestLongDeltaWithinFrameLimitAndHugeOneRefused(t *testing.T) {
+	const limit = 128 << 10
+	h, st := withSessions(t, func(c *hub.Config) { c.FrameLimit = limit })
+	ctx := testContext(t)
+	ses, epoch, sub := attachedSession(t, ctx, st)
+	c := rawConn(t, h)
+	sendFrame(t, c, connectFrame(t, envA, h.mint(envA, bundleA, time.Hour, nil), bundleA, func(a *protocol.Admission) {
+		a.SessionID, a.OwnerEpoch = ses.ID, epoch
+	}))
+	if f := recvFrame(t, c); !f.OK {
+		t.Fatalf("connect: %+v", f.Error)
+	}
+	live := func(id string, seq uint64, delta string) protocol.Frame {
+		f, err := protocol.Request(id, protocol.MethodLiveEvent, protocol.LiveEventParams{
+			Scope: protocol.Scope{SessionID: ses.ID, OwnerEpoch: epoch, StreamKind: protocol.StreamLive, RunEpoch: 1, Seq: seq},
+			Event: protocol.LiveEvent{Type: protocol.LiveTextDelta, Delta: delta}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	long := strings.Repeat("long delta ", (limit/2)/len("long delta ")) // 64 KiB: 4× the client's bound
+	sendFrame(t, c, live("l1", 1, long))
+	if f := recvFrame(t, c); !f.OK {
+		t.Fatalf("a %d-byte delta within the frame limit was refused: %+v", len(long), f.Error)
+	}
+	if r := recvChan(t, "the long event", sub.C()); r.Seq != 1 || r.Event.Delta != long {
+		t.Fatalf("subscriber got seq %d with %d bytes, want seq 1 with the whole %d-byte delta", r.Seq, len(r.Event.Delta), len(long))
+	}
+
+	sendFrame(t, c, live("l2", 2, strings.Repeat("x", limit+1)))
+	_, _, err := c.Read(ctx)
+	if got := websocket.CloseStatus(err); got != websocket.StatusMessageTooBig {
+		t.Fatalf("after a live event over the frame limit read = %v, want close status %v", err, websocket.StatusMessageTooBig)
+	}
+	if cur, err := st.LiveCursor(ctx, ses.ID); err != nil || cur != 1 {
+		t.Fatalf("live cursor %d (%v) after the oversized event, want 1: nothing of it stored", cur, err)
 	}
 }
