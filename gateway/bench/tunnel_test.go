@@ -8,12 +8,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
 	"github.com/openclaw/cloudworkers/internal/netnsbox"
@@ -105,7 +108,13 @@ func TestTunnelThroughput(t *testing.T) {
 		name, sock string
 		pid        int // the ssh process, whose CPU is the forward's on this side; 0 for ours (this process)
 	}
-	forwards := []forward{{name: "ours (gateway/tunnel, " + tunnel.Ciphers[0] + ")", sock: filepath.Join(box.Home, "ocw/bulk.sock")}}
+	// The cipher the name gives is the one negotiated, each direction, not the one asked for first.
+	am, ok := th.Client("env-bulk").Conn.(ssh.AlgorithmsConnMetadata)
+	if !ok {
+		t.Fatal("tunnel connection does not report its algorithms")
+	}
+	algs := am.Algorithms()
+	forwards := []forward{{name: "ours (gateway/tunnel, " + negotiated(algs.Read.Cipher, algs.Write.Cipher) + ")", sock: filepath.Join(box.Home, "ocw/bulk.sock")}}
 	for _, o := range []struct{ name, file string }{{"OpenSSH ssh -R, its default cipher", "ossh-default.sock"}, {"OpenSSH ssh -R, -c aes128-gcm@openssh.com", "ossh-gcm.sock"}} {
 		var cipher []string
 		if strings.Contains(o.name, "-c ") {
@@ -121,15 +130,22 @@ func TestTunnelThroughput(t *testing.T) {
 	for _, f := range forwards {
 		times[f.name], cpu[f.name] = map[bool][]time.Duration{}, map[bool]time.Duration{}
 	}
-	for range bulkReps {
+	profile := os.Getenv(envTunnelProfile)
+	for round := range bulkReps {
 		for _, f := range forwards {
 			for _, up := range []bool{true, false} {
 				var res bulkResult
+				stop := func() {}
+				if profile != "" && f.pid == 0 {
+					stop = cpuProfile(t, fmt.Sprintf("%s-%s-%d.pprof", profile, bulkDirection(up), round+1))
+				}
 				before := sideCPU(t, f.pid)
-				if err := onBox(c, bin, boxTask{Bulk: &bulkTask{Sock: f.sock, Up: up, Bytes: bulkBytes, Reps: 1}}, &res); err != nil {
+				err := onBox(c, bin, boxTask{Bulk: &bulkTask{Sock: f.sock, Up: up, Bytes: bulkBytes, Reps: 1}}, &res)
+				cpu[f.name][up] += sideCPU(t, f.pid) - before
+				stop()
+				if err != nil {
 					t.Fatalf("%s: %v", f.name, err)
 				}
-				cpu[f.name][up] += sideCPU(t, f.pid) - before
 				times[f.name][up] = append(times[f.name][up], time.Duration(res.Ns[0]))
 			}
 		}
@@ -160,10 +176,7 @@ func TestTunnelThroughput(t *testing.T) {
 	}
 	ours, def, gcm := forwards[0].name, forwards[1].name, forwards[2].name
 	for _, up := range []bool{true, false} {
-		dir := "down"
-		if up {
-			dir = "up"
-		}
+		dir := bulkDirection(up)
 		rows = append(rows, fmt.Sprintf("ratio ours/OpenSSH %s\t\t%.2f× (default cipher), %.2f× (same cipher); fastest rounds %.2f×, %.2f×; CPU %.2f×, %.2f×", dir,
 			rate[ours][up]/rate[def][up], rate[ours][up]/rate[gcm][up], best[ours][up]/best[def][up], best[ours][up]/best[gcm][up],
 			cpuPer[ours][up].Seconds()/cpuPer[def][up].Seconds(), cpuPer[ours][up].Seconds()/cpuPer[gcm][up].Seconds()))
@@ -174,6 +187,45 @@ func TestTunnelThroughput(t *testing.T) {
 		rate[ours][true]/rate[def][true], rate[ours][false]/rate[def][false], rate[ours][true]/rate[gcm][true], rate[ours][false]/rate[gcm][false],
 		best[ours][true]/best[def][true], best[ours][false]/best[def][false], best[ours][true]/best[gcm][true], best[ours][false]/best[gcm][false],
 		cpuPer[ours][true].Seconds()/cpuPer[gcm][true].Seconds(), cpuPer[ours][false].Seconds()/cpuPer[gcm][false].Seconds()), "≥ 0.9× OpenSSH")
+}
+
+// envTunnelProfile, when set, is the path prefix of CPU profiles of this process during each of our
+// forward's transfers: <prefix>-up-<round>.pprof and <prefix>-down-<round>.pprof (read them
+// together: go tool pprof -top <prefix>-up-*.pprof).
+const envTunnelProfile = "OPENCLAW_BENCH_TUNNEL_CPUPROFILE"
+
+// cpuProfile starts a CPU profile of this process into path; the function it returns stops it.
+func cpuProfile(t *testing.T, path string) (stop func()) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// negotiated names the ciphers of both directions, once when they are the same.
+func negotiated(read, write string) string {
+	if read == write {
+		return read
+	}
+	return "read " + read + ", write " + write
+}
+
+func bulkDirection(up bool) string {
+	if up {
+		return "up"
+	}
+	return "down"
 }
 
 // sideCPU is the CPU time this process used so far, plus that of process pid when it is not 0
