@@ -98,3 +98,18 @@ func PublicDir(t testing.TB, pattern string) string {
 	}
 	return dir
 }
+
+// WriteFiles writes files (slash-separated path → content, mode 0644) below root, creating
+// directories.
+func WriteFiles(t testing.TB, root string, files map[string]string) {
+	t.Helper()
+	for p, c := range files {
+		full := filepath.Join(root, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

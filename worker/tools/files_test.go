@@ -6,13 +6,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
 func TestRead(t *testing.T) {
 	s, ws := newTestSet(t, func(c *Config) { c.MaxLines = 50; c.MaxOutputBytes = 4096 })
 	png := []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00\x00")
-	writeFiles(t, ws, map[string]string{
+	testenv.WriteFiles(t, ws, map[string]string{
 		"small.txt":   "alpha\nbeta\ngamma\n",
 		"nonl.txt":    "one\ntwo",
 		"crlf.txt":    "a\r\nb\r\n",
@@ -93,7 +94,7 @@ func tail(s string, n int) string {
 
 func TestWrite(t *testing.T) {
 	s, ws := newTestSet(t, nil)
-	writeFiles(t, ws, map[string]string{"exec.sh": "old"})
+	testenv.WriteFiles(t, ws, map[string]string{"exec.sh": "old"})
 	if err := os.Chmod(filepath.Join(ws, "exec.sh"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +161,7 @@ func TestEdit(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s, ws := newTestSet(t, nil)
-			writeFiles(t, ws, map[string]string{"f.go": orig})
+			testenv.WriteFiles(t, ws, map[string]string{"f.go": orig})
 			r := runTool(t, s, "edit", map[string]any{"path": "f.go", "edits": tc.edits})
 			if tc.errs != nil {
 				mustErr(t, r, tc.errs...)
@@ -174,7 +175,7 @@ func TestEdit(t *testing.T) {
 	}
 	t.Run("crlf file", func(t *testing.T) {
 		s, ws := newTestSet(t, nil)
-		writeFiles(t, ws, map[string]string{"w.txt": "one\r\ntwo\r\nthree\r\n"})
+		testenv.WriteFiles(t, ws, map[string]string{"w.txt": "one\r\ntwo\r\nthree\r\n"})
 		mustOK(t, runTool(t, s, "edit", map[string]any{"path": "w.txt", "edits": []map[string]any{edit("one\ntwo", "1\n2", false)}}))
 		if got := readFile(t, ws, "w.txt"); got != "1\r\n2\r\nthree\r\n" {
 			t.Fatalf("got %q", got)

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/openclaw/cloudworkers/internal/testenv"
 )
 
 func TestApplyPatch(t *testing.T) {
@@ -119,7 +121,7 @@ func TestApplyPatch(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s, ws := newTestSet(t, nil)
-			writeFiles(t, ws, base)
+			testenv.WriteFiles(t, ws, base)
 			r := runTool(t, s, "apply_patch", map[string]any{"input": tc.patch})
 			if tc.errs != nil {
 				mustErr(t, r, tc.errs...)
@@ -155,7 +157,7 @@ func TestApplyPatch(t *testing.T) {
 
 func TestApplyPatchSummary(t *testing.T) {
 	s, ws := newTestSet(t, nil)
-	writeFiles(t, ws, map[string]string{"a.txt": "a\n", "b.txt": "b\n"})
+	testenv.WriteFiles(t, ws, map[string]string{"a.txt": "a\n", "b.txt": "b\n"})
 	out := mustOK(t, runTool(t, s, "apply_patch", map[string]any{"input": "*** Begin Patch\n*** Add File: c.txt\n+c\n*** Update File: a.txt\n@@\n-a\n+A\n*** Delete File: b.txt\n*** End Patch"}))
 	want := "Success. Updated the following files:\nA c.txt\nM a.txt\nD b.txt"
 	if out != want {

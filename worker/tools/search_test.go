@@ -3,12 +3,14 @@ package tools
 import (
 	"strings"
 	"testing"
+
+	"github.com/openclaw/cloudworkers/internal/testenv"
 )
 
 func searchTree(t *testing.T) (*Set, string) {
 	t.Helper()
 	s, ws := newTestSet(t, nil)
-	writeFiles(t, ws, map[string]string{
+	testenv.WriteFiles(t, ws, map[string]string{
 		".gitignore":              "build/\n*.log\n!keep.log\n",
 		"main.go":                 "package main\n\n// TODO: fix\nfunc main() {\n\tFoo()\n}\n",
 		"lib/foo.go":              "package lib\n\nfunc Foo() {}\nfunc foo2() {}\n",
@@ -77,7 +79,7 @@ func TestGrep(t *testing.T) {
 
 func TestGrepOutputBounded(t *testing.T) {
 	s, ws := newTestSet(t, func(c *Config) { c.MaxOutputBytes = 2000 })
-	writeFiles(t, ws, map[string]string{"big.txt": strings.Repeat("needle "+strings.Repeat("x", 90)+"\n", 500)})
+	testenv.WriteFiles(t, ws, map[string]string{"big.txt": strings.Repeat("needle "+strings.Repeat("x", 90)+"\n", 500)})
 	out := mustOK(t, runTool(t, s, "grep", map[string]any{"pattern": "needle", "limit": 1000}))
 	if len(out) > 2200 || !strings.Contains(out, "output limit of") {
 		t.Fatalf("unbounded (%d bytes): %s", len(out), tail(out, 200))
@@ -113,7 +115,7 @@ func TestFind(t *testing.T) {
 
 func TestLs(t *testing.T) {
 	s, ws := searchTree(t)
-	writeFiles(t, ws, map[string]string{"empty/.keep": ""})
+	testenv.WriteFiles(t, ws, map[string]string{"empty/.keep": ""})
 	tests := []struct {
 		name string
 		args map[string]any

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/openclaw/cloudworkers/internal/testenv"
 )
 
 func TestSetSchemas(t *testing.T) {
@@ -52,7 +54,7 @@ func TestSetRunBadCalls(t *testing.T) {
 
 func TestLenientArgs(t *testing.T) {
 	s, ws := newTestSet(t, nil)
-	writeFiles(t, ws, map[string]string{"a.txt": numberedLines(1, 10)})
+	testenv.WriteFiles(t, ws, map[string]string{"a.txt": numberedLines(1, 10)})
 	// Models sometimes send numbers as strings; accept them.
 	out := mustOK(t, runTool(t, s, "read", `{"path":"a.txt","offset":"3","limit":"2"}`))
 	if !strings.HasPrefix(out, "line 3\nline 4\n") {
@@ -63,11 +65,11 @@ func TestLenientArgs(t *testing.T) {
 func TestPathEscapeRefused(t *testing.T) {
 	s, ws := newTestSet(t, nil)
 	outside := t.TempDir()
-	writeFiles(t, outside, map[string]string{"secret.txt": "secret"})
+	testenv.WriteFiles(t, outside, map[string]string{"secret.txt": "secret"})
 	if err := os.Symlink(outside, filepath.Join(ws, "link")); err != nil {
 		t.Fatal(err)
 	}
-	writeFiles(t, ws, map[string]string{"in.txt": "inside\n"})
+	testenv.WriteFiles(t, ws, map[string]string{"in.txt": "inside\n"})
 	tests := []struct {
 		name, tool string
 		args       map[string]any

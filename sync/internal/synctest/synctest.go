@@ -88,18 +88,10 @@ func Git(t testing.TB, dir string, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// Write writes files (path → content) below root, creating directories.
+// Write writes files (path → content) below root, creating directories (testenv.WriteFiles).
 func Write(t testing.TB, root string, files map[string]string) {
 	t.Helper()
-	for p, c := range files {
-		full := filepath.Join(root, filepath.FromSlash(p))
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testenv.WriteFiles(t, root, files)
 }
 
 // Read returns a file's content below root, or "<missing>".
