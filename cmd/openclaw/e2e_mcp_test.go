@@ -206,7 +206,7 @@ func TestMCPStdioDispatch(t *testing.T) {
 	ctx := testenv.Context(t, 3*time.Minute)
 	p := newProgressLog()
 	cmd := exec.Command(openclawBin, "mcp", "--gateway", g.addr, "--data-dir", g.dataDir)
-	cmd.Stderr = &lockedBuffer{}
+	cmd.Stderr = &logBuffer{}
 	cs, err := mcpClient(p).Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
 	if err != nil {
 		t.Fatalf("connect to openclaw mcp: %v", err)
@@ -308,24 +308,6 @@ func TestMCPHTTPDispatch(t *testing.T) {
 	}
 	// A client still connected (its standalone SSE stream open) does not hold up the gateway's stop.
 	g.stop()
-}
-
-// lockedBuffer is a bytes.Buffer safe for a process's output goroutine and the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // dispatch with wait: false returns the session id at once; status follows it to the end of its

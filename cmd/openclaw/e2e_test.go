@@ -53,7 +53,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// logBuffer holds a gateway's output: the process's copy goroutines write it while a test reads.
+// logBuffer holds a process's output (a gateway's, openclaw mcp's stderr): the process's copy
+// goroutines write it while a test reads.
 type logBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
