@@ -22,8 +22,8 @@ import (
 	"github.com/openclaw/cloudworkers/providers/local"
 )
 
-// startLocalbox is standaloneBox that also returns the box's process, so a test can take the
-// box away.
+// startLocalbox runs `openclaw localbox` outside any provider (a machine that exists on its own)
+// and returns its process, so a test can take the box away, and its state.
 func startLocalbox(t *testing.T, dir string) (*exec.Cmd, local.State) {
 	t.Helper()
 	cmd := exec.Command(openclawBin, "localbox", "--dir", dir)

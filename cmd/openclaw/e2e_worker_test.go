@@ -155,28 +155,6 @@ func TestLocalBoxWorkerLifecycle(t *testing.T) {
 	g.stop()
 }
 
-// standaloneBox runs `openclaw localbox` outside any provider (a machine that exists on its own).
-func standaloneBox(t *testing.T, dir string) local.State {
-	t.Helper()
-	cmd := exec.Command(openclawBin, "localbox", "--dir", dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		st, err := local.ReadState(dir)
-		if err == nil && st.Port > 0 {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("localbox did not start: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func staticProfile(id string, st local.State, hostKey string) string {
 	hosts, _ := json.Marshal([]map[string]any{{"host": st.Host, "port": st.Port, "user": st.User, "keyPath": st.ClientKeyPath, "hostKey": hostKey}})
 	return fmt.Sprintf("  - id: %s\n    provider: static\n    hygiene: {metadataRoute: warn, dockerSocket: warn}\n    settings: {hosts: %s}\n", id, hosts)
@@ -186,8 +164,8 @@ func staticProfile(id string, st local.State, hostKey string) string {
 // bytes; a box that presents a different host key is refused, audited, and nothing is uploaded.
 func TestWarmBoxAndHostKeyPinning(t *testing.T) {
 	root := t.TempDir()
-	warm := standaloneBox(t, filepath.Join(root, "warm"))
-	other := standaloneBox(t, filepath.Join(root, "other"))
+	_, warm := startLocalbox(t, filepath.Join(root, "warm"))
+	_, other := startLocalbox(t, filepath.Join(root, "other"))
 	cfg := fastWorkerConfig + "profiles:\n" + staticProfile("warm", warm, warm.HostKey) +
 		staticProfile("liar", other, warm.HostKey) // pins warm's key, but the box presents its own
 	g := startGateway(t, filepath.Join(root, "data"), cfg)
