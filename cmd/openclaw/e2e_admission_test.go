@@ -135,11 +135,7 @@ func TestHostileWorkersRejectedLocalBox(t *testing.T) {
 }
 
 func TestHostileWorkersRejectedNetns(t *testing.T) {
-	profiles, state := netnsProfile(t)
-	g := startGateway(t, filepath.Join(t.TempDir(), "data"), admissionConfig+profiles)
-	e := g.createEnv("netns")
-	t.Cleanup(func() { _ = exec.Command(leaseNetnsBin, "--state-dir", state, "stop", e.LeaseID).Run() })
-	e = g.waitReady(e.ID)
+	g, e, _ := netnsEnv(t, admissionConfig)
 	t.Cleanup(func() { _, _ = g.destroy(e.ID, false, 30*time.Second) })
 	rejections(t, g, e)
 }

@@ -461,14 +461,8 @@ func setWinsize(t *testing.T, f *os.File, rows, cols int) {
 // interactive shell on a pseudo-terminal of the same size, follows a resize, and passes the
 // shell's exit status through.
 func TestBoxAccessTerminalOnOpenSSH(t *testing.T) {
-	profiles, state := netnsProfile(t)
-	g := startGateway(t, filepath.Join(t.TempDir(), "data"), fastWorkerConfig+profiles)
-	e := g.createEnv("netns")
-	t.Cleanup(func() {
-		destroyAll(g)
-		_ = exec.Command(leaseNetnsBin, "--state-dir", state, "stop", e.LeaseID).Run()
-	})
-	e = g.waitReady(e.ID)
+	g, e, _ := netnsEnv(t, fastWorkerConfig)
+	t.Cleanup(func() { destroyAll(g) })
 
 	interactiveShell(t, g, e.ID)
 }

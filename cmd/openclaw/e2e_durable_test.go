@@ -335,11 +335,7 @@ func checkTranscript(t *testing.T, got, want []string) {
 // three times; afterwards the transcript has every committed message once, in order, and a
 // subscriber got every acknowledged live event once, in order, while another subscriber never read.
 func TestDurableNetnsLinkCuts(t *testing.T) {
-	profiles, state := netnsProfile(t)
-	g := startGateway(t, filepath.Join(t.TempDir(), "data"), durableConfig+profiles)
-	e := g.createEnv("netns")
-	t.Cleanup(func() { _ = exec.Command(leaseNetnsBin, "--state-dir", state, "stop", e.LeaseID).Run() })
-	e = g.waitReady(e.ID)
+	g, e, state := netnsEnv(t, durableConfig)
 	d := newDurable(t, g, e)
 	sub := d.subscribe()
 	d.lazySubscriber()

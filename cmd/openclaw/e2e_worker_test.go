@@ -227,18 +227,24 @@ func netnsProfile(t *testing.T) (cfg, state string) {
 `, l, state), state
 }
 
+// netnsEnv starts a gateway on cfg plus the netns profile and waits for an environment on that
+// profile to be ready; its lease is stopped at cleanup even when the test fails. It also returns
+// lease-netns's state dir.
+func netnsEnv(t *testing.T, cfg string) (*gw, envs.Environment, string) {
+	t.Helper()
+	profiles, state := netnsProfile(t)
+	g := startGateway(t, filepath.Join(t.TempDir(), "data"), cfg+profiles)
+	e := g.createEnv("netns")
+	t.Cleanup(func() { _ = exec.Command(leaseNetnsBin, "--state-dir", state, "stop", e.LeaseID).Run() })
+	return g, g.waitReady(e.ID), state
+}
+
 // TestNetnsPartitionAndRestart: against real OpenSSH sshd in a network namespace: a cold box
 // becomes ready; a link down longer than the keepalive deadline shows reconnecting, link up
 // shows connected and the same worker is re-admitted without a restart; a SIGKILLed gateway
 // re-dials and re-admits it too.
 func TestNetnsPartitionAndRestart(t *testing.T) {
-	profiles, state := netnsProfile(t)
-	g := startGateway(t, filepath.Join(t.TempDir(), "data"), fastWorkerConfig+profiles)
-	e := g.createEnv("netns")
-	t.Cleanup(func() {
-		_ = exec.Command(leaseNetnsBin, "--state-dir", state, "stop", e.LeaseID).Run()
-	})
-	e = g.waitReady(e.ID)
+	g, e, state := netnsEnv(t, fastWorkerConfig)
 	for _, check := range []string{"check metadataRoute: pass", "check dockerSocket: pass", "check sshAgent: pass", "check cleanEnv: pass"} {
 		if g.countNotes(e.ID, check) == 0 {
 			t.Errorf("no note %q", check)
