@@ -48,14 +48,7 @@ func TestGatewayPublish(t *testing.T) {
 	userWorkspace(t, ws, true)
 	gitIn(t, ws, "remote", "add", "origin", remote)
 	gitIn(t, ws, "-c", "credential.helper=", "-c", "credential.helper=!f() { echo username=x-access-token; echo password="+forgeToken+"; }; f", "push", "-q", "origin", "main")
-	id := g.newSession(ws, "work/m")
-	g.dispatchTo(id, "pub")
-	g.mustRest(id, placement.Active)
-	g.runTurn(id, "add the work", "worker")
-	g.pullback(id)
-	g.mustRest(id, placement.Local)
-	branch := "openclaw/" + strings.TrimPrefix(id, "ses_")
-	tip := gitIn(t, ws, "rev-parse", branch)
+	id, branch, tip := g.pulledBackWork(ws, "pub")
 
 	before, err := gitforge.Refs(ctx, bare)
 	if err != nil {
@@ -212,14 +205,7 @@ func TestGatewayPublishSSH(t *testing.T) {
 	userWorkspace(t, ws, true)
 	gitIn(t, ws, "push", "-q", bare, "main")
 	gitIn(t, ws, "remote", "add", "origin", srv.URL(bare))
-	id := g.newSession(ws, "work/m")
-	g.dispatchTo(id, "pubssh")
-	g.mustRest(id, placement.Active)
-	g.runTurn(id, "add the work", "worker")
-	g.pullback(id)
-	g.mustRest(id, placement.Local)
-	branch := "openclaw/" + strings.TrimPrefix(id, "ses_")
-	tip := gitIn(t, ws, "rev-parse", branch)
+	id, branch, tip := g.pulledBackWork(ws, "pubssh")
 	before, err := gitforge.Refs(ctx, bare)
 	if err != nil {
 		t.Fatal(err)
@@ -278,4 +264,18 @@ func startPublishGateway(t *testing.T, root, profile, credential, content string
 		return string(out), err
 	}
 	return g, cli
+}
+
+// pulledBackWork runs a session on ws whose worker turn (on profile) commits work, and pulls it
+// back; it returns the session, its managed branch and the branch's tip.
+func (g *gw) pulledBackWork(ws, profile string) (id, branch, tip string) {
+	g.t.Helper()
+	id = g.newSession(ws, "work/m")
+	g.dispatchTo(id, profile)
+	g.mustRest(id, placement.Active)
+	g.runTurn(id, "add the work", "worker")
+	g.pullback(id)
+	g.mustRest(id, placement.Local)
+	branch = "openclaw/" + strings.TrimPrefix(id, "ses_")
+	return id, branch, gitIn(g.t, ws, "rev-parse", branch)
 }
