@@ -118,10 +118,10 @@ func TestSessionsSpawnWaits(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ws, "README.md"), []byte("hello\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	gitIn(t, ws, "init", "-q")
-	gitIn(t, ws, "add", "README.md")
-	gitIn(t, ws, "commit", "-qm", "initial")
-	head := gitIn(t, ws, "rev-parse", "HEAD")
+	testenv.Git(t, ws, "init", "-q")
+	testenv.Git(t, ws, "add", "README.md")
+	testenv.Git(t, ws, "commit", "-qm", "initial")
+	head := testenv.Git(t, ws, "rev-parse", "HEAD")
 	// the parent's work in progress: an uncommitted edit and an untracked file
 	if err := os.WriteFile(filepath.Join(ws, "README.md"), []byte("hello, edited\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -148,12 +148,12 @@ func TestSessionsSpawnWaits(t *testing.T) {
 		t.Fatalf("spawn result usage %+v cost %v: the child's model calls are not accounted", r.Usage, r.Cost)
 	}
 	// the child's commit holds what it saw: the parent's workspace as it was, uncommitted work included
-	if got := gitIn(t, r.Workspace, "show", r.Commits[0].ID+":seen.txt"); got != "hello, edited\nuntracked note" {
+	if got := testenv.Git(t, r.Workspace, "show", r.Commits[0].ID+":seen.txt"); got != "hello, edited\nuntracked note" {
 		t.Fatalf("the child saw %q, want the parent's uncommitted edit and untracked file", got)
 	}
 
 	// the parent's own repository has the child's branch, to merge from its workspace
-	if r.ParentBranch != r.Branch || gitIn(t, ws, "rev-parse", "refs/heads/"+r.Branch) != r.Commits[0].ID {
+	if r.ParentBranch != r.Branch || testenv.Git(t, ws, "rev-parse", "refs/heads/"+r.Branch) != r.Commits[0].ID {
 		t.Fatalf("the child's branch %s is not in the parent's repository (parentBranch %q)", r.Branch, r.ParentBranch)
 	}
 
@@ -202,7 +202,7 @@ func TestSessionsSpawnWaits(t *testing.T) {
 		t.Fatalf("child environment %s is %s, want destroyed", e.ID, e.State)
 	}
 	// the parent's own checkout: same commit, its work in progress as it was, nothing of the child's
-	if gitIn(t, ws, "rev-parse", "HEAD") != head || readFile(t, filepath.Join(ws, "README.md")) != "hello, edited\n" || exists(filepath.Join(ws, "seen.txt")) {
+	if testenv.Git(t, ws, "rev-parse", "HEAD") != head || readFile(t, filepath.Join(ws, "README.md")) != "hello, edited\n" || exists(filepath.Join(ws, "seen.txt")) {
 		t.Fatal("the parent's checkout was changed by the spawn")
 	}
 }

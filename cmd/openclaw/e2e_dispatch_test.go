@@ -64,18 +64,6 @@ func scriptedModels(t *testing.T, dir string, scripts map[string]string) string 
 	return s + "  default: " + first + "/m\n"
 }
 
-// gitIn runs git in dir with an isolated configuration.
-func gitIn(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=u", "-c", "user.email=u@example.com", "-c", "init.defaultBranch=main"}, args...)...)
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v in %s: %v\n%s", args, dir, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
 // userWorkspace creates the user's workspace: README.md ("hello"), committed when git is set.
 func userWorkspace(t *testing.T, dir string, git bool) {
 	t.Helper()
@@ -86,22 +74,22 @@ func userWorkspace(t *testing.T, dir string, git bool) {
 		t.Fatal(err)
 	}
 	if git {
-		gitIn(t, dir, "init", "-q")
-		gitIn(t, dir, "add", "README.md")
-		gitIn(t, dir, "commit", "-qm", "initial")
+		testenv.Git(t, dir, "init", "-q")
+		testenv.Git(t, dir, "add", "README.md")
+		testenv.Git(t, dir, "commit", "-qm", "initial")
 		// a submodule, sent to the box as it is at the recorded commit
 		lib := dir + "-sublib"
 		if err := os.MkdirAll(lib, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		gitIn(t, lib, "init", "-q")
+		testenv.Git(t, lib, "init", "-q")
 		if err := os.WriteFile(filepath.Join(lib, "lib.go"), []byte("package lib\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		gitIn(t, lib, "add", "lib.go")
-		gitIn(t, lib, "commit", "-qm", "lib")
-		gitIn(t, dir, "-c", "protocol.file.allow=always", "submodule", "add", "-q", lib, "lib")
-		gitIn(t, dir, "commit", "-qm", "add lib")
+		testenv.Git(t, lib, "add", "lib.go")
+		testenv.Git(t, lib, "commit", "-qm", "lib")
+		testenv.Git(t, dir, "-c", "protocol.file.allow=always", "submodule", "add", "-q", lib, "lib")
+		testenv.Git(t, dir, "commit", "-qm", "add lib")
 	}
 }
 
@@ -290,7 +278,7 @@ func dispatchCase(t *testing.T, g *gw, root, profile string, git, fresh bool) {
 	userWorkspace(t, ws, git)
 	var head string
 	if git {
-		head = gitIn(t, ws, "rev-parse", "HEAD")
+		head = testenv.Git(t, ws, "rev-parse", "HEAD")
 	}
 	var id string
 	finals := []string{"Worker turn done.", "Local turn done."}
@@ -411,29 +399,29 @@ func dispatchCase(t *testing.T, g *gw, root, profile string, git, fresh bool) {
 	}
 	if git {
 		branch := "openclaw/" + strings.TrimPrefix(id, "ses_")
-		if got := gitIn(t, anchor, "rev-parse", "--abbrev-ref", "HEAD"); got != branch {
+		if got := testenv.Git(t, anchor, "rev-parse", "--abbrev-ref", "HEAD"); got != branch {
 			t.Fatalf("anchor is on %q, want %s", got, branch)
 		}
-		if got := gitIn(t, ws, "log", "-1", "--format=%s", branch); got != "worker edit" {
+		if got := testenv.Git(t, ws, "log", "-1", "--format=%s", branch); got != "worker edit" {
 			t.Fatalf("managed branch %s tip %q, want the worker's commit", branch, got)
 		}
-		if got := gitIn(t, ws, "rev-parse", branch+"~1"); got != head {
+		if got := testenv.Git(t, ws, "rev-parse", branch+"~1"); got != head {
 			t.Fatalf("managed branch parent %s, want the base %s", got, head)
 		}
-		if st := gitIn(t, anchor, "status", "--porcelain"); !strings.Contains(st, "?? untracked.txt") || strings.Contains(st, "README.md") || strings.Contains(st, "lib") {
+		if st := testenv.Git(t, anchor, "status", "--porcelain"); !strings.Contains(st, "?? untracked.txt") || strings.Contains(st, "README.md") || strings.Contains(st, "lib") {
 			t.Fatalf("anchor status:\n%s", st)
 		}
 		if got := readFile(t, filepath.Join(anchor, "lib", "lib.go")); got != "package lib\n" {
 			t.Fatalf("anchor's submodule lib.go %q", got)
 		}
 		// the user's checkout is untouched
-		if got := gitIn(t, ws, "rev-parse", "HEAD"); got != head {
+		if got := testenv.Git(t, ws, "rev-parse", "HEAD"); got != head {
 			t.Fatalf("user's HEAD moved: %s → %s", head, got)
 		}
-		if got := gitIn(t, ws, "rev-parse", "--abbrev-ref", "HEAD"); got != "main" {
+		if got := testenv.Git(t, ws, "rev-parse", "--abbrev-ref", "HEAD"); got != "main" {
 			t.Fatalf("user's checkout is on %q", got)
 		}
-		if st := gitIn(t, ws, "status", "--porcelain"); st != "" {
+		if st := testenv.Git(t, ws, "status", "--porcelain"); st != "" {
 			t.Fatalf("user's checkout changed:\n%s", st)
 		}
 	}
@@ -605,7 +593,7 @@ func TestGatewayKilledAtEachPlacementStep(t *testing.T) {
 			defer func() { g.t = outer }()
 			ws := filepath.Join(root, string(step))
 			userWorkspace(t, ws, true)
-			head := gitIn(t, ws, "rev-parse", "HEAD")
+			head := testenv.Git(t, ws, "rev-parse", "HEAD")
 			id := g.newSession(ws, "fresh/m")
 			g.dispatchTo(id, "local")
 			if stepOrder[step] < stepOrder[placement.Active] {
@@ -630,10 +618,10 @@ func TestGatewayKilledAtEachPlacementStep(t *testing.T) {
 				g.mustRest(id, placement.Local)
 			}
 			anchor := g.placement(id).Placement.AnchorDir
-			if got := gitIn(t, ws, "log", "-1", "--format=%s", "openclaw/"+strings.TrimPrefix(id, "ses_")); got != "worker edit" {
+			if got := testenv.Git(t, ws, "log", "-1", "--format=%s", "openclaw/"+strings.TrimPrefix(id, "ses_")); got != "worker edit" {
 				t.Fatalf("managed branch tip %q", got)
 			}
-			if got := gitIn(t, ws, "rev-parse", "HEAD"); got != head || readFile(t, filepath.Join(ws, "README.md")) != "hello\n" {
+			if got := testenv.Git(t, ws, "rev-parse", "HEAD"); got != head || readFile(t, filepath.Join(ws, "README.md")) != "hello\n" {
 				t.Fatalf("user's checkout changed")
 			}
 			if !exists(filepath.Join(anchor, "untracked.txt")) {

@@ -149,7 +149,7 @@ func checkMCP(t *testing.T, ctx context.Context, cs *sdk.ClientSession, p *progr
 		t.Fatalf("dispatch result lacks the worker's branch, commit and file: %s", b)
 	}
 	// The user's repository holds the branch with the worker's commit; its checkout is untouched.
-	if got := gitIn(t, ws, "log", "-1", "--format=%s", out.Branch); got != "worker edit" {
+	if got := testenv.Git(t, ws, "log", "-1", "--format=%s", out.Branch); got != "worker edit" {
 		t.Fatalf("branch %s in the user's repository: last commit %q", out.Branch, got)
 	}
 	if got, _ := os.ReadFile(filepath.Join(ws, "README.md")); string(got) != "hello\n" {

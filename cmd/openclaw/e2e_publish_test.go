@@ -46,8 +46,8 @@ func TestGatewayPublish(t *testing.T) {
 
 	ws := filepath.Join(root, "user")
 	userWorkspace(t, ws, true)
-	gitIn(t, ws, "remote", "add", "origin", remote)
-	gitIn(t, ws, "-c", "credential.helper=", "-c", "credential.helper=!f() { echo username=x-access-token; echo password="+forgeToken+"; }; f", "push", "-q", "origin", "main")
+	testenv.Git(t, ws, "remote", "add", "origin", remote)
+	testenv.Git(t, ws, "-c", "credential.helper=", "-c", "credential.helper=!f() { echo username=x-access-token; echo password="+forgeToken+"; }; f", "push", "-q", "origin", "main")
 	id, branch, tip := g.pulledBackWork(ws, "pub")
 
 	before, err := gitforge.Refs(ctx, bare)
@@ -203,8 +203,8 @@ func TestGatewayPublishSSH(t *testing.T) {
 
 	ws := filepath.Join(root, "user")
 	userWorkspace(t, ws, true)
-	gitIn(t, ws, "push", "-q", bare, "main")
-	gitIn(t, ws, "remote", "add", "origin", srv.URL(bare))
+	testenv.Git(t, ws, "push", "-q", bare, "main")
+	testenv.Git(t, ws, "remote", "add", "origin", srv.URL(bare))
 	id, branch, tip := g.pulledBackWork(ws, "pubssh")
 	before, err := gitforge.Refs(ctx, bare)
 	if err != nil {
@@ -277,5 +277,5 @@ func (g *gw) pulledBackWork(ws, profile string) (id, branch, tip string) {
 	g.pullback(id)
 	g.mustRest(id, placement.Local)
 	branch = "openclaw/" + strings.TrimPrefix(id, "ses_")
-	return id, branch, gitIn(g.t, ws, "rev-parse", branch)
+	return id, branch, testenv.Git(g.t, ws, "rev-parse", branch)
 }

@@ -67,7 +67,7 @@ func TestPullBackSecretScan(t *testing.T) {
 	if exists(filepath.Join(v.Placement.AnchorDir, "config.env")) {
 		t.Fatal("the refused pull-back brought config.env into the anchor")
 	}
-	if got := gitIn(t, gitWS, "log", "-1", "--format=%s", "openclaw/"+strings.TrimPrefix(leak, "ses_")); got == "configure" {
+	if got := testenv.Git(t, gitWS, "log", "-1", "--format=%s", "openclaw/"+strings.TrimPrefix(leak, "ses_")); got == "configure" {
 		t.Fatal("the refused commit was adopted onto the managed branch")
 	}
 
@@ -141,8 +141,8 @@ func TestPullBackScansAllBeforeAdopting(t *testing.T) {
 	g.mustRest(id, placement.Active)
 	g.runTurn(id, "work", "worker")
 	branch := "openclaw/" + strings.TrimPrefix(id, "ses_")
-	before := gitIn(t, ws, "rev-parse", branch)
-	if got := gitIn(t, ws, "log", "-1", "--format=%s", branch); got == "clean commit" {
+	before := testenv.Git(t, ws, "rev-parse", branch)
+	if got := testenv.Git(t, ws, "log", "-1", "--format=%s", branch); got == "clean commit" {
 		t.Fatal("the clean commit is on the managed branch before the pull-back (a checkpoint adopted it): the test proves nothing")
 	}
 
@@ -151,7 +151,7 @@ func TestPullBackScansAllBeforeAdopting(t *testing.T) {
 	if !strings.Contains(v.Placement.Error, "notes.md:1 aws-access-key-id") {
 		t.Fatalf("pull-back error %q: want the finding notes.md:1 aws-access-key-id", v.Placement.Error)
 	}
-	if got := gitIn(t, ws, "rev-parse", branch); got != before {
+	if got := testenv.Git(t, ws, "rev-parse", branch); got != before {
 		t.Fatalf("the refused pull-back moved %s from %s to %s: the clean commit was adopted", branch, before[:12], got[:12])
 	}
 	for _, f := range []string{"clean.txt", "notes.md"} {
@@ -165,13 +165,13 @@ func TestPullBackScansAllBeforeAdopting(t *testing.T) {
 		t.Fatalf("session pullback --allow-secret: %v\n%s", err, out)
 	}
 	v = g.mustRest(id, placement.Local)
-	if got := gitIn(t, ws, "log", "-1", "--format=%s", branch); got != "clean commit" {
+	if got := testenv.Git(t, ws, "log", "-1", "--format=%s", branch); got != "clean commit" {
 		t.Fatalf("after the allowed retry %s is at %q, want the clean commit", branch, got)
 	}
 	if got := readFile(t, filepath.Join(v.Placement.AnchorDir, "notes.md")); !strings.Contains(got, "AKIAIOSFODNN7EXAMPLE") {
 		t.Fatalf("notes.md in the anchor: %q", got)
 	}
-	if st := gitIn(t, v.Placement.AnchorDir, "status", "--porcelain", "notes.md"); !strings.HasPrefix(st, "??") {
+	if st := testenv.Git(t, v.Placement.AnchorDir, "status", "--porcelain", "notes.md"); !strings.HasPrefix(st, "??") {
 		t.Fatalf("notes.md is %q in the managed worktree, want uncommitted (untracked)", st)
 	}
 }

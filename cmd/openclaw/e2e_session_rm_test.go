@@ -17,6 +17,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/turns"
+	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
@@ -110,7 +111,7 @@ func testSessionRmWorker(t *testing.T, r *cliRig) {
 	r.sub(t)
 	ws := filepath.Join(r.root, "repo-rm")
 	userWorkspace(t, ws, true)
-	gitIn(t, ws, "branch", "openclaw/feature") // the user's own, merged: never the gateway's
+	testenv.Git(t, ws, "branch", "openclaw/feature") // the user's own, merged: never the gateway's
 	id := strings.TrimSpace(r.mustCLI("session", "new", "--workspace", ws, "--git", "--profile", "local", "--model", "fresh/m"))
 	name := strings.TrimPrefix(id, "ses_")
 	r.mustCLI("session", "send", id, "edit the readme", "--follow")
@@ -127,37 +128,37 @@ func testSessionRmWorker(t *testing.T, r *cliRig) {
 			t.Errorf("rm --force --pull-back output lacks %q:\n%s", want, out)
 		}
 	}
-	if wt := gitIn(t, ws, "worktree", "list"); strings.Contains(wt, name) {
+	if wt := testenv.Git(t, ws, "worktree", "list"); strings.Contains(wt, name) {
 		t.Errorf("the managed worktree is still registered:\n%s", wt)
 	}
-	if refs := gitIn(t, ws, "for-each-ref", "--format=%(refname)", "refs/openclaw/"); strings.Contains(refs, name) {
+	if refs := testenv.Git(t, ws, "for-each-ref", "--format=%(refname)", "refs/openclaw/"); strings.Contains(refs, name) {
 		t.Errorf("refs/openclaw/* of the removed session are left:\n%s", refs)
 	}
-	if log := gitIn(t, ws, "log", "--format=%s", "openclaw/"+name); !strings.Contains(log, "worker edit") {
+	if log := testenv.Git(t, ws, "log", "--format=%s", "openclaw/"+name); !strings.Contains(log, "worker edit") {
 		t.Errorf("the branch openclaw/%s lost the work pulled back: %s", name, log)
 	}
 
 	// prune never deletes the unmerged branch without --force
-	branches := gitIn(t, ws, "branch", "--list", "openclaw/*")
+	branches := testenv.Git(t, ws, "branch", "--list", "openclaw/*")
 	for _, args := range [][]string{{"--dry-run"}, {}} {
 		out = r.mustCLI(append([]string{"session", "prune", "--repo", ws}, args...)...)
 		if !strings.Contains(out, "kept branch openclaw/"+name+": 1 commit(s) on no other branch") {
 			t.Errorf("prune %v does not keep the unmerged branch, saying why:\n%s", args, out)
 		}
-		if got := gitIn(t, ws, "branch", "--list", "openclaw/*"); got != branches {
+		if got := testenv.Git(t, ws, "branch", "--list", "openclaw/*"); got != branches {
 			t.Fatalf("prune %v changed the branches: %q, was %q", args, got, branches)
 		}
 	}
-	gitIn(t, ws, "merge", "-q", "--ff-only", "openclaw/"+name)
+	testenv.Git(t, ws, "merge", "-q", "--ff-only", "openclaw/"+name)
 	out = r.mustCLI("session", "prune", "--repo", ws, "--dry-run")
-	if !strings.Contains(out, "would remove branch openclaw/"+name+" (merged)") || gitIn(t, ws, "branch", "--list", "openclaw/"+name) == "" {
+	if !strings.Contains(out, "would remove branch openclaw/"+name+" (merged)") || testenv.Git(t, ws, "branch", "--list", "openclaw/"+name) == "" {
 		t.Errorf("prune --dry-run of a merged branch:\n%s", out)
 	}
 	out = r.mustCLI("session", "prune", "--repo", ws)
-	if !strings.Contains(out, "removed branch openclaw/"+name+" (merged)") || gitIn(t, ws, "branch", "--list", "openclaw/"+name) != "" {
+	if !strings.Contains(out, "removed branch openclaw/"+name+" (merged)") || testenv.Git(t, ws, "branch", "--list", "openclaw/"+name) != "" {
 		t.Errorf("prune of a merged branch:\n%s", out)
 	}
-	if gitIn(t, ws, "branch", "--list", "openclaw/feature") == "" {
+	if testenv.Git(t, ws, "branch", "--list", "openclaw/feature") == "" {
 		t.Errorf("prune deleted the user's own branch openclaw/feature")
 	}
 	if e := r.failCLI("session", "prune", "--repo", r.root); !strings.Contains(e, "not in a git repository") {
@@ -177,7 +178,7 @@ func testSessionRmWorker(t *testing.T, r *cliRig) {
 	default:
 		t.Errorf("rm --force --discard left environment %s %s, want it released", rep.EnvironmentID, rep.EnvironmentState)
 	}
-	if refs := gitIn(t, ws, "for-each-ref", "--format=%(refname)", "refs/openclaw/"); strings.Contains(refs, name) {
+	if refs := testenv.Git(t, ws, "for-each-ref", "--format=%(refname)", "refs/openclaw/"); strings.Contains(refs, name) {
 		t.Errorf("refs/openclaw/* of the discarded session are left:\n%s", refs)
 	}
 	if _, err := os.Stat(filepath.Join(ws, "untracked.txt")); err == nil {

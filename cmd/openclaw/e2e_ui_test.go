@@ -55,9 +55,9 @@ func TestControlUIInChromium(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ws, "README.md"), []byte("hello\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	gitIn(t, ws, "init", "-q")
-	gitIn(t, ws, "add", "README.md")
-	gitIn(t, ws, "commit", "-qm", "initial")
+	testenv.Git(t, ws, "init", "-q")
+	testenv.Git(t, ws, "add", "README.md")
+	testenv.Git(t, ws, "commit", "-qm", "initial")
 	base := "http://" + g.addr
 
 	// Sign in with the link `openclaw ui` prints, in a browser context of its own.
@@ -181,21 +181,21 @@ func TestControlUIInChromium(t *testing.T) {
 	envID := browsertest.Eval[string](p, `document.getElementById('runs-on').dataset.env`)
 	p.Do("pull back", chromedp.Click(`#pullback`))
 	p.Until("what came back", `document.querySelector('#came-back .commits li') !== null`)
-	tip := gitIn(t, ws, "rev-parse", "openclaw/"+strings.TrimPrefix(id, "ses_"))
+	tip := testenv.Git(t, ws, "rev-parse", "openclaw/"+strings.TrimPrefix(id, "ses_"))
 	if got := browsertest.Eval[string](p, `[...document.querySelectorAll('#came-back .commits li')].map(l => l.dataset.commit + ' ' + l.textContent).join('|')`); !strings.HasPrefix(got, tip+" "+tip[:12]+" worker commit") || strings.Contains(got, "|") {
 		t.Fatalf("after pull-back the page lists the commits %q, want only the worker's commit %s", got, tip[:12])
 	}
 	if got := browsertest.Eval[string](p, `document.querySelector('#came-back .files').textContent`); got != "A hello.txt" {
 		t.Fatalf("files of the commits: %q", got)
 	}
-	if got := gitIn(t, ws, "log", "-1", "--format=%s", tip); got != "worker commit" {
+	if got := testenv.Git(t, ws, "log", "-1", "--format=%s", tip); got != "worker commit" {
 		t.Fatalf("branch tip %s is %q", tip, got)
 	}
 	p.Do("view the diff", chromedp.Click(`#came-back .commits a.diff-link`), chromedp.WaitVisible(`#diff`))
 	p.Until("the diff", `document.getElementById('diff').textContent.includes('worker commit') && document.getElementById('diff').textContent.includes('+hi')`)
 	p.Shot(rootRel, "diff")
 	// the diff route shows only the worker's commits: the base, or anything that is not a commit id, is refused
-	base0 := gitIn(t, ws, "rev-parse", "main")
+	base0 := testenv.Git(t, ws, "rev-parse", "main")
 	for _, bad := range []string{base0, "--output=" + filepath.Join(root, "x"), strings.Repeat("g", 40)} {
 		if code, err := g.do("GET", "/api/v1/sessions/"+id+"/changes/"+url.PathEscape(bad), nil, nil); err == nil || (code != 404 && code != 400) {
 			t.Fatalf("diff of %q: %d %v, want 404 or 400", bad, code, err)

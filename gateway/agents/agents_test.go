@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -166,17 +165,6 @@ func TestToolsNeedACallingSession(t *testing.T) {
 	}
 }
 
-func git(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=u", "-c", "user.email=u@example.com", "-c", "init.defaultBranch=main"}, args...)...)
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
 func write(t *testing.T, path, s string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -196,29 +184,29 @@ func TestForkGit(t *testing.T) {
 	write(t, filepath.Join(src, "a.txt"), "a\n")
 	write(t, filepath.Join(src, "b.txt"), "b\n")
 	write(t, filepath.Join(src, ".gitignore"), "*.log\n")
-	git(t, src, "init", "-q")
-	git(t, src, "add", ".")
-	git(t, src, "commit", "-qm", "base")
-	head := git(t, src, "rev-parse", "HEAD")
+	testenv.Git(t, src, "init", "-q")
+	testenv.Git(t, src, "add", ".")
+	testenv.Git(t, src, "commit", "-qm", "base")
+	head := testenv.Git(t, src, "rev-parse", "HEAD")
 	write(t, filepath.Join(src, "a.txt"), "a edited\n")
 	write(t, filepath.Join(src, "staged.txt"), "staged\n")
-	git(t, src, "add", "staged.txt")
+	testenv.Git(t, src, "add", "staged.txt")
 	if err := os.Remove(filepath.Join(src, "b.txt")); err != nil {
 		t.Fatal(err)
 	}
 	write(t, filepath.Join(src, "dir", "new.txt"), "untracked\n")
 	write(t, filepath.Join(src, "debug.log"), "ignored\n")
-	statusBefore := git(t, src, "status", "--porcelain")
+	statusBefore := testenv.Git(t, src, "status", "--porcelain")
 
 	dst := filepath.Join(t.TempDir(), "fork", "workspace")
 	mode, err := fork(ctx, src, dst)
 	if err != nil || mode != "git" {
 		t.Fatalf("fork: %s %v", mode, err)
 	}
-	if git(t, dst, "rev-parse", "HEAD~1") != head {
+	if testenv.Git(t, dst, "rev-parse", "HEAD~1") != head {
 		t.Fatal("the fork's snapshot commit is not on top of the parent's commit")
 	}
-	if s := git(t, dst, "status", "--porcelain"); s != "" {
+	if s := testenv.Git(t, dst, "status", "--porcelain"); s != "" {
 		t.Fatalf("the fork has uncommitted work %q: it would not reach the worker", s)
 	}
 	for path, want := range map[string]string{"a.txt": "a edited\n", "staged.txt": "staged\n", "dir/new.txt": "untracked\n"} {
@@ -232,7 +220,7 @@ func TestForkGit(t *testing.T) {
 			t.Errorf("fork has %s", gone)
 		}
 	}
-	if git(t, src, "rev-parse", "HEAD") != head || git(t, src, "status", "--porcelain") != statusBefore {
+	if testenv.Git(t, src, "rev-parse", "HEAD") != head || testenv.Git(t, src, "status", "--porcelain") != statusBefore {
 		t.Fatal("forking changed the parent's repository")
 	}
 }

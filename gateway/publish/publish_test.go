@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -47,17 +46,6 @@ func (m memCreds) Get(_ context.Context, name string) (string, error) {
 	return v, nil
 }
 
-func git(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=u", "-c", "user.email=u@example.com", "-c", "init.defaultBranch=main"}, args...)...)
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
 // forge is a real smart-HTTP git server (internal/gitforge: `git http-backend` behind
 // net/http/cgi) with basic authentication (x-access-token:<token>) on loopback, holding org/repo.git.
 type forge struct {
@@ -82,7 +70,7 @@ func newForge(t *testing.T) *forge {
 
 func (f *forge) refs(t *testing.T) string {
 	t.Helper()
-	return git(t, f.bare, "for-each-ref", "--format=%(refname) %(objectname)")
+	return testenv.Git(t, f.bare, "for-each-ref", "--format=%(refname) %(objectname)")
 }
 
 // userRepo is a checkout whose origin is the forge, with main pushed and a session branch
@@ -100,21 +88,21 @@ func checkout(t *testing.T, remote string, pushMain ...string) string {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	git(t, dir, "init", "-q")
+	testenv.Git(t, dir, "init", "-q")
 	if err := os.WriteFile(filepath.Join(dir, "README.md"), []byte("hello\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	git(t, dir, "add", "README.md")
-	git(t, dir, "commit", "-qm", "initial")
-	git(t, dir, "remote", "add", "origin", remote)
-	git(t, dir, pushMain...)
-	git(t, dir, "switch", "-q", "-c", "openclaw/s1")
+	testenv.Git(t, dir, "add", "README.md")
+	testenv.Git(t, dir, "commit", "-qm", "initial")
+	testenv.Git(t, dir, "remote", "add", "origin", remote)
+	testenv.Git(t, dir, pushMain...)
+	testenv.Git(t, dir, "switch", "-q", "-c", "openclaw/s1")
 	if err := os.WriteFile(filepath.Join(dir, "work.txt"), []byte("the worker's\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	git(t, dir, "add", "work.txt")
-	git(t, dir, "commit", "-qm", "worker: work")
-	git(t, dir, "switch", "-q", "main")
+	testenv.Git(t, dir, "add", "work.txt")
+	testenv.Git(t, dir, "commit", "-qm", "worker: work")
+	testenv.Git(t, dir, "switch", "-q", "main")
 	return dir
 }
 
@@ -186,17 +174,17 @@ func TestPushAllowlistAndToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := git(t, dir, "rev-parse", "openclaw/s1")
+	want := testenv.Git(t, dir, "rev-parse", "openclaw/s1")
 	if res.Status != "new" || res.Commit != want || res.Ref != "refs/heads/openclaw/s1" || res.RemoteURL != f.url {
 		t.Fatalf("result %+v, want a new ref at %s", res, want)
 	}
-	if got := git(t, f.bare, "rev-parse", "refs/heads/openclaw/s1"); got != want {
+	if got := testenv.Git(t, f.bare, "rev-parse", "refs/heads/openclaw/s1"); got != want {
 		t.Fatalf("server has openclaw/s1 at %s, want %s", got, want)
 	}
 	if f.Authed.Load() == authedBefore {
 		t.Fatal("the push reached the server without the gateway's token")
 	}
-	if got := git(t, f.bare, "rev-parse", "refs/heads/main"); !strings.Contains(before, "refs/heads/main "+got) {
+	if got := testenv.Git(t, f.bare, "rev-parse", "refs/heads/main"); !strings.Contains(before, "refs/heads/main "+got) {
 		t.Fatal("main moved on the server")
 	}
 	if again, err := p.Publish(ctx, Request{GitDir: gitDir, Source: "refs/heads/openclaw/s1", Policy: policy}); err != nil || again.Status != "up to date" {

@@ -58,13 +58,13 @@ func newSSHForge(t *testing.T, authorized string) *sshForge {
 	}
 	t.Cleanup(s.Close)
 	f := &sshForge{SSH: s, bare: filepath.Join(dir, "org", "repo.git")}
-	git(t, dir, "init", "-q", "--bare", f.bare)
+	testenv.Git(t, dir, "init", "-q", "--bare", f.bare)
 	return f
 }
 
 func (f *sshForge) refs(t *testing.T) string {
 	t.Helper()
-	return git(t, f.bare, "for-each-ref", "--format=%(refname) %(objectname)")
+	return testenv.Git(t, f.bare, "for-each-ref", "--format=%(refname) %(objectname)")
 }
 
 // TestSSHKeyWithPinnedHostKey: against a real OpenSSH sshd on loopback, a publish with an SSH
@@ -180,11 +180,11 @@ func TestSSHKeyWithPinnedHostKey(t *testing.T) {
 		if err != nil {
 			t.Fatalf("publish %d: %v\nsshd:\n%s", i, err, f.logged())
 		}
-		commit := git(t, dir, "rev-parse", "openclaw/s1")
+		commit := testenv.Git(t, dir, "rev-parse", "openclaw/s1")
 		if res.Status != want || res.Commit != commit || res.RemoteURL != f.url() {
 			t.Fatalf("publish %d: %+v, want %s at %s", i, res, want, commit)
 		}
-		if got := git(t, f.bare, "rev-parse", "refs/heads/openclaw/s1"); got != commit {
+		if got := testenv.Git(t, f.bare, "rev-parse", "refs/heads/openclaw/s1"); got != commit {
 			t.Fatalf("server has openclaw/s1 at %s, want %s", got, commit)
 		}
 		noLeftovers(t)
