@@ -5,12 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/gateway/store/storetest"
 )
 
 // Concurrent GroupTx callers share transactions, yet each one's failure undoes only its own
@@ -18,11 +17,7 @@ import (
 func TestGroupTxIsolatesEachCallersFailure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "gateway.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := storetest.Open(t)
 	const callers = 200
 	errBad := errors.New("refused")
 	errs := make([]error, callers)
@@ -72,14 +67,10 @@ func TestGroupTxIsolatesEachCallersFailure(t *testing.T) {
 func TestGroupTxCancelledCaller(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "gateway.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := storetest.Open(t)
 	done, stop := context.WithCancel(ctx)
 	stop()
-	err = db.GroupTx(done, func(tx *sql.Tx) error {
+	err := db.GroupTx(done, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(done, `INSERT INTO gateway_meta(key, value) VALUES('gone', 'x')`)
 		return err
 	})

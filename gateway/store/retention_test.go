@@ -3,22 +3,18 @@ package store_test
 import (
 	"context"
 	"database/sql"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/gateway/store/storetest"
 )
 
 // PruneAudit deletes the rows older than the cutoff, in batches, and no others.
 func TestPruneAudit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "g.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := storetest.Open(t)
 	const old = store.PruneBatch*2 + 7
 	if err := db.InTx(ctx, func(tx *sql.Tx) error {
 		for range old {

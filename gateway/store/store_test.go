@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/gateway/store/storetest"
 )
 
 func TestOpenMigratesAndIsIdempotent(t *testing.T) {
@@ -47,13 +48,9 @@ func TestOpenMigratesAndIsIdempotent(t *testing.T) {
 
 func TestInTxRollsBackOnError(t *testing.T) {
 	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "gateway.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := storetest.Open(t)
 	boom := errors.New("boom")
-	err = db.InTx(ctx, func(tx *sql.Tx) error {
+	err := db.InTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO gateway_meta(key,value) VALUES('a','b')`); err != nil {
 			return err
 		}
