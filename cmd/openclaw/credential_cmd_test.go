@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,25 +11,15 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/spf13/cobra"
 
-	"github.com/openclaw/cloudworkers/gateway/credentials"
+	"github.com/openclaw/cloudworkers/gateway/credentials/credentialstest"
 	"github.com/openclaw/cloudworkers/gateway/inference"
 	"github.com/openclaw/cloudworkers/gateway/inference/builtin"
-	"github.com/openclaw/cloudworkers/gateway/store"
 )
 
 func TestCredentialAndModelsCommands(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
-	dir := t.TempDir()
-	db, err := store.Open(ctx, filepath.Join(dir, "gateway.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	creds, err := credentials.Open(db, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	creds, _ := credentialstest.Open(t, t.TempDir())
 	cat, err := inference.NewCatalog(inference.CatalogConfig{}, creds, builtin.Adapters())
 	if err != nil {
 		t.Fatal(err)

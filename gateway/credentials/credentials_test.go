@@ -10,28 +10,15 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/credentials"
+	"github.com/openclaw/cloudworkers/gateway/credentials/credentialstest"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/internal/testenv"
 )
 
-func openStore(t *testing.T, dir string) (*credentials.Store, *store.DB) {
-	t.Helper()
-	db, err := store.Open(testenv.Context(t, 30*time.Second), filepath.Join(dir, "gateway.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	s, err := credentials.Open(db, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, db
-}
-
 func TestSetGetListDelete(t *testing.T) {
 	ctx := testenv.Context(t, 30*time.Second)
 	dir := t.TempDir()
-	s, _ := openStore(t, dir)
+	s, _ := credentialstest.Open(t, dir)
 
 	if err := s.Set(ctx, "anthropic", "sk-ant-first"); err != nil {
 		t.Fatal(err)
@@ -86,7 +73,7 @@ func mustDB(t *testing.T, dir string) *store.DB {
 
 func TestValidation(t *testing.T) {
 	ctx := testenv.Context(t, 30*time.Second)
-	s, _ := openStore(t, t.TempDir())
+	s, _ := credentialstest.Open(t, t.TempDir())
 	for _, tc := range []struct{ name, value string }{
 		{"", "v"}, {"has space", "v"}, {"../x", "v"}, {"ok", ""}, {"big", string(make([]byte, credentials.MaxValueBytes+1))},
 	} {
@@ -99,7 +86,7 @@ func TestValidation(t *testing.T) {
 func TestValueNeverOnDiskInClear(t *testing.T) {
 	ctx := testenv.Context(t, 30*time.Second)
 	dir := t.TempDir()
-	s, db := openStore(t, dir)
+	s, db := credentialstest.Open(t, dir)
 	const secret = "sk-live-5ecret-VALUE-that-must-not-leak"
 	if err := s.Set(ctx, "anthropic", secret); err != nil {
 		t.Fatal(err)
@@ -144,7 +131,7 @@ func TestValueNeverOnDiskInClear(t *testing.T) {
 func TestWrongKeyOrMovedValueFails(t *testing.T) {
 	ctx := testenv.Context(t, 30*time.Second)
 	dir := t.TempDir()
-	s, db := openStore(t, dir)
+	s, db := credentialstest.Open(t, dir)
 	if err := s.Set(ctx, "a", "secret-a"); err != nil {
 		t.Fatal(err)
 	}

@@ -13,25 +13,16 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/openclaw/cloudworkers/gateway/credentials"
+	"github.com/openclaw/cloudworkers/gateway/credentials/credentialstest"
 	"github.com/openclaw/cloudworkers/gateway/inference"
 	"github.com/openclaw/cloudworkers/gateway/inference/builtin"
 	"github.com/openclaw/cloudworkers/gateway/inference/inferencetest"
-	"github.com/openclaw/cloudworkers/gateway/store"
 )
 
 func TestAPINeverReturnsCredentialValues(t *testing.T) {
 	ctx := inferencetest.Context(t)
 	dir := t.TempDir()
-	db, err := store.Open(ctx, filepath.Join(dir, "gateway.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	creds, err := credentials.Open(db, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	creds, _ := credentialstest.Open(t, dir)
 	cat, err := inference.NewCatalog(parse(t, exampleYAML), creds, builtin.Adapters())
 	if err != nil {
 		t.Fatal(err)

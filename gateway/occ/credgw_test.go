@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/credentials"
+	"github.com/openclaw/cloudworkers/gateway/credentials/credentialstest"
 	"github.com/openclaw/cloudworkers/gateway/inference"
 	"github.com/openclaw/cloudworkers/gateway/inference/builtin"
 	"github.com/openclaw/cloudworkers/gateway/inference/inferencetest"
@@ -83,15 +84,8 @@ func newCG(t *testing.T) *cgHarness {
 	t.Helper()
 	ctx := testenv.Context(t, 20*time.Second)
 	h := &cgHarness{t: t, dir: t.TempDir(), log: &syncBuffer{}, revs: &envRevisions{m: map[string][2]string{}, retired: map[string]bool{}, occOnly: map[string]bool{}}}
+	h.creds, h.db = credentialstest.Open(t, h.dir)
 	var err error
-	h.db, err = store.Open(ctx, filepath.Join(h.dir, "gateway.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.db.Close() })
-	if h.creds, err = credentials.Open(h.db, h.dir); err != nil {
-		t.Fatal(err)
-	}
 	// the namespaces the tests use, as ensureNamespace records them (a source is registered
 	// only in an ensured namespace)
 	for _, id := range []string{"ns1", "ns2", "ns-a", "ns-b"} {
