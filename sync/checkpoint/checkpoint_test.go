@@ -16,10 +16,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	cleanup := synctest.IsolateGit()
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
+	synctest.Main(m)
 }
 
 func must(t *testing.T, err error) {

@@ -13,10 +13,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	cleanup := synctest.IsolateGit()
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
+	synctest.Main(m)
 }
 
 // TestUntrustedTurnsOffEveryFilter: whatever a filter driver is called (a subsection with dots

@@ -21,11 +21,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	cleanup := synctest.IsolateGit()
-	code := m.Run()
-	synctest.CleanupBinaries()
-	cleanup()
-	os.Exit(code)
+	synctest.Main(m)
 }
 
 func must(t *testing.T, err error) {

@@ -18,11 +18,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == "worker" {
 		os.Exit(BoxMainForTest(os.Args[2:]))
 	}
-	cleanup := synctest.IsolateGit()
-	code := m.Run()
-	cleanup()
-	synctest.CleanupBinaries()
-	os.Exit(code)
+	synctest.Main(m)
 }
 
 // BoxMainForTest is a flag-free stand-in for the worker's sync subcommands.

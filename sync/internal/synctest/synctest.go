@@ -45,6 +45,16 @@ func IsolateGit() func() {
 	return func() { os.RemoveAll(home) }
 }
 
+// Main runs a sync package's tests with git isolated (IsolateGit) and exits with their status,
+// removing what BuildBinary built on the way out. Call it from TestMain.
+func Main(m *testing.M) {
+	cleanup := IsolateGit()
+	code := m.Run()
+	CleanupBinaries()
+	cleanup()
+	os.Exit(code)
+}
+
 // pinGoDirs sets GOCACHE, GOMODCACHE, GOPATH and GOENV to what the go command uses now, where
 // the environment does not set them already (nothing when go is not installed).
 func pinGoDirs() {
