@@ -63,7 +63,7 @@ func TestDemoKeepLeavesTheGatewayWithASignInLink(t *testing.T) {
 	}
 	// The gateway is not this test's child: wait until it is gone (or a zombie) before the temp
 	// dir it writes into is removed.
-	for deadline := time.Now().Add(20 * time.Second); alive(pid); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); testenv.Alive(pid); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the kept gateway (pid %d) did not stop on SIGTERM", pid)
 		}

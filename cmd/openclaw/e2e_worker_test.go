@@ -76,24 +76,10 @@ func workerPID(t *testing.T, e envs.Environment) int {
 	return pid
 }
 
-// alive reports whether pid is a live process; a zombie (a process that ended and was not reaped
-// yet, as box workers and kept gateways are not this test's children) counts as gone.
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return syscall.Kill(pid, 0) == nil
-	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z' && s[i+2] != 'X'
-	}
-	return true
-}
-
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
-	for alive(pid) {
+	for testenv.Alive(pid) {
 		if time.Now().After(deadline) {
 			t.Fatalf("process %d still alive", pid)
 		}
@@ -130,8 +116,8 @@ func TestLocalBoxWorkerLifecycle(t *testing.T) {
 	g.waitNotes(e.ID, "worker: launched", 2)
 	g.waitNotes(e.ID, "worker: re-admitted", 1)
 	pid2 := workerPID(t, e)
-	if pid2 == pid || !alive(pid2) {
-		t.Fatalf("worker not relaunched: old %d new %d alive=%v", pid, pid2, alive(pid2))
+	if pid2 == pid || !testenv.Alive(pid2) {
+		t.Fatalf("worker not relaunched: old %d new %d alive=%v", pid, pid2, testenv.Alive(pid2))
 	}
 	t.Cleanup(func() { _ = syscall.Kill(pid2, syscall.SIGKILL) })
 
@@ -265,7 +251,7 @@ func TestNetnsPartitionAndRestart(t *testing.T) {
 		info, _ := g.client.EnvironmentWorker(g.ctx(), e.ID)
 		return info.Admitted
 	})
-	if workerPID(t, e) != pid || !alive(pid) || g.countNotes(e.ID, "worker: launched") != 1 {
+	if workerPID(t, e) != pid || !testenv.Alive(pid) || g.countNotes(e.ID, "worker: launched") != 1 {
 		t.Fatalf("worker was restarted (pid %d → %d, launches %d)", pid, workerPID(t, e), g.countNotes(e.ID, "worker: launched"))
 	}
 
@@ -325,7 +311,7 @@ func TestNetnsWarmBoxPinningAndWorkerDeath(t *testing.T) {
 	g.waitNotes(e1.ID, "worker: launched", 2)
 	g.waitNotes(e1.ID, "worker: re-admitted", 1)
 	pid2 := workerPID(t, e1)
-	if pid2 == pid || !alive(pid2) {
+	if pid2 == pid || !testenv.Alive(pid2) {
 		t.Fatalf("worker not relaunched (%d → %d)", pid, pid2)
 	}
 	if _, err := g.destroy(e1.ID, false, 30*time.Second); err != nil {

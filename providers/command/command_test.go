@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -232,7 +233,7 @@ func TestTimeoutKillsProcessGroup(t *testing.T) {
 	}
 	pid, _ := strconv.Atoi(string(b))
 	deadline := time.Now().Add(10 * time.Second)
-	for alive(pid) {
+	for testenv.Alive(pid) {
 		if time.Now().After(deadline) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 			t.Fatalf("grandchild %d survived the timeout", pid)
@@ -258,25 +259,12 @@ func TestExitedCommandLeavesNoProcess(t *testing.T) {
 	pid, _ := strconv.Atoi(string(b))
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
 	deadline := time.Now().Add(10 * time.Second)
-	for alive(pid) {
+	for testenv.Alive(pid) {
 		if time.Now().After(deadline) {
 			t.Fatalf("helper %d of a lease CLI that exited survived it", pid)
 		}
 		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
 	}
-}
-
-// alive reports whether pid runs (a zombie waiting for its reaper counts as dead).
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return syscall.Kill(pid, 0) == nil
-	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z' && s[i+2] != 'X'
-	}
-	return true
 }
 
 func TestInspectGoneNeedsProof(t *testing.T) {

@@ -2,15 +2,15 @@ package tools
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/openclaw/cloudworkers/internal/testenv"
 )
 
 func TestExec(t *testing.T) {
@@ -55,19 +55,6 @@ func TestExec(t *testing.T) {
 	}
 }
 
-// alive reports whether pid exists and is not a zombie.
-func alive(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	return len(f) == 0 || f[0] != "Z"
-}
-
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -110,7 +97,7 @@ func TestExecTimeoutKillsProcessGroup(t *testing.T) {
 		t.Fatalf("timeout took %s", el)
 	}
 	pid := readPid(t, pidfile)
-	eventually(t, 20*time.Second, fmt.Sprintf("child sleep %d to die", pid), func() bool { return !alive(pid) })
+	eventually(t, 20*time.Second, fmt.Sprintf("child sleep %d to die", pid), func() bool { return !testenv.Alive(pid) })
 }
 
 func TestExecOutputTruncation(t *testing.T) {
@@ -136,7 +123,7 @@ func TestExecContextCancelKills(t *testing.T) {
 	r := s.Run(ctx, "exec", []byte(`{"command":"echo $$ > shell.pid; sleep 300"}`))
 	mustErr(t, r, "aborted")
 	pid := readPid(t, filepath.Join(ws, "shell.pid"))
-	eventually(t, 20*time.Second, "the shell to die", func() bool { return !alive(pid) })
+	eventually(t, 20*time.Second, "the shell to die", func() bool { return !testenv.Alive(pid) })
 }
 
 func startBackground(t *testing.T, s *Set, args map[string]any) string {
@@ -228,7 +215,7 @@ func TestBackgroundProcess(t *testing.T) {
 	if d := details(t, r); d["status"] != "killed" {
 		t.Fatalf("after kill: %v", d)
 	}
-	eventually(t, 20*time.Second, "background child to die", func() bool { return !alive(pid) })
+	eventually(t, 20*time.Second, "background child to die", func() bool { return !testenv.Alive(pid) })
 
 	mustOK(t, runTool(t, s, "process", map[string]any{"action": "remove", "sessionId": id2}))
 	list = mustOK(t, runTool(t, s, "process", map[string]any{"action": "list"}))
@@ -280,6 +267,6 @@ func TestCloseKillsBackgroundProcesses(t *testing.T) {
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "child to die after Close", func() bool { return !alive(pid) })
+	eventually(t, 20*time.Second, "child to die after Close", func() bool { return !testenv.Alive(pid) })
 	mustErr(t, runTool(t, s, "exec", map[string]any{"command": "true"}), "closed")
 }
