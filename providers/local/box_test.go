@@ -171,6 +171,31 @@ func TestBoxExitStatusAndStdin(t *testing.T) {
 	}
 }
 
+// startSleep starts on s a command that runs a background sleep and waits for it, and returns the
+// sleep's pid once it runs.
+func startSleep(t *testing.T, s *ssh.Session) int {
+	t.Helper()
+	stdout, err := s.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(`sleep 60 & echo $!; wait`); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() {
+		t.Fatalf("no pid: %v", lines.Err())
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(lines.Text()))
+	if err != nil {
+		t.Fatalf("pid line %q: %v", lines.Text(), err)
+	}
+	if !testenv.Alive(pid) {
+		t.Fatal("sleep is not running")
+	}
+	return pid
+}
+
 func TestBoxKillsAbandonedCommand(t *testing.T) {
 	st, _ := inProcessBox(t)
 	c := dialState(t, st)
@@ -178,28 +203,10 @@ func TestBoxKillsAbandonedCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, err := s.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The background sleep is in the command's process group and must die with it.
-	if err := s.Start(`sleep 60 & echo $!; wait`); err != nil {
-		t.Fatal(err)
-	}
-	line := make([]byte, 32)
-	n, err := stdout.Read(line)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(line[:n])))
-	if err != nil {
-		t.Fatalf("pid line %q: %v", line[:n], err)
-	}
-	if processGone(pid) {
-		t.Fatal("sleep is not running")
-	}
+	pid := startSleep(t, s)
 	s.Close()
-	testenv.Eventually(t, "abandoned command to be killed", func() bool { return processGone(pid) })
+	testenv.Eventually(t, "abandoned command to be killed", func() bool { return !testenv.Alive(pid) })
 }
 
 func TestBoxSFTP(t *testing.T) {
@@ -443,7 +450,7 @@ func TestBoxTerminal(t *testing.T) {
 	if err := s.Wait(); !errors.As(err, &ee) || ee.ExitStatus() != 7 {
 		t.Fatalf("exit: err = %v, want status 7", err)
 	}
-	if pid == 0 || !processGone(pid) {
+	if pid == 0 || testenv.Alive(pid) {
 		t.Errorf("shell %d still running after its exit was reported", pid)
 	}
 }
@@ -538,30 +545,13 @@ func TestBoxTerminalAbandoned(t *testing.T) {
 	if err := s.RequestPty("xterm", 24, 80, ssh.TerminalModes{}); err != nil {
 		t.Fatal(err)
 	}
-	stdout, err := s.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The background sleep shares the terminal's session and must die when the client goes.
-	if err := s.Start(`sleep 60 & echo $!; wait`); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(stdout)
-	if !lines.Scan() {
-		t.Fatalf("no pid: %v", lines.Err())
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(lines.Text()))
-	if err != nil {
-		t.Fatalf("pid line %q: %v", lines.Text(), err)
-	}
-	if processGone(pid) {
-		t.Fatal("sleep is not running")
-	}
+	pid := startSleep(t, s)
 	if openFDs() <= before {
 		t.Fatal("a terminal session holds no descriptor: the leak check below cannot fail")
 	}
 	s.Close()
-	testenv.Eventually(t, "abandoned terminal command to be killed", func() bool { return processGone(pid) })
+	testenv.Eventually(t, "abandoned terminal command to be killed", func() bool { return !testenv.Alive(pid) })
 	testenv.Eventually(t, "terminal descriptors to be closed", func() bool { return openFDs() <= before })
 }
 
@@ -601,7 +591,7 @@ func TestBoxTerminalEndsWithShell(t *testing.T) {
 	case <-testenv.Context(t, 20*time.Second).Done():
 		t.Fatal("the session stayed open while a background process held its terminal")
 	}
-	if processGone(pid) {
+	if !testenv.Alive(pid) {
 		t.Error("the background process did not outlive the session: the check above proved nothing")
 	}
 }

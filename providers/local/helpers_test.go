@@ -2,11 +2,9 @@ package local
 
 import (
 	"bytes"
-	"errors"
 	"net"
 	"os"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,23 +12,6 @@ import (
 )
 
 const canaryEnv = "OPENCLAW_LOCALBOX_TEST_CANARY"
-
-// processGone reports whether pid has exited. A zombie counts as exited: an orphan is reaped by
-// whatever runs as pid 1, which in a container may take its time.
-func processGone(pid int) bool {
-	if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
-		return true
-	}
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return errors.Is(err, os.ErrNotExist)
-	}
-	// The state follows the parenthesised command name: "pid (comm) S ...".
-	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
-		return stat[i+2] == 'Z' || stat[i+2] == 'X'
-	}
-	return false
-}
 
 // dialBox logs into a box with its client key, pinning hostKey.
 func dialBox(t *testing.T, host string, port int, user, keyPath, hostKey string) (*ssh.Client, error) {

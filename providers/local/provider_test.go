@@ -146,7 +146,7 @@ func TestProviderLifecycle(t *testing.T) {
 	if err := p.Destroy(ctx, testProfile, lease); err != nil {
 		t.Fatalf("Destroy: %v", err)
 	}
-	testenv.Eventually(t, "box process to exit", func() bool { return processGone(pid) })
+	testenv.Eventually(t, "box process to exit", func() bool { return !testenv.Alive(pid) })
 	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("box dir after Destroy: %v", err)
 	}
@@ -211,7 +211,7 @@ func TestProviderBoxExitsWhenDirRemoved(t *testing.T) {
 	if err := os.RemoveAll(p.BoxDir(lease.ID)); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, "box process to exit after its directory was removed", func() bool { return processGone(pid) })
+	testenv.Eventually(t, "box process to exit after its directory was removed", func() bool { return !testenv.Alive(pid) })
 }
 
 func TestProviderStartFailure(t *testing.T) {
