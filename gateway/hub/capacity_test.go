@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/openclaw/cloudworkers/gateway/hub"
@@ -129,13 +130,7 @@ func TestCapacityInflightInference(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			x := newHostile(t, func(c *hub.Config) { c.Capacity, c.Registerer = tc.cap, reg })
-			x.startTurn("run-1")
-			c := x.sessionConn()
-			frames := reader(t, c)
-			sendRaw(t, c, x.inferenceFrame("first", "run-1", "t1", []byte("hi")))
-			if f := recvChan(t, "the first call's answer", frames); f.ID != "first" || !f.OK {
-				t.Fatalf("first call answered %+v", f)
-			}
+			c, frames := x.firstCall()
 			recvChan(t, "the first call to reach the provider", x.models.started)
 			if got := metricValue(t, reg, "openclaw_inference_inflight"); got != 1 {
 				t.Fatalf("openclaw_inference_inflight = %v, want 1", got)
@@ -262,13 +257,7 @@ func TestCapacityRelayRatePacesAndRefuses(t *testing.T) {
 		c.Capacity = hub.Capacity{MaxRelayBytesPerSecond: rate}
 	})
 	ctx := testContext(t)
-	x.startTurn("run-1")
-	c := x.sessionConn()
-	frames := reader(t, c)
-	sendRaw(t, c, x.inferenceFrame("first", "run-1", "t1", []byte("hi")))
-	if f := recvChan(t, "the first call's answer", frames); f.ID != "first" || !f.OK {
-		t.Fatalf("first call answered %+v", f)
-	}
+	c, frames := x.firstCall()
 	// The refusal audit keeps one timer; the paced relay waits on a second.
 	if err := clk.WaitTimers(ctx, 2); err != nil {
 		t.Fatalf("the relay was never paced: %v", err)
@@ -344,4 +333,18 @@ func TestCapacityRelayRatePacesAndRefuses(t *testing.T) {
 	if got := metricValue(t, reg, "openclaw_relay_latency_seconds"); got != events {
 		t.Fatalf("openclaw_relay_latency_seconds counted %v events, want %d", got, events)
 	}
+}
+
+// firstCall starts run-1's turn and sends its first inference call ("first", turn t1) on the
+// session's connection, which the hub admits; it returns the connection and its frames.
+func (x *hostile) firstCall() (*websocket.Conn, <-chan protocol.Frame) {
+	x.t.Helper()
+	x.startTurn("run-1")
+	c := x.sessionConn()
+	frames := reader(x.t, c)
+	sendRaw(x.t, c, x.inferenceFrame("first", "run-1", "t1", []byte("hi")))
+	if f := recvChan(x.t, "the first call's answer", frames); f.ID != "first" || !f.OK {
+		x.t.Fatalf("first call answered %+v", f)
+	}
+	return c, frames
 }
