@@ -93,6 +93,22 @@ func (r *cliRig) transcriptText(id string) string {
 	return b.String()
 }
 
+// startWatch starts `session watch ID -o OUTPUT`, killed at the end of the test, and returns its
+// stdout.
+func (r *cliRig) startWatch(id, output string) io.Reader {
+	r.t.Helper()
+	cmd := r.cliCmd("session", "watch", id, "-o", output)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return stdout
+}
+
 // startFollow starts `session send ID TEXT --follow` and waits until the turn's first tool call
 // is on its stderr; it returns the running command and its exit channel.
 func (r *cliRig) startFollow(id string) (*exec.Cmd, <-chan error, *strings.Builder) {
@@ -225,16 +241,7 @@ func TestCLI(t *testing.T) {
 		}
 
 		// watch -o json: one JSON object per line, every one with its cursor
-		wcmd := r.cliCmd("session", "watch", id, "-o", "json")
-		stdout, err := wcmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := wcmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = wcmd.Process.Kill(); _ = wcmd.Wait() })
-		sc := bufio.NewScanner(stdout)
+		sc := bufio.NewScanner(r.startWatch(id, "json"))
 		sc.Buffer(nil, 4<<20)
 		ends := 0
 		for ends < 2 && sc.Scan() {
@@ -254,15 +261,7 @@ func TestCLI(t *testing.T) {
 		}
 
 		// watch -o yaml: a YAML document stream, each document after "---", with the JSON names
-		ycmd := r.cliCmd("session", "watch", id, "-o", "yaml")
-		yout, err := ycmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := ycmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = ycmd.Process.Kill(); _ = ycmd.Wait() })
+		yout := r.startWatch(id, "yaml")
 		// a document is complete once the next "---" arrives (the last one waits for more events)
 		var raw strings.Builder
 		docs := make(chan error, 1)
@@ -303,8 +302,7 @@ func TestCLI(t *testing.T) {
 				t.Fatal(err)
 			}
 		case <-time.After(30 * time.Second):
-			_ = ycmd.Process.Kill()
-			t.Fatalf("watch -o yaml did not replay both turn ends within 30s")
+			t.Fatalf("watch -o yaml did not replay both turn ends within 30s") // the cleanup kills it
 		}
 		if !strings.HasPrefix(raw.String(), "---\n") || strings.Count(raw.String(), "\n---\n") == 0 {
 			t.Errorf("watch -o yaml documents do not start with ---:\n%s", raw.String())
