@@ -157,6 +157,15 @@ func (g *gw) dispatchTo(id, profile string) {
 	}
 }
 
+// activeSession creates a session on ws with model and dispatches it to profile; it returns the
+// session once it is active on its worker, and the worker's environment.
+func (g *gw) activeSession(ws, model, profile string) (id, envID string) {
+	g.t.Helper()
+	id = g.newSession(ws, model)
+	g.dispatchTo(id, profile)
+	return id, g.mustRest(id, placement.Active).Placement.EnvironmentID
+}
+
 func (g *gw) pullback(id string) {
 	g.t.Helper()
 	if _, err := g.client.PullBack(g.ctx(), id, placement.PullBackRequest{}); err != nil {
@@ -731,9 +740,7 @@ func TestIdleTimeoutSparesBusySessions(t *testing.T) {
 	t.Cleanup(func() { destroyAll(g) })
 	ws := filepath.Join(root, "user")
 	userWorkspace(t, ws, true)
-	id := g.newSession(ws, "slow/m")
-	g.dispatchTo(id, "idle")
-	busyEnv := g.mustRest(id, placement.Active).Placement.EnvironmentID
+	id, busyEnv := g.activeSession(ws, "slow/m", "idle")
 	turn, code, err := g.send(id, "work slowly")
 	if err != nil {
 		t.Fatalf("send: %d %v", code, err)
@@ -782,9 +789,7 @@ func TestPullBackDeletionBrake(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	id := g.newSession(ws, "del/m")
-	g.dispatchTo(id, "local")
-	g.mustRest(id, placement.Active)
+	id, _ := g.activeSession(ws, "del/m", "local")
 	g.runTurn(id, "delete them", "worker")
 
 	g.pullback(id)

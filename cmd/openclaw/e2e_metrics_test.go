@@ -83,10 +83,8 @@ func TestMetricsAndLogsOfASessionTurn(t *testing.T) {
 
 	ws := filepath.Join(root, "ws")
 	userWorkspace(t, ws, false)
-	id := g.newSession(ws, "")
-	g.dispatchTo(id, "local")
-	v := g.mustRest(id, placement.Active)
-	e, err := g.client.Environment(g.ctx(), v.Placement.EnvironmentID)
+	id, envID := g.activeSession(ws, "", "local")
+	e, err := g.client.Environment(g.ctx(), envID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -270,9 +270,7 @@ func startPublishGateway(t *testing.T, root, profile, credential, content string
 // back; it returns the session, its managed branch and the branch's tip.
 func (g *gw) pulledBackWork(ws, profile string) (id, branch, tip string) {
 	g.t.Helper()
-	id = g.newSession(ws, "work/m")
-	g.dispatchTo(id, profile)
-	g.mustRest(id, placement.Active)
+	id, _ = g.activeSession(ws, "work/m", profile)
 	g.runTurn(id, "add the work", "worker")
 	g.pullback(id)
 	g.mustRest(id, placement.Local)

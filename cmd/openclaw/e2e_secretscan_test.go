@@ -59,9 +59,7 @@ func TestPullBackSecretScan(t *testing.T) {
 	// git: the worker's commit holds the model key
 	gitWS := filepath.Join(root, "git-user")
 	userWorkspace(t, gitWS, true)
-	leak := g.newSession(gitWS, "leak/m")
-	g.dispatchTo(leak, "local")
-	g.mustRest(leak, placement.Active)
+	leak, _ := g.activeSession(gitWS, "leak/m", "local")
 	g.runTurn(leak, "configure", "worker")
 	v := refused(leak, "config.env:1 gateway-credential:anthropic")
 	if exists(filepath.Join(v.Placement.AnchorDir, "config.env")) {
@@ -74,9 +72,7 @@ func TestPullBackSecretScan(t *testing.T) {
 	// plain: an AWS-style key id, refused, then let through as a known false positive
 	plainWS := filepath.Join(root, "plain-user")
 	userWorkspace(t, plainWS, false)
-	aws := g.newSession(plainWS, "aws/m")
-	g.dispatchTo(aws, "local")
-	g.mustRest(aws, placement.Active)
+	aws, _ := g.activeSession(plainWS, "aws/m", "local")
 	g.runTurn(aws, "note it", "worker")
 	v = refused(aws, "notes.md:1 aws-access-key-id")
 	if exists(filepath.Join(v.Placement.AnchorDir, "notes.md")) {
@@ -136,9 +132,7 @@ func TestPullBackScansAllBeforeAdopting(t *testing.T) {
 	t.Cleanup(func() { destroyAll(g) })
 	ws := filepath.Join(root, "user")
 	userWorkspace(t, ws, true)
-	id := g.newSession(ws, "mixed/m")
-	g.dispatchTo(id, "local")
-	g.mustRest(id, placement.Active)
+	id, _ := g.activeSession(ws, "mixed/m", "local")
 	g.runTurn(id, "work", "worker")
 	branch := "openclaw/" + strings.TrimPrefix(id, "ses_")
 	before := testenv.Git(t, ws, "rev-parse", branch)

@@ -53,9 +53,7 @@ func TestDispatchRunsSetupBeforeTheWorker(t *testing.T) {
 	t.Cleanup(func() { destroyAll(g) })
 	ws := filepath.Join(root, "user")
 	userWorkspace(t, ws, false)
-	id := g.newSession(ws, "local/m")
-	g.dispatchTo(id, "withsetup")
-	envID := g.mustRest(id, placement.Active).Placement.EnvironmentID
+	id, envID := g.activeSession(ws, "local/m", "withsetup")
 
 	steps := g.timeline(envID, envs.StepSetup)
 	if len(steps) != 1 || steps[0].Name != "deps" || steps[0].Result != envs.ResultOK || !strings.Contains(steps[0].Output, "saw: hello") {
