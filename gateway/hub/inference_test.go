@@ -224,15 +224,23 @@ func TestInferenceStreamsUnderCreditAndReplaysTerminal(t *testing.T) {
 
 func (p *proxyHarness) srv2() *hub.Server { return p.harness.srv }
 
-// Cancelling a call while the provider streams closes the provider's HTTP request, and the call is
-// recorded as aborted.
-func TestInferenceCancelClosesProviderConnection(t *testing.T) {
+// newHeldProxy is a proxy harness whose provider streams one text delta and then holds its
+// request open; the channel is closed once the provider sees the request's connection close.
+func newHeldProxy(t *testing.T) (*proxyHarness, <-chan struct{}) {
+	t.Helper()
 	closed := make(chan struct{})
 	p := newProxyHarness(t, func(_ int, w http.ResponseWriter, r *http.Request) {
 		inferencetest.SSE(w, sseChunk(`{"role":"assistant","content":"Hel"}`, ""))
 		<-r.Context().Done()
 		close(closed)
 	})
+	return p, closed
+}
+
+// Cancelling a call while the provider streams closes the provider's HTTP request, and the call is
+// recorded as aborted.
+func TestInferenceCancelClosesProviderConnection(t *testing.T) {
+	p, closed := newHeldProxy(t)
 	ctx := testContext(t)
 	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -276,12 +284,7 @@ func TestInferenceFencesStaleOwner(t *testing.T) {
 // A cancel frame naming the worker.inference.start request cancels that call: the provider's
 // connection is closed.
 func TestCancelFrameCancelsInferenceCall(t *testing.T) {
-	closed := make(chan struct{})
-	p := newProxyHarness(t, func(_ int, w http.ResponseWriter, r *http.Request) {
-		inferencetest.SSE(w, sseChunk(`{"role":"assistant","content":"Hel"}`, ""))
-		<-r.Context().Done()
-		close(closed)
-	})
+	p, closed := newHeldProxy(t)
 	// This test speaks the protocol itself on the session's connection: the harness's client, which
 	// connects for the same session in the background, would replace it.
 	_ = p.client.Close()
