@@ -1,8 +1,6 @@
 package main_test
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
 	"fmt"
 	"net/url"
 	"os"
@@ -12,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
-	"golang.org/x/crypto/ssh"
 
+	"github.com/openclaw/cloudworkers/gateway/tunnel/tunneltest"
 	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/internal/browsertest"
 	"github.com/openclaw/cloudworkers/internal/testenv"
@@ -233,15 +231,7 @@ func TestControlUIInChromium(t *testing.T) {
 	p.Do("bad profile", chromedp.SetValue(`#profile-yaml`, "id: bad\nprovider: local\nlifetime: {idleTimeout: banana}\n"), chromedp.Click(`#save-profile`))
 	p.Until("the named field", `document.querySelector('#profile-error .field')?.textContent === 'lifetime.idleTimeout: '`)
 	p.Shot(rootRel, "profile-error")
-	pub, _, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sp, err := ssh.NewPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostKey := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp)))
+	hostKey := tunneltest.HostKey(t)
 	static := fmt.Sprintf("id: shared-host\nprovider: static\nsettings:\n  hosts:\n    - host: 198.18.0.10\n      user: worker\n      keyPath: %s\n      hostKey: %s\n", filepath.Join(root, "key"), hostKey)
 	p.Do("static profile", chromedp.SetValue(`#profile-yaml`, static), chromedp.Click(`#save-profile`))
 	p.Until("the static warning", `document.getElementById('profile-warning').textContent.includes('development only')`)

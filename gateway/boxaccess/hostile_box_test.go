@@ -2,8 +2,6 @@ package boxaccess_test
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -25,6 +23,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/gateway/store/storetest"
+	"github.com/openclaw/cloudworkers/gateway/tunnel/tunneltest"
 	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/providers/fake"
@@ -241,14 +240,7 @@ func scriptedBox(t *testing.T, handle func(ssh.NewChannel)) string {
 // gateway opens to handle, with the box's side of its connection (wrapped by wrap, when given).
 func sshBox(t *testing.T, wrap func(net.Conn) net.Conn, handle func(net.Conn, ssh.NewChannel)) string {
 	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, signer := tunneltest.Key(t)
 	cfg := &ssh.ServerConfig{NoClientAuth: true}
 	cfg.AddHostKey(signer)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -2,8 +2,6 @@ package command
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"os"
@@ -15,8 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/crypto/ssh"
-
+	"github.com/openclaw/cloudworkers/gateway/tunnel/tunneltest"
 	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/providers"
 )
@@ -26,19 +23,6 @@ func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-func hostKey(t *testing.T) string {
-	t.Helper()
-	pub, _, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sp, err := ssh.NewPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp)))
 }
 
 // profile builds a profile whose settings are s with the helper wired in through settings.env.
@@ -67,7 +51,7 @@ func TestProvisionWaitsForReady(t *testing.T) {
 	exe, dir := helperExe(t), t.TempDir()
 	log := filepath.Join(dir, "argv.log")
 	pwned := filepath.Join(dir, "pwned")
-	hk := hostKey(t)
+	hk := tunneltest.HostKey(t)
 	prof := profile(t, map[string]any{
 		"provision": []string{exe, "record", log, "warmup", "--lease-id", "{leaseId}",
 			"--label", "openclaw.gateway={gatewayId}", "env={envId}", "{opId}", "{class}", "{ttl}/{idleTimeout}",
@@ -130,7 +114,7 @@ func TestProvisionWaitsForReady(t *testing.T) {
 
 func TestProvisionErrors(t *testing.T) {
 	exe, dir := helperExe(t), t.TempDir()
-	hk := hostKey(t)
+	hk := tunneltest.HostKey(t)
 	ok := []string{exe, "print", ""}
 	for _, tc := range []struct {
 		name      string
@@ -390,7 +374,7 @@ func TestCommandsGetACleanEnvironment(t *testing.T) {
 }
 
 func TestCrabboxPreset(t *testing.T) {
-	ctx, dir, hk := testCtx(t), t.TempDir(), hostKey(t)
+	ctx, dir, hk := testCtx(t), t.TempDir(), tunneltest.HostKey(t)
 	settings, _ := json.Marshal(map[string]any{
 		"binary": helperExe(t), "provider": "hetzner", "class": "cx22", "idleTimeout": "45m", "pollInterval": "10ms",
 		"env": map[string]string{"LEASE_CLI_HELPER": "crabbox", "HELPER_DIR": dir, "HELPER_HOSTKEY": hk, "GORACE": "atexit_sleep_ms=0", "HELPER_VERSION": "0.46.0"},

@@ -5,12 +5,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/openclaw/cloudworkers/gateway/tunnel/tunneltest"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
 // Shapes as Crabbox prints them (internal/cli/status.go, coordinator.go, hcloud.go).
 func TestCrabboxJSONShapes(t *testing.T) {
-	hk := hostKey(t)
+	hk := tunneltest.HostKey(t)
 	c, err := parseCrabbox(json.RawMessage(`{"provider":"hetzner"}`))
 	if err != nil {
 		t.Fatal(err)

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
 	"io"
 	"io/fs"
@@ -18,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openclaw/cloudworkers/gateway/tunnel/tunneltest"
 	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
@@ -367,14 +366,7 @@ func TestBoxGlobalRequests(t *testing.T) {
 
 func TestBoxRejectsWrongKeyAndUser(t *testing.T) {
 	st, _ := inProcessBox(t)
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, other := tunneltest.Key(t)
 	if _, err := dialWith(t, st.Host, st.Port, st.User, other, st.HostKey); err == nil {
 		t.Error("login with an unauthorized key succeeded")
 	}

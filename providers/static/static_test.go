@@ -1,8 +1,6 @@
 package static
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/crypto/ssh"
-
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/gateway/tunnel/tunneltest"
 	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/providers"
 )
@@ -29,21 +26,11 @@ func openDB(t *testing.T, path string) *store.DB {
 	return db
 }
 
-func hostKey(t *testing.T) string {
-	t.Helper()
-	pub, _, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sp, _ := ssh.NewPublicKey(pub)
-	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp)))
-}
-
 func profile(t *testing.T, id string, n int) providers.Profile {
 	t.Helper()
 	var s Settings
 	for i := range n {
-		s.Hosts = append(s.Hosts, Host{Host: "127.0.0.1", Port: 2200 + i, User: "dev", KeyPath: "/keys/id", HostKey: hostKey(t)})
+		s.Hosts = append(s.Hosts, Host{Host: "127.0.0.1", Port: 2200 + i, User: "dev", KeyPath: "/keys/id", HostKey: tunneltest.HostKey(t)})
 	}
 	b, _ := json.Marshal(s)
 	return providers.Profile{ID: id, Provider: "static", Settings: b}
@@ -161,7 +148,7 @@ func TestHostRemovedFromProfile(t *testing.T) {
 }
 
 func TestValidateSettingsNamesTheField(t *testing.T) {
-	hk := hostKey(t)
+	hk := tunneltest.HostKey(t)
 	good := fmt.Sprintf(`{"host":"h","user":"u","keyPath":"/k","hostKey":%q}`, hk)
 	for _, tc := range []struct {
 		settings string

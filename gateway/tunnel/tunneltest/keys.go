@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"golang.org/x/crypto/ssh"
@@ -33,6 +34,14 @@ func Key(t testing.TB) (string, ssh.Signer) {
 		t.Fatal(err)
 	}
 	return p, s
+}
+
+// HostKey returns a new ed25519 public key in authorized_keys form, as a profile pins a box's
+// host key.
+func HostKey(t testing.TB) string {
+	t.Helper()
+	_, s := Key(t)
+	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(s.PublicKey())))
 }
 
 // Endpoint is how to dial a SilentBox: address, a client key file and the pinned host key.
