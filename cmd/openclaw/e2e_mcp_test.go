@@ -206,7 +206,7 @@ func TestMCPStdioDispatch(t *testing.T) {
 	ctx := testenv.Context(t, 3*time.Minute)
 	p := newProgressLog()
 	cmd := exec.Command(openclawBin, "mcp", "--gateway", g.addr, "--data-dir", g.dataDir)
-	cmd.Stderr = &logBuffer{}
+	cmd.Stderr = &testenv.Buffer{}
 	cs, err := mcpClient(p).Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
 	if err != nil {
 		t.Fatalf("connect to openclaw mcp: %v", err)

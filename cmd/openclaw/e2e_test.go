@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -53,31 +51,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// logBuffer holds a process's output (a gateway's, openclaw mcp's stderr): the process's copy
-// goroutines write it while a test reads.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *logBuffer) Bytes() []byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return bytes.Clone(l.b.Bytes())
-}
-
 // gw is a gateway process under test.
 type gw struct {
 	t       *testing.T
@@ -85,7 +58,7 @@ type gw struct {
 	config  string
 	addr    string
 	cmd     *exec.Cmd
-	log     *logBuffer
+	log     *testenv.Buffer
 	client  *api.Client
 }
 
@@ -137,7 +110,7 @@ func (g *gw) start() {
 	if err := os.WriteFile(cfgPath, []byte(g.config), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	g.log = &logBuffer{}
+	g.log = &testenv.Buffer{}
 	g.cmd = exec.Command(openclawBin, "gateway", "--data-dir", g.dataDir, "--listen", g.addr, "--config", cfgPath, "--log-level", "debug")
 	g.cmd.Stdout = g.log
 	g.cmd.Stderr = g.log

@@ -59,31 +59,14 @@ type cgHarness struct {
 	revs     *envRevisions
 	http     *httptest.Server
 	token    string
-	log      *syncBuffer
+	log      *testenv.Buffer
 	provider *inferencetest.Server
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func newCG(t *testing.T) *cgHarness {
 	t.Helper()
 	ctx := testenv.Context(t, 20*time.Second)
-	h := &cgHarness{t: t, dir: t.TempDir(), log: &syncBuffer{}, revs: &envRevisions{m: map[string][2]string{}, retired: map[string]bool{}, occOnly: map[string]bool{}}}
+	h := &cgHarness{t: t, dir: t.TempDir(), log: &testenv.Buffer{}, revs: &envRevisions{m: map[string][2]string{}, retired: map[string]bool{}, occOnly: map[string]bool{}}}
 	h.creds, h.db = credentialstest.Open(t, h.dir)
 	var err error
 	// the namespaces the tests use, as ensureNamespace records them (a source is registered
