@@ -110,15 +110,7 @@ func TestLocalBoxWorkerLifecycle(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
 
 	// the worker dies: it is relaunched and re-admitted
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	g.waitNotes(e.ID, "worker: launched", 2)
-	g.waitNotes(e.ID, "worker: re-admitted", 1)
-	pid2 := workerPID(t, e)
-	if pid2 == pid || !testenv.Alive(pid2) {
-		t.Fatalf("worker not relaunched: old %d new %d alive=%v", pid, pid2, testenv.Alive(pid2))
-	}
+	pid2 := g.killWorker(e, pid)
 	t.Cleanup(func() { _ = syscall.Kill(pid2, syscall.SIGKILL) })
 
 	// the gateway dies: the box and the worker live on; a new gateway re-dials and re-admits it
@@ -225,6 +217,22 @@ func netnsEnv(t *testing.T, cfg string) (*gw, envs.Environment, string) {
 	return g, g.waitReady(e.ID), state
 }
 
+// killWorker SIGKILLs pid, e's first worker, and returns the pid of the worker the gateway
+// relaunched and re-admitted in its place.
+func (g *gw) killWorker(e envs.Environment, pid int) int {
+	g.t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		g.t.Fatal(err)
+	}
+	g.waitNotes(e.ID, "worker: launched", 2)
+	g.waitNotes(e.ID, "worker: re-admitted", 1)
+	pid2 := workerPID(g.t, e)
+	if pid2 == pid || !testenv.Alive(pid2) {
+		g.t.Fatalf("worker not relaunched: old %d new %d alive=%v", pid, pid2, testenv.Alive(pid2))
+	}
+	return pid2
+}
+
 // TestNetnsPartitionAndRestart: against real OpenSSH sshd in a network namespace: a cold box
 // becomes ready; a link down longer than the keepalive deadline shows reconnecting, link up
 // shows connected and the same worker is re-admitted without a restart; a SIGKILLed gateway
@@ -304,16 +312,7 @@ func TestNetnsWarmBoxPinningAndWorkerDeath(t *testing.T) {
 	if g.countNotes(e1.ID, "uploaded,") != 1 {
 		t.Fatal("cold box: no upload")
 	}
-	pid := workerPID(t, e1)
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	g.waitNotes(e1.ID, "worker: launched", 2)
-	g.waitNotes(e1.ID, "worker: re-admitted", 1)
-	pid2 := workerPID(t, e1)
-	if pid2 == pid || !testenv.Alive(pid2) {
-		t.Fatalf("worker not relaunched (%d → %d)", pid, pid2)
-	}
+	pid2 := g.killWorker(e1, workerPID(t, e1))
 	if _, err := g.destroy(e1.ID, false, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
