@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/internal/testenv"
 )
@@ -35,16 +34,7 @@ func TestAdmissionReadsThePlacementRow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := "env_2"
-	var gen uint64
-	for _, c := range []placement.Change{{To: placement.Requested}, {To: placement.Provisioning, EnvironmentID: &env},
-		{To: placement.Syncing}, {To: placement.Starting}, {To: placement.Active}} {
-		p, err := ps.Transition(ctx, active.ID, gen, c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gen = p.Generation
-	}
+	activate(ctx, t, ps, active.ID, "env_2")
 	if _, err := svc.Send(ctx, active.ID, "hello", ""); !errors.Is(err, ErrWorkerUnavailable) {
 		t.Fatalf("session active on a worker that is not connected: %v, want ErrWorkerUnavailable", err)
 	}

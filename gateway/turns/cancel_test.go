@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/protocol"
@@ -95,15 +94,7 @@ func TestWorkerTurnCancelIsNotLost(t *testing.T) {
 			if _, err := st.Attach(ctx, sess.ID, env); err != nil {
 				t.Fatal(err)
 			}
-			var gen uint64
-			for _, c := range []placement.Change{{To: placement.Requested}, {To: placement.Provisioning, EnvironmentID: &env},
-				{To: placement.Syncing}, {To: placement.Starting}, {To: placement.Active}} {
-				p, err := ps.Transition(ctx, sess.ID, gen, c)
-				if err != nil {
-					t.Fatal(err)
-				}
-				gen = p.Generation
-			}
+			activate(ctx, t, ps, sess.ID, env)
 			type sent struct {
 				turn Turn
 				err  error

@@ -41,3 +41,18 @@ func startService(ctx context.Context, t *testing.T, cfg Config) *Service {
 	t.Cleanup(func() { _ = svc.Close(context.Background()) })
 	return svc
 }
+
+// activate moves session id's placement through a dispatch onto env up to active, as the placement
+// package does when a worker takes the session.
+func activate(ctx context.Context, t *testing.T, ps *placement.Placements, id, env string) {
+	t.Helper()
+	var gen uint64
+	for _, c := range []placement.Change{{To: placement.Requested}, {To: placement.Provisioning, EnvironmentID: &env},
+		{To: placement.Syncing}, {To: placement.Starting}, {To: placement.Active}} {
+		p, err := ps.Transition(ctx, id, gen, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gen = p.Generation
+	}
+}
