@@ -93,6 +93,17 @@ func (r *cliRig) transcriptText(id string) string {
 	return b.String()
 }
 
+// workerEdit makes a git workspace named name and, through the CLI, a session on it on the local
+// profile whose worker turn edits and commits the readme; it returns the session.
+func (r *cliRig) workerEdit(name string) string {
+	r.t.Helper()
+	ws := filepath.Join(r.root, name)
+	userWorkspace(r.t, ws, true)
+	id := strings.TrimSpace(r.mustCLI("session", "new", "--workspace", ws, "--git", "--profile", "local", "--model", "fresh/m"))
+	r.mustCLI("session", "send", id, "edit the readme", "--follow")
+	return id
+}
+
 // startWatch starts `session watch ID -o OUTPUT`, killed at the end of the test, and returns its
 // stdout.
 func (r *cliRig) startWatch(id, output string) io.Reader {
@@ -544,10 +555,7 @@ func TestCLI(t *testing.T) {
 
 	t.Run("pullback-report-and-diff", func(t *testing.T) {
 		r.sub(t)
-		ws := filepath.Join(r.root, "repo")
-		userWorkspace(t, ws, true)
-		id := strings.TrimSpace(r.mustCLI("session", "new", "--workspace", ws, "--git", "--profile", "local", "--model", "fresh/m"))
-		r.mustCLI("session", "send", id, "edit the readme", "--follow")
+		id := r.workerEdit("repo")
 		out := r.mustCLI("session", "pullback", id)
 		for _, want := range []string{"branch openclaw/", "1 commit(s) since its base", "worker edit", "M  README.md", "git log openclaw/"} {
 			if !strings.Contains(out, want) {
@@ -563,10 +571,7 @@ func TestCLI(t *testing.T) {
 	t.Run("session-rm-worker-and-prune", func(t *testing.T) { testSessionRmWorker(t, r) })
 	t.Run("pullback-destroy", func(t *testing.T) {
 		r.sub(t)
-		ws := filepath.Join(r.root, "repo-destroy")
-		userWorkspace(t, ws, true)
-		id := strings.TrimSpace(r.mustCLI("session", "new", "--workspace", ws, "--git", "--profile", "local", "--model", "fresh/m"))
-		r.mustCLI("session", "send", id, "edit the readme", "--follow")
+		id := r.workerEdit("repo-destroy")
 		if e := r.failCLI("session", "pullback", id, "--destroy", "--no-wait"); !strings.Contains(e, "--no-wait") {
 			t.Errorf("pullback --destroy --no-wait refused without naming the flag: %s", e)
 		}
