@@ -22,6 +22,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/internal/shutdown"
+	"github.com/openclaw/cloudworkers/internal/watchdog"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/worker/tools"
 )
@@ -47,6 +48,13 @@ type Config struct {
 	// HeartbeatTimeout closes an admitted connection that sends nothing for this long. Workers
 	// are told to heartbeat at a third of it. Default 30s.
 	HeartbeatTimeout time.Duration
+	// WriteTimeout closes a connection whose write to the worker has been blocked this long (a
+	// worker that stopped reading). Default 10s.
+	WriteTimeout time.Duration
+	// DeadlineClock runs HeartbeatTimeout and WriteTimeout (one watchdog for all connections); the
+	// real clock when nil, not Clock, so a test that drives Clock for pacing does not also cut
+	// connections.
+	DeadlineClock clock.Clock
 	// AdmissionTimeout bounds the time from a connection's accept to its admission (HTTP upgrade and
 	// connect frame included); a connection not admitted by then is closed. Default 10s.
 	AdmissionTimeout time.Duration
@@ -109,6 +117,7 @@ func (c *Config) setDefaults() {
 		c.Credentials.Clock = c.Clock
 	}
 	orDefault(&c.HeartbeatTimeout, 30*time.Second)
+	orDefault(&c.WriteTimeout, 10*time.Second)
 	orDefault(&c.AdmissionTimeout, 10*time.Second)
 	orDefault(&c.FrameLimit, protocol.DefaultFrameLimit)
 	orDefault(&c.StreamQueue, DefaultStreamQueue)
@@ -172,6 +181,9 @@ type Server struct {
 	metrics        *metrics
 	refusalsStop   chan struct{} // closed by Close once every connection ended
 	refusalsDone   chan struct{} // closed when refusalLoop has flushed for the last time
+	watch          *watchdog.Sweeper
+	watchStop      context.CancelFunc
+	watchDone      chan struct{} // closed when the watchdog has stopped
 	closeOnce      sync.Once
 }
 
@@ -197,6 +209,9 @@ func New(cfg Config) (*Server, error) {
 		envInference: map[string]int{}, relay: map[string]*relayBucket{},
 		refused:      refusals{clock: cfg.Clock},
 		refusalsStop: make(chan struct{}), refusalsDone: make(chan struct{}),
+		watch: watchdog.New(watchdog.Config{ReadTimeout: cfg.HeartbeatTimeout, WriteTimeout: cfg.WriteTimeout,
+			Clock: cfg.DeadlineClock}),
+		watchDone: make(chan struct{}),
 	}
 	s.http = &http.Server{
 		Handler:           http.HandlerFunc(s.serveHTTP),
@@ -213,6 +228,12 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	go s.refusalLoop()
+	wctx, wstop := context.WithCancel(context.Background())
+	s.watchStop = wstop
+	go func() {
+		defer close(s.watchDone)
+		s.watch.Run(wctx)
+	}()
 	return s, nil
 }
 
@@ -256,6 +277,12 @@ func (s *Server) close(ctx context.Context) error {
 	case <-s.refusalsDone:
 	case <-ctx.Done():
 		err = errors.Join(err, fmt.Errorf("refusal audit still flushing: %w", context.Cause(ctx)))
+	}
+	s.watchStop()
+	select {
+	case <-s.watchDone:
+	case <-ctx.Done():
+		err = errors.Join(err, fmt.Errorf("connection watchdog still closing: %w", context.Cause(ctx)))
 	}
 	return err
 }
@@ -404,11 +431,12 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ws.SetReadLimit(protocol.PreAdmissionFrameLimit)
 	pc, _ := r.Context().Value(preConnKey{}).(*preConn)
-	wc := &workerConn{ws: ws, pre: pc, streamState: streamState{streams: map[string]*stream{}}, callState: callState{calls: map[string]*proxyCall{}},
+	wc := &workerConn{ws: ws, wd: s.watch.Watch(ws), pre: pc, streamState: streamState{streams: map[string]*stream{}}, callState: callState{calls: map[string]*proxyCall{}},
 		pending: map[string]chan protocol.Frame{}, done: make(chan struct{})}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		wc.wd.Release()
 		_ = ws.CloseNow()
 		return
 	}
@@ -419,6 +447,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		delete(s.conns, wc)
 		s.dropSlotLocked(wc)
 		s.mu.Unlock()
+		wc.wd.Release()
 		_ = ws.CloseNow()
 		close(wc.done)
 	}()
@@ -450,6 +479,8 @@ func normalEnd(err error) bool {
 // workerConn is one WebSocket connection.
 type workerConn struct {
 	ws *websocket.Conn
+	// wd bounds the connection's reads (HeartbeatTimeout) and writes (WriteTimeout).
+	wd *watchdog.Conn
 	// Set once at admission, read-only afterwards.
 	envID      string
 	cred       Credential
@@ -479,15 +510,15 @@ func (wc *workerConn) nextSeq() uint64 {
 	return wc.seq
 }
 
-// write sends one frame; websocket writes are safe for concurrent use.
+// write sends one frame; it is safe for concurrent use. ctx bounds the wait for the writes
+// ahead; the write itself is bounded by the watchdog (Config.WriteTimeout), which cuts the
+// connection, not by a timeout per frame.
 func (wc *workerConn) write(ctx context.Context, f protocol.Frame) error {
 	b, err := json.Marshal(f)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	return wc.ws.Write(ctx, websocket.MessageText, b)
+	return wc.wd.Write(ctx, websocket.MessageText, b)
 }
 
 // readFrame reads one text message of at most limit bytes and decodes it. The websocket read
@@ -733,11 +764,16 @@ func (s *Server) serveAdmitted(ctx context.Context, wc *workerConn) error {
 		wc.swg.Wait()
 	}()
 	wc.ws.SetReadLimit(int64(s.cfg.FrameLimit))
+	// Reads run on a context that never ends (no timer per frame): the watchdog cuts a read that
+	// waits longer than HeartbeatTimeout, and ctx's end closes the connection.
+	stop := context.AfterFunc(ctx, func() { _ = wc.ws.CloseNow() })
+	defer stop()
 	for {
-		rctx, cancel := context.WithTimeout(ctx, s.cfg.HeartbeatTimeout)
-		f, err := readFrame(rctx, wc.ws, s.cfg.FrameLimit)
-		cancel()
+		wc.wd.BeginRead()
+		f, err := readFrame(watchdog.Background, wc.ws, s.cfg.FrameLimit)
+		wc.wd.EndRead()
 		if err != nil {
+			err = wc.wd.Err(err)
 			var de *protocol.DecodeError
 			if errors.As(err, &de) {
 				// A malformed frame from an admitted worker is a protocol violation: drop it.

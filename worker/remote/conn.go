@@ -12,11 +12,15 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/openclaw/cloudworkers/internal/clock"
+	"github.com/openclaw/cloudworkers/internal/watchdog"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
 // errConnLost fails a request whose connection ended before it was answered.
 var errConnLost = errors.New("gateway connection lost")
+
+// writeTimeout cuts a connection whose write to the gateway has been blocked this long.
+const writeTimeout = 10 * time.Second
 
 // connOptions are what the owner of a connection (Run's worker, or a Client) adds to it.
 type connOptions struct {
@@ -39,6 +43,7 @@ type connOptions struct {
 type conn struct {
 	w        *worker
 	ws       *websocket.Conn
+	wd       *watchdog.Conn // bounds reads (silence) and writes (writeTimeout)
 	opts     connOptions
 	interval time.Duration
 	lost     chan struct{} // closed when the read loop ends
@@ -67,10 +72,16 @@ func (w *worker) connect(ctx context.Context, opts connOptions) (admitted bool, 
 			}
 		}
 	}
+	// One watchdog per connection, instead of a timeout context per frame: the gateway answers
+	// every heartbeat, so silence for three intervals means the link is dead.
+	sw := watchdog.New(watchdog.Config{ReadTimeout: 3*c.interval + time.Second, WriteTimeout: writeTimeout,
+		Clock: w.cfg.DeadlineClock})
+	c.wd = sw.Watch(ws)
 	g, gctx := errgroup.WithContext(ctx)
 	// The read loop's reads are not cut by ctx (a cut read drops the link): when ctx ends, this
 	// side closes the connection with a normal closure, which ends the read, so the gateway sees
-	// the connection end rather than a lost worker. Any other end of the group stops the reads.
+	// the connection end rather than a lost worker. Any other end of the group closes the
+	// connection at once, which ends the read.
 	readCtx, stopRead := context.WithCancel(context.WithoutCancel(gctx))
 	defer stopRead()
 	closed := make(chan struct{})
@@ -80,6 +91,11 @@ func (w *worker) connect(ctx context.Context, opts connOptions) (admitted bool, 
 			_ = ws.Close(websocket.StatusNormalClosure, "closed")
 		}
 		stopRead()
+		_ = ws.CloseNow()
+	})
+	g.Go(func() error {
+		sw.Run(gctx)
+		return nil
 	})
 	g.Go(func() error { return c.readLoop(readCtx) })
 	g.Go(func() error { return c.heartbeatLoop(gctx) })
@@ -152,18 +168,16 @@ func (w *worker) admit(ctx context.Context) (_ *websocket.Conn, _ protocol.Conne
 	return ws, cr, nil
 }
 
-// readLoop reads the gateway's frames until the connection fails, goes silent or the gateway asks
-// the worker to shut down (errShutdown).
+// readLoop reads the gateway's frames until the connection fails, goes silent (the watchdog cuts
+// it) or the gateway asks the worker to shut down (errShutdown).
 func (c *conn) readLoop(ctx context.Context) error {
 	defer close(c.lost)
-	// The gateway answers every heartbeat, so silence for three intervals means the link is dead.
-	silence := 3*c.interval + time.Second
 	for {
-		rctx, cancel := context.WithTimeout(ctx, silence)
-		f, err := readFrame(rctx, c.ws)
-		cancel()
+		c.wd.BeginRead()
+		f, err := readFrame(watchdog.Background, c.ws)
+		c.wd.EndRead()
 		if err != nil {
-			return fmt.Errorf("read from gateway: %w", err)
+			return fmt.Errorf("read from gateway: %w", c.wd.Err(err))
 		}
 		switch f.Type {
 		case protocol.TypeEvent:
@@ -178,10 +192,10 @@ func (c *conn) readLoop(ctx context.Context) error {
 		case protocol.TypeReq:
 			if f.Method == protocol.MethodShutdown {
 				res, _ := protocol.Response(f.ID, struct{}{})
-				_ = writeFrame(ctx, c.ws, res)
+				_ = c.write(ctx, res)
 				return errShutdown
 			}
-			if err := writeFrame(ctx, c.ws, c.answer(ctx, f)); err != nil {
+			if err := c.write(ctx, c.answer(ctx, f)); err != nil {
 				return err
 			}
 		case protocol.TypeRes:
@@ -284,7 +298,7 @@ func (c *conn) send(ctx context.Context, method string, params any, onAnswer fun
 		c.answers[id] = onAnswer
 		c.mu.Unlock()
 	}
-	if err := writeFrame(ctx, c.ws, req); err != nil {
+	if err := c.write(ctx, req); err != nil {
 		return fmt.Errorf("send %s: %w", method, err)
 	}
 	return nil
@@ -306,13 +320,22 @@ func (c *conn) call(ctx context.Context, method string, params any) (protocol.Fr
 	}
 }
 
+// write sends one frame on the admitted connection; the watchdog, not ctx, bounds the write once
+// it has begun (ctx bounds the wait for the writes ahead).
+func (c *conn) write(ctx context.Context, f protocol.Frame) error {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	return c.wd.Write(ctx, websocket.MessageText, b)
+}
+
+// writeFrame sends one frame during admission, bounded by ctx (the dial timeout).
 func writeFrame(ctx context.Context, ws *websocket.Conn, f protocol.Frame) error {
 	b, err := json.Marshal(f)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	return ws.Write(ctx, websocket.MessageText, b)
 }
 

@@ -47,6 +47,9 @@ type Config struct {
 	BackoffMin, BackoffMax time.Duration
 	// Clock paces heartbeats, reconnects and retries; the real clock when nil.
 	Clock clock.Clock
+	// DeadlineClock runs each connection's read and write deadlines (its watchdog); the real clock
+	// when nil, not Clock, so a test that drives Clock for heartbeats does not also cut connections.
+	DeadlineClock clock.Clock
 	// DialTimeout bounds one connection attempt including admission. Default 30s.
 	DialTimeout time.Duration
 	// Handler answers the gateway's requests other than worker.shutdown (worker.turn.start, …) on
