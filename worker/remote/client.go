@@ -20,7 +20,7 @@ const (
 	DefaultLiveWindow           = 64
 	DefaultOutboxLimit          = 4096
 	DefaultLiveCoalesceBytes    = 16 << 10
-	DefaultLiveCoalesceInflight = 1
+	DefaultLiveCoalesceInflight = 2
 )
 
 // ErrClientClosed is returned by a Client's methods after Close.
@@ -44,7 +44,7 @@ type ClientConfig struct {
 	LiveCoalesceBytes int
 	// LiveCoalesceInflight: while at least this many live events are unacknowledged, a delta
 	// at the tail of the outbox is held so that the deltas after it merge into it, like Nagle's
-	// algorithm (default 1). It goes as soon as fewer are in flight, it reaches
+	// algorithm (default 2). It goes as soon as fewer are in flight, it reaches
 	// LiveCoalesceBytes, another event follows it or WaitLiveAcked asks for it. Negative: never
 	// held.
 	LiveCoalesceInflight int

@@ -95,7 +95,7 @@ func expectLive(t *testing.T, f liveFrame, seq uint64, typ protocol.LiveEventTyp
 func TestClientCoalescesDeltasWhileInFlight(t *testing.T) {
 	ctx := testContext(t)
 	g := newGateway(t, func(int) *protocol.Error { return nil })
-	c := newClient(t, g, nil)
+	c := newClient(t, g, func(cfg *remote.ClientConfig) { cfg.LiveCoalesceInflight = 1 })
 	gc := accept(t, ctx, g, 0)
 	text, think := protocol.LiveTextDelta, protocol.LiveThinkingDelta
 
@@ -165,7 +165,7 @@ func TestClientCoalescesDeltasWhileInFlight(t *testing.T) {
 func TestClientCoalescingKeepsTheBound(t *testing.T) {
 	ctx := testContext(t)
 	g := newGateway(t, func(int) *protocol.Error { return nil })
-	c := newClient(t, g, func(cfg *remote.ClientConfig) { cfg.LiveCoalesceBytes = 8 })
+	c := newClient(t, g, func(cfg *remote.ClientConfig) { cfg.LiveCoalesceBytes, cfg.LiveCoalesceInflight = 8, 1 })
 	gc := accept(t, ctx, g, 0)
 	text := protocol.LiveTextDelta
 
@@ -189,6 +189,33 @@ func TestClientCoalescingKeepsTheBound(t *testing.T) {
 	expectLive(t, nextLive(t, ctx, gc), 4, text, "0123456789")
 	ackLive(ctx, gc, f1, 4)
 	expectLive(t, nextLive(t, ctx, gc), 5, text, "x")
+}
+
+// With the default LiveCoalesceInflight (2), a delta goes at once while one event is in flight and
+// is held while two are, until an ACK brings them down to one.
+func TestClientHoldsAtTheDefaultInflight(t *testing.T) {
+	ctx := testContext(t)
+	g := newGateway(t, func(int) *protocol.Error { return nil })
+	c := newClient(t, g, nil)
+	gc := accept(t, ctx, g, 0)
+	text := protocol.LiveTextDelta
+	live(t, ctx, c, text, "a")
+	f1 := nextLive(t, ctx, gc)
+	expectLive(t, f1, 1, text, "a")
+	if seq := live(t, ctx, c, text, "b"); seq != 2 {
+		t.Fatalf("second delta seq %d, want 2", seq)
+	}
+	expectLive(t, nextLive(t, ctx, gc), 2, text, "b") // one in flight: not held
+	var batch strings.Builder
+	for i := range 1000 {
+		d := fmt.Sprintf("c%d.", i)
+		batch.WriteString(d)
+		if seq := live(t, ctx, c, text, d); seq != 3 {
+			t.Fatalf("delta %q queued as seq %d with two in flight, want 3 (held and merged)", d, seq)
+		}
+	}
+	ackLive(ctx, gc, f1, 1)
+	expectLive(t, nextLive(t, ctx, gc), 3, text, batch.String())
 }
 
 // Negative LiveCoalesceBytes turns merging off: every delta is its own event.
