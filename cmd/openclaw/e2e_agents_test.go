@@ -115,13 +115,7 @@ func TestSessionsSpawnWaits(t *testing.T) {
 		"child": `[{"toolCalls": [{"name": "exec", "arguments": {"command": "cat README.md notes.txt > seen.txt && git add -A && git -c user.name=c -c user.email=c@example.com commit -qm 'child: what I saw'"}}]},
 		           {"text": "Child turn done."}]`,
 	})
-	if err := os.WriteFile(filepath.Join(ws, "README.md"), []byte("hello\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Git(t, ws, "init", "-q")
-	testenv.Git(t, ws, "add", "README.md")
-	testenv.Git(t, ws, "commit", "-qm", "initial")
-	head := testenv.Git(t, ws, "rev-parse", "HEAD")
+	head := testenv.InitRepo(t, ws, "initial", map[string]string{"README.md": "hello\n"})
 	// the parent's work in progress: an uncommitted edit and an untracked file
 	if err := os.WriteFile(filepath.Join(ws, "README.md"), []byte("hello, edited\n"), 0o644); err != nil {
 		t.Fatal(err)

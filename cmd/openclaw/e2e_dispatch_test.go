@@ -67,30 +67,17 @@ func scriptedModels(t *testing.T, dir string, scripts map[string]string) string 
 // userWorkspace creates the user's workspace: README.md ("hello"), committed when git is set.
 func userWorkspace(t *testing.T, dir string, git bool) {
 	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
+	readme := map[string]string{"README.md": "hello\n"}
+	if !git {
+		testenv.WriteFiles(t, dir, readme)
+		return
 	}
-	if err := os.WriteFile(filepath.Join(dir, "README.md"), []byte("hello\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if git {
-		testenv.Git(t, dir, "init", "-q")
-		testenv.Git(t, dir, "add", "README.md")
-		testenv.Git(t, dir, "commit", "-qm", "initial")
-		// a submodule, sent to the box as it is at the recorded commit
-		lib := dir + "-sublib"
-		if err := os.MkdirAll(lib, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		testenv.Git(t, lib, "init", "-q")
-		if err := os.WriteFile(filepath.Join(lib, "lib.go"), []byte("package lib\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		testenv.Git(t, lib, "add", "lib.go")
-		testenv.Git(t, lib, "commit", "-qm", "lib")
-		testenv.Git(t, dir, "-c", "protocol.file.allow=always", "submodule", "add", "-q", lib, "lib")
-		testenv.Git(t, dir, "commit", "-qm", "add lib")
-	}
+	testenv.InitRepo(t, dir, "initial", readme)
+	// a submodule, sent to the box as it is at the recorded commit
+	lib := dir + "-sublib"
+	testenv.InitRepo(t, lib, "lib", map[string]string{"lib.go": "package lib\n"})
+	testenv.Git(t, dir, "-c", "protocol.file.allow=always", "submodule", "add", "-q", lib, "lib")
+	testenv.Git(t, dir, "commit", "-qm", "add lib")
 }
 
 // placementView is a session's placement and its steps, printable.

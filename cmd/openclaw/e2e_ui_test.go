@@ -47,15 +47,7 @@ func TestControlUIInChromium(t *testing.T) {
 	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedModels(t, root, map[string]string{"ui": uiScript(release, never)}))
 	t.Cleanup(func() { destroyAll(g) })
 	ws := filepath.Join(root, "project")
-	if err := os.MkdirAll(ws, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(ws, "README.md"), []byte("hello\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Git(t, ws, "init", "-q")
-	testenv.Git(t, ws, "add", "README.md")
-	testenv.Git(t, ws, "commit", "-qm", "initial")
+	testenv.InitRepo(t, ws, "initial", map[string]string{"README.md": "hello\n"})
 	base := "http://" + g.addr
 
 	// Sign in with the link `openclaw ui` prints, in a browser context of its own.

@@ -85,15 +85,7 @@ func userRepo(t *testing.T, f *forge) string {
 func checkout(t *testing.T, remote string, pushMain ...string) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "user")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Git(t, dir, "init", "-q")
-	if err := os.WriteFile(filepath.Join(dir, "README.md"), []byte("hello\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Git(t, dir, "add", "README.md")
-	testenv.Git(t, dir, "commit", "-qm", "initial")
+	testenv.InitRepo(t, dir, "initial", map[string]string{"README.md": "hello\n"})
 	testenv.Git(t, dir, "remote", "add", "origin", remote)
 	testenv.Git(t, dir, pushMain...)
 	testenv.Git(t, dir, "switch", "-q", "-c", "openclaw/s1")

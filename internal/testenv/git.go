@@ -19,3 +19,14 @@ func Git(t testing.TB, dir string, args ...string) string {
 	}
 	return strings.TrimSpace(string(out))
 }
+
+// InitRepo writes files (as WriteFiles does) below dir and commits them with message, through Git,
+// as the first commit of a new repository there; it returns the commit.
+func InitRepo(t testing.TB, dir, message string, files map[string]string) string {
+	t.Helper()
+	WriteFiles(t, dir, files)
+	Git(t, dir, "init", "-q")
+	Git(t, dir, "add", "-A")
+	Git(t, dir, "commit", "-qm", message)
+	return Git(t, dir, "rev-parse", "HEAD")
+}
