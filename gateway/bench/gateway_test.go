@@ -146,6 +146,11 @@ func runGateway(dir string) error {
 				}
 				emit(out{Worker: &w})
 			}
+		case "goroutines":
+			// a stall seen by the bench (see watchStall): every goroutine's stack, to arg
+			if err := writeGoroutines(arg); err != nil {
+				return err
+			}
 		case "stats":
 			s, err := gatewayStats(g.srv, g.reg)
 			if err != nil {
@@ -275,4 +280,17 @@ func rssKiB() int64 {
 		}
 	}
 	return 0
+}
+
+// writeGoroutines writes every goroutine's stack of this process to path (pprof's debug=2 text).
+func writeGoroutines(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("goroutine").WriteTo(f, 2); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -164,6 +165,7 @@ type benchWorker struct {
 	seqs   []uint64        // the live event each token went into (ascending)
 	calls  int
 	errs   int
+	tokens atomic.Int64 // len(lat), for watchStall
 }
 
 func workerConfig(sock string, w workerLine) remote.Config {
@@ -238,6 +240,7 @@ func stream(ctx context.Context, ws []*benchWorker) {
 						if ns, err := strconv.ParseInt(ev.Delta, 10, 64); err == nil {
 							w.lat = append(w.lat, time.Since(time.Unix(0, ns)))
 						}
+						w.tokens.Add(1)
 						seq, err := w.client.Live(ctx, protocol.LiveEvent{Type: protocol.LiveTextDelta, Delta: ev.Delta})
 						if err == nil {
 							w.seqs = append(w.seqs, seq)
@@ -312,7 +315,10 @@ func TestWorkersHeld(t *testing.T) {
 		}()
 		start := time.Now()
 		before := g.stats()
+		stalls := make(chan int, 1)
+		go func() { stalls <- watchStall(sctx, t, g, ws) }()
 		stream(sctx, ws)
+		stalled := <-stalls
 		after := g.stats()
 		wall := time.Since(start)
 		stop()
@@ -342,7 +348,7 @@ func TestWorkersHeld(t *testing.T) {
 		eventsPerS := float64(events) / wall.Seconds()
 		rows = append(rows, fmt.Sprintf("%d\t%d\t%.2f\t%.0f\t%.0f\t%.0f\t%d\t%d\t%s\t%s\t%d\t%d\t%v", n, idle.Workers, cpu, tokensPerS, float64(written)/wall.Seconds(), eventsPerS,
 			(idle.RSSKiB-base.RSSKiB)/int64(n), (streamRSS-base.RSSKiB)/int64(n), pct(lat, .5).Round(10*time.Microsecond),
-			pct(lat, .99).Round(10*time.Microsecond), calls, errs, after.Rejections))
+			pct(lat, .99).Round(10*time.Microsecond), calls, errs, after.Rejections)+stallNote(stalled))
 		if n == ns[len(ns)-1] {
 			summarize("1 workers held", fmt.Sprintf("%d streaming workers held: %.2f cores, %.0f tokens/s in %.0f live events/s, p50/p99 relay %s/%s, idle %d KiB/worker, %d refusals",
 				idle.Workers, cpu, tokensPerS, eventsPerS, pct(lat, .5).Round(10*time.Microsecond), pct(lat, .99).Round(10*time.Microsecond),
@@ -380,4 +386,68 @@ func TestWorkersHeld(t *testing.T) {
 	}
 	table(fmt.Sprintf("1. Workers held (gateway in its own process; %s streaming at %d tokens/s; %s, %d cores)", window, tokensPerSecond, machine(), runtime.NumCPU()),
 		"N\tadmitted\tgateway CPU (cores)\ttokens/s relayed\ttokens/s written\tlive events/s written\tRSS/idle worker KiB\tRSS/streaming worker KiB\trelay p50\trelay p99\tcalls\tcall errors\trefusals", rows)
+}
+
+// envStallDir, when set, is where watchStall writes the goroutine dumps of both processes.
+const envStallDir = "OPENCLAW_BENCH_STALL_DIR"
+
+// watchStall samples the tokens ws received once a second until ctx ends and returns how many
+// seconds relayed less than a quarter of what ws' models stream. At the first such second it logs
+// how many workers received nothing in it and, with envStallDir set, writes the goroutine stacks
+// of this process and of the bench gateway there.
+func watchStall(ctx context.Context, t *testing.T, g *childGateway, ws []*benchWorker) int {
+	expect := int64(len(ws)) * tokensPerSecond / 4
+	last := make([]int64, len(ws))
+	stalled := 0
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for s := 0; ; s++ {
+		select {
+		case <-ctx.Done():
+			return stalled
+		case <-tick.C:
+		}
+		var sum int64
+		idle := 0
+		for i, w := range ws {
+			n := w.tokens.Load()
+			sum += n - last[i]
+			if n == last[i] {
+				idle++
+			}
+			last[i] = n
+		}
+		if s < 2 || sum >= expect { // the first seconds start the calls
+			continue
+		}
+		stalled++
+		if stalled > 1 {
+			continue
+		}
+		var st remote.ClientStats
+		for _, w := range ws {
+			cs := w.client.Stats()
+			st.Connects += cs.Connects
+			st.Resyncs += cs.Resyncs
+			st.CapacityRetries += cs.CapacityRetries
+		}
+		t.Logf("N = %d stalled at %d s: %d tokens in 1 s (expected >= %d), %d workers received none; clients: %d connects, %d resyncs, %d capacity retries",
+			len(ws), s+1, sum, expect, idle, st.Connects, st.Resyncs, st.CapacityRetries)
+		if dir := os.Getenv(envStallDir); dir != "" {
+			stamp := time.Now().UTC().Format("150405")
+			g.send(fmt.Sprintf("goroutines %s", filepath.Join(dir, fmt.Sprintf("gateway-%d-%s.txt", len(ws), stamp))))
+			f, err := os.Create(filepath.Join(dir, fmt.Sprintf("test-%d-%s.txt", len(ws), stamp)))
+			if err == nil {
+				_ = pprof.Lookup("goroutine").WriteTo(f, 2)
+				f.Close()
+			}
+		}
+	}
+}
+
+func stallNote(seconds int) string {
+	if seconds == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (stalled %d s)", seconds)
 }
