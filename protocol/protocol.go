@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 )
 
 // ProtocolVersion is the worker protocol version this binary speaks. Admission requires an exact match.
@@ -242,6 +243,66 @@ func (f Frame) MarshalJSON() ([]byte, error) {
 		return nil, fmt.Errorf("marshal frame: unknown type %q", f.Type)
 	}
 	return json.Marshal(w)
+}
+
+// Encode returns f's wire bytes, the JSON that json.Marshal(f) returns, built directly: Params and
+// Payload, which Request, Response and NewEvent already encoded, are copied as they are instead of
+// being validated and compacted once more by encoding/json (the token relay writes a frame per
+// token). They must hold one compact JSON value, as those constructors make them.
+func (f Frame) Encode() ([]byte, error) {
+	b := make([]byte, 0, 64+len(f.ID)+len(f.Method)+len(f.Params)+len(f.Payload)+len(f.Event))
+	b = append(b, `{"type":`...)
+	b = appendString(b, string(f.Type))
+	switch f.Type {
+	case TypeReq:
+		b = appendString(append(b, `,"id":`...), f.ID)
+		b = appendString(append(b, `,"method":`...), f.Method)
+		b = appendRaw(b, `,"params":`, f.Params)
+	case TypeRes:
+		b = appendString(append(b, `,"id":`...), f.ID)
+		if f.OK {
+			b = appendRaw(append(b, `,"ok":true`...), `,"payload":`, f.Payload)
+			break
+		}
+		b = append(b, `,"ok":false`...)
+		if f.Error != nil {
+			e, err := json.Marshal(f.Error)
+			if err != nil {
+				return nil, fmt.Errorf("marshal frame error: %w", err)
+			}
+			b = append(append(b, `,"error":`...), e...)
+		}
+	case TypeEvent:
+		b = appendRaw(b, `,"payload":`, f.Payload)
+		b = appendString(append(b, `,"event":`...), f.Event)
+		if f.Seq != 0 {
+			b = strconv.AppendUint(append(b, `,"seq":`...), f.Seq, 10)
+		}
+	case TypeCancel:
+		b = appendString(append(b, `,"id":`...), f.ID)
+	default:
+		return nil, fmt.Errorf("marshal frame: unknown type %q", f.Type)
+	}
+	return append(b, '}'), nil
+}
+
+// appendRaw appends the member name and raw, unless raw is empty (omitempty).
+func appendRaw(b []byte, name string, raw json.RawMessage) []byte {
+	if len(raw) == 0 {
+		return b
+	}
+	return append(append(b, name...), raw...)
+}
+
+// appendString appends s as a JSON string, escaped as encoding/json escapes it.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always encodes
+			return append(b, q...)
+		}
+	}
+	return append(append(append(b, '"'), s...), '"')
 }
 
 // Request builds a req frame, marshalling params.

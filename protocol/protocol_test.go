@@ -3,6 +3,7 @@ package protocol
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -168,4 +169,64 @@ func TestIsGatewayMethod(t *testing.T) {
 			t.Errorf("%q is taken for a gateway method", m)
 		}
 	}
+}
+
+// TestEncode: Frame.Encode writes the bytes json.Marshal writes, and they decode to the same frame.
+func TestEncode(t *testing.T) {
+	tok, err := NewEvent(MethodInferenceEvent, 7, InferenceEventPayload{SessionID: "s<1>", RunID: "r&1", TurnID: "t\"1\u2028",
+		Seq: 7, Event: StreamEvent{Type: "text_delta", Delta: "héllo <b>\n"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := Request("id-1", MethodLiveEvent, LiveEventParams{LastAckedSeq: 3, Event: LiveEvent{Type: LiveTextDelta, Delta: "x"}})
+	res, _ := Response("id<2>", LiveEventResult{AckedSeq: 4})
+	noSeq, _ := NewEvent(MethodShutdown, 0, ShutdownPayload{Reason: "bye"})
+	frames := []Frame{tok, req, res, noSeq,
+		ErrorResponse("3", &Error{Code: CodeResyncRequired, Message: "a <gap> & more", AckedSeq: 2, ExpectedSeq: 3}),
+		{Type: TypeRes, ID: "4", OK: true}, {Type: TypeRes, ID: "5"}, {Type: TypeReq, ID: "6", Method: MethodHeartbeat},
+		{Type: TypeCancel, ID: "\x01é"}, {Type: TypeEvent, Event: MethodInferenceEvent}}
+	for _, f := range frames {
+		want, err := json.Marshal(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := f.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Fatalf("Encode = %s\njson.Marshal = %s", got, want)
+		}
+		d1, err1 := Decode(got, DefaultFrameLimit)
+		d2, err2 := Decode(want, DefaultFrameLimit)
+		if (err1 == nil) != (err2 == nil) || !reflect.DeepEqual(d1, d2) {
+			t.Fatalf("Decode(Encode) = %+v, %v; Decode(json.Marshal) = %+v, %v", d1, err1, d2, err2)
+		}
+	}
+	if _, err := (Frame{Type: "bogus"}).Encode(); err == nil {
+		t.Fatal("Encode accepted an unknown frame type")
+	}
+}
+
+// BenchmarkEncodeToken compares the relay's per-token frame write: json.Marshal against Encode.
+func BenchmarkEncodeToken(b *testing.B) {
+	f, err := NewEvent(MethodInferenceEvent, 42, InferenceEventPayload{SessionID: "ses_0123456789abcdef", RunID: "run-1",
+		TurnID: "t12-34", Seq: 42, Event: StreamEvent{Type: "text_delta", Delta: "1764656400123456789"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("json.Marshal", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := json.Marshal(f); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Encode", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := f.Encode(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

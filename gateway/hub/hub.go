@@ -514,7 +514,7 @@ func (wc *workerConn) nextSeq() uint64 {
 // ahead; the write itself is bounded by the watchdog (Config.WriteTimeout), which cuts the
 // connection, not by a timeout per frame.
 func (wc *workerConn) write(ctx context.Context, f protocol.Frame) error {
-	b, err := json.Marshal(f)
+	b, err := f.Encode()
 	if err != nil {
 		return err
 	}

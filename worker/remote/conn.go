@@ -323,7 +323,7 @@ func (c *conn) call(ctx context.Context, method string, params any) (protocol.Fr
 // write sends one frame on the admitted connection; the watchdog, not ctx, bounds the write once
 // it has begun (ctx bounds the wait for the writes ahead).
 func (c *conn) write(ctx context.Context, f protocol.Frame) error {
-	b, err := json.Marshal(f)
+	b, err := f.Encode()
 	if err != nil {
 		return err
 	}
@@ -332,7 +332,7 @@ func (c *conn) write(ctx context.Context, f protocol.Frame) error {
 
 // writeFrame sends one frame during admission, bounded by ctx (the dial timeout).
 func writeFrame(ctx context.Context, ws *websocket.Conn, f protocol.Frame) error {
-	b, err := json.Marshal(f)
+	b, err := f.Encode()
 	if err != nil {
 		return err
 	}
