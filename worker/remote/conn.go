@@ -87,7 +87,13 @@ func (w *worker) connect(ctx context.Context, opts connOptions) (admitted bool, 
 	closed := make(chan struct{})
 	stopClose := context.AfterFunc(gctx, func() {
 		defer close(closed)
-		if ctx.Err() != nil {
+		// A shutdown the gateway asked for, or this side closing, ends with a normal closure
+		// (bounded by the library's close handshake timeouts), so the gateway does not see a
+		// lost worker; errgroup cancels gctx with the error that ended the group.
+		switch {
+		case errors.Is(context.Cause(gctx), errShutdown):
+			_ = ws.Close(websocket.StatusNormalClosure, "shutdown")
+		case ctx.Err() != nil:
 			_ = ws.Close(websocket.StatusNormalClosure, "closed")
 		}
 		stopRead()
@@ -105,9 +111,6 @@ func (w *worker) connect(ctx context.Context, opts connOptions) (admitted bool, 
 	err = g.Wait()
 	if !stopClose() {
 		<-closed
-	}
-	if errors.Is(err, errShutdown) {
-		_ = ws.Close(websocket.StatusNormalClosure, "shutdown")
 	}
 	return true, err
 }

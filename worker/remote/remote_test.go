@@ -29,6 +29,7 @@ type gateway struct {
 type gwConn struct {
 	ws     *websocket.Conn
 	frames chan protocol.Frame // what the worker sent after admission
+	end    chan error          // the read error that ended the connection (its close status)
 }
 
 func newGateway(t *testing.T, admit func(n int) *protocol.Error) *gateway {
@@ -66,11 +67,12 @@ func newGateway(t *testing.T, admit func(n int) *protocol.Error) *gateway {
 		}
 		res, _ := protocol.Response(f.ID, protocol.ConnectResult{EnvironmentID: p.Admission.EnvironmentID, HeartbeatIntervalMs: 60_000})
 		write(r.Context(), ws, res)
-		c := &gwConn{ws: ws, frames: make(chan protocol.Frame, 16)}
+		c := &gwConn{ws: ws, frames: make(chan protocol.Frame, 16), end: make(chan error, 1)}
 		g.conns <- c
 		for {
 			_, b, err := ws.Read(r.Context())
 			if err != nil {
+				c.end <- err
 				return
 			}
 			if f, err := protocol.Decode(b, protocol.DefaultFrameLimit); err == nil {
@@ -155,6 +157,7 @@ func TestRunRetriesAdmissionAfterBackoffOnItsClock(t *testing.T) {
 	if err := recv(t, ctx, "Run to return", done); err != nil {
 		t.Fatalf("Run after worker.shutdown = %v, want nil", err)
 	}
+	wantShutdownClose(t, ctx, c)
 }
 
 // A permanently refused admission ends Run with the refusal, without a second attempt.
@@ -217,5 +220,17 @@ func TestRunHeartbeatsAndServesOnItsConnection(t *testing.T) {
 	}
 	if err := recv(t, ctx, "Run to return", done); err != nil {
 		t.Fatalf("Run after a worker.shutdown request = %v, want nil", err)
+	}
+	wantShutdownClose(t, ctx, c)
+}
+
+// wantShutdownClose checks that the worker ended c with a normal closure saying "shutdown", so
+// the gateway does not take a shutdown it asked for for a lost worker.
+func wantShutdownClose(t *testing.T, ctx context.Context, c *gwConn) {
+	t.Helper()
+	err := recv(t, ctx, "the end of the connection", c.end)
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.StatusNormalClosure || ce.Reason != "shutdown" {
+		t.Fatalf("after worker.shutdown the connection ended with %v, want a normal closure \"shutdown\"", err)
 	}
 }
