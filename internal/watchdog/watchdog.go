@@ -179,12 +179,12 @@ func (c *Conn) EndRead() { c.readSince.Store(0) }
 
 // Write sends one message. Writes are serialized; ctx bounds only the wait for the writes ahead
 // and is checked before the message goes out, after which the message is written whole or the
-// connection is cut (by WriteTimeout, or by whoever closes it).
+// connection is cut (by WriteTimeout, or by whoever closes it). Waiting for the writes ahead is
+// bounded by WriteTimeout too: a peer that reads just often enough for each write to finish
+// within it cannot make a queue of writers wait without end; the connection is cut instead.
 func (c *Conn) Write(ctx context.Context, typ websocket.MessageType, p []byte) error {
-	select {
-	case c.wlock <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := c.lockWrite(ctx); err != nil {
+		return err
 	}
 	defer func() { <-c.wlock }()
 	if err := ctx.Err(); err != nil {
@@ -194,6 +194,38 @@ func (c *Conn) Write(ctx context.Context, typ websocket.MessageType, p []byte) e
 	err := c.ws.Write(Background, typ, p)
 	c.writeSince.Store(0)
 	return c.Err(err)
+}
+
+// lockWrite takes the write lock. When it is not free at once, the wait is timed on the sweeper's
+// clock (a timer only then, so an uncontended write arms none) and past WriteTimeout the
+// connection is cut.
+func (c *Conn) lockWrite(ctx context.Context) error {
+	select {
+	case c.wlock <- struct{}{}:
+		return nil
+	default:
+	}
+	var expired <-chan time.Time
+	if d := c.s.cfg.WriteTimeout; d > 0 {
+		t := c.s.cfg.Clock.NewTimer(d)
+		defer t.Stop()
+		expired = t.C()
+	}
+	select {
+	case c.wlock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-expired:
+		err := error(&TimeoutError{Op: "write", Timeout: c.s.cfg.WriteTimeout})
+		c.s.mu.Lock()
+		if _, watched := c.s.conns[c]; watched {
+			delete(c.s.conns, c)
+			c.cut(err)
+		}
+		c.s.mu.Unlock()
+		return c.Err(err)
+	}
 }
 
 // Err returns err, or the watchdog's *TimeoutError when err came from the watchdog cutting the
