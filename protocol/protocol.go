@@ -248,8 +248,16 @@ func (f Frame) MarshalJSON() ([]byte, error) {
 // Encode returns f's wire bytes, the JSON that json.Marshal(f) returns, built directly: Params and
 // Payload, which Request, Response and NewEvent already encoded, are copied as they are instead of
 // being validated and compacted once more by encoding/json (the token relay writes a frame per
-// token). They must hold one compact JSON value, as those constructors make them.
+// token). They must hold one JSON value, as those constructors make them; anything else (a frame
+// assembled from bytes a worker sent, say) is refused rather than copied, so no member can be
+// smuggled into the frame through them. Only their validity is checked (json.Valid, no
+// allocation), not re-encoded.
 func (f Frame) Encode() ([]byte, error) {
+	for _, raw := range []json.RawMessage{f.Params, f.Payload} {
+		if len(raw) > 0 && !json.Valid(raw) {
+			return nil, fmt.Errorf("marshal frame: params or payload is not one JSON value")
+		}
+	}
 	b := make([]byte, 0, 64+len(f.ID)+len(f.Method)+len(f.Params)+len(f.Payload)+len(f.Event))
 	b = append(b, `{"type":`...)
 	b = appendString(b, string(f.Type))

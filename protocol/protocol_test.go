@@ -206,6 +206,20 @@ func TestEncode(t *testing.T) {
 	if _, err := (Frame{Type: "bogus"}).Encode(); err == nil {
 		t.Fatal("Encode accepted an unknown frame type")
 	}
+	// Raw bytes that are not one JSON value (here a member smuggled in after the params) are
+	// refused, as json.Marshal refuses them, instead of being copied into the frame.
+	for _, f := range []Frame{
+		{Type: TypeReq, ID: "7", Method: MethodHeartbeat, Params: json.RawMessage(`1,"method":"other"`)},
+		{Type: TypeEvent, Event: MethodInferenceEvent, Payload: json.RawMessage(`{"a":1`)},
+		{Type: TypeRes, ID: "8", OK: true, Payload: json.RawMessage(`{} {}`)},
+	} {
+		if b, err := f.Encode(); err == nil {
+			t.Fatalf("Encode copied raw bytes that are not one JSON value: %s", b)
+		}
+		if _, err := json.Marshal(f); err == nil {
+			t.Fatalf("json.Marshal accepted %+v (the test's premise)", f)
+		}
+	}
 }
 
 // BenchmarkEncodeToken compares the relay's per-token frame write: json.Marshal against Encode.
