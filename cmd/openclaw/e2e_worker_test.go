@@ -185,12 +185,18 @@ func TestWarmBoxAndHostKeyPinning(t *testing.T) {
 	g.stop()
 }
 
-// netnsBox leases a box with real OpenSSH sshd through the gateway.
+// netnsProfile is the command profile "netns" leasing boxes with real OpenSSH sshd through
+// lease-netns, and lease-netns's state dir.
 func netnsProfile(t *testing.T) (cfg, state string) {
 	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "ip", "sshd", "useradd", "setsid", "sha256sum")
 	state = testenv.PublicDir(t, "ocw-e2e-")
+	// Registered before any gateway of the test starts, so it runs after the gateway is killed
+	// (cleanups run last-in first-out) and before the state dir goes: every lease the gateway
+	// made, including one it made while the test's own cleanups ran, is stopped, and no box
+	// (network namespace, sshd) outlives the test.
+	t.Cleanup(func() { stopNetnsLeases(state) })
 	l := leaseNetnsBin
 	return fmt.Sprintf(`profiles:
   - id: netns
