@@ -13,12 +13,15 @@ import (
 	"github.com/openclaw/cloudworkers/internal/clock"
 )
 
-// A writer queued behind a write that does not finish is bounded by WriteTimeout too: a peer
-// that reads just often enough for each write to end within the timeout cannot make the writes
-// queued behind it wait without end. Past the bound the connection is cut.
-func TestWaitingForTheWritesAheadIsBounded(t *testing.T) {
+// IdlePeer is idlePeer for the package's external tests.
+var IdlePeer = idlePeer
+
+// idlePeer returns a client connection to a loopback server whose side does nothing: it neither
+// reads nor writes until the test ends.
+func idlePeer(t *testing.T) *websocket.Conn {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	held := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ws, err := websocket.Accept(w, r, nil)
@@ -28,13 +31,25 @@ func TestWaitingForTheWritesAheadIsBounded(t *testing.T) {
 		defer ws.CloseNow()
 		<-held
 	}))
-	defer srv.Close()
-	defer close(held)
-	ws, _, err := websocket.Dial(ctx, srv.URL, nil)
+	t.Cleanup(func() {
+		close(held)
+		srv.Close()
+	})
+	c, _, err := websocket.Dial(ctx, srv.URL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ws.CloseNow()
+	t.Cleanup(func() { c.CloseNow() })
+	return c
+}
+
+// A writer queued behind a write that does not finish is bounded by WriteTimeout too: a peer
+// that reads just often enough for each write to end within the timeout cannot make the writes
+// queued behind it wait without end. Past the bound the connection is cut.
+func TestWaitingForTheWritesAheadIsBounded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ws := idlePeer(t)
 
 	clk := clock.NewManual(time.Unix(0, 0))
 	s := New(Config{WriteTimeout: 10 * time.Second, Clock: clk}) // not run: only the queued writer's bound acts

@@ -3,8 +3,6 @@ package watchdog_test
 import (
 	"context"
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -14,33 +12,6 @@ import (
 	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/internal/watchdog"
 )
-
-// pair returns a client connection to a loopback server whose side does nothing: it neither
-// reads nor writes until the test ends.
-func pair(t *testing.T) *websocket.Conn {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	held := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ws, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer ws.CloseNow()
-		<-held
-	}))
-	t.Cleanup(func() {
-		close(held)
-		srv.Close()
-	})
-	c, _, err := websocket.Dial(ctx, srv.URL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.CloseNow() })
-	return c
-}
 
 // run starts a sweeper on a manual clock and stops it when the test ends.
 func run(t *testing.T, cfg watchdog.Config) (*watchdog.Sweeper, *clock.Manual) {
@@ -82,7 +53,7 @@ func advanceUntil(t *testing.T, clk *clock.Manual, step time.Duration, stop func
 // sweeper's clock, and returns a *TimeoutError that is a context.DeadlineExceeded.
 func TestBlockedWriteIsCut(t *testing.T) {
 	s, clk := run(t, watchdog.Config{WriteTimeout: 10 * time.Second})
-	c := s.Watch(pair(t))
+	c := s.Watch(watchdog.IdlePeer(t))
 	defer c.Release()
 	written := make(chan error, 1)
 	go func() {
@@ -113,7 +84,7 @@ func TestBlockedWriteIsCut(t *testing.T) {
 // (between EndRead and BeginRead) is never cut.
 func TestSilentReadIsCut(t *testing.T) {
 	s, clk := run(t, watchdog.Config{ReadTimeout: 30 * time.Second, WriteTimeout: 10 * time.Second})
-	ws := pair(t)
+	ws := watchdog.IdlePeer(t)
 	c := s.Watch(ws)
 	defer c.Release()
 	// Not reading: however long the clock runs, nothing is cut.
@@ -146,7 +117,7 @@ func TestSilentReadIsCut(t *testing.T) {
 // Write honours ctx while it waits for the write ahead, and sends nothing once ctx has ended.
 func TestWriteHonoursContextBeforeSending(t *testing.T) {
 	s, _ := run(t, watchdog.Config{WriteTimeout: 10 * time.Second})
-	c := s.Watch(pair(t))
+	c := s.Watch(watchdog.IdlePeer(t))
 	defer c.Release()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
