@@ -472,16 +472,13 @@ func TestDispatchAndPullBackLocalBox(t *testing.T) {
 // TestDispatchAndPullBackNetns: the same against OpenSSH sshd in a network namespace, git workspace.
 func TestDispatchAndPullBackNetns(t *testing.T) {
 	testenv.RequireCommands(t, "git")
-	profiles, state := netnsProfile(t)
+	profiles, _ := netnsProfile(t)
 	root := t.TempDir()
 	if err := os.Chmod(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+dispatchModels(t, root)+profiles)
-	t.Cleanup(func() {
-		destroyAll(g)
-		stopNetnsLeases(state)
-	})
+	t.Cleanup(func() { destroyAll(g) })
 	for _, c := range []struct {
 		name       string
 		git, fresh bool

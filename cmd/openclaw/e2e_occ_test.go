@@ -557,9 +557,8 @@ func TestOCCPrepareAdoptsLeaseAfterGatewayKill(t *testing.T) {
 // a netns box, its diagnosis and its log come from that box, and retiring it revokes the worker's
 // credentials and releases the lease.
 func TestOCCComputeNetns(t *testing.T) {
-	profiles, state := netnsProfile(t)
+	profiles, _ := netnsProfile(t)
 	g := startGateway(t, filepath.Join(t.TempDir(), "data"), fastWorkerConfig+profiles+"occ:\n  defaultProfile: netns\n")
-	t.Cleanup(func() { stopNetnsLeases(state) })
 	g.occOK("ensureNamespace", map[string]any{"namespace": map[string]any{"id": "ns_n", "name": "team-n"}}, nil)
 	rev := occRevision("ns_n", "agent_n", "rev_n1", nil)
 	r := g.occPrepareUntil(rev, func(r occReadiness) bool { return r.Ready || r.RuntimeFailure != nil })

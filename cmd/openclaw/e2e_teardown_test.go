@@ -111,10 +111,7 @@ func TestNetnsHangingBoxCommands(t *testing.T) {
 	}
 	cfg := fastWorkerConfig + "box: {releaseTimeout: 2s, reconcileTimeout: 4s}\n" + dispatchModels(t, root) + profiles
 	g := startGateway(t, filepath.Join(root, "data"), cfg)
-	t.Cleanup(func() {
-		destroyAll(g)
-		stopNetnsLeases(state)
-	})
+	t.Cleanup(func() { destroyAll(g) })
 	ws := filepath.Join(root, "user")
 	userWorkspace(t, ws, true)
 	out, err := exec.Command(openclawBin, "session", "new", "--workspace", ws, "--worker", "netns", "--model", "fresh/m",

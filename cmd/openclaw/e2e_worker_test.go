@@ -212,14 +212,13 @@ func netnsProfile(t *testing.T) (cfg, state string) {
 }
 
 // netnsEnv starts a gateway on cfg plus the netns profile and waits for an environment on that
-// profile to be ready; its lease is stopped at cleanup even when the test fails. It also returns
+// profile to be ready; its lease is stopped at cleanup even when the test fails (netnsProfile). It also returns
 // lease-netns's state dir.
 func netnsEnv(t *testing.T, cfg string) (*gw, envs.Environment, string) {
 	t.Helper()
 	profiles, state := netnsProfile(t)
 	g := startGateway(t, filepath.Join(t.TempDir(), "data"), cfg+profiles)
 	e := g.createEnv("netns")
-	t.Cleanup(func() { _ = exec.Command(leaseNetnsBin, "--state-dir", state, "stop", e.LeaseID).Run() })
 	return g, g.waitReady(e.ID), state
 }
 
@@ -293,7 +292,6 @@ func netnsBox(t *testing.T, state, id string) local.State {
 		return out
 	}
 	run("warmup", "--lease-id", id)
-	t.Cleanup(func() { _ = exec.Command(leaseNetnsBin, "--state-dir", state, "stop", id).Run() })
 	var v struct {
 		SSHHost, SSHUser, SSHKey, SSHHostKey string
 		SSHPort                              int
