@@ -149,6 +149,7 @@ type BoxConfig struct {
 // WorkerConfig tunes worker admission and supervision (zero means the default).
 type WorkerConfig struct {
 	HeartbeatTimeout providers.Duration `yaml:"heartbeatTimeout"` // default 30s; workers heartbeat at a third of it
+	WriteTimeout     providers.Duration `yaml:"writeTimeout"`     // default 10s (1s to 10m): a connection whose write to its worker is blocked this long is cut
 	AdmitTimeout     providers.Duration `yaml:"admitTimeout"`     // default 60s
 	RelaunchGrace    providers.Duration `yaml:"relaunchGrace"`    // default 5s: a worker away longer is checked and relaunched
 	// Limits bound what one worker may hold on the gateway (zero means the default).
@@ -168,6 +169,21 @@ type WorkerLimits struct {
 	// RefusalAuditWindow is how often refused connections and calls are written to the audit,
 	// one row per kind and environment counting them (default 1m).
 	RefusalAuditWindow providers.Duration `yaml:"refusalAuditWindow"`
+}
+
+// Bounds of worker.writeTimeout: below a second a worker busy for a moment would be cut, above ten
+// minutes a worker that stopped reading holds its connection's buffers that long.
+const (
+	minWriteTimeout = time.Second
+	maxWriteTimeout = 10 * time.Minute
+)
+
+// configureHub sets what gateway.yaml says of the hub on hc: the worker deadlines, limits and
+// capacity (zero fields take the hub's defaults).
+func (c *Config) configureHub(hc *hub.Config) {
+	hc.HeartbeatTimeout, hc.WriteTimeout = c.Worker.HeartbeatTimeout.D(), c.Worker.WriteTimeout.D()
+	hc.Limits, hc.AdmissionTimeout = c.Worker.Limits.HubLimits(), c.Worker.Limits.AdmissionTimeout.D()
+	hc.Capacity = c.Capacity.HubCapacity()
 }
 
 // HubLimits converts l for the hub (zero fields take the hub's defaults).
@@ -268,7 +284,9 @@ func (c *Config) Validate() error {
 	}
 	if err := providers.FirstBad([]providers.Field[providers.Duration]{{Name: "box.commandTimeout", Value: c.Box.CommandTimeout},
 		{Name: "box.bootstrapTimeout", Value: c.Box.BootstrapTimeout}, {Name: "box.releaseTimeout", Value: c.Box.ReleaseTimeout},
-		{Name: "box.syncTimeout", Value: c.Box.SyncTimeout}, {Name: "box.reconcileTimeout", Value: c.Box.ReconcileTimeout}},
+		{Name: "box.syncTimeout", Value: c.Box.SyncTimeout}, {Name: "box.reconcileTimeout", Value: c.Box.ReconcileTimeout},
+		{Name: "worker.heartbeatTimeout", Value: c.Worker.HeartbeatTimeout}, {Name: "worker.admitTimeout", Value: c.Worker.AdmitTimeout},
+		{Name: "worker.relaunchGrace", Value: c.Worker.RelaunchGrace}},
 		func(d providers.Duration) bool { return d < 0 },
 		func(d providers.Duration) string {
 			return fmt.Sprintf("must not be negative (0: the default), got %s", d.D())
@@ -280,6 +298,10 @@ func (c *Config) Validate() error {
 	}
 	if c.Sync.CheckpointKeep < 0 {
 		return providers.Fieldf("sync.checkpointKeep", "must be at least 1 (0: the default, %d), got %d", checkpoint.DefaultKeep, c.Sync.CheckpointKeep)
+	}
+	if w := c.Worker.WriteTimeout; w != 0 && (w.D() < minWriteTimeout || w.D() > maxWriteTimeout) {
+		return providers.Fieldf("worker.writeTimeout", "must be from %s to %s (0: the default, %s), got %s",
+			minWriteTimeout, maxWriteTimeout, hub.DefaultWriteTimeout, w.D())
 	}
 	if err := c.Worker.Limits.validate(); err != nil {
 		return err

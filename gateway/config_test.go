@@ -5,26 +5,35 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/openclaw/cloudworkers/gateway/hub"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
 // configCase is a gateway.yaml and the field its Validate error must name ("" for a valid one).
 type configCase struct{ yaml, field string }
 
+// loadConfig reads yaml as a gateway.yaml file.
+func loadConfig(t *testing.T, yaml string) Config {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "gateway.yaml")
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var c Config
+	if err := LoadConfigFile(file, &c); err != nil {
+		t.Fatalf("%q: %v", yaml, err)
+	}
+	return c
+}
+
 // checkConfigs loads each case's YAML, sets the defaults and validates it, and checks the field
 // named by the error.
 func checkConfigs(t *testing.T, cases []configCase) {
 	t.Helper()
-	file := filepath.Join(t.TempDir(), "gateway.yaml")
 	for _, tc := range cases {
-		if err := os.WriteFile(file, []byte(tc.yaml), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		var c Config
-		if err := LoadConfigFile(file, &c); err != nil {
-			t.Fatalf("%q: %v", tc.yaml, err)
-		}
+		c := loadConfig(t, tc.yaml)
 		c.SetDefaults()
 		err := c.Validate()
 		var fe *providers.FieldError
@@ -88,5 +97,40 @@ func TestConfigNamesTheFirstBadFieldInOrder(t *testing.T) {
 			{"box:\n  commandTimeout: -1s\n  syncTimeout: -1s\n  reconcileTimeout: -1s\n", "box.commandTimeout"},
 			{"retention:\n  audit: 1s\n  inferenceCalls: 1s\n", "retention.audit"},
 		})
+	}
+}
+
+// worker.writeTimeout is refused outside 1s–10m, and the other worker deadlines when negative (a
+// negative relaunchGrace would make each worker supervisor spin), naming the field.
+func TestConfigWorkerWriteTimeoutIsBounded(t *testing.T) {
+	checkConfigs(t, []configCase{
+		{"worker:\n  writeTimeout: 1s\n", ""},
+		{"worker:\n  writeTimeout: 10m\n", ""},
+		{"worker:\n  writeTimeout: 0s\n", ""},
+		{"worker:\n  writeTimeout: 999ms\n", "worker.writeTimeout"},
+		{"worker:\n  writeTimeout: -10s\n", "worker.writeTimeout"},
+		{"worker:\n  writeTimeout: 10m1s\n", "worker.writeTimeout"},
+		{"worker:\n  heartbeatTimeout: -1s\n", "worker.heartbeatTimeout"},
+		{"worker:\n  admitTimeout: -1s\n", "worker.admitTimeout"},
+		{"worker:\n  relaunchGrace: -1s\n", "worker.relaunchGrace"},
+	})
+}
+
+// What gateway.yaml says of the worker deadlines reaches the hub's configuration; unset, the
+// hub's defaults apply.
+func TestConfigWorkerDeadlinesReachTheHub(t *testing.T) {
+	for _, tc := range []struct {
+		yaml             string
+		heartbeat, write time.Duration
+	}{
+		{"worker:\n  heartbeatTimeout: 45s\n  writeTimeout: 3m\n", 45 * time.Second, 3 * time.Minute},
+		{"logLevel: info\n", 0, 0},
+	} {
+		c := loadConfig(t, tc.yaml)
+		var hc hub.Config
+		c.configureHub(&hc)
+		if hc.HeartbeatTimeout != tc.heartbeat || hc.WriteTimeout != tc.write {
+			t.Errorf("%q: hub heartbeat %s, write %s; want %s, %s", tc.yaml, hc.HeartbeatTimeout, hc.WriteTimeout, tc.heartbeat, tc.write)
+		}
 	}
 }

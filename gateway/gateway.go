@@ -220,10 +220,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	var envBusy func(envID string) bool // set once the dispatcher is built
-	workers, err := hub.New(hub.Config{
-		DB: db, Credentials: workerCreds, Log: log.With("subsystem", "hub"), HeartbeatTimeout: cfg.Worker.HeartbeatTimeout.D(),
-		Limits: cfg.Worker.Limits.HubLimits(), AdmissionTimeout: cfg.Worker.Limits.AdmissionTimeout.D(),
-		Capacity: cfg.Capacity.HubCapacity(), Registerer: reg,
+	hubCfg := hub.Config{
+		DB: db, Credentials: workerCreds, Log: log.With("subsystem", "hub"), Registerer: reg,
 		TurnRunning: func(ctx context.Context, sessionID, runID string) (bool, error) {
 			t, err := turnSvc.Get(ctx, runID)
 			if errors.Is(err, store.ErrNotFound) {
@@ -240,7 +238,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		GatewayTools:    hubTools,
 		Spawn:           spawner.WorkerSpawn,
 		Clock:           clk,
-	})
+	}
+	cfg.configureHub(&hubCfg)
+	workers, err := hub.New(hubCfg)
 	if err != nil {
 		return err
 	}

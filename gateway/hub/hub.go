@@ -30,6 +30,9 @@ import (
 // WorkerPath is the only HTTP path served on the worker listener.
 const WorkerPath = "/worker"
 
+// DefaultWriteTimeout is Config.WriteTimeout's default.
+const DefaultWriteTimeout = 10 * time.Second
+
 // ErrNotAdmitted is returned when no worker is admitted for an environment.
 var ErrNotAdmitted = errors.New("no worker admitted for environment")
 
@@ -49,7 +52,7 @@ type Config struct {
 	// are told to heartbeat at a third of it. Default 30s.
 	HeartbeatTimeout time.Duration
 	// WriteTimeout closes a connection whose write to the worker has been blocked this long (a
-	// worker that stopped reading). Default 10s.
+	// worker that stopped reading). Default DefaultWriteTimeout.
 	WriteTimeout time.Duration
 	// DeadlineClock runs HeartbeatTimeout and WriteTimeout (one watchdog for all connections); the
 	// real clock when nil, not Clock, so a test that drives Clock for pacing does not also cut
@@ -117,7 +120,7 @@ func (c *Config) setDefaults() {
 		c.Credentials.Clock = c.Clock
 	}
 	orDefault(&c.HeartbeatTimeout, 30*time.Second)
-	orDefault(&c.WriteTimeout, 10*time.Second)
+	orDefault(&c.WriteTimeout, DefaultWriteTimeout)
 	orDefault(&c.AdmissionTimeout, 10*time.Second)
 	orDefault(&c.FrameLimit, protocol.DefaultFrameLimit)
 	orDefault(&c.StreamQueue, DefaultStreamQueue)
