@@ -160,14 +160,23 @@ func (b *Bootstrapper) Dial(ctx context.Context, env envs.Environment) (*ssh.Cli
 func StateDir(envID string) string { return ".openclaw-worker/state/" + envID }
 
 // socketPath chooses the forwarded socket path: inside the state dir when it fits the unix socket
-// path limit, else a short private directory under /tmp.
+// path limit, else in tmpSocketDir.
 func socketPath(home, envID string) string {
-	p := path.Join(home, StateDir(envID), "gateway.sock")
-	if len(p) <= 100 {
-		return p
+	if dir := tmpSocketDir(home, envID); dir != "" {
+		return dir + "/gateway.sock"
+	}
+	return path.Join(home, StateDir(envID), "gateway.sock")
+}
+
+// tmpSocketDir is the short private directory under /tmp (/tmp/ocw-<12 hex>) that holds the
+// forwarded socket of an environment whose state dir is too deep for a unix socket path, or ""
+// when the socket fits in the state dir. The tunnel creates it; release removes it.
+func tmpSocketDir(home, envID string) string {
+	if len(path.Join(home, StateDir(envID), "gateway.sock")) <= 100 {
+		return ""
 	}
 	sum := sha256.Sum256([]byte(home + "\x00" + envID))
-	return "/tmp/ocw-" + hex.EncodeToString(sum[:6]) + "/gateway.sock"
+	return "/tmp/ocw-" + hex.EncodeToString(sum[:6])
 }
 
 // Bootstrap installs the bundle, checks hygiene, opens the tunnel, launches the worker and waits
@@ -470,7 +479,8 @@ func (b *Bootstrapper) Release(ctx context.Context, env envs.Environment, boxSid
 	return err
 }
 
-// releaseBox asks the worker to shut down and kills its process.
+// releaseBox asks the worker to shut down, kills its process and removes its socket directory
+// under /tmp, if it has one.
 func (b *Bootstrapper) releaseBox(ctx context.Context, env envs.Environment) error {
 	if b.cfg.Workers.Admitted(env.ID) {
 		_ = b.cfg.Workers.Shutdown(ctx, env.ID, "environment destroyed")
@@ -484,8 +494,34 @@ func (b *Bootstrapper) releaseBox(ctx context.Context, env envs.Environment) err
 	}
 	defer c.Close()
 	pidf := WorkerPIDPath(env.WorkerHome, env.ID)
-	_, err = Run(ctx, c, `p=$(cat `+Quote(pidf)+` 2>/dev/null) && [ -n "$p" ] && kill "$p" 2>/dev/null; true`)
-	return err
+	if _, err := Run(ctx, c, `p=$(cat `+Quote(pidf)+` 2>/dev/null) && [ -n "$p" ] && kill "$p" 2>/dev/null; true`); err != nil {
+		return err
+	}
+	return b.removeSocketDir(ctx, c, env)
+}
+
+// removeSocketDir removes the environment's socket directory under /tmp (its socket, then the
+// directory, which must then be empty), so that a box serving many environments does not gather
+// one per environment. The path is the gateway's own (tmpSocketDir of the recorded home, and only
+// if the recorded socket lies in it); on the box, a symlink there, or anything but a directory
+// of the box user, is left alone. What it leaves is logged, not an error: the worker is gone.
+func (b *Bootstrapper) removeSocketDir(ctx context.Context, c *ssh.Client, env envs.Environment) error {
+	dir := tmpSocketDir(env.WorkerHome, env.ID)
+	if dir == "" || env.WorkerSocket != dir+"/gateway.sock" {
+		return nil
+	}
+	out, err := RunOK(ctx, c, "remove socket directory", `d=`+Quote(dir)+`
+if [ -L "$d" ] || { [ -e "$d" ] && { [ ! -d "$d" ] || [ ! -O "$d" ]; }; }; then echo not-ours; exit 0; fi
+[ ! -e "$d" ] || { rm -f -- "$d/gateway.sock" && rmdir -- "$d"; }`)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return err
+	case err != nil:
+		b.log.Warn("socket directory left on the box", "env", env.ID, "dir", dir, "err", err)
+	case strings.TrimSpace(out) == "not-ours":
+		b.log.Warn("socket directory left on the box: not a directory of the box user", "env", env.ID, "dir", dir)
+	}
+	return nil
 }
 
 // command bounds one short box command.
