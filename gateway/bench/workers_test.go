@@ -187,7 +187,14 @@ func coalesceConfig(c *remote.ClientConfig) {
 			c.LiveCoalesceInflight = n
 		}
 	}
+	if d, err := time.ParseDuration(os.Getenv(envCoalesceDelay)); err == nil {
+		c.LiveCoalesceDelay = d
+	}
 }
+
+// envCoalesceDelay sets the session clients' remote.ClientConfig.LiveCoalesceDelay for section 1 (a
+// Go duration; "-1ns": never held for time); unset keeps the default.
+const envCoalesceDelay = "OPENCLAW_BENCH_COALESCE_DELAY"
 
 // startWorkers runs ws' environment connections until ctx ends and returns once each turn started.
 func startWorkers(ctx context.Context, t *testing.T, g *childGateway, ws []workerLine, done *sync.WaitGroup) []*benchWorker {

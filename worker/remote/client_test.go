@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/worker/remote"
 )
@@ -102,7 +103,7 @@ func TestClientCoalescesDeltasWhileInFlight(t *testing.T) {
 	if seq := live(t, ctx, c, text, "a"); seq != 1 {
 		t.Fatalf("first delta seq %d", seq)
 	}
-	f1 := nextLive(t, ctx, gc) // nothing in flight: it goes at once
+	f1 := nextLive(t, ctx, gc) // nothing in flight: it goes once LiveCoalesceDelay has passed
 	expectLive(t, f1, 1, text, "a")
 	var batch strings.Builder
 	for i := range 1000 {
@@ -216,6 +217,61 @@ func TestClientHoldsAtTheDefaultInflight(t *testing.T) {
 	}
 	ackLive(ctx, gc, f1, 1)
 	expectLive(t, nextLive(t, ctx, gc), 3, text, batch.String())
+}
+
+// noLive asserts that the client sends nothing on c for a while (a bounded wait: what it checks is
+// that a held event stays held, not how fast anything is).
+func noLive(t *testing.T, c *gwConn, why string) {
+	t.Helper()
+	select {
+	case f := <-c.frames:
+		t.Fatalf("%s: the client sent %s", why, f.Method)
+	case <-time.After(150 * time.Millisecond):
+	}
+}
+
+// With nothing in flight, a delta waits LiveCoalesceDelay (on the client's clock) for the deltas
+// after it; an event of another kind, or WaitLiveAcked, sends it without waiting.
+func TestClientHoldsADeltaForTheCoalesceDelay(t *testing.T) {
+	ctx := testContext(t)
+	g := newGateway(t, func(int) *protocol.Error { return nil })
+	clk := clock.NewManual(time.Unix(0, 0))
+	c := newClient(t, g, func(cfg *remote.ClientConfig) {
+		cfg.Clock, cfg.LiveCoalesceInflight, cfg.LiveCoalesceDelay = clk, -1, 30*time.Millisecond
+	})
+	gc := accept(t, ctx, g, 0)
+	text := protocol.LiveTextDelta
+	for _, d := range []string{"a", "b", "c"} {
+		if seq := live(t, ctx, c, text, d); seq != 1 {
+			t.Fatalf("delta %q queued as seq %d within the delay, want 1 (merged)", d, seq)
+		}
+	}
+	noLive(t, gc, "before the delay passed")
+	clk.Advance(29 * time.Millisecond)
+	noLive(t, gc, "1ms before the delay passed")
+	clk.Advance(time.Millisecond)
+	f1 := nextLive(t, ctx, gc)
+	expectLive(t, f1, 1, text, "abc")
+	ackLive(ctx, gc, f1, 1)
+
+	// a tool event ends the hold: both go with the clock standing still
+	live(t, ctx, c, text, "d")
+	if seq := live(t, ctx, c, protocol.LiveToolStart, "grep"); seq != 3 {
+		t.Fatalf("tool event seq %d, want 3", seq)
+	}
+	expectLive(t, nextLive(t, ctx, gc), 2, text, "d")
+	expectLive(t, nextLive(t, ctx, gc), 3, protocol.LiveToolStart, "grep")
+
+	// WaitLiveAcked sends a held delta at once
+	seq := live(t, ctx, c, text, "e")
+	acked := make(chan error, 1)
+	go func() { acked <- c.WaitLiveAcked(ctx, seq) }()
+	f4 := nextLive(t, ctx, gc)
+	expectLive(t, f4, 4, text, "e")
+	ackLive(ctx, gc, f4, 4)
+	if err := recv(t, ctx, "WaitLiveAcked", acked); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Negative LiveCoalesceBytes turns merging off: every delta is its own event.
