@@ -169,7 +169,7 @@ func (b *slowBackend) WorkerCommit(context.Context, protocol.TranscriptCommitPar
 func (b *slowBackend) WorkerResume(context.Context, protocol.ResumeParams) (protocol.ResumeResult, error) {
 	return protocol.ResumeResult{}, nil
 }
-func (b *slowBackend) WorkerLive(ctx context.Context, p protocol.LiveEventParams) (protocol.LiveEventResult, error) {
+func (b *slowBackend) WorkerLive(ctx context.Context, _ string, p protocol.LiveEventParams) (protocol.LiveEventResult, error) {
 	if p.SessionID == "slow" {
 		b.entered <- p.Seq
 		select {

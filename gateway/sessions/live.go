@@ -14,10 +14,15 @@ import (
 
 // LiveParams are one live event from a run. (SessionID, OwnerEpoch) come from the caller's binding.
 type LiveParams struct {
-	SessionID  string
-	OwnerEpoch uint64
-	RunEpoch   uint64
-	RunID      string
+	SessionID string
+	// EnvironmentID, when set, is the environment the event comes through: it is refused
+	// session-not-attached unless the session is attached to that environment.
+	EnvironmentID string
+	OwnerEpoch    uint64
+	// LifecycleRevision, when not zero, must be the session's lifecycle revision (epoch-mismatch).
+	LifecycleRevision uint64
+	RunEpoch          uint64
+	RunID             string
 	// Seq numbers the events of one (OwnerEpoch, RunEpoch) stream from 1.
 	Seq uint64
 	// LastAckedSeq is the worker's view of the cumulative ACK; informational.
@@ -141,8 +146,9 @@ func (s *Store) loadLive(ctx context.Context, id string, ls *liveState) error {
 // PublishLive accepts one live event and returns the cumulative ACK of its stream. A seq already
 // acknowledged is acknowledged again without being published twice; a seq past ackedSeq+1 is
 // resync-required; an event of an older run epoch, or of an owner epoch that is not the session's, is
-// epoch-mismatch. The event and the cursor that acknowledges it commit in one transaction; the event
-// then reaches subscribers, and only then is the ACK returned.
+// epoch-mismatch; so is one from an environment the session is not attached to (EnvironmentID). The
+// binding is checked, and the event and the cursor that acknowledges it are written, in one
+// transaction; the event then reaches subscribers, and only then is the ACK returned.
 func (s *Store) PublishLive(ctx context.Context, p LiveParams) (uint64, error) {
 	if err := p.Event.Validate(); err != nil {
 		return 0, &Error{Code: protocol.CodeInvalidFrame, Message: err.Error(), Err: err}
@@ -168,9 +174,10 @@ func (s *Store) PublishLive(ctx context.Context, p LiveParams) (uint64, error) {
 	// Group commit: the events of sessions streaming at once share a transaction and its fsync;
 	// each is acknowledged only once that transaction committed.
 	err = s.db.GroupTx(ctx, func(tx *sql.Tx) error {
-		var owner uint64
-		err := tx.StmtContext(ctx, s.liveSQL.owner).QueryRowContext(ctx, p.SessionID).Scan(&owner)
-		if err := ownerCheck(err, p.SessionID, p.OwnerEpoch, owner); err != nil {
+		var env string
+		var owner, rev uint64
+		err := tx.StmtContext(ctx, s.liveSQL.owner).QueryRowContext(ctx, p.SessionID).Scan(&env, &owner, &rev)
+		if err := bindingCheck(err, p, env, owner, rev); err != nil {
 			return err
 		}
 		curAcked := ls.acked
@@ -223,8 +230,8 @@ func (s *Store) PublishLive(ctx context.Context, p LiveParams) (uint64, error) {
 
 // The statements of every live event (prepared once in New).
 const (
-	sqlLiveOwner = `SELECT owner_epoch FROM sessions WHERE id = ?`
-	// sqlWorkerBinding is WorkerBinding's, asked before every live event and model call.
+	sqlLiveOwner = `SELECT environment_id, owner_epoch, lifecycle_revision FROM sessions WHERE id = ?`
+	// sqlWorkerBinding is WorkerBinding's, asked before every model call and transcript commit.
 	sqlWorkerBinding = `SELECT environment_id, owner_epoch, lifecycle_revision FROM sessions WHERE id = ?`
 	sqlLiveInsert    = `INSERT INTO live_events(session_id, stream_seq, owner_epoch, run_epoch, run_id, seq, at, event)
 		VALUES(?,?,?,?,?,?,?,?)`

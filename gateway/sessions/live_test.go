@@ -362,3 +362,34 @@ func TestSlowSubscriberIsDropped(t *testing.T) {
 		t.Fatalf("closed subscriber ended with %v", reader.Err())
 	}
 }
+
+// A live event through an environment the session is not attached to, or of another lifecycle
+// revision, is refused in the transaction that would write it, and nothing is stored.
+func TestPublishLiveChecksTheBinding(t *testing.T) {
+	ctx := testCtx(t)
+	s := newStore(t)
+	ses, _ := s.Create(ctx, CreateParams{})
+	epoch, err := s.Attach(ctx, ses.ID, "env_a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := func(env string, rev uint64) error {
+		_, err := s.PublishLive(ctx, LiveParams{SessionID: ses.ID, EnvironmentID: env, OwnerEpoch: epoch, LifecycleRevision: rev,
+			RunEpoch: 1, RunID: "r", Seq: 1, Event: delta("x")})
+		return err
+	}
+	wantCode(t, pub("env_b", 0), protocol.CodeSessionNotAttached)
+	wantCode(t, pub("env_a", ses.LifecycleRevision+1), protocol.CodeEpochMismatch)
+	if cur, err := s.LiveCursor(ctx, ses.ID); err != nil || cur != 0 {
+		t.Fatalf("live cursor %d (%v) after two refusals, want 0", cur, err)
+	}
+	if err := pub("env_a", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub("env_a", ses.LifecycleRevision); err != nil { // the same seq again: acknowledged, not stored twice
+		t.Fatal(err)
+	}
+	if cur, err := s.LiveCursor(ctx, ses.ID); err != nil || cur != 1 {
+		t.Fatalf("live cursor %d (%v), want 1", cur, err)
+	}
+}

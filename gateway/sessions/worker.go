@@ -85,11 +85,12 @@ func (s *Store) WorkerCommit(ctx context.Context, p protocol.TranscriptCommitPar
 	return protocol.TranscriptCommitResult{EntryIDs: res.EntryIDs, NewLeafID: res.NewLeafID, Replayed: res.Replayed}, nil
 }
 
-// WorkerLive serves worker.live-event: it publishes the event, which PublishLive validates
-// (invalid-frame).
-func (s *Store) WorkerLive(ctx context.Context, p protocol.LiveEventParams) (protocol.LiveEventResult, error) {
-	acked, err := s.PublishLive(ctx, LiveParams{SessionID: p.SessionID, OwnerEpoch: p.OwnerEpoch, RunEpoch: p.RunEpoch,
-		RunID: p.RunID, Seq: p.Seq, LastAckedSeq: p.LastAckedSeq, Event: p.Event})
+// WorkerLive serves worker.live-event from envID's worker: it publishes the event, which PublishLive
+// validates (invalid-frame) and checks against the session's binding in its transaction.
+func (s *Store) WorkerLive(ctx context.Context, envID string, p protocol.LiveEventParams) (protocol.LiveEventResult, error) {
+	acked, err := s.PublishLive(ctx, LiveParams{SessionID: p.SessionID, EnvironmentID: envID, OwnerEpoch: p.OwnerEpoch,
+		LifecycleRevision: p.LifecycleRevision, RunEpoch: p.RunEpoch, RunID: p.RunID, Seq: p.Seq,
+		LastAckedSeq: p.LastAckedSeq, Event: p.Event})
 	if err != nil {
 		return protocol.LiveEventResult{}, err
 	}
@@ -106,6 +107,22 @@ func ownerCheck(readErr error, sessionID string, epoch, owner uint64) error {
 		return readErr
 	case epoch != owner:
 		return errorf(protocol.CodeEpochMismatch, "owner epoch %d is not the session's active epoch %d", epoch, owner)
+	}
+	return nil
+}
+
+// bindingCheck refuses a live event p, given readErr and the session's binding (env, owner, rev) as
+// read in the event's transaction: as ownerCheck says, or as the hub refuses a request through an
+// environment the session is not attached to, or of another lifecycle revision.
+func bindingCheck(readErr error, p LiveParams, env string, owner, rev uint64) error {
+	if readErr == nil && p.EnvironmentID != "" && env != p.EnvironmentID {
+		return errorf(protocol.CodeSessionNotAttached, "session %.128q is not attached to environment %s", p.SessionID, p.EnvironmentID)
+	}
+	if err := ownerCheck(readErr, p.SessionID, p.OwnerEpoch, owner); err != nil {
+		return err
+	}
+	if p.LifecycleRevision != 0 && p.LifecycleRevision != rev {
+		return errorf(protocol.CodeEpochMismatch, "lifecycle revision %d is not the session's revision %d", p.LifecycleRevision, rev)
 	}
 	return nil
 }
