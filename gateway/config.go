@@ -197,7 +197,7 @@ func (l WorkerLimits) HubLimits() hub.Limits {
 // (a new environment with HTTP 429 and Retry-After) and nothing already admitted is dropped.
 type CapacityConfig struct {
 	MaxWorkers                 int   `yaml:"maxWorkers"`                           // default 500: environments with a connected worker; also live environments
-	MaxInflightInference       int   `yaml:"maxInflightInference"`                 // default 256: model calls in flight, gateway-wide
+	MaxInflightInference       int   `yaml:"maxInflightInference"`                 // default 512: model calls in flight, gateway-wide
 	MaxInflightInferencePerEnv int   `yaml:"maxInflightInferencePerEnvironment"`   // default 8: model calls in flight per environment
 	MaxRelayBytesPerSecond     int64 `yaml:"maxRelayBytesPerSecondPerEnvironment"` // default 4 MiB/s: inference event bytes relayed per environment
 }

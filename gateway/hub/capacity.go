@@ -12,7 +12,7 @@ import (
 // Defaults of Capacity, chosen from `make bench` on the 2-core reference machine (docs/performance.md).
 const (
 	DefaultMaxWorkers                 = 500
-	DefaultMaxInflightInference       = 256
+	DefaultMaxInflightInference       = 512
 	DefaultMaxInflightInferencePerEnv = 8
 	DefaultMaxRelayBytesPerSecond     = 4 << 20
 )
