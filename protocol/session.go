@@ -24,6 +24,29 @@ const maxRunIDLen = 128
 // MaxCommitMessages is the most messages one worker.transcript.commit may carry.
 const MaxCommitMessages = 64
 
+// Binding is what the gateway reads of a session to admit a worker's request for it: the environment
+// it is attached to ("" when local), its active owner epoch and its lifecycle revision.
+type Binding struct {
+	EnvironmentID     string
+	OwnerEpoch        uint64
+	LifecycleRevision uint64
+}
+
+// Refuse returns why the binding refuses a request for sessionID that comes through environment envID
+// ("": not checked) at ownerEpoch and lifecycleRevision (0: not checked), or nil: session-not-attached
+// through another environment, epoch-mismatch for another owner epoch or lifecycle revision.
+func (b Binding) Refuse(sessionID, envID string, ownerEpoch, lifecycleRevision uint64) *Error {
+	switch {
+	case envID != "" && b.EnvironmentID != envID:
+		return Errorf(CodeSessionNotAttached, "session %.128q is not attached to environment %s", sessionID, envID)
+	case ownerEpoch != b.OwnerEpoch:
+		return Errorf(CodeEpochMismatch, "owner epoch %d is not the session's active epoch %d", ownerEpoch, b.OwnerEpoch)
+	case lifecycleRevision != 0 && lifecycleRevision != b.LifecycleRevision:
+		return Errorf(CodeEpochMismatch, "lifecycle revision %d is not the session's revision %d", lifecycleRevision, b.LifecycleRevision)
+	}
+	return nil
+}
+
 // Scope is the identity every durable worker operation carries. The gateway checks that SessionID is
 // attached to the worker's environment, that OwnerEpoch is the session's active owner epoch
 // (epoch-mismatch otherwise, for every frame of a stale owner), and that StreamKind matches the method.

@@ -223,19 +223,15 @@ func (s *Server) bindingError(ctx context.Context, envID, sessionID string, owne
 	if len(sessionID) > 128 {
 		return protocol.Errorf(protocol.CodeSessionNotAttached, "session id of %d bytes, at most 128", len(sessionID))
 	}
-	env, owner, _, err := s.cfg.Sessions.WorkerBinding(ctx, sessionID)
+	binding, err := s.cfg.Sessions.WorkerBinding(ctx, sessionID)
 	var c coded
 	switch {
 	case errors.As(err, &c):
 		return c.Protocol()
 	case err != nil:
 		return &protocol.Error{Code: protocol.CodeInternal, Message: "binding lookup failed", Retryable: true}
-	case env != envID:
-		return protocol.Errorf(protocol.CodeSessionNotAttached, "session %.128q is not attached to environment %s", sessionID, envID)
-	case ownerEpoch != owner:
-		return protocol.Errorf(protocol.CodeEpochMismatch, "owner epoch %d is not the session's active epoch %d", ownerEpoch, owner)
 	}
-	return nil
+	return binding.Refuse(sessionID, envID, ownerEpoch, 0)
 }
 
 // runCall serves one worker.inference.start after its shape was checked: fencing, replay, then the

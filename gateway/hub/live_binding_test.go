@@ -16,7 +16,7 @@ type countingBindings struct {
 	reads *atomic.Int64
 }
 
-func (b countingBindings) WorkerBinding(ctx context.Context, id string) (string, uint64, uint64, error) {
+func (b countingBindings) WorkerBinding(ctx context.Context, id string) (protocol.Binding, error) {
 	b.reads.Add(1)
 	return b.blockingContext.WorkerBinding(ctx, id)
 }

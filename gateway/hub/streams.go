@@ -15,9 +15,9 @@ import (
 // Errors that carry a protocol code implement `Protocol() *protocol.Error`; any other error is
 // answered as a retryable internal error.
 type SessionBackend interface {
-	// WorkerBinding returns the environment a session is attached to ("" when none), its active
-	// owner epoch and its lifecycle revision.
-	WorkerBinding(ctx context.Context, sessionID string) (envID string, ownerEpoch, lifecycleRevision uint64, err error)
+	// WorkerBinding returns the session's binding: the environment it is attached to ("" when none),
+	// its active owner epoch and its lifecycle revision.
+	WorkerBinding(ctx context.Context, sessionID string) (protocol.Binding, error)
 	WorkerCommit(ctx context.Context, p protocol.TranscriptCommitParams) (protocol.TranscriptCommitResult, error)
 	// WorkerLive publishes a live event from envID's worker; it checks the session's binding (as
 	// WorkerBinding reads it) in the transaction that writes the event.
@@ -257,20 +257,12 @@ func (s *Server) serveStream(ctx context.Context, wc *workerConn, st *stream, it
 	// A live event of the scope last accepted on this stream is checked in WorkerLive's own
 	// transaction only; the binding read before it was 15 % of the bench gateway's CPU.
 	if !isLive || st.live == (liveScope{}) || st.live != (liveScope{scope.OwnerEpoch, scope.LifecycleRevision}) {
-		env, owner, rev, err := b.WorkerBinding(ctx, scope.SessionID)
+		binding, err := b.WorkerBinding(ctx, scope.SessionID)
 		if err != nil {
 			return s.errorFrame(wc, it.f, err)
 		}
-		switch {
-		case env != wc.envID:
-			return protocol.ErrorResponse(it.f.ID, protocol.Errorf(protocol.CodeSessionNotAttached,
-				"session %.128q is not attached to environment %s", scope.SessionID, wc.envID))
-		case scope.OwnerEpoch != owner:
-			return protocol.ErrorResponse(it.f.ID, protocol.Errorf(protocol.CodeEpochMismatch,
-				"owner epoch %d is not the session's active epoch %d", scope.OwnerEpoch, owner))
-		case scope.LifecycleRevision != 0 && scope.LifecycleRevision != rev:
-			return protocol.ErrorResponse(it.f.ID, protocol.Errorf(protocol.CodeEpochMismatch,
-				"lifecycle revision %d is not the session's revision %d", scope.LifecycleRevision, rev))
+		if e := binding.Refuse(scope.SessionID, wc.envID, scope.OwnerEpoch, scope.LifecycleRevision); e != nil {
+			return protocol.ErrorResponse(it.f.ID, e)
 		}
 	}
 	var out any

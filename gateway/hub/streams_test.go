@@ -160,8 +160,8 @@ type slowBackend struct {
 	entered chan uint64 // seqs of the slow session as they reach the backend
 }
 
-func (b *slowBackend) WorkerBinding(context.Context, string) (string, uint64, uint64, error) {
-	return envA, 1, 0, nil
+func (b *slowBackend) WorkerBinding(context.Context, string) (protocol.Binding, error) {
+	return protocol.Binding{EnvironmentID: envA, OwnerEpoch: 1}, nil
 }
 func (b *slowBackend) WorkerCommit(context.Context, protocol.TranscriptCommitParams) (protocol.TranscriptCommitResult, error) {
 	return protocol.TranscriptCommitResult{}, nil

@@ -174,10 +174,9 @@ func (s *Store) PublishLive(ctx context.Context, p LiveParams) (uint64, error) {
 	// Group commit: the events of sessions streaming at once share a transaction and its fsync;
 	// each is acknowledged only once that transaction committed.
 	err = s.db.GroupTx(ctx, func(tx *sql.Tx) error {
-		var env string
-		var owner, rev uint64
-		err := tx.StmtContext(ctx, s.liveSQL.owner).QueryRowContext(ctx, p.SessionID).Scan(&env, &owner, &rev)
-		if err := bindingCheck(err, p, env, owner, rev); err != nil {
+		var b protocol.Binding
+		err := tx.StmtContext(ctx, s.liveSQL.owner).QueryRowContext(ctx, p.SessionID).Scan(&b.EnvironmentID, &b.OwnerEpoch, &b.LifecycleRevision)
+		if err := bindingCheck(err, p.SessionID, b, p.EnvironmentID, p.OwnerEpoch, p.LifecycleRevision); err != nil {
 			return err
 		}
 		curAcked := ls.acked

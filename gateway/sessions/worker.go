@@ -57,17 +57,18 @@ func (s *Store) bind(ctx context.Context, id, envID string) (uint64, error) {
 	return epoch, nil
 }
 
-// WorkerBinding returns the environment a session is attached to ("" when local), its active owner
-// epoch and its lifecycle revision. An unknown session is session-not-attached.
-func (s *Store) WorkerBinding(ctx context.Context, id string) (envID string, ownerEpoch, lifecycleRevision uint64, err error) {
-	err = s.liveSQL.binding.QueryRowContext(ctx, id).Scan(&envID, &ownerEpoch, &lifecycleRevision)
+// WorkerBinding returns the session's binding: the environment it is attached to ("" when local),
+// its active owner epoch and its lifecycle revision. An unknown session is session-not-attached.
+func (s *Store) WorkerBinding(ctx context.Context, id string) (protocol.Binding, error) {
+	var b protocol.Binding
+	err := s.liveSQL.binding.QueryRowContext(ctx, id).Scan(&b.EnvironmentID, &b.OwnerEpoch, &b.LifecycleRevision)
 	if errors.Is(err, sql.ErrNoRows) {
-		return "", 0, 0, notFound(id)
+		return b, notFound(id)
 	}
 	if err != nil {
-		return "", 0, 0, fmt.Errorf("binding of session %s: %w", id, err)
+		return b, fmt.Errorf("binding of session %s: %w", id, err)
 	}
-	return envID, ownerEpoch, lifecycleRevision, nil
+	return b, nil
 }
 
 // WorkerCommit serves worker.transcript.commit once the caller has checked the scope against the
@@ -100,29 +101,21 @@ func (s *Store) WorkerLive(ctx context.Context, envID string, p protocol.LiveEve
 // ownerCheck refuses a worker's write or read at epoch, given readErr and owner, the read of the
 // session's active owner epoch: not-found for no such session, readErr itself, or epoch-mismatch.
 func ownerCheck(readErr error, sessionID string, epoch, owner uint64) error {
+	return bindingCheck(readErr, sessionID, protocol.Binding{OwnerEpoch: owner}, "", epoch, 0)
+}
+
+// bindingCheck refuses a worker's request for sessionID through envID at epoch and rev, given
+// readErr and the session's binding b as read in the request's transaction: not-found for no such
+// session, readErr itself, or as b.Refuse says (the hub's own check).
+func bindingCheck(readErr error, sessionID string, b protocol.Binding, envID string, epoch, rev uint64) error {
 	switch {
 	case errors.Is(readErr, sql.ErrNoRows):
 		return notFound(sessionID)
 	case readErr != nil:
 		return readErr
-	case epoch != owner:
-		return errorf(protocol.CodeEpochMismatch, "owner epoch %d is not the session's active epoch %d", epoch, owner)
 	}
-	return nil
-}
-
-// bindingCheck refuses a live event p, given readErr and the session's binding (env, owner, rev) as
-// read in the event's transaction: as ownerCheck says, or as the hub refuses a request through an
-// environment the session is not attached to, or of another lifecycle revision.
-func bindingCheck(readErr error, p LiveParams, env string, owner, rev uint64) error {
-	if readErr == nil && p.EnvironmentID != "" && env != p.EnvironmentID {
-		return errorf(protocol.CodeSessionNotAttached, "session %.128q is not attached to environment %s", p.SessionID, p.EnvironmentID)
-	}
-	if err := ownerCheck(readErr, p.SessionID, p.OwnerEpoch, owner); err != nil {
-		return err
-	}
-	if p.LifecycleRevision != 0 && p.LifecycleRevision != rev {
-		return errorf(protocol.CodeEpochMismatch, "lifecycle revision %d is not the session's revision %d", p.LifecycleRevision, rev)
+	if e := b.Refuse(sessionID, envID, epoch, rev); e != nil {
+		return &Error{Code: e.Code, Message: e.Message}
 	}
 	return nil
 }
