@@ -288,13 +288,12 @@ func (b *Bootstrapper) Bootstrap(ctx context.Context, env envs.Environment) (err
 	return nil
 }
 
-// launch starts the worker unless its pidfile names a live process; a fresh credential is minted
-// for every launch.
+// launch starts the worker unless it still runs (liveWorkerPID); a fresh credential is minted for
+// every launch.
 func (b *Bootstrapper) launch(ctx context.Context, c *ssh.Client, env envs.Environment, bundlePath string) error {
 	state := path.Join(env.WorkerHome, StateDir(env.ID))
-	pidf := WorkerPIDPath(env.WorkerHome, env.ID)
 	actx, acancel := b.command(ctx)
-	pid, alive := workerAlive(actx, c, pidf)
+	pid, alive := workerAlive(actx, c, env.WorkerHome, env.ID)
 	acancel()
 	if alive {
 		b.cfg.Envs.Note(ctx, env.ID, "worker: already running (pid "+strconv.Itoa(pid)+")")
@@ -330,8 +329,9 @@ echo $!`
 	return nil
 }
 
-func workerAlive(ctx context.Context, c *ssh.Client, pidf string) (int, bool) {
-	res, err := Run(ctx, c, `p=$(cat `+Quote(pidf)+` 2>/dev/null) && [ -n "$p" ] && kill -0 "$p" 2>/dev/null && echo "$p"`)
+// workerAlive returns the pid of the worker of envID on the box while it runs (liveWorkerPID).
+func workerAlive(ctx context.Context, c *ssh.Client, home, envID string) (int, bool) {
+	res, err := Run(ctx, c, liveWorkerPID(home, envID)+` && echo "$p"`)
 	if err != nil || res.ExitCode != 0 {
 		return 0, false
 	}
@@ -493,8 +493,7 @@ func (b *Bootstrapper) releaseBox(ctx context.Context, env envs.Environment) err
 		return err
 	}
 	defer c.Close()
-	pidf := WorkerPIDPath(env.WorkerHome, env.ID)
-	if _, err := Run(ctx, c, `p=$(cat `+Quote(pidf)+` 2>/dev/null) && [ -n "$p" ] && kill "$p" 2>/dev/null; true`); err != nil {
+	if _, err := Run(ctx, c, liveWorkerPID(env.WorkerHome, env.ID)+` && kill "$p" 2>/dev/null; true`); err != nil {
 		return err
 	}
 	return b.removeSocketDir(ctx, c, env)

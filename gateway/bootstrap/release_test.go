@@ -69,21 +69,63 @@ func (r releaseRig) env(t *testing.T, id string) (envs.Environment, <-chan struc
 	if err := r.tunnels.Open(testenv.Context(t, 30*time.Second), Target(e)); err != nil {
 		t.Fatal(err)
 	}
-	worker := exec.Command("sleep", "300")
-	if err := worker.Start(); err != nil {
+	state := filepath.Join(e.WorkerHome, StateDir(e.ID))
+	// The stand-in has the worker's command line (see liveWorkerPID) and ends, with its sleep, on SIGTERM.
+	exited := startPIDFile(t, e, exec.Command("sh", "-c", `trap 'kill $!; exit 0' TERM; sleep 300 & wait`,
+		"/box/openclaw", "worker", "--descriptor", state+"/launch.json", "--log-file", state+"/worker.log"))
+	return e, exited
+}
+
+// startPIDFile starts cmd and writes its pid to e's worker pidfile; the channel is closed when cmd
+// has exited. cmd is killed at the end of the test.
+func startPIDFile(t *testing.T, e envs.Environment, cmd *exec.Cmd) <-chan struct{} {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	exited := make(chan struct{})
-	go func() { _ = worker.Wait(); close(exited) }()
-	t.Cleanup(func() { _ = worker.Process.Kill(); <-exited })
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
 	pidf := WorkerPIDPath(e.WorkerHome, e.ID)
 	if err := os.MkdirAll(filepath.Dir(pidf), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(pidf, []byte(strconv.Itoa(worker.Process.Pid)+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(pidf, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return e, exited
+	return exited
+}
+
+// A worker that ended leaves its pid in the pidfile, and on a busy box that pid soon names
+// another process. Release does not kill that process, and bootstrap does not take it for a
+// running worker (which would skip the launch and wait for an admission that never comes).
+func TestAPidfileOfAnotherProcessIsNotTheWorker(t *testing.T) {
+	r := newReleaseRig(t, "")
+	e := r.boxEnv(t, "env_reused")
+	other := exec.Command("sleep", "300")
+	exited := startPIDFile(t, e, other)
+	ctx := testenv.Context(t, 30*time.Second)
+	c, err := r.boot.Dial(ctx, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if pid, alive := workerAlive(ctx, c, e.WorkerHome, e.ID); alive {
+		t.Fatalf("pid %d of `sleep 300` taken for the worker", pid)
+	}
+	if err := r.boot.Release(ctx, e, true); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	select {
+	case <-exited:
+		t.Fatal("release killed the process that now has the worker's old pid")
+	case <-time.After(200 * time.Millisecond):
+	}
+	// the stand-in with the worker's command line is the worker
+	e2, _ := r.env(t, "env_running")
+	if _, alive := workerAlive(ctx, c, e2.WorkerHome, e2.ID); !alive {
+		t.Fatal("the running worker of the pidfile not found")
+	}
 }
 
 // release releases e with its box-side part and checks what every release does: the worker
