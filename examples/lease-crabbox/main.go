@@ -609,7 +609,7 @@ func (c *cli) stop(args []string) error {
 		return notFound("POST", "/v1/leases/"+id+"/release")
 	}
 	if s.State != "released" {
-		boxproc.Stop(s.BoxPID)
+		boxproc.Stop(s.BoxPID, s.BoxDir)
 		s.State = "released"
 		if err := c.saveCoord(s); err != nil {
 			return err

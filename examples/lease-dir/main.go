@@ -403,7 +403,7 @@ func (d *leaseDir) stop(id string) error {
 		return err
 	}
 	if l.BoxPID != 0 {
-		boxproc.Stop(l.BoxPID)
+		boxproc.Stop(l.BoxPID, l.BoxDir)
 		if err := os.RemoveAll(l.BoxDir); err != nil {
 			return err
 		}

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -46,13 +48,29 @@ func Start(bin, dir, id string, extra ...string) (State, error) {
 	}
 }
 
-// Stop stops the box process pid (SIGTERM, then SIGKILL after about 5s); pid <= 0 means none.
-func Stop(pid int) {
-	if pid <= 0 || syscall.Kill(pid, syscall.SIGTERM) != nil {
+// Stop stops the box process pid that serves dir (SIGTERM, then SIGKILL after about 5s); pid <= 0
+// means none. A box that ended leaves its pid in the lease's state, and on a busy machine that pid
+// soon belongs to another process: a pid whose command line is not `… localbox --dir dir …` is left
+// alone (where there is no /proc to read, the pid is trusted).
+func Stop(pid int, dir string) {
+	if pid <= 0 || !serves(pid, dir) || syscall.Kill(pid, syscall.SIGTERM) != nil {
 		return
 	}
-	for i := 0; i < 250 && syscall.Kill(pid, 0) == nil; i++ {
+	for i := 0; i < 250 && serves(pid, dir); i++ {
 		time.Sleep(20 * time.Millisecond)
 	}
-	_ = syscall.Kill(pid, syscall.SIGKILL)
+	if serves(pid, dir) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// serves reports whether process pid is `localbox --dir dir`, as Start runs it.
+func serves(pid int, dir string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		_, noProc := os.Stat("/proc/self")
+		return noProc != nil && syscall.Kill(pid, 0) == nil
+	}
+	args := strings.Split(string(b), "\x00")
+	return len(args) >= 4 && args[1] == "localbox" && args[2] == "--dir" && args[3] == dir
 }
