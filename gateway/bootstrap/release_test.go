@@ -77,15 +77,10 @@ func (r releaseRig) env(t *testing.T, id string) (envs.Environment, <-chan struc
 }
 
 // startPIDFile starts cmd and writes its pid to e's worker pidfile; the channel is closed when cmd
-// has exited. cmd is killed at the end of the test.
+// has exited. cmd is killed with its process group at the end of the test.
 func startPIDFile(t *testing.T, e envs.Environment, cmd *exec.Cmd) <-chan struct{} {
 	t.Helper()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	exited := testenv.StartGroup(t, cmd)
 	pidf := WorkerPIDPath(e.WorkerHome, e.ID)
 	if err := os.MkdirAll(filepath.Dir(pidf), 0o700); err != nil {
 		t.Fatal(err)

@@ -6,19 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
-)
 
-// start runs cmd and returns a channel closed when it has exited; cmd is killed at the end of the test.
-func start(t *testing.T, cmd *exec.Cmd) <-chan struct{} {
-	t.Helper()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
-	return exited
-}
+	"github.com/openclaw/cloudworkers/internal/testenv"
+)
 
 // Stop ends the box of the directory it is given, and leaves alone a process that has the pid of
 // a box that ended (another process, or a box of another directory).
@@ -38,9 +28,9 @@ func TestStopEndsOnlyTheBoxOfItsDirectory(t *testing.T) {
 	}
 	box := filepath.Join(dir, "box")
 	cmd := &exec.Cmd{Path: sh, Args: []string{"/opt/openclaw", "localbox", "--dir", box, "--lease-id", "l1"}, Dir: dir}
-	boxExited := start(t, cmd)
+	boxExited := testenv.StartGroup(t, cmd)
 	otherCmd := exec.Command("sleep", "300")
-	other := start(t, otherCmd)
+	other := testenv.StartGroup(t, otherCmd)
 	time.Sleep(100 * time.Millisecond) // the stand-in's trap is set
 
 	Stop(cmd.Process.Pid, filepath.Join(dir, "another-box"))
