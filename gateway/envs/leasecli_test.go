@@ -27,7 +27,15 @@ var (
 	leaseDirErr  error
 )
 
-// leaseDirBin builds examples/lease-dir once for the tests of this package.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if leaseDirPath != "" {
+		_ = os.RemoveAll(filepath.Dir(leaseDirPath))
+	}
+	os.Exit(code)
+}
+
+// leaseDirBin builds examples/lease-dir once for the tests of this package; TestMain removes it.
 func leaseDirBin(t *testing.T) string {
 	t.Helper()
 	leaseDirOnce.Do(func() {

@@ -40,8 +40,14 @@ func Launch(userDataDir string) (ctx context.Context, stop func(), err error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// Chromium's own temp directories (org.chromium.Chromium.*) go inside the profile, so that
+	// they are removed with it even when the browser is killed.
+	tmp := filepath.Join(userDataDir, "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return nil, nil, err
+	}
 	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(bin), chromedp.UserDataDir(userDataDir),
+		chromedp.ExecPath(bin), chromedp.UserDataDir(userDataDir), chromedp.Env("TMPDIR=" + tmp),
 		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
 		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
