@@ -170,6 +170,7 @@ func Serve(ctx context.Context, cfg BoxConfig) error {
 	}
 	cancel()
 	wg.Wait()
+	s.removeSocketDirs()
 	s.log.Info("box stopped", "lease", cfg.LeaseID)
 	return acceptErr
 }
@@ -191,6 +192,36 @@ type server struct {
 	log        *slog.Logger
 	sshConfig  *ssh.ServerConfig
 	authorized []byte
+
+	mu         sync.Mutex
+	socketDirs map[string]bool // directories directly under /tmp that held a forwarded socket
+}
+
+// noteSocketDir remembers the directory of a forwarded socket when it lies directly under /tmp
+// (the gateway's /tmp/ocw-<hash> for a box whose HOME is too deep for a socket path).
+func (s *server) noteSocketDir(socket string) {
+	dir := filepath.Dir(socket)
+	if filepath.Dir(dir) != "/tmp" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.socketDirs == nil {
+		s.socketDirs = map[string]bool{}
+	}
+	s.socketDirs[dir] = true
+}
+
+// removeSocketDirs removes, once the box has stopped, each noted socket directory that is empty:
+// a local box shares its host's /tmp, and a machine that goes away takes its /tmp with it.
+func (s *server) removeSocketDirs() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for dir := range s.socketDirs {
+		if err := os.Remove(dir); err == nil {
+			s.log.Debug("socket directory removed", "dir", dir)
+		}
+	}
 }
 
 func (s *server) checkKey(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +26,14 @@ import (
 // inProcessBox runs Serve in this process and returns its state once it is ready.
 func inProcessBox(t *testing.T) (State, string) {
 	t.Helper()
+	st, dir, _ := stoppableBox(t)
+	return st, dir
+}
+
+// stoppableBox is inProcessBox with a stop that returns once Serve has (stop runs at the end of
+// the test too).
+func stoppableBox(t *testing.T) (State, string, func()) {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "box")
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan State, 1)
@@ -33,15 +42,16 @@ func inProcessBox(t *testing.T) (State, string) {
 		errc <- Serve(ctx, BoxConfig{Dir: dir, LeaseID: "lb_test", Labels: map[string]string{"k": "v"},
 			Ready: func(st State) { ready <- st }})
 	}()
-	t.Cleanup(func() {
+	stop := sync.OnceFunc(func() {
 		cancel()
 		if err := <-errc; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
 	})
+	t.Cleanup(stop)
 	select {
 	case st := <-ready:
-		return st, dir
+		return st, dir, stop
 	case err := <-errc:
 		t.Fatalf("Serve: %v", err)
 	case <-testenv.Context(t, 20*time.Second).Done():
@@ -349,6 +359,44 @@ func TestBoxForwardsEndWithConnection(t *testing.T) {
 	})
 	if b, err := os.ReadFile(filepath.Join(dir, "data")); err != nil || string(b) != "x" {
 		t.Errorf("regular file touched: %q, %v", b, err)
+	}
+}
+
+// A local box shares its host's /tmp: once it stops, an empty directory directly under /tmp that
+// held a socket it forwarded (the gateway's /tmp/ocw-<hash> of a deep HOME) goes, as it would with
+// the machine. A directory with anything else in it, or one elsewhere, stays.
+func TestBoxRemovesItsEmptySocketDirsUnderTmpWhenItStops(t *testing.T) {
+	st, dir, stop := stoppableBox(t)
+	c := dialState(t, st)
+	tmpDir := func() string {
+		d, err := os.MkdirTemp("/tmp", "ocw-test-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(d) })
+		return d
+	}
+	empty, used, deep := tmpDir(), tmpDir(), filepath.Join(dir, "deep")
+	if err := os.WriteFile(filepath.Join(used, "keep"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(deep, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{empty, used, deep} {
+		if _, err := c.ListenUnix(filepath.Join(d, "gateway.sock")); err != nil {
+			t.Fatalf("forward in %s: %v", d, err)
+		}
+	}
+	c.Close()
+	stop()
+	if _, err := os.Lstat(empty); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("empty socket dir %s after the box stopped: %v, want it gone", empty, err)
+	}
+	for _, d := range []string{used, deep} {
+		if _, err := os.Lstat(d); err != nil {
+			t.Errorf("socket dir %s after the box stopped: %v, want it kept", d, err)
+		}
 	}
 }
 

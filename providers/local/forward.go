@@ -81,6 +81,7 @@ func (c *conn) startForward(payload []byte) error {
 		return err
 	}
 	f := &forward{path: m.SocketPath, abs: abs, ln: ln, fi: fi, done: make(chan struct{})}
+	c.noteSocketDir(abs)
 
 	c.mu.Lock()
 	old := c.forwards[m.SocketPath]
