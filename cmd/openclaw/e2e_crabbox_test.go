@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/internal/boxproc"
 )
 
 // The Crabbox preset driven through examples/lease-crabbox, the imitation of the real Crabbox CLI:
@@ -126,10 +127,11 @@ func (r *crabboxRig) stopAll() {
 	for _, e := range entries {
 		b, _ := os.ReadFile(filepath.Join(r.state, "coordinator", e.Name()))
 		var s struct {
-			BoxPID int `json:"boxPid"`
+			BoxPID int    `json:"boxPid"`
+			BoxDir string `json:"boxDir"`
 		}
-		if json.Unmarshal(b, &s) == nil && s.BoxPID > 0 {
-			_ = syscall.Kill(s.BoxPID, syscall.SIGKILL)
+		if json.Unmarshal(b, &s) == nil {
+			boxproc.Stop(s.BoxPID, s.BoxDir) // only while the pid is still that box's
 		}
 	}
 }

@@ -102,6 +102,7 @@ func TestReclaimRestoresFromCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cleanupSocketDir(t, e)
 	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,15 @@ import (
 	"github.com/openclaw/cloudworkers/providers/local"
 )
 
+// cleanupSocketDir removes at the end of the test what a box the test kills leaves in this
+// machine's /tmp: the socket directory of e if its HOME is too deep for the socket (a box that
+// stops by itself removes it).
+func cleanupSocketDir(t *testing.T, e envs.Environment) {
+	if d := filepath.Dir(e.WorkerSocket); filepath.Dir(d) == "/tmp" {
+		t.Cleanup(func() { _ = os.RemoveAll(d) })
+	}
+}
+
 // startLocalbox runs `openclaw localbox` outside any provider (a machine that exists on its own)
 // and returns its process, so a test can take the box away, and its state.
 func startLocalbox(t *testing.T, dir string) (*exec.Cmd, local.State) {
@@ -31,7 +40,13 @@ func startLocalbox(t *testing.T, dir string) (*exec.Cmd, local.State) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	// SIGTERM first: a box that stops by itself removes what it left in /tmp.
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := time.AfterFunc(5*time.Second, func() { _ = cmd.Process.Kill() })
+		_ = cmd.Wait()
+		done.Stop()
+	})
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		st, err := local.ReadState(dir)
 		if err == nil && st.Port > 0 {
@@ -58,6 +73,7 @@ func TestDestroyNotHeldBySilentBox(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
 
 	// The box turns hostile: its SSH server and worker go, a silent one takes the address.
+	cleanupSocketDir(t, e)
 	_ = boxCmd.Process.Kill()
 	_ = boxCmd.Wait()
 	_ = syscall.Kill(pid, syscall.SIGKILL)

@@ -23,8 +23,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/openclaw/cloudworkers/examples/internal/boxproc"
 	"github.com/openclaw/cloudworkers/internal/atomicfile"
+	"github.com/openclaw/cloudworkers/internal/boxproc"
 )
 
 const usage = `lease-crabbox: an imitation of the Crabbox CLI for tests.

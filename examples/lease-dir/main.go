@@ -22,8 +22,8 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/openclaw/cloudworkers/examples/internal/boxproc"
 	"github.com/openclaw/cloudworkers/internal/atomicfile"
+	"github.com/openclaw/cloudworkers/internal/boxproc"
 )
 
 const usage = `usage: lease-dir <command> [flags]

@@ -1,5 +1,5 @@
 // Package boxproc starts and stops the detached `openclaw localbox` processes that back the leases
-// of the example lease CLIs.
+// of the example lease CLIs (and that the tests stop).
 package boxproc
 
 import (
