@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 
@@ -59,9 +61,27 @@ func Run(ctx context.Context, c *ssh.Client, cmd string) (RunResult, error) {
 	}
 	var missing *ssh.ExitMissingError
 	if errors.As(err, &missing) {
-		return res, fmt.Errorf("box command ended without exit status")
+		return res, exitMissing(c)
 	}
 	return res, err
+}
+
+// exitMissing says why a command's channel closed without an exit status: the connection to the
+// box dropped (it is closed within a second), or the box's SSH server closed the channel itself.
+func exitMissing(c *ssh.Client) error {
+	closed := make(chan error, 1)
+	go func() { closed <- c.Wait() }() // ends when c is closed, by the caller at the latest
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case err := <-closed:
+		if err == nil || errors.Is(err, io.EOF) {
+			return errors.New("the connection to the box closed before the command ended")
+		}
+		return fmt.Errorf("the connection to the box dropped before the command ended: %w", err)
+	case <-t.C:
+		return errors.New("the box closed the command's channel without an exit status")
+	}
 }
 
 // RunOK runs cmd and fails unless it exits 0, quoting its stderr in the error.

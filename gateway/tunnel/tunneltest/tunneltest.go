@@ -24,6 +24,9 @@ const (
 	// Hung accepts session channels and their exec requests, then never sends output, an exit
 	// status or a close, whatever it is sent (signals, EOF, close): a command that never ends.
 	Hung
+	// NoExitStatus accepts session channels and their exec requests, then closes the channel
+	// without an exit status (RFC 4254 allows it; OpenSSH never does it).
+	NoExitStatus
 )
 
 // SilentBox is an SSH server that completes every handshake with the host key it is given (so
@@ -84,7 +87,7 @@ func Start(t testing.TB, addr string, hostKey ssh.Signer, mode Mode) *SilentBox 
 				go ssh.DiscardRequests(reqs)
 				for nc := range chans {
 					s.Opens.Add(1)
-					if mode != Hung {
+					if mode != Hung && mode != NoExitStatus {
 						continue // never accepted, never rejected
 					}
 					ch, creqs, err := nc.Accept()
@@ -94,6 +97,9 @@ func Start(t testing.TB, addr string, hostKey ssh.Signer, mode Mode) *SilentBox 
 					go func() {
 						for r := range creqs {
 							_ = r.Reply(r.Type == "exec", nil)
+							if r.Type == "exec" && mode == NoExitStatus {
+								_ = ch.Close()
+							}
 						}
 					}()
 					go func() { _, _ = io.Copy(io.Discard, ch) }() // stdin read, nothing ever written
