@@ -3,6 +3,8 @@ package protocol
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 )
 
 // LiveEventType discriminates the LiveEvent union.
@@ -40,8 +42,82 @@ type LiveEvent struct {
 	Error         string          `json:"error,omitempty"`
 }
 
-// Validate checks that the event has the fields its type requires and no others.
+// MaxLiveEventBytes bounds what one live event carries: its delta, ids, names, args, results and
+// error together. The gateway keeps the newest events of every session in memory and in SQLite
+// for replay; a worker cannot make it keep more than this per event. Fit cuts an event to it.
+const MaxLiveEventBytes = 64 << 10
+
+// size is what the event carries, as MaxLiveEventBytes counts it.
+func (e LiveEvent) size() int {
+	return len(e.Delta) + len(e.ToolCallID) + len(e.ToolName) + len(e.Args) + len(e.PartialResult) + len(e.Result) + len(e.Error)
+}
+
+// maxLiveName bounds a tool call id or tool name that Fit keeps.
+const maxLiveName = 256
+
+// Fit returns e cut to MaxLiveEventBytes for the live view, unchanged when it fits: the fields
+// over an equal share of the bytes are cut to it, a delta or error to its first bytes, an args or
+// result to a JSON string of its first bytes that gives its size. Live events are what a run
+// shows while it goes on; the transcript keeps the whole message.
+func (e LiveEvent) Fit() LiveEvent {
+	if e.size() <= MaxLiveEventBytes {
+		return e
+	}
+	e.ToolCallID, e.ToolName = cutText(e.ToolCallID, maxLiveName), cutText(e.ToolName, maxLiveName)
+	texts := []*string{&e.Delta, &e.Error}
+	raws := []*json.RawMessage{&e.Args, &e.PartialResult, &e.Result}
+	n := 0
+	for _, t := range texts {
+		if *t != "" {
+			n++
+		}
+	}
+	for _, r := range raws {
+		if len(*r) > 0 {
+			n++
+		}
+	}
+	share := (MaxLiveEventBytes - len(e.ToolCallID) - len(e.ToolName)) / max(n, 1)
+	for _, t := range texts {
+		*t = cutText(*t, share)
+	}
+	for _, r := range raws {
+		if len(*r) > share {
+			*r = cutJSON(*r, share)
+		}
+	}
+	return e
+}
+
+// cutText returns the longest prefix of s of at most n bytes that ends on a UTF-8 boundary.
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// cutJSON returns raw as a JSON string of at most n bytes: its first bytes and its size.
+func cutJSON(raw json.RawMessage, n int) json.RawMessage {
+	for k := n / 2; k > 0; k /= 2 {
+		b, _ := json.Marshal(fmt.Sprintf("%s… [%d bytes, cut for the live view]", strings.ToValidUTF8(cutText(string(raw), k), ""), len(raw)))
+		if len(b) <= n {
+			return b
+		}
+	}
+	b, _ := json.Marshal(fmt.Sprintf("[%d bytes]", len(raw)))
+	return b
+}
+
+// Validate checks that the event is within MaxLiveEventBytes and has the fields its type requires
+// and no others.
 func (e LiveEvent) Validate() error {
+	if n := e.size(); n > MaxLiveEventBytes {
+		return fmt.Errorf("%.32s event of %d bytes, at most %d", e.Type, n, MaxLiveEventBytes)
+	}
 	set := map[string]bool{
 		"delta": e.Delta != "", "toolCallId": e.ToolCallID != "", "toolName": e.ToolName != "",
 		"args": len(e.Args) > 0, "partialResult": len(e.PartialResult) > 0, "result": len(e.Result) > 0,

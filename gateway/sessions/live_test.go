@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/openclaw/cloudworkers/protocol"
@@ -391,5 +392,28 @@ func TestPublishLiveChecksTheBinding(t *testing.T) {
 	}
 	if cur, err := s.LiveCursor(ctx, ses.ID); err != nil || cur != 1 {
 		t.Fatalf("live cursor %d (%v), want 1", cur, err)
+	}
+}
+
+// A worker's live event over protocol.MaxLiveEventBytes is refused invalid-frame and neither
+// stored nor counted: the gateway keeps the newest events of a session, in memory and in SQLite.
+func TestPublishLiveRefusesAnOversizedEvent(t *testing.T) {
+	ctx := testCtx(t)
+	s := newStore(t)
+	ses, _ := s.Create(ctx, CreateParams{})
+	epoch, err := s.Attach(ctx, ses.ID, "env_a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.PublishLive(ctx, LiveParams{SessionID: ses.ID, EnvironmentID: "env_a", OwnerEpoch: epoch,
+		RunEpoch: 1, RunID: "r", Seq: 1, Event: delta(strings.Repeat("x", protocol.MaxLiveEventBytes+1))})
+	wantCode(t, err, protocol.CodeInvalidFrame)
+	if cur, err := s.LiveCursor(ctx, ses.ID); err != nil || cur != 0 {
+		t.Fatalf("live cursor %d (%v) after the refusal, want 0", cur, err)
+	}
+	// the largest event allowed is stored
+	if _, err := s.PublishLive(ctx, LiveParams{SessionID: ses.ID, EnvironmentID: "env_a", OwnerEpoch: epoch,
+		RunEpoch: 1, RunID: "r", Seq: 1, Event: delta(strings.Repeat("x", protocol.MaxLiveEventBytes))}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -72,6 +72,7 @@ func (c *ClientConfig) setDefaults() {
 	if c.LiveCoalesceBytes == 0 {
 		c.LiveCoalesceBytes = DefaultLiveCoalesceBytes
 	}
+	c.LiveCoalesceBytes = min(c.LiveCoalesceBytes, protocol.MaxLiveEventBytes) // a merged delta stays one valid event
 	if c.LiveCoalesceInflight == 0 {
 		c.LiveCoalesceInflight = DefaultLiveCoalesceInflight
 	}

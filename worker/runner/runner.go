@@ -154,7 +154,7 @@ func (r *Runner) now() int64 { return r.cfg.Now().UnixMilli() }
 
 func (u *run) live(ctx context.Context, ev protocol.LiveEvent) error {
 	u.evSeq++
-	if err := u.r.cfg.Backend.Live(ctx, u.t.SessionID, u.t.RunEpoch, u.t.RunID, u.evSeq, ev); err != nil {
+	if err := u.r.cfg.Backend.Live(ctx, u.t.SessionID, u.t.RunEpoch, u.t.RunID, u.evSeq, ev.Fit()); err != nil {
 		return fmt.Errorf("live event: %w", err)
 	}
 	return nil

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
@@ -63,5 +64,41 @@ func TestRunCancelledBeforeItStartsStillReportsItsEnd(t *testing.T) {
 	}
 	if b.seqs[0] != 1 || b.seqs[1] != 2 {
 		t.Fatalf("seqs %v, want 1, 2", b.seqs)
+	}
+}
+
+// bigWriteModel asks once for a tool call whose arguments are larger than a live event may be,
+// then ends the turn.
+type bigWriteModel struct{ calls int }
+
+func (m *bigWriteModel) Stream(_ context.Context, _ string, _ protocol.Context, _ func(protocol.StreamEvent) error) (protocol.Message, error) {
+	m.calls++
+	if m.calls == 1 {
+		args, _ := json.Marshal(map[string]string{"path": "big.txt", "content": strings.Repeat("x", 3*protocol.MaxLiveEventBytes)})
+		return protocol.Message{Role: protocol.RoleAssistant, StopReason: protocol.StopToolUse,
+			Content: []protocol.Content{{Type: protocol.ContentToolCall, ID: "call_1", Name: "write", Arguments: args}}}, nil
+	}
+	return protocol.Message{Role: protocol.RoleAssistant, StopReason: protocol.StopStop,
+		Content: []protocol.Content{{Type: protocol.ContentText, Text: "done"}}}, nil
+}
+
+// A model that writes a large file still runs its turn: the live view of its tool call is cut to
+// protocol.MaxLiveEventBytes (which the gateway refuses beyond), and every event is valid.
+func TestALargeToolCallIsCutForTheLiveView(t *testing.T) {
+	b := &recordingBackend{}
+	if err := New(Config{Model: &bigWriteModel{}, Backend: b}).Run(context.Background(), Turn{SessionID: "ses_1", RunEpoch: 1, RunID: "run_1", ModelRef: "m", Text: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	started := false
+	for _, ev := range b.events {
+		if err := ev.Validate(); err != nil {
+			t.Errorf("live event %s: %v", ev.Type, err)
+		}
+		started = started || (ev.Type == protocol.LiveToolStart && ev.ToolName == "write" && strings.Contains(string(ev.Args), "cut for the live view"))
+	}
+	if !started {
+		t.Fatalf("no cut tool_start for the write in %d events", len(b.events))
 	}
 }
