@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 )
 
@@ -101,6 +102,17 @@ type TranscriptCommitResult struct {
 type ResumeParams struct {
 	SessionID  string `json:"sessionId"`
 	OwnerEpoch uint64 `json:"ownerEpoch"`
+}
+
+// Validate checks the shape of a worker.resume: a session id of 1..128 bytes and an owner epoch.
+func (p ResumeParams) Validate() error {
+	switch {
+	case p.SessionID == "" || len(p.SessionID) > maxIDLen:
+		return fmt.Errorf("sessionId must be 1..%d bytes", maxIDLen)
+	case p.OwnerEpoch == 0:
+		return errors.New("ownerEpoch is required")
+	}
+	return nil
 }
 
 // StreamCursor is a position in one (runEpoch) stream; the zero value means nothing yet.

@@ -166,8 +166,8 @@ func decodeResume(f protocol.Frame) (key, sessionID string, params any, e *proto
 	if err := protocol.DecodeParams(f.Params, &p); err != nil {
 		return "", "", nil, protocol.Errorf(protocol.CodeInvalidFrame, "params: %v", err)
 	}
-	if p.SessionID == "" || p.OwnerEpoch == 0 {
-		return "", "", nil, protocol.Errorf(protocol.CodeInvalidFrame, "sessionId and ownerEpoch are required")
+	if err := p.Validate(); err != nil {
+		return "", "", nil, protocol.Errorf(protocol.CodeInvalidFrame, "%v", err)
 	}
 	return p.SessionID + "\x00resume", p.SessionID, &p, nil
 }

@@ -281,3 +281,23 @@ func TestLongDeltaWithinFrameLimitAndHugeOneRefused(t *testing.T) {
 		t.Fatalf("live cursor %d (%v) after the oversized event, want 1: nothing of it stored", cur, err)
 	}
 }
+
+// A worker.resume names a session id of at most 128 bytes, checked before a stream is made for
+// it: a worker cannot make the gateway keep (and echo back) ids of many megabytes.
+func TestResumeRefusesAnOverlongSessionID(t *testing.T) {
+	h, _ := withSessions(t)
+	c := rawConn(t, h)
+	sendFrame(t, c, connectFrame(t, envA, h.mint(envA, bundleA, time.Hour, nil), bundleA))
+	if f := recvFrame(t, c); !f.OK {
+		t.Fatalf("connect: %+v", f.Error)
+	}
+	f, err := protocol.Request("r1", protocol.MethodResume, protocol.ResumeParams{SessionID: strings.Repeat("s", 129), OwnerEpoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendFrame(t, c, f)
+	res := recvFrame(t, c)
+	if res.OK || res.Error == nil || res.Error.Code != protocol.CodeInvalidFrame || len(res.Error.Message) > 200 {
+		t.Fatalf("resume of a 129-byte session id: %+v, want a short invalid-frame", res.Error)
+	}
+}

@@ -45,8 +45,8 @@ func errorf(code protocol.Code, format string, args ...any) *Error {
 }
 
 func notFound(id string) *Error {
-	return &Error{Code: protocol.CodeSessionNotAttached, Message: fmt.Sprintf("session %s not found", id),
-		Err: fmt.Errorf("session %s: %w", id, store.ErrNotFound)}
+	return &Error{Code: protocol.CodeSessionNotAttached, Message: fmt.Sprintf("session %.128q not found", id),
+		Err: fmt.Errorf("session %.128q: %w", id, store.ErrNotFound)}
 }
 
 // CodeOf returns the protocol code of err, or "" when err is not an *Error.
