@@ -208,6 +208,25 @@ type ToolCallParams struct {
 	Arguments  json.RawMessage `json:"arguments"`
 }
 
+// maxToolCallIDLen bounds a tool call id (the model's; providers use a few dozen bytes).
+const maxToolCallIDLen = 256
+
+// Validate checks the ids of a worker.tool.call (or of the call a worker.sessions.spawn makes): a
+// session id of 1..128 bytes, a run id and tool name of at most 128, a tool call id of 1..256.
+func (p ToolCallParams) Validate() error {
+	switch {
+	case p.SessionID == "" || len(p.SessionID) > maxIDLen:
+		return fmt.Errorf("sessionId must be 1..%d bytes", maxIDLen)
+	case len(p.RunID) > maxRunIDLen:
+		return fmt.Errorf("runId longer than %d bytes", maxRunIDLen)
+	case p.ToolCallID == "" || len(p.ToolCallID) > maxToolCallIDLen:
+		return fmt.Errorf("toolCallId must be 1..%d bytes", maxToolCallIDLen)
+	case len(p.Name) > maxIDLen:
+		return fmt.Errorf("tool name longer than %d bytes", maxIDLen)
+	}
+	return nil
+}
+
 // ToolCallResult is the result of worker.tool.call, as the tool gave it.
 type ToolCallResult struct {
 	Content []Content       `json:"content"`

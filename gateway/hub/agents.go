@@ -24,6 +24,10 @@ func (s *Server) serveSessionsSpawn(ctx context.Context, wc *workerConn, f proto
 	if err := protocol.DecodeParams(f.Params, &p); err != nil {
 		return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeInvalidFrame, "params: %v", err)), true
 	}
+	call := protocol.ToolCallParams{SessionID: p.SessionID, RunID: p.RunID, ToolCallID: p.ToolCallID, Name: protocol.SessionsSpawnTool}
+	if err := call.Validate(); err != nil {
+		return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeInvalidFrame, "%v", err)), true
+	}
 	return s.spawnCall(ctx, wc, &f, func() protocol.Frame {
 		if e := s.checkBinding(ctx, wc, p.SessionID, p.OwnerEpoch); e != nil {
 			return protocol.ErrorResponse(f.ID, e)
@@ -31,7 +35,6 @@ func (s *Server) serveSessionsSpawn(ctx context.Context, wc *workerConn, f proto
 		if e := s.checkRun(ctx, wc, p.SessionID, p.RunID, 0); e != nil {
 			return protocol.ErrorResponse(f.ID, e)
 		}
-		call := protocol.ToolCallParams{SessionID: p.SessionID, RunID: p.RunID, ToolCallID: p.ToolCallID, Name: protocol.SessionsSpawnTool}
 		out, e := s.cfg.Spawn(ctx, tools.Call{SessionID: p.SessionID, RunID: p.RunID, ToolCallID: p.ToolCallID}, p.Arguments)
 		s.auditTool(wc.envID, call, e != nil || out.IsError)
 		if e != nil {

@@ -413,6 +413,43 @@ func TestHostileToolAndContextCallsAreCapped(t *testing.T) {
 	}
 }
 
+// A tool call or spawn whose ids are over their bounds is refused invalid-frame before it runs,
+// and writes no audit row: a worker cannot fill the audit table with megabytes of tool call id.
+func TestHostileToolCallIDsAreBounded(t *testing.T) {
+	var spawned atomic.Int64
+	x := newHostile(t, func(c *hub.Config) {
+		c.Spawn = func(context.Context, tools.Call, json.RawMessage) (protocol.ToolCallResult, *protocol.Error) {
+			spawned.Add(1)
+			return protocol.ToolCallResult{}, nil
+		}
+	})
+	x.startTurn("run-1")
+	c := x.sessionConn()
+	frames := reader(t, c)
+	long := strings.Repeat("i", 1<<20)
+	tool, _ := protocol.Request("t1", protocol.MethodToolCall, protocol.ToolCallParams{SessionID: x.session, OwnerEpoch: x.epoch,
+		RunID: "run-1", ToolCallID: long, Name: "slow_search", Arguments: json.RawMessage(`{}`)})
+	spawn, _ := protocol.Request("s1", protocol.MethodSessionsSpawn, protocol.SessionsSpawnParams{SessionID: x.session, OwnerEpoch: x.epoch,
+		RunID: "run-1", ToolCallID: long, Arguments: json.RawMessage(`{}`)})
+	for _, f := range []protocol.Frame{tool, spawn} {
+		sendFrame(t, c, f)
+		res := recvChan(t, "the refusal", frames)
+		if res.OK || res.Error == nil || res.Error.Code != protocol.CodeInvalidFrame {
+			t.Fatalf("%s with a 1 MiB tool call id: %+v, want invalid-frame", f.Method, res.Error)
+		}
+	}
+	if n, m := x.tool.running.Load(), spawned.Load(); n != 0 || m != 0 {
+		t.Fatalf("%d tool calls and %d spawns ran", n, m)
+	}
+	var longest int
+	if err := x.db.R.QueryRowContext(testContext(t), `SELECT COALESCE(MAX(LENGTH(detail)), 0) FROM audit`).Scan(&longest); err != nil {
+		t.Fatal(err)
+	}
+	if longest > 1024 {
+		t.Fatalf("an audit row of %d bytes", longest)
+	}
+}
+
 // Calls must name the run of a turn the gateway started for the session and that still runs;
 // anything else is unknown-run, reaches no provider or tool, and is audited in one row.
 func TestHostileCallsOutsideStartedTurns(t *testing.T) {

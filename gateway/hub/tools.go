@@ -22,6 +22,9 @@ func (s *Server) serveToolCall(ctx context.Context, wc *workerConn, f protocol.F
 	if err := protocol.DecodeParams(f.Params, &p); err != nil {
 		return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeInvalidFrame, "params: %v", err)), true
 	}
+	if err := p.Validate(); err != nil {
+		return protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeInvalidFrame, "%v", err)), true
+	}
 	var tool tools.Tool
 	for _, t := range s.cfg.GatewayTools {
 		if t.Name() == p.Name {
@@ -63,7 +66,7 @@ func (s *Server) auditTool(envID string, p protocol.ToolCallParams, isError bool
 	if isError {
 		outcome = "error"
 	}
-	detail := fmt.Sprintf("session %s run %s tool %s call %s: %s", p.SessionID, p.RunID, p.Name, p.ToolCallID, outcome)
+	detail := fmt.Sprintf("session %.128s run %.128s tool %.128q call %.256q: %s", p.SessionID, p.RunID, p.Name, p.ToolCallID, outcome)
 	if err := s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
 		return store.Audit(ctx, tx, s.cfg.Clock.Now(), "worker.tool.call", envID, detail)
 	}); err != nil {
