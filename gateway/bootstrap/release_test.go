@@ -70,10 +70,22 @@ func (r releaseRig) env(t *testing.T, id string) (envs.Environment, <-chan struc
 		t.Fatal(err)
 	}
 	state := filepath.Join(e.WorkerHome, StateDir(e.ID))
-	// The stand-in has the worker's command line (see liveWorkerPID) and ends, with its sleep, on SIGTERM.
-	exited := startPIDFile(t, e, exec.Command("sh", "-c", `trap 'kill $!; exit 0' TERM; sleep 300 & wait`,
-		"/box/openclaw", "worker", "--descriptor", state+"/launch.json", "--log-file", state+"/worker.log"))
-	return e, exited
+	return e, startPIDFile(t, e, standInWorker(t, "/box/openclaw", "worker", "--descriptor", state+"/launch.json", "--log-file", state+"/worker.log"))
+}
+
+// standInWorker is a process with the arguments args (args[0] its name) that ends, with its
+// sleep, on SIGTERM: sh running a script named args[1] from a directory of its own.
+func standInWorker(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, args[1]), []byte("trap 'kill $!; exit 0' TERM; sleep 300 & wait\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return &exec.Cmd{Path: sh, Args: args, Dir: dir}
 }
 
 // startPIDFile starts cmd and writes its pid to e's worker pidfile; the channel is closed when cmd
@@ -96,26 +108,39 @@ func startPIDFile(t *testing.T, e envs.Environment, cmd *exec.Cmd) <-chan struct
 // running worker (which would skip the launch and wait for an admission that never comes).
 func TestAPidfileOfAnotherProcessIsNotTheWorker(t *testing.T) {
 	r := newReleaseRig(t, "")
-	e := r.boxEnv(t, "env_reused")
-	other := exec.Command("sleep", "300")
-	exited := startPIDFile(t, e, other)
 	ctx := testenv.Context(t, 30*time.Second)
-	c, err := r.boot.Dial(ctx, e)
+	for i, other := range []func(state string) *exec.Cmd{
+		func(string) *exec.Cmd { return exec.Command("sleep", "300") },
+		// a process that only mentions the worker's arguments in one of its own
+		func(state string) *exec.Cmd {
+			return exec.Command("sh", "-c", "sleep 300; true # /box/openclaw worker --descriptor "+state+"/launch.json --log-file x", "worker")
+		},
+	} {
+		e := r.boxEnv(t, "env_reused"+strconv.Itoa(i))
+		cmd := other(filepath.Join(e.WorkerHome, StateDir(e.ID)))
+		exited := startPIDFile(t, e, cmd)
+		c, err := r.boot.Dial(ctx, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if pid, alive := workerAlive(ctx, c, e.WorkerHome, e.ID); alive {
+			t.Fatalf("pid %d of %q taken for the worker", pid, cmd.Args)
+		}
+		if err := r.boot.Release(ctx, e, true); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+		select {
+		case <-exited:
+			t.Fatalf("release killed %q, which now has the worker's old pid", cmd.Args)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	c, err := r.boot.Dial(ctx, r.boxEnv(t, "env_dial"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if pid, alive := workerAlive(ctx, c, e.WorkerHome, e.ID); alive {
-		t.Fatalf("pid %d of `sleep 300` taken for the worker", pid)
-	}
-	if err := r.boot.Release(ctx, e, true); err != nil {
-		t.Fatalf("release: %v", err)
-	}
-	select {
-	case <-exited:
-		t.Fatal("release killed the process that now has the worker's old pid")
-	case <-time.After(200 * time.Millisecond):
-	}
 	// the stand-in with the worker's command line is the worker
 	e2, _ := r.env(t, "env_running")
 	if _, alive := workerAlive(ctx, c, e2.WorkerHome, e2.ID); !alive {
