@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
@@ -179,6 +180,22 @@ func tmpSocketDir(home, envID string) string {
 	return "/tmp/ocw-" + hex.EncodeToString(sum[:6])
 }
 
+// maxHome bounds the HOME a box reports: it is stored with the environment and shown by the API.
+const maxHome = 1024
+
+// validHome reports whether a box's HOME is an absolute path of at most maxHome printable bytes.
+func validHome(h string) bool {
+	if len(h) > maxHome || !strings.HasPrefix(h, "/") {
+		return false
+	}
+	for _, r := range h {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
 // Bootstrap installs the bundle, checks hygiene, opens the tunnel, launches the worker and waits
 // for its admission. Each step is recorded as a note on the environment.
 func (b *Bootstrapper) Bootstrap(ctx context.Context, env envs.Environment) (err error) {
@@ -225,14 +242,14 @@ func (b *Bootstrapper) Bootstrap(ctx context.Context, env envs.Environment) (err
 		return err
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[1], "/") {
-		return fmt.Errorf("detect platform: unexpected output %q", out)
+	if len(lines) != 2 || !validHome(lines[1]) {
+		return fmt.Errorf("detect platform: unexpected output %.300q (want uname -s -m, then an absolute HOME of at most %d printable bytes)", out, maxHome)
 	}
 	goos, goarch, err := Platform(lines[0])
 	if err != nil {
 		return err
 	}
-	home := lines[1]
+	home := path.Clean(lines[1])
 	bundle, err := SelectBundle(goos, goarch, b.cfg.BundleDir)
 	if err != nil {
 		return err
@@ -324,6 +341,9 @@ echo $!`
 		return err
 	}
 	newPID := strings.TrimSpace(out)
+	if _, err := strconv.ParseUint(newPID, 10, 31); err != nil {
+		return fmt.Errorf("launch worker: the box answered %.64q, not a pid", newPID)
+	}
 	b.cfg.Audit(ctx, "worker.launch", env.ID, "pid "+newPID+" bundle "+env.BundleHash)
 	b.cfg.Envs.Note(ctx, env.ID, "worker: launched (pid "+newPID+")")
 	return nil

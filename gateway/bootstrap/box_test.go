@@ -75,3 +75,17 @@ func TestRunSaysWhyACommandEndedWithoutExitStatus(t *testing.T) {
 		}
 	})
 }
+
+// The HOME a box reports is stored with its environment and shown by the API: it must be an
+// absolute path of printable text, at most 1 KiB.
+func TestValidHome(t *testing.T) {
+	for h, want := range map[string]bool{
+		"/home/worker": true, "/tmp/lb 1/box/": true, "/home/wörker": true,
+		"": false, "home/worker": false, "/home/\x1b[2Jworker": false, "/home/a\tb": false,
+		"/" + strings.Repeat("h", 1024): false,
+	} {
+		if got := validHome(h); got != want {
+			t.Errorf("validHome(%q) = %v, want %v", h, got, want)
+		}
+	}
+}

@@ -190,7 +190,7 @@ func prune(ctx context.Context, c *ssh.Client, dir, current string, keep int) ([
 	}
 	var names []string
 	for _, n := range strings.Fields(out) {
-		if len(n) == 64 && n != current {
+		if len(n) == 64 && strings.Trim(n, "0123456789abcdef") == "" && n != current { // a bundle's sha256, nothing else
 			names = append(names, n)
 		}
 	}

@@ -16,6 +16,9 @@ import (
 	"github.com/openclaw/cloudworkers/sync/stream"
 )
 
+// cleanupTimeout bounds the removal of a probe's files from the box.
+const cleanupTimeout = 30 * time.Second
+
 // CheckSync proves the sync path of an environment: a small tree is sent to a scratch directory
 // on the box through `openclaw worker unpack`, read back with the box's manifest, compared, and
 // removed. It is what `openclaw doctor` reports as its sync step.
@@ -48,7 +51,12 @@ func (d *Dispatcher) CheckSync(ctx context.Context, envID string) (string, error
 	}
 	defer c.Close()
 	dir := filepath.Join(e.WorkerHome, ".openclaw-worker", "synccheck")
-	defer bootstrap.RunOK(context.WithoutCancel(ctx), c, "remove sync check", "rm -rf "+bootstrap.Quote(dir))
+	defer func() {
+		// after a cancelled check too, but bounded: a box that stops answering cannot hold it
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		_, _ = bootstrap.RunOK(cctx, c, "remove sync check", "rm -rf "+bootstrap.Quote(dir))
+	}()
 	start := time.Now()
 	res, err := stream.PushTree(ctx, r, src, dir, stream.TreeOptions{})
 	if err != nil {
