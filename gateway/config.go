@@ -169,6 +169,8 @@ type WorkerLimits struct {
 	// RefusalAuditWindow is how often refused connections and calls are written to the audit,
 	// one row per kind and environment counting them (default 1m).
 	RefusalAuditWindow providers.Duration `yaml:"refusalAuditWindow"`
+	// CreditStall ends a model call whose worker grants it no credit this long (default 1m).
+	CreditStall providers.Duration `yaml:"creditStall"`
 }
 
 // Bounds of worker.writeTimeout: below a second a worker busy for a moment would be cut, above ten
@@ -190,7 +192,7 @@ func (c *Config) configureHub(hc *hub.Config) {
 func (l WorkerLimits) HubLimits() hub.Limits {
 	return hub.Limits{ConnCalls: l.CallsPerConnection, ConnBytes: l.BytesPerConnection, EnvCalls: l.CallsPerEnv,
 		EnvBytes: l.BytesPerEnv, RefreshInterval: l.RefreshInterval.D(), RefreshBurst: l.RefreshBurst, PreAdmission: l.PreAdmission,
-		RejectAuditWindow: l.RefusalAuditWindow.D()}
+		RejectAuditWindow: l.RefusalAuditWindow.D(), CreditStall: l.CreditStall.D()}
 }
 
 // CapacityConfig bounds the gateway's load: over a limit, new work is refused with capacity-exceeded
@@ -286,7 +288,7 @@ func (c *Config) Validate() error {
 		{Name: "box.bootstrapTimeout", Value: c.Box.BootstrapTimeout}, {Name: "box.releaseTimeout", Value: c.Box.ReleaseTimeout},
 		{Name: "box.syncTimeout", Value: c.Box.SyncTimeout}, {Name: "box.reconcileTimeout", Value: c.Box.ReconcileTimeout},
 		{Name: "worker.heartbeatTimeout", Value: c.Worker.HeartbeatTimeout}, {Name: "worker.admitTimeout", Value: c.Worker.AdmitTimeout},
-		{Name: "worker.relaunchGrace", Value: c.Worker.RelaunchGrace}},
+		{Name: "worker.relaunchGrace", Value: c.Worker.RelaunchGrace}, {Name: "worker.limits.creditStall", Value: c.Worker.Limits.CreditStall}},
 		func(d providers.Duration) bool { return d < 0 },
 		func(d providers.Duration) string {
 			return fmt.Sprintf("must not be negative (0: the default), got %s", d.D())

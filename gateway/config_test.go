@@ -113,6 +113,8 @@ func TestConfigWorkerWriteTimeoutIsBounded(t *testing.T) {
 		{"worker:\n  heartbeatTimeout: -1s\n", "worker.heartbeatTimeout"},
 		{"worker:\n  admitTimeout: -1s\n", "worker.admitTimeout"},
 		{"worker:\n  relaunchGrace: -1s\n", "worker.relaunchGrace"},
+		{"worker:\n  limits: {creditStall: -1s}\n", "worker.limits.creditStall"},
+		{"worker:\n  limits: {creditStall: 2m}\n", ""},
 	})
 }
 

@@ -53,6 +53,13 @@ func (w *CreditWindow) consumeLocked(n uint64) bool {
 	return true
 }
 
+// TryTake takes n bytes of credit if they are there, without waiting.
+func (w *CreditWindow) TryTake(n uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.consumeLocked(n)
+}
+
 // Wait takes n bytes of credit, waiting for grants until ctx ends or the window closes. n larger
 // than any window the receiver will grant waits forever; callers split their writes.
 func (w *CreditWindow) Wait(ctx context.Context, n uint64) error {

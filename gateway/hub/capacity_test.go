@@ -348,3 +348,55 @@ func (x *hostile) firstCall() (*websocket.Conn, <-chan protocol.Frame) {
 	}
 	return c, frames
 }
+
+// A worker that starts a model call and never grants it credit (it stops reading its events) does
+// not hold the call's slots and provider stream: after Limits.CreditStall without credit, on the
+// hub's clock, the call ends with an error terminal that says why, and its slot is free again.
+func TestACallWithoutCreditEndsAfterTheStall(t *testing.T) {
+	clk := clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	x := newHostile(t, func(c *hub.Config) {
+		// more bytes than the default window: the call waits for a grant that never comes
+		c.Models, c.Clock = emittingModels{n: 4000, size: 200}, clk
+		c.Limits = hub.Limits{ConnCalls: 1, CreditStall: 30 * time.Second}
+	})
+	ctx := testContext(t)
+	c, frames := x.firstCall()
+	// The refusal audit keeps one timer; the call waiting for credit arms the second.
+	if err := clk.WaitTimers(ctx, 2); err != nil {
+		t.Fatalf("the call never waited for credit: %v", err)
+	}
+	sendRaw(t, c, x.inferenceFrame("second", "run-1", "t2", []byte("hi")))
+	for {
+		f := recvChan(t, "the second call's refusal", frames)
+		if f.ID == "second" {
+			if f.OK || f.Error.Code != protocol.CodeCapacityExceeded {
+				t.Fatalf("a second call while the first holds the only slot: %+v", f)
+			}
+			break
+		}
+	}
+	clk.Advance(30 * time.Second)
+	var term protocol.InferenceTerminal
+	for {
+		f := recvChan(t, "the stalled call's terminal", frames)
+		if f.Type == protocol.TypeEvent && f.Event == protocol.MethodInferenceTerminal {
+			if err := json.Unmarshal(f.Payload, &term); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	if term.TurnID != "t1" || term.Error == nil || term.Error.Reason != protocol.StopError || !strings.Contains(term.Error.ErrorMessage, "granted no credit for 30s") {
+		t.Fatalf("terminal of the stalled call: %+v %+v", term, term.Error)
+	}
+	// the slot is free again
+	sendRaw(t, c, x.inferenceFrame("third", "run-1", "t3", []byte("hi")))
+	for {
+		if f := recvChan(t, "the third call's answer", frames); f.ID == "third" {
+			if !f.OK {
+				t.Fatalf("a call after the stalled one ended: %+v", f.Error)
+			}
+			break
+		}
+	}
+}

@@ -234,6 +234,34 @@ func (s *Server) bindingError(ctx context.Context, envID, sessionID string, owne
 	return binding.Refuse(sessionID, envID, ownerEpoch, 0)
 }
 
+// errCreditStalled ends a call whose worker leaves it without credit for Limits.CreditStall.
+var errCreditStalled = errors.New("the worker granted no credit")
+
+// takeCredit takes n bytes of w's credit, waiting for the worker's grants at most
+// Limits.CreditStall on the hub's clock.
+func (s *Server) takeCredit(ctx context.Context, w *protocol.CreditWindow, n uint64) error {
+	if w.TryTake(n) {
+		return nil
+	}
+	stall := s.cfg.Limits.CreditStall
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	t := s.cfg.Clock.NewTimer(stall)
+	defer t.Stop()
+	go func() {
+		select {
+		case <-t.C():
+			cancel(fmt.Errorf("%w for %s (worker.limits.creditStall): the call is ended", errCreditStalled, stall))
+		case <-wctx.Done():
+		}
+	}()
+	err := w.Wait(wctx, n)
+	if cause := context.Cause(wctx); errors.Is(cause, errCreditStalled) {
+		return cause
+	}
+	return err
+}
+
 // runCall serves one worker.inference.start after its shape was checked: fencing, replay, then the
 // provider call, its events under the worker's credit, the terminal result and the accounting row.
 // The call's budgets are released (release) before its last answer is sent, so a worker that starts
@@ -308,7 +336,7 @@ func (s *Server) runCall(ctx context.Context, wc *workerConn, f protocol.Frame, 
 			return err
 		}
 		waitFrom := time.Now()
-		if err := call.window.Wait(cctx, protocol.InferenceCreditCost(len(fr.Payload), call.size)); err != nil {
+		if err := s.takeCredit(cctx, call.window, protocol.InferenceCreditCost(len(fr.Payload), call.size)); err != nil {
 			return err
 		}
 		if err := s.paceRelay(cctx, wc.envID, len(fr.Payload)); err != nil {

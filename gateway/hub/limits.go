@@ -17,6 +17,7 @@ const (
 	DefaultRefreshBurst      = 2
 	DefaultPreAdmission      = 8
 	DefaultRejectAuditWindow = time.Minute
+	DefaultCreditStall       = time.Minute
 )
 
 // Limits bound what one worker may hold on the gateway. Zero values take the defaults above.
@@ -40,6 +41,10 @@ type Limits struct {
 	// RejectAuditWindow is how often refusals (rejected connections, refused inference calls) are
 	// written to the audit log: one row per environment and kind per window, with counts.
 	RejectAuditWindow time.Duration
+	// CreditStall ends a proxied model call whose worker leaves it without credit this long (the
+	// worker grants credit as it reads the call's events): its slots, its bytes and its provider
+	// stream are freed, and its terminal says why.
+	CreditStall time.Duration
 }
 
 func (l *Limits) setDefaults() {
@@ -51,6 +56,7 @@ func (l *Limits) setDefaults() {
 	orDefault(&l.RefreshBurst, DefaultRefreshBurst)
 	orDefault(&l.PreAdmission, DefaultPreAdmission)
 	orDefault(&l.RejectAuditWindow, DefaultRejectAuditWindow)
+	orDefault(&l.CreditStall, DefaultCreditStall)
 }
 
 // orDefault sets *v to d when it is zero or negative: a limit left out takes its default.
