@@ -102,6 +102,65 @@ func TestHubReplacesStaleSocket(t *testing.T) {
 	}
 }
 
+// The forwarded socket's directory must be the box user's own: one that is a symlink, or that
+// another user made first (on a shared /tmp), is refused before anything listens in it, since its
+// owner could swap the socket and read the worker's credential. One of the box user's with a wider
+// mode is made 0700.
+func TestHubRefusesASocketDirectoryOfAnotherUser(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		plant func(t *testing.T, dir string)
+		ok    bool
+	}{
+		{"symlink", func(t *testing.T, dir string) {
+			if err := os.Symlink(t.TempDir(), dir); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"another user's directory", func(t *testing.T, dir string) {
+			if os.Geteuid() != 0 {
+				testenv.Integration(t, "needs root to make a directory of another user")
+			}
+			if err := os.Mkdir(dir, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(dir, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"the box user's, mode 0755", func(t *testing.T, dir string) {
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := startBox(t)
+			dir := b.socket("sockdir")
+			tc.plant(t, dir)
+			h, _ := testHub(t, nil)
+			tg := b.target("env-a", "")
+			tg.SocketPath = filepath.Join(dir, "gw.sock")
+			err := h.Open(testContext(t), tg)
+			if !tc.ok {
+				if err == nil || !strings.Contains(err.Error(), "not a directory of the box user") {
+					t.Fatalf("open with the socket in %s: %v, want it refused", tc.name, err)
+				}
+				if _, err := os.Lstat(tg.SocketPath); !errors.Is(err, fs.ErrNotExist) {
+					t.Fatalf("a socket was made in %s: %v", tc.name, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+				t.Fatalf("socket directory after open: %v, %v; want mode 0700", fi, err)
+			}
+		})
+	}
+}
+
 func TestHubHostKeyMismatchIsPermanent(t *testing.T) {
 	b := startBox(t)
 	p := startProxy(t, b.target("x", "").addr())

@@ -181,18 +181,22 @@ func (tn *tunnel) connect(ctx context.Context) (*ssh.Client, net.Listener, error
 }
 
 // setupForward removes whatever is left at socketPath (a stale socket of an earlier connection),
-// creates its directory with mode 0700 and asks the box to listen there. A relative socketPath (or
-// one starting with "~/") is resolved against the box user's HOME first: sshd binds forwarded
-// sockets relative to its own working directory, not HOME.
+// creates its directory with mode 0700 and asks the box to listen there. The directory must then be
+// the box user's own (not a symlink) and is made 0700: one that another user made first (on a
+// shared /tmp) could swap the socket and take the worker's credential from its connect. A relative
+// socketPath (or one starting with "~/") is resolved against the box user's HOME first: sshd binds
+// forwarded sockets relative to its own working directory, not HOME.
 func setupForward(client *ssh.Client, socketPath string) (net.Listener, error) {
 	rel := strings.TrimPrefix(socketPath, "~/")
 	relative := !path.IsAbs(rel)
 	var cmd strings.Builder
 	if relative {
-		cmd.WriteString(`cd && `)
+		cmd.WriteString("cd || exit 1\n")
 	}
 	if dir := path.Dir(rel); dir != "." && dir != "/" {
-		cmd.WriteString("mkdir -p -m 0700 -- " + shellQuote(dir) + " && ")
+		d := shellQuote(dir)
+		cmd.WriteString("mkdir -p -m 0700 -- " + d + " && [ -d " + d + " ] && [ ! -L " + d + " ] && [ -O " + d + " ] && chmod 0700 -- " + d +
+			" || { echo 'the socket directory is not a directory of the box user (a symlink, or another user made it)' >&2; exit 1; }\n")
 	}
 	cmd.WriteString("rm -f -- " + shellQuote(rel))
 	if relative {
