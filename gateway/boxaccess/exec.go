@@ -25,6 +25,10 @@ const writeTimeout = 30 * time.Second
 // maxInputFrame bounds one message from the operator (stdin is sent in frames of 32 KiB).
 const maxInputFrame = 64<<10 + 1
 
+// stdinQueue is how many stdin messages wait for the box to take them (at most 2 MiB), while the
+// socket is still read for controls and for the operator leaving.
+const stdinQueue = 32
+
 // startTimeout bounds how long the client may take to send its Start.
 const startTimeout = 10 * time.Second
 
@@ -52,11 +56,13 @@ func (s *Service) serveExec(c echo.Context) error {
 
 	ctx, cancel := s.sessionContext(r.Context(), e.ID)
 	defer cancel()
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
 	// The socket has a life of its own (coder/websocket closes a connection whose read or write
 	// context ends): the exit is written on it after the session ended.
 	wsCtx, wsCancel := context.WithCancel(context.Background())
 	defer wsCancel()
-	x := &execution{s: s, ws: ws, ctx: ctx, wsCtx: wsCtx, limit: s.limiter()}
+	x := &execution{s: s, ws: ws, ctx: ctx, stop: stop, wsCtx: wsCtx, limit: s.limiter()}
 	exit := x.run(e)
 	// what the box said (a refusal's message, a signal's name) reaches the operator's terminal:
 	// printable and bounded
@@ -74,6 +80,7 @@ type execution struct {
 	s     *Service
 	ws    *websocket.Conn
 	ctx   context.Context // the session's life on the box
+	stop  context.CancelCauseFunc
 	wsCtx context.Context // the socket's
 	limit *rate.Limiter
 	wmu   sync.Mutex // one writer on ws at a time
@@ -238,9 +245,47 @@ func (x *execution) write(typ websocket.MessageType, b []byte) error {
 	return x.ws.Write(ctx, typ, b)
 }
 
-// input relays the client's stdin and controls to the session until the socket closes.
+// input relays the client's stdin and controls to the session until the socket closes. Stdin is
+// written by a goroutine of its own, through a queue of stdinQueue messages: a box that does not
+// read its stdin blocks that writer, not the socket, and once the queue has been full for
+// Deps.StdinStall the session ends.
 func (x *execution) input(client *ssh.Client, sess *ssh.Session, stdin io.WriteCloser) {
-	defer stdin.Close()
+	in := make(chan []byte, stdinQueue) // nil: EOF
+	defer close(in)
+	go func() {
+		open := true
+		for b := range in {
+			switch {
+			case !open:
+			case b == nil:
+				_ = stdin.Close()
+				open = false
+			default:
+				if _, err := stdin.Write(b); err != nil {
+					open = false // the command closed its stdin; controls still go on
+				}
+			}
+		}
+		_ = stdin.Close()
+	}()
+	queue := func(b []byte) bool {
+		select {
+		case in <- b:
+			return true
+		default:
+		}
+		t := time.NewTimer(x.s.d.StdinStall)
+		defer t.Stop()
+		select {
+		case in <- b:
+			return true
+		case <-t.C:
+			x.stop(fmt.Errorf("the box did not read the command's input for %s: the session was closed", x.s.d.StdinStall))
+		case <-x.ctx.Done():
+		}
+		_ = client.Close()
+		return false
+	}
 	for {
 		typ, b, err := x.ws.Read(x.wsCtx)
 		if err != nil {
@@ -253,8 +298,8 @@ func (x *execution) input(client *ssh.Client, sess *ssh.Session, stdin io.WriteC
 			if len(b) == 0 || b[0] != StreamStdin {
 				continue
 			}
-			if _, err := stdin.Write(b[1:]); err != nil {
-				continue // the command closed its stdin; keep reading controls
+			if len(b) > 1 && !queue(b[1:]) {
+				return
 			}
 			continue
 		}
@@ -264,7 +309,9 @@ func (x *execution) input(client *ssh.Client, sess *ssh.Session, stdin io.WriteC
 		}
 		switch m.Type {
 		case ControlEOF:
-			_ = stdin.Close()
+			if !queue(nil) {
+				return
+			}
 		case ControlResize:
 			if validWindow(m.Rows, m.Cols) == nil {
 				_ = sess.WindowChange(m.Rows, m.Cols)

@@ -49,6 +49,12 @@ func stallingBox(t *testing.T, stallOpen bool) string {
 // box is at addr.
 func boxService(t *testing.T, addr string, startTimeout time.Duration) (baseURL, envID string) {
 	t.Helper()
+	return boxServiceWith(t, addr, func(d *boxaccess.Deps) { d.StartTimeout = startTimeout })
+}
+
+// boxServiceWith is boxService with mod applied to the service's deps.
+func boxServiceWith(t *testing.T, addr string, mod func(*boxaccess.Deps)) (baseURL, envID string) {
+	t.Helper()
 	ctx := testenv.Context(t, 20*time.Second)
 	prov := fake.New()
 	reg := providers.Registry{"fake": prov}
@@ -72,7 +78,7 @@ func boxService(t *testing.T, addr string, startTimeout time.Duration) (baseURL,
 	if err := mgr.SetWorker(ctx, e.ID, "h", "/tmp/sock", "/home/box"); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := boxaccess.New(boxaccess.Config{}, boxaccess.Deps{Envs: mgr, StartTimeout: startTimeout,
+	deps := boxaccess.Deps{Envs: mgr,
 		Dial: func(ctx context.Context, _ envs.Environment) (*ssh.Client, error) {
 			var d net.Dialer
 			nc, err := d.DialContext(ctx, "tcp", addr)
@@ -85,7 +91,9 @@ func boxService(t *testing.T, addr string, startTimeout time.Duration) (baseURL,
 				return nil, err
 			}
 			return ssh.NewClient(c, chans, reqs), nil
-		}})
+		}}
+	mod(&deps)
+	svc, err := boxaccess.New(boxaccess.Config{}, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,6 +236,50 @@ func TestExecLeftOnAFrozenBoxHangsUpOnTheBox(t *testing.T) {
 	case <-box.hungUp:
 	case <-ctx.Done():
 		t.Fatal("the gateway still holds the connection to a frozen box its operator left")
+	}
+}
+
+// A box that never reads its command's stdin cannot hold the session: the gateway keeps reading
+// the operator's socket (a queue of input waits for the box), and once the box has taken nothing
+// for Deps.StdinStall the session ends, hangs up on the box and says why.
+func TestExecOnABoxThatNeverReadsStdinEnds(t *testing.T) {
+	conns := make(chan *freezingConn, 4)
+	base, id := boxServiceWith(t, freezingBox(t, conns), func(d *boxaccess.Deps) {
+		d.StartTimeout, d.StdinStall = 5*time.Second, 300*time.Millisecond
+	})
+	ctx := testenv.Context(t, 15*time.Second)
+	ws := startExec(ctx, t, base, id, "cat")
+	box := <-conns
+	select {
+	case <-box.execed:
+	case <-ctx.Done():
+		t.Fatal("the gateway never asked the box to start the command")
+	}
+	frame := append([]byte{boxaccess.StreamStdin}, make([]byte, 32<<10)...)
+	sent := 0
+	for ; sent < 8<<20; sent += len(frame) - 1 { // more than the SSH window and the queue
+		if err := ws.Write(ctx, websocket.MessageBinary, frame); err != nil {
+			break // the gateway closed the session
+		}
+	}
+	var exit *boxaccess.Exit
+	for exit == nil {
+		typ, b, err := ws.Read(ctx)
+		if err != nil {
+			t.Fatalf("no exit after sending %d bytes the box never reads: %v", sent, err)
+		}
+		var m boxaccess.Control
+		if typ == websocket.MessageText && json.Unmarshal(b, &m) == nil && m.Type == boxaccess.ControlExit {
+			exit = m.Exit
+		}
+	}
+	if exit.Code != -1 || !strings.Contains(exit.Error, "did not read the command's input for 300ms") {
+		t.Fatalf("exit %+v, want the unread input named", exit)
+	}
+	select {
+	case <-box.hungUp:
+	case <-ctx.Done():
+		t.Fatal("the gateway still holds the connection to the box")
 	}
 }
 
