@@ -334,6 +334,10 @@ func (s *Server) Shutdown(ctx context.Context, envID, reason string) error {
 	if err != nil {
 		return err
 	}
+	// A write in progress is bounded by WriteTimeout only; a worker that stops reading while it
+	// is told to shut down has its connection cut once ctx ends (a release's deadline holds).
+	stop := context.AfterFunc(ctx, func() { _ = wc.ws.CloseNow() })
+	defer stop()
 	if err := wc.write(ctx, ev); err != nil {
 		return fmt.Errorf("shut down worker of %s: %w", envID, err)
 	}

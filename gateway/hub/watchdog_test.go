@@ -71,6 +71,28 @@ func TestHostileWorkerThatStopsReadingIsCut(t *testing.T) {
 	}
 }
 
+// Shutdown, as a release calls it, holds no longer than its context: a worker that stopped
+// reading has its connection cut when the context ends, whatever WriteTimeout says.
+func TestShutdownOfAWorkerThatStopsReadingEndsWithItsContext(t *testing.T) {
+	ctx := testContext(t)
+	h, _ := admitRaw(t, clock.NewManual(time.Now()), forever, 10*time.Minute) // the deadline clock never moves
+	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	written := make(chan error, 1)
+	go func() { written <- h.srv.Shutdown(sctx, envA, strings.Repeat("x", 8<<20)) }()
+	select {
+	case err := <-written:
+		if err == nil {
+			t.Fatal("a shutdown the worker never read reported success")
+		}
+	case <-ctx.Done():
+		t.Fatal("Shutdown to a worker that stopped reading outlived its context")
+	}
+	if got := recvChan(t, "disconnect of the worker that stopped reading", h.departs); got != envA {
+		t.Fatalf("OnDisconnect(%q)", got)
+	}
+}
+
 // A worker that heartbeats stays admitted however long the deadline clock runs; once it goes
 // silent it is cut after HeartbeatTimeout of silence, not before.
 func TestHostileSilentWorkerIsCutAtHeartbeatTimeout(t *testing.T) {
