@@ -306,7 +306,7 @@ func (b *Bootstrapper) Bootstrap(ctx context.Context, env envs.Environment) (err
 }
 
 // launch starts the worker unless it still runs (liveWorkerPID); a fresh credential is minted for
-// every launch.
+// every launch, and those of earlier launches are revoked.
 func (b *Bootstrapper) launch(ctx context.Context, c *ssh.Client, env envs.Environment, bundlePath string) error {
 	state := path.Join(env.WorkerHome, StateDir(env.ID))
 	actx, acancel := b.command(ctx)
@@ -316,7 +316,7 @@ func (b *Bootstrapper) launch(ctx context.Context, c *ssh.Client, env envs.Envir
 		b.cfg.Envs.Note(ctx, env.ID, "worker: already running (pid "+strconv.Itoa(pid)+")")
 		return nil
 	}
-	cred, err := b.cfg.Credentials.Mint(ctx, env.ID, env.BundleHash, b.cfg.CredentialTTL, nil)
+	cred, err := b.cfg.Credentials.MintSole(ctx, env.ID, env.BundleHash, b.cfg.CredentialTTL, nil)
 	if err != nil {
 		return fmt.Errorf("mint worker credential: %w", err)
 	}

@@ -79,6 +79,17 @@ func hashSecret(secret string) string {
 // Mint creates a credential for envID bound to bundleHash and methods (nil means every WorkerMethod),
 // valid for ttl, and returns its secret. Only the secret's hash is stored.
 func (cs *Credentials) Mint(ctx context.Context, envID, bundleHash string, ttl time.Duration, methods []string) (string, error) {
+	return cs.mint(ctx, envID, bundleHash, ttl, methods, false)
+}
+
+// MintSole is Mint for a worker launched anew: in the same transaction every other credential of
+// envID is revoked, so that those of earlier launches (whose workers are gone, and which a box
+// could have kept) admit nothing any more.
+func (cs *Credentials) MintSole(ctx context.Context, envID, bundleHash string, ttl time.Duration, methods []string) (string, error) {
+	return cs.mint(ctx, envID, bundleHash, ttl, methods, true)
+}
+
+func (cs *Credentials) mint(ctx context.Context, envID, bundleHash string, ttl time.Duration, methods []string, sole bool) (string, error) {
 	if envID == "" || bundleHash == "" {
 		return "", errors.New("mint worker credential: environment id and bundle hash are required")
 	}
@@ -95,6 +106,11 @@ func (cs *Credentials) Mint(ctx context.Context, envID, bundleHash string, ttl t
 	}
 	var secret string
 	err := cs.db.InTx(ctx, func(tx *sql.Tx) error {
+		if sole {
+			if err := cs.revokeEnvTx(ctx, tx, envID); err != nil {
+				return err
+			}
+		}
 		var err error
 		secret, err = mintTx(ctx, tx, envID, bundleHash, "", cs.now(), ttl, methods)
 		if err != nil {
@@ -238,13 +254,30 @@ func (cs *Credentials) Prune(ctx context.Context, cutoff time.Time) (int64, erro
 func (cs *Credentials) RevokeEnv(ctx context.Context, envID string) (int, error) {
 	var n int64
 	err := cs.db.InTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE worker_credentials SET revoked_at = ? WHERE environment_id = ? AND revoked_at = ''`,
-			store.FormatTime(cs.now()), envID)
+		var err error
+		n, err = cs.revokeTx(ctx, tx, envID)
 		if err != nil {
-			return fmt.Errorf("revoke worker credentials of %s: %w", envID, err)
+			return err
 		}
-		n, _ = res.RowsAffected()
 		return store.Audit(ctx, tx, cs.now(), "worker.credential.revoke", envID, fmt.Sprintf("%d credentials revoked", n))
 	})
 	return int(n), err
+}
+
+// revokeEnvTx revokes every live credential of envID in tx, audited when there was one.
+func (cs *Credentials) revokeEnvTx(ctx context.Context, tx *sql.Tx, envID string) error {
+	n, err := cs.revokeTx(ctx, tx, envID)
+	if err != nil || n == 0 {
+		return err
+	}
+	return store.Audit(ctx, tx, cs.now(), "worker.credential.revoke", envID, fmt.Sprintf("%d credentials of earlier launches revoked", n))
+}
+
+func (cs *Credentials) revokeTx(ctx context.Context, tx *sql.Tx, envID string) (int64, error) {
+	res, err := tx.ExecContext(ctx, `UPDATE worker_credentials SET revoked_at = ? WHERE environment_id = ? AND revoked_at = ''`,
+		store.FormatTime(cs.now()), envID)
+	if err != nil {
+		return 0, fmt.Errorf("revoke worker credentials of %s: %w", envID, err)
+	}
+	return res.RowsAffected()
 }

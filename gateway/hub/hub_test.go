@@ -552,6 +552,34 @@ func TestCredentialRefresh(t *testing.T) {
 	assertNotInDB(t, h.db, rr.Credential)
 }
 
+// A worker launched anew gets the only credential of its environment: the credentials of earlier
+// launches (and their refreshes), which a box may have kept, stop admitting; another
+// environment's are untouched.
+func TestMintSoleRevokesTheEnvironmentsEarlierCredentials(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := testContext(t)
+	first := h.mint(envA, bundleA, time.Hour, nil)
+	refreshed, err := h.creds.Refresh(ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := h.mint("env-b", bundleA, time.Hour, nil)
+	sole, err := h.creds.MintSole(ctx, envA, bundleA, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, old := range []string{first, refreshed} {
+		if _, err := h.creds.Verify(ctx, old); !errors.Is(err, hub.ErrUnknownCredential) {
+			t.Fatalf("an earlier launch's credential after MintSole: %v, want it revoked", err)
+		}
+	}
+	for _, live := range []string{sole, other} {
+		if _, err := h.creds.Verify(ctx, live); err != nil {
+			t.Fatalf("Verify after MintSole: %v", err)
+		}
+	}
+}
+
 // TestWorkerRefreshesAndReconnects covers the worker's own refresh: after the original credential
 // is revoked, a dropped tunnel is survived with the refreshed one.
 func TestWorkerRefreshesAndReconnects(t *testing.T) {
