@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -148,5 +149,44 @@ func TestWorkerTurnCancelIsNotLost(t *testing.T) {
 				t.Fatal("the session is still busy after its turn ended")
 			}
 		})
+	}
+}
+
+// A worker turn that ends with a lifecycle error records the worker's words printable and
+// bounded: they go to the turn's row, its event and the gateway's log.
+func TestAWorkersErrorIsRecordedPrintableAndBounded(t *testing.T) {
+	ctx := testenv.Context(t, 60*time.Second)
+	db, st, ps, cat := testDeps(t)
+	w := &fakeWorker{st: st, started: make(chan struct{}), gotStart: make(chan struct{})}
+	close(w.started)
+	svc := startService(ctx, t, Config{DB: db, Sessions: st, Catalog: cat, DataDir: t.TempDir(), Placements: ps, Workers: w})
+	sess, err := st.Create(ctx, sessions.CreateParams{Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Attach(ctx, sess.ID, "env_1"); err != nil {
+		t.Fatal(err)
+	}
+	activate(ctx, t, ps, sess.ID, "env_1")
+	turn, err := svc.Send(ctx, sess.ID, "go", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostile := "\x1b]0;owned\x07\x1b[2J" + strings.Repeat("B", 60<<10)
+	w.mu.Lock()
+	start := w.start
+	w.mu.Unlock()
+	if _, err := st.PublishLive(ctx, sessions.LiveParams{SessionID: sess.ID, OwnerEpoch: start.OwnerEpoch,
+		RunEpoch: start.RunEpoch, RunID: turn.RunID, Seq: 1,
+		Event: protocol.LiveEvent{Type: protocol.LiveLifecycleError, Error: hostile}}); err != nil {
+		t.Fatal(err)
+	}
+	var last Turn
+	testenv.Eventually(t, "the turn to end", func() bool {
+		last, err = svc.Get(ctx, turn.RunID)
+		return err == nil && last.Status.Terminal()
+	})
+	if last.Status != TurnFailed || strings.ContainsAny(last.Error, "\x1b\x07") || len(last.Error) > 1024 || !strings.HasPrefix(last.Error, "]0;owned") {
+		t.Fatalf("turn %s with error of %d bytes %.60q, want failed with the worker's words printable and bounded", last.Status, len(last.Error), last.Error)
 	}
 }

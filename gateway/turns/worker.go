@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/internal/backoff"
 	"github.com/openclaw/cloudworkers/protocol"
@@ -189,7 +190,8 @@ func (s *Service) follow(ctx context.Context, sub *sessions.Subscription[*sessio
 				if strings.HasSuffix(r.Event.Error, context.Canceled.Error()) {
 					return TurnCanceled, "canceled"
 				}
-				return TurnFailed, r.Event.Error
+				// the worker's words go to the turn's row, its event and the log: printable and bounded
+				return TurnFailed, envs.Sanitize(r.Event.Error)
 			}
 		}
 	}
