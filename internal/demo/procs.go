@@ -78,8 +78,8 @@ func processExited(pid int) bool {
 	return false
 }
 
-// isOpenclawProcess reports whether pid is alive and (where /proc tells) runs an openclaw worker,
-// so that a recycled pid is never killed.
+// isOpenclawProcess reports whether pid is alive and (where /proc tells) runs an openclaw worker
+// (`<bundle> worker --descriptor …`), so that a recycled pid is never killed.
 func isOpenclawProcess(pid int) bool {
 	if pid <= 1 || processExited(pid) {
 		return false
@@ -88,10 +88,20 @@ func isOpenclawProcess(pid int) bool {
 	if err != nil {
 		return !errors.Is(err, fs.ErrNotExist) // no /proc on this system: trust the pidfile
 	}
-	return bytes.Contains(cmdline, []byte("worker"))
+	args := bytes.Split(cmdline, []byte{0})
+	return len(args) >= 3 && string(args[1]) == "worker" && string(args[2]) == "--descriptor"
 }
 
+// readPIDFile reads a pidfile a box wrote: a regular file of a few bytes (a symlink to /dev/zero
+// or a FIFO there is not read).
 func readPIDFile(path string) (int, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return 0, err
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > 32 {
+		return 0, fmt.Errorf("pidfile %s is not a small regular file", path)
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err
