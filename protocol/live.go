@@ -55,11 +55,16 @@ func (e LiveEvent) size() int {
 // maxLiveName bounds a tool call id or tool name that Fit keeps.
 const maxLiveName = 256
 
-// Fit returns e cut to MaxLiveEventBytes for the live view, unchanged when it fits: the fields
-// over an equal share of the bytes are cut to it, a delta or error to its first bytes, an args or
-// result to a JSON string of its first bytes that gives its size. Live events are what a run
+// Fit returns e cut to MaxLiveEventBytes for the live view, unchanged when it fits (but for
+// invalid UTF-8, replaced as JSON would): the fields over an equal share of the bytes are cut to
+// it, a delta to its first bytes, an error to its last, an args or result to a JSON string of its
+// first bytes that gives its size. Live events are what a run
 // shows while it goes on; the transcript keeps the whole message.
 func (e LiveEvent) Fit() LiveEvent {
+	// measured as the gateway will decode them: JSON carries an invalid byte as U+FFFD (3 bytes)
+	for _, t := range []*string{&e.Delta, &e.Error, &e.ToolCallID, &e.ToolName} {
+		*t = strings.ToValidUTF8(*t, "\uFFFD")
+	}
 	if e.size() <= MaxLiveEventBytes {
 		return e
 	}
@@ -78,9 +83,8 @@ func (e LiveEvent) Fit() LiveEvent {
 		}
 	}
 	share := (MaxLiveEventBytes - len(e.ToolCallID) - len(e.ToolName)) / max(n, 1)
-	for _, t := range texts {
-		*t = cutText(*t, share)
-	}
+	e.Delta = cutText(e.Delta, share)
+	e.Error = cutTail(e.Error, share) // an error's cause is at its end ("…: context canceled")
 	for _, r := range raws {
 		if len(*r) > share {
 			*r = cutJSON(*r, share)
@@ -98,6 +102,19 @@ func cutText(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+// cutTail returns the longest suffix of s of at most n bytes that starts on a UTF-8 boundary,
+// after "…" when it cut something.
+func cutTail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := len(s) - (n - len("…"))
+	for i < len(s) && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	return "…" + s[i:]
 }
 
 // cutJSON returns raw as a JSON string of at most n bytes: its first bytes and its size.

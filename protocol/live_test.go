@@ -78,3 +78,23 @@ func TestLiveEventSizeAndFit(t *testing.T) {
 		t.Errorf("Fit changed an event that fits: %+v", got)
 	}
 }
+
+// Fit measures an event as the gateway decodes it (an invalid byte arrives as U+FFFD, 3 bytes),
+// and keeps the end of an error, where its cause is.
+func TestLiveEventFitAsDecoded(t *testing.T) {
+	ev := LiveEvent{Type: LiveLifecycleError, Error: strings.Repeat("a\xff", (MaxLiveEventBytes-100)/2) + ": context canceled"}
+	b, err := json.Marshal(ev.Fit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got LiveEvent
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := got.Validate(); err != nil {
+		t.Fatalf("a fitted event as the gateway decodes it: %v", err)
+	}
+	if !strings.HasSuffix(got.Error, ": context canceled") || !strings.HasPrefix(got.Error, "…") {
+		t.Fatalf("fitted error %.20q…%q, want its end kept", got.Error, got.Error[max(0, len(got.Error)-20):])
+	}
+}

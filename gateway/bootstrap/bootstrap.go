@@ -249,7 +249,7 @@ func (b *Bootstrapper) Bootstrap(ctx context.Context, env envs.Environment) (err
 	if err != nil {
 		return err
 	}
-	home := path.Clean(lines[1])
+	home := lines[1]
 	bundle, err := SelectBundle(goos, goarch, b.cfg.BundleDir)
 	if err != nil {
 		return err

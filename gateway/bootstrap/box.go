@@ -61,19 +61,21 @@ func Run(ctx context.Context, c *ssh.Client, cmd string) (RunResult, error) {
 	}
 	var missing *ssh.ExitMissingError
 	if errors.As(err, &missing) {
-		return res, exitMissing(c)
+		return res, exitMissing(ctx, c)
 	}
 	return res, err
 }
 
 // exitMissing says why a command's channel closed without an exit status: the connection to the
 // box dropped (it is closed within a second), or the box's SSH server closed the channel itself.
-func exitMissing(c *ssh.Client) error {
+func exitMissing(ctx context.Context, c *ssh.Client) error {
 	closed := make(chan error, 1)
 	go func() { closed <- c.Wait() }() // ends when c is closed, by the caller at the latest
 	t := time.NewTimer(time.Second)
 	defer t.Stop()
 	select {
+	case <-ctx.Done():
+		return ctx.Err()
 	case err := <-closed:
 		if err == nil || errors.Is(err, io.EOF) {
 			return errors.New("the connection to the box closed before the command ended")

@@ -16,6 +16,7 @@ const (
 	DefaultSessionsPerEnvironment = 4
 	DefaultLogTailBytes           = 1 << 20
 	DefaultMaxExtend              = 7 * 24 * time.Hour
+	DefaultStdinStall             = 5 * time.Minute
 	// MaxTailLines bounds the --tail of env logs.
 	MaxTailLines = 10000
 )
@@ -33,6 +34,10 @@ type Config struct {
 	LogTailBytes int `yaml:"logTailBytes"`
 	// MaxExtend bounds the --ttl of `env extend`.
 	MaxExtend providers.Duration `yaml:"maxExtend"`
+	// StdinStall ends an exec or shell whose box has taken none of the operator's queued input
+	// (2 MiB beyond the SSH window) this long: a box that never reads its stdin cannot hold the
+	// session, and an operator who leaves meanwhile is noticed.
+	StdinStall providers.Duration `yaml:"stdinStall"`
 }
 
 // SetDefaults fills zero fields.
@@ -52,6 +57,9 @@ func (c *Config) SetDefaults() {
 	if c.MaxExtend == 0 {
 		c.MaxExtend = providers.Duration(DefaultMaxExtend)
 	}
+	if c.StdinStall == 0 {
+		c.StdinStall = providers.Duration(DefaultStdinStall)
+	}
 }
 
 // Validate names the first bad field.
@@ -67,6 +75,8 @@ func (c Config) Validate() error {
 		return providers.Fieldf("boxAccess.logTailBytes", "must be at least 1 (0: the default, %d), got %d", DefaultLogTailBytes, c.LogTailBytes)
 	case c.MaxExtend < 0:
 		return providers.Fieldf("boxAccess.maxExtend", "must not be negative (0: the default, %s), got %s", DefaultMaxExtend, c.MaxExtend)
+	case c.StdinStall < 0:
+		return providers.Fieldf("boxAccess.stdinStall", "must not be negative (0: the default, %s), got %s", DefaultStdinStall, c.StdinStall.D())
 	}
 	return nil
 }

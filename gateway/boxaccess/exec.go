@@ -248,7 +248,7 @@ func (x *execution) write(typ websocket.MessageType, b []byte) error {
 // input relays the client's stdin and controls to the session until the socket closes. Stdin is
 // written by a goroutine of its own, through a queue of stdinQueue messages: a box that does not
 // read its stdin blocks that writer, not the socket, and once the queue has been full for
-// Deps.StdinStall the session ends.
+// Config.StdinStall the session ends.
 func (x *execution) input(client *ssh.Client, sess *ssh.Session, stdin io.WriteCloser) {
 	in := make(chan []byte, stdinQueue) // nil: EOF
 	defer close(in)
@@ -274,13 +274,14 @@ func (x *execution) input(client *ssh.Client, sess *ssh.Session, stdin io.WriteC
 			return true
 		default:
 		}
-		t := time.NewTimer(x.s.d.StdinStall)
+		stall := x.s.cfg.StdinStall.D()
+		t := time.NewTimer(stall)
 		defer t.Stop()
 		select {
 		case in <- b:
 			return true
 		case <-t.C:
-			x.stop(fmt.Errorf("the box did not read the command's input for %s: the session was closed", x.s.d.StdinStall))
+			x.stop(fmt.Errorf("the box did not read the command's input for %s (boxAccess.stdinStall): the session was closed", stall))
 		case <-x.ctx.Done():
 		}
 		_ = client.Close()

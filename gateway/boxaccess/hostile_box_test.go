@@ -49,11 +49,11 @@ func stallingBox(t *testing.T, stallOpen bool) string {
 // box is at addr.
 func boxService(t *testing.T, addr string, startTimeout time.Duration) (baseURL, envID string) {
 	t.Helper()
-	return boxServiceWith(t, addr, func(d *boxaccess.Deps) { d.StartTimeout = startTimeout })
+	return boxServiceWith(t, addr, func(_ *boxaccess.Config, d *boxaccess.Deps) { d.StartTimeout = startTimeout })
 }
 
-// boxServiceWith is boxService with mod applied to the service's deps.
-func boxServiceWith(t *testing.T, addr string, mod func(*boxaccess.Deps)) (baseURL, envID string) {
+// boxServiceWith is boxService with mod applied to the service's config and deps.
+func boxServiceWith(t *testing.T, addr string, mod func(*boxaccess.Config, *boxaccess.Deps)) (baseURL, envID string) {
 	t.Helper()
 	ctx := testenv.Context(t, 20*time.Second)
 	prov := fake.New()
@@ -92,8 +92,9 @@ func boxServiceWith(t *testing.T, addr string, mod func(*boxaccess.Deps)) (baseU
 			}
 			return ssh.NewClient(c, chans, reqs), nil
 		}}
-	mod(&deps)
-	svc, err := boxaccess.New(boxaccess.Config{}, deps)
+	var cfg boxaccess.Config
+	mod(&cfg, &deps)
+	svc, err := boxaccess.New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,11 +242,11 @@ func TestExecLeftOnAFrozenBoxHangsUpOnTheBox(t *testing.T) {
 
 // A box that never reads its command's stdin cannot hold the session: the gateway keeps reading
 // the operator's socket (a queue of input waits for the box), and once the box has taken nothing
-// for Deps.StdinStall the session ends, hangs up on the box and says why.
+// for boxAccess.stdinStall the session ends, hangs up on the box and says why.
 func TestExecOnABoxThatNeverReadsStdinEnds(t *testing.T) {
 	conns := make(chan *freezingConn, 4)
-	base, id := boxServiceWith(t, freezingBox(t, conns), func(d *boxaccess.Deps) {
-		d.StartTimeout, d.StdinStall = 5*time.Second, 300*time.Millisecond
+	base, id := boxServiceWith(t, freezingBox(t, conns), func(c *boxaccess.Config, d *boxaccess.Deps) {
+		d.StartTimeout, c.StdinStall = 5*time.Second, providers.Duration(300*time.Millisecond)
 	})
 	ctx := testenv.Context(t, 15*time.Second)
 	ws := startExec(ctx, t, base, id, "cat")

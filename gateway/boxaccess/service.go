@@ -27,10 +27,7 @@ type Deps struct {
 	Audit func(ctx context.Context, kind, envID, detail string)
 	// StartTimeout bounds dialing the box and starting a command there (box.commandTimeout).
 	StartTimeout time.Duration
-	// StdinStall ends a session whose box has not taken the operator's queued input this long
-	// (default 30s): a box that never reads its stdin cannot hold the session.
-	StdinStall time.Duration
-	Log        *slog.Logger
+	Log          *slog.Logger
 }
 
 // Service serves the box access routes.
@@ -56,9 +53,6 @@ func New(cfg Config, d Deps) (*Service, error) {
 	}
 	if d.StartTimeout <= 0 {
 		d.StartTimeout = time.Minute
-	}
-	if d.StdinStall <= 0 {
-		d.StdinStall = 30 * time.Second
 	}
 	if d.Audit == nil {
 		d.Audit = func(context.Context, string, string, string) {}

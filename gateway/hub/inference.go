@@ -256,7 +256,7 @@ func (s *Server) takeCredit(ctx context.Context, w *protocol.CreditWindow, n uin
 		}
 	}()
 	err := w.Wait(wctx, n)
-	if cause := context.Cause(wctx); errors.Is(cause, errCreditStalled) {
+	if cause := context.Cause(wctx); err != nil && errors.Is(cause, errCreditStalled) {
 		return cause
 	}
 	return err
