@@ -53,6 +53,7 @@ func TestConfigNamesTheBadField(t *testing.T) {
 		{Config{SessionsPerEnvironment: -1}, "boxAccess.sessionsPerEnvironment"},
 		{Config{LogTailBytes: -1}, "boxAccess.logTailBytes"},
 		{Config{MaxExtend: -1}, "boxAccess.maxExtend"},
+		{Config{StdinStall: -1}, "boxAccess.stdinStall"},
 	} {
 		if err := c.cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: got %v, want %s", c.cfg, err, c.want)
