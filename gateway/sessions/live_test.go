@@ -1,6 +1,7 @@
 package sessions
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -366,7 +367,9 @@ func TestSlowSubscriberIsDropped(t *testing.T) {
 
 // A live event through an environment the session is not attached to, or of another lifecycle
 // revision, is refused in the transaction that would write it, and nothing is stored.
-func TestPublishLiveChecksTheBinding(t *testing.T) {
+// attachedStore is a store with one session attached to env_a, and its owner epoch.
+func attachedStore(t *testing.T) (context.Context, *Store, Session, uint64) {
+	t.Helper()
 	ctx := testCtx(t)
 	s := newStore(t)
 	ses, _ := s.Create(ctx, CreateParams{})
@@ -374,6 +377,11 @@ func TestPublishLiveChecksTheBinding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ctx, s, ses, epoch
+}
+
+func TestPublishLiveChecksTheBinding(t *testing.T) {
+	ctx, s, ses, epoch := attachedStore(t)
 	pub := func(env string, rev uint64) error {
 		_, err := s.PublishLive(ctx, LiveParams{SessionID: ses.ID, EnvironmentID: env, OwnerEpoch: epoch, LifecycleRevision: rev,
 			RunEpoch: 1, RunID: "r", Seq: 1, Event: delta("x")})
@@ -398,14 +406,8 @@ func TestPublishLiveChecksTheBinding(t *testing.T) {
 // A worker's live event over protocol.MaxLiveEventBytes is refused invalid-frame and neither
 // stored nor counted: the gateway keeps the newest events of a session, in memory and in SQLite.
 func TestPublishLiveRefusesAnOversizedEvent(t *testing.T) {
-	ctx := testCtx(t)
-	s := newStore(t)
-	ses, _ := s.Create(ctx, CreateParams{})
-	epoch, err := s.Attach(ctx, ses.ID, "env_a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = s.PublishLive(ctx, LiveParams{SessionID: ses.ID, EnvironmentID: "env_a", OwnerEpoch: epoch,
+	ctx, s, ses, epoch := attachedStore(t)
+	_, err := s.PublishLive(ctx, LiveParams{SessionID: ses.ID, EnvironmentID: "env_a", OwnerEpoch: epoch,
 		RunEpoch: 1, RunID: "r", Seq: 1, Event: delta(strings.Repeat("x", protocol.MaxLiveEventBytes+1))})
 	wantCode(t, err, protocol.CodeInvalidFrame)
 	if cur, err := s.LiveCursor(ctx, ses.ID); err != nil || cur != 0 {
