@@ -9,10 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/providers"
+	"github.com/openclaw/cloudworkers/sync/gitexec"
 )
 
 // SetWorkspace points a session at another workspace directory (for example the gateway-owned
@@ -67,7 +69,7 @@ func CheckWorkspace(ctx context.Context, dir string, git bool) error {
 // gitWorkTree reports (as nil) that dir is inside a git work tree, with the same isolated
 // configuration the dispatch uses to decide the sync mode; otherwise git's bounded reason.
 func gitWorkTree(ctx context.Context, dir string) error {
-	cmd := exec.CommandContext(ctx, "git", "-C", dir, "rev-parse", "--is-inside-work-tree")
+	cmd := exec.CommandContext(ctx, "git", append(slices.Clone(gitexec.SafeConfig), "-C", dir, "rev-parse", "--is-inside-work-tree")...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(), "GIT_CONFIG_NOSYSTEM=1"}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

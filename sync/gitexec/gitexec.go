@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -75,8 +76,14 @@ func Stream(ctx context.Context, dir string, stdin io.Reader, stdout io.Writer, 
 	return run(ctx, dir, nil, stdin, stdout, args)
 }
 
+// SafeConfig is set on every git command the gateway runs: a directory that only looks like a git
+// directory (HEAD, config, objects/ and refs/ among the files a box sent back) is never taken for
+// a repository, whatever its config says, and no repository's configuration starts an fsmonitor
+// program.
+var SafeConfig = []string{"-c", "safe.bareRepository=explicit", "-c", "core.fsmonitor=false"}
+
 func run(ctx context.Context, dir string, env []string, stdin io.Reader, stdout io.Writer, args []string) error {
-	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd := exec.CommandContext(ctx, "git", append(slices.Clone(SafeConfig), args...)...)
 	cmd.Dir = dir
 	cmd.Env = append(Env(), env...)
 	cmd.Stdin = stdin

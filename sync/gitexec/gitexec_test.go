@@ -113,3 +113,24 @@ func TestSplitZ(t *testing.T) {
 		}
 	}
 }
+
+// Files a box sent back can be shaped like a git directory (HEAD, config, objects/, refs/) whose
+// config names a worktree and an fsmonitor program. Git run by the gateway there does not take the
+// directory for a repository, and runs no program of its config.
+func TestAPlantedGitDirectoryIsNotARepository(t *testing.T) {
+	ctx := synctest.Context(t)
+	dir := filepath.Join(t.TempDir(), "anchor")
+	synctest.Git(t, t.TempDir(), "init", "-q", "--bare", dir)
+	marker := filepath.Join(t.TempDir(), "ran")
+	for _, kv := range [][2]string{{"core.bare", "false"}, {"core.worktree", "."}, {"core.fsmonitor", "sh -c 'touch " + marker + "'"}} {
+		synctest.Git(t, t.TempDir(), "--git-dir="+dir, "config", kv[0], kv[1])
+	}
+	for _, args := range [][]string{{"rev-parse", "--is-inside-work-tree"}, {"status", "--porcelain"}, {"ls-files"}} {
+		if out, err := gitexec.Run(ctx, dir, args...); err == nil {
+			t.Errorf("git %v in a planted git directory: %q, want it refused", args, out)
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the planted config's fsmonitor ran")
+	}
+}
