@@ -40,18 +40,17 @@ func ScanCommits(ctx context.Context, g *gitexec.Untrusted, have, tip string, sc
 		}
 	}
 	paths := map[string][]string{} // blob → its paths
+	seen := map[[2]string]bool{}   // (blob, path) already listed
 	err = diffCommits(ctx, g, revs, func(commit, mode, blob, status, path string) error {
 		if status == "D" {
 			return nil
 		}
 		switch mode {
 		case "100644", "100755", "100664", "120000":
-			for _, p := range paths[blob] {
-				if p == path {
-					return nil
-				}
+			if k := [2]string{blob, path}; !seen[k] {
+				seen[k] = true
+				paths[blob] = append(paths[blob], path)
 			}
-			paths[blob] = append(paths[blob], path)
 		}
 		return nil
 	})
@@ -75,8 +74,11 @@ func ScanCommits(ctx context.Context, g *gitexec.Untrusted, have, tip string, sc
 		if typ == "missing" {
 			return fmt.Errorf("cat-file: %s is missing", id)
 		}
+		if len(found) >= secretscan.MaxFindings {
+			return nil // full: the rest is drained unread
+		}
 		hits, err := sc.ScanShared(where[id], r)
-		found = append(found, hits...)
+		found, _ = secretscan.Add(found, hits...)
 		return err
 	})
 	return found, err

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -65,6 +66,18 @@ func ParseAllow(s string) (Allow, error) {
 
 func (a Allow) String() string { return a.Rule + ":" + a.Path }
 
+// MaxFindings bounds the findings of one scan (of a file, a blob at all its paths, a tree or a set
+// of commits): content a box sent cannot make the gateway hold more (a blob of secret-shaped
+// lines at thousands of paths would be millions). Past it, the scan stops; one finding already
+// refuses the adoption.
+const MaxFindings = 1000
+
+// Add appends hits to found up to MaxFindings and reports whether there is room for more.
+func Add(found []Finding, hits ...Finding) ([]Finding, bool) {
+	found = append(found, hits[:min(len(hits), max(0, MaxFindings-len(found)))]...)
+	return found, len(found) < MaxFindings
+}
+
 // FoundError stops an adoption that would bring back a secret; nothing was adopted.
 type FoundError struct {
 	Findings []Finding
@@ -79,13 +92,16 @@ func (e *FoundError) Error() string {
 	for i, f := range shown {
 		parts[i] = f.String()
 	}
-	more := ""
+	more, count := "", strconv.Itoa(len(e.Findings))
 	if len(e.Findings) > len(shown) {
 		more = fmt.Sprintf(" and %d more", len(e.Findings)-len(shown))
 	}
-	return fmt.Sprintf("secret scan: what the worker brought back holds %d likely secret(s): %s%s; nothing was adopted "+
+	if len(e.Findings) >= MaxFindings {
+		count, more = "at least "+count, more+" (the scan stopped there)"
+	}
+	return fmt.Sprintf("secret scan: what the worker brought back holds %s likely secret(s): %s%s; nothing was adopted "+
 		"(remove them on the box, or let a known false positive through with `openclaw session pullback SESSION --allow-secret RULE:PATH`)",
-		len(e.Findings), strings.Join(parts, ", "), more)
+		count, strings.Join(parts, ", "), more)
 }
 
 // rule is a credential shape: re matches it; group, when > 0, is the submatch whose entropy
@@ -204,7 +220,10 @@ func (s *Scanner) ScanShared(paths []string, r io.Reader) ([]Finding, error) {
 	for _, p := range paths {
 		for _, h := range hits {
 			if f := (Finding{Path: p, Line: h.line, Rule: h.rule}); !s.allow[Allow{Rule: f.Rule, Path: p}] {
-				found = append(found, f)
+				var room bool
+				if found, room = Add(found, f); !room {
+					return found, err
+				}
 			}
 		}
 	}
@@ -238,6 +257,9 @@ func (s *Scanner) scan(r io.Reader) ([]hit, error) {
 					seen[h] = true
 					found = append(found, h)
 				}
+			}
+			if len(found) >= MaxFindings {
+				return found, nil // the caller drains or closes what is left
 			}
 			carry = carry[:0]
 			if errors.Is(err, bufio.ErrBufferFull) {
@@ -321,7 +343,10 @@ func (s *Scanner) ScanTree(root string, entries []manifest.Entry) ([]Finding, er
 	for _, e := range entries {
 		switch e.Type {
 		case manifest.TypeSymlink:
-			found = append(found, s.ScanText(e.Path, []byte(e.Target))...)
+			var room bool
+			if found, room = Add(found, s.ScanText(e.Path, []byte(e.Target))...); !room {
+				return found, nil
+			}
 		case manifest.TypeFile:
 			f, err := os.OpenFile(filepath.Join(root, filepath.FromSlash(e.Path)), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 			if err != nil {
@@ -329,9 +354,13 @@ func (s *Scanner) ScanTree(root string, entries []manifest.Entry) ([]Finding, er
 			}
 			hits, err := s.ScanReader(e.Path, f)
 			f.Close()
-			found = append(found, hits...)
+			var room bool
+			found, room = Add(found, hits...)
 			if err != nil {
 				return found, fmt.Errorf("secret scan %s: %w", e.Path, err)
+			}
+			if !room {
+				return found, nil
 			}
 		}
 	}

@@ -156,3 +156,28 @@ func TestLongLineAndTree(t *testing.T) {
 		t.Fatalf("a symlink staged as a file was followed: %v", err)
 	}
 }
+
+// A blob of secret-shaped lines at many paths (K lines × N paths findings) cannot make the
+// gateway hold millions of findings: a scan stops at MaxFindings, and its error says so.
+func TestFindingsAreBounded(t *testing.T) {
+	s := New(nil, nil)
+	blob := strings.Repeat("id AKIAIOSFODNN7EXAMPLE here\n", 3*MaxFindings)
+	paths := make([]string, 500)
+	for i := range paths {
+		paths[i] = "dir/copy" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + ".txt"
+	}
+	found, err := s.ScanShared(paths, strings.NewReader(blob))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != MaxFindings {
+		t.Fatalf("%d findings, want the scan to stop at %d", len(found), MaxFindings)
+	}
+	if msg := (&FoundError{Findings: found}).Error(); !strings.Contains(msg, "at least 1000 likely secret(s)") || !strings.Contains(msg, "the scan stopped there") {
+		t.Fatalf("error %q does not say the scan stopped", msg)
+	}
+	one, _ := s.ScanReader("f", strings.NewReader(blob))
+	if len(one) != MaxFindings {
+		t.Fatalf("one file of %d secret lines: %d findings, want %d", 3*MaxFindings, len(one), MaxFindings)
+	}
+}
