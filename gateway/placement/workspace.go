@@ -300,6 +300,14 @@ func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Enviro
 			// Everything that came back is scanned before anything is adopted: the commits, then
 			// the files the mirror would bring (a hit in an uncommitted file adopts no commit).
 			check := func(ctx context.Context, g *gitexec.Untrusted, head, tip string) error {
+				// the checkout is bounded like any inbound tree, and must leave the reserve free
+				size, err := gitsync.CheckoutSize(ctx, g, head, tip, lim)
+				if err != nil {
+					return err
+				}
+				if err := space.Check(a.Dir, uint64(size)); err != nil {
+					return err
+				}
 				if err := scan.commits(ctx, g, head, tip); err != nil {
 					return err
 				}

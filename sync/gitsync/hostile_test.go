@@ -1,6 +1,7 @@
 package gitsync
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/sync/gitexec"
 	"github.com/openclaw/cloudworkers/sync/internal/synctest"
+	"github.com/openclaw/cloudworkers/sync/stream"
 )
 
 // rawFile is one entry of a worker's tree as commitRaw writes it: content (a symlink's target, a
@@ -384,5 +386,53 @@ func freezeDir(t *testing.T, dir string) {
 		f.Close()
 		os.Remove(f.Name())
 		testenv.Integration(t, "cannot make a directory unwritable here")
+	}
+}
+
+// A worker commit that points many paths at one large blob (a bundle of kilobytes that checks out
+// to far more) is refused by CheckoutSize before anything is adopted, against the inbound limits
+// of entries, file size and total bytes; the same commit within them is counted.
+func TestCheckoutSizeRefusesACheckoutBomb(t *testing.T) {
+	ctx := synctest.Context(t)
+	w := dispatch(t, setup{})
+	blob := strings.Repeat("0123456789abcdef", 64<<10) // 1 MiB, compresses to almost nothing
+	files := map[string]rawFile{}
+	for i := range 200 {
+		files[fmt.Sprintf("bomb/%03d.txt", i)] = file(blob)
+	}
+	w.commitRaw(t, files)
+	bundle := w.bundle(t)
+	if fi, err := os.Stat(bundle); err != nil || fi.Size() > 64<<10 {
+		t.Fatalf("bundle %v, %v: want a small one", fi, err)
+	}
+	before := anchorState(t, w.anchor)
+	for _, tc := range []struct {
+		lim  stream.Limits
+		want string // "" for within the limits
+	}{
+		{stream.Limits{MaxEntries: 1000, MaxFileSize: 1 << 30, MaxTotalSize: 100 << 20}, "bytes"},
+		{stream.Limits{MaxEntries: 100, MaxFileSize: 1 << 30, MaxTotalSize: 1 << 30}, "entries"},
+		{stream.Limits{MaxEntries: 1000, MaxFileSize: 512 << 10, MaxTotalSize: 1 << 30}, "a file"},
+		{stream.Limits{MaxEntries: 1000, MaxFileSize: 1 << 30, MaxTotalSize: 1 << 30}, ""},
+	} {
+		var size int64
+		_, err := w.anchor.AdoptChecked(ctx, "sess-1", bundle, func(ctx context.Context, g *gitexec.Untrusted, head, tip string) error {
+			var err error
+			size, err = CheckoutSize(ctx, g, head, tip, tc.lim)
+			if err == nil {
+				return errors.New("stop here")
+			}
+			return err
+		})
+		tooLarge, ok := errors.AsType[*CheckoutTooLargeError](err)
+		switch {
+		case tc.want != "" && (!ok || tooLarge.What != tc.want):
+			t.Fatalf("limits %+v: %v, want the %s named", tc.lim, err, tc.want)
+		case tc.want == "" && (ok || size != 200*int64(len(blob))):
+			t.Fatalf("limits %+v: %v with size %d, want %d counted", tc.lim, err, size, 200*len(blob))
+		}
+		if after := anchorState(t, w.anchor); after != before {
+			t.Fatal("the anchor changed")
+		}
 	}
 }

@@ -76,6 +76,10 @@ func (c *SpaceCheck) reserve(total uint64) uint64 {
 	return max(uint64(b), uint64(math.Ceil(float64(total)*pct/100)))
 }
 
+// Check refuses (*SpaceError) when writing need bytes into dir would leave its filesystem, or
+// that of any of c.Keep, with less than its reserve free.
+func (c *SpaceCheck) Check(dir string, need uint64) error { return c.check(dir, need) }
+
 // check refuses when writing need bytes into dir would leave its filesystem, or that of any of
 // c.Keep, with less than its reserve free. need is counted once per filesystem (Keep's may be
 // the same one).
