@@ -19,10 +19,16 @@ import (
 // cleanupTimeout bounds the removal of a probe's files from the box.
 const cleanupTimeout = 30 * time.Second
 
+// probeTimeout bounds one probe of a box (CheckSync, BoxManifest) whatever its caller's context:
+// a box that never answers cannot hold the request or its SSH connection.
+const probeTimeout = 2 * time.Minute
+
 // CheckSync proves the sync path of an environment: a small tree is sent to a scratch directory
 // on the box through `openclaw worker unpack`, read back with the box's manifest, compared, and
 // removed. It is what `openclaw doctor` reports as its sync step.
 func (d *Dispatcher) CheckSync(ctx context.Context, envID string) (string, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, probeTimeout, fmt.Errorf("the box did not finish the sync check within %s", probeTimeout))
+	defer cancel()
 	e, err := d.cfg.Envs.Get(ctx, envID)
 	if err != nil {
 		return "", err
@@ -90,6 +96,8 @@ type BoxTree struct {
 // `openclaw sync plan ENV` diffs a workspace against. A directory that does not exist yet is an
 // empty tree (a cold box).
 func (d *Dispatcher) BoxManifest(ctx context.Context, envID, dir string, mode manifest.Mode) (BoxTree, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, probeTimeout, fmt.Errorf("the box did not send its manifest within %s", probeTimeout))
+	defer cancel()
 	e, err := d.cfg.Envs.Get(ctx, envID)
 	if err != nil {
 		return BoxTree{}, err
