@@ -63,13 +63,33 @@ func (d *Dispatcher) RemoveFiles(ctx context.Context, sess sessions.Session, p P
 		if _, err := os.Lstat(dir); err != nil {
 			continue
 		}
-		if err := os.RemoveAll(dir); err != nil {
+		if err := removeAll(dir); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		removed = append(removed, dir)
 	}
 	return removed, kept, errors.Join(errs...)
+}
+
+// removeAll is os.RemoveAll for a tree whose modes a box chose: a directory it left unreadable or
+// unwritable (mode 000, 0500) is given back to its owner (0700) first, symlinks not followed.
+func removeAll(dir string) error {
+	if err := os.RemoveAll(dir); err == nil {
+		return nil
+	}
+	var open func(d string)
+	open = func(d string) {
+		_ = os.Chmod(d, 0o700)
+		ents, _ := os.ReadDir(d)
+		for _, e := range ents {
+			if e.IsDir() { // the entry's own type: a symlink to a directory is not one
+				open(filepath.Join(d, e.Name()))
+			}
+		}
+	}
+	open(dir)
+	return os.RemoveAll(dir)
 }
 
 // removeGit removes the session's managed worktree and refs from the repository of workspace.
