@@ -296,6 +296,10 @@ func (ps *Placements) ClaimTurn(ctx context.Context, sessionID string, gen uint6
 			return fmt.Errorf("session %s is %s (message refused while the placement moves): %w", sessionID, p.State, ErrStale)
 		case wantRemote && p.State != Active:
 			return fmt.Errorf("session %s is %s, not active on a worker: %w", sessionID, p.State, ErrStale)
+		case !wantRemote && p.State == Active:
+			// the caller read a moving placement and took the turn for the gateway; a worker owns
+			// the session now
+			return fmt.Errorf("session %s is active on a worker, not on the gateway: %w", sessionID, ErrStale)
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE placements SET turn_run_id=? WHERE session_id=? AND generation=?`, runID, sessionID, gen)
 		return err

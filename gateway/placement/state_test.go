@@ -107,6 +107,22 @@ func TestClaimTurnExactlyOneOwner(t *testing.T) {
 	if err := ps.ClaimTurn(ctx, "ses_1", 1, true, "run_remote"); !errors.Is(err, ErrStale) {
 		t.Fatalf("remote claim before active: %v", err)
 	}
+	// a message that read the placement while it moved, and took its turn for the gateway, is
+	// refused once the placement is active: a worker owns the session (two loops otherwise)
+	env, gen := "env_1", uint64(1)
+	for _, c := range []Change{{To: Provisioning, EnvironmentID: &env}, {To: Syncing}, {To: Starting}, {To: Active, OwnerEpoch: 2}} {
+		p, err := ps.Transition(ctx, "ses_1", gen, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gen = p.Generation
+	}
+	if err := ps.ClaimTurn(ctx, "ses_1", gen, false, "run_late_local"); !errors.Is(err, ErrStale) {
+		t.Fatalf("local claim on an active placement: %v", err)
+	}
+	if err := ps.ClaimTurn(ctx, "ses_1", gen, true, "run_remote"); err != nil {
+		t.Fatalf("remote claim once active: %v", err)
+	}
 }
 
 // TestLastCheckpointIsANumberedOne: the checkpoint a reclaim names ("changes after checkpoint N
