@@ -49,8 +49,13 @@ func CheckCommits(ctx context.Context, g *gitexec.Untrusted, have, tip string) e
 	for _, u := range haveURLs {
 		allowed[u] = true
 	}
+	haveLinks, err := gitlinkPaths(ctx, g, have)
+	if err != nil {
+		return err
+	}
 	links := map[string][]linkAt{} // symlink blob → where it is
 	var modules []linkAt           // .gitmodules blobs
+	var newLinks []linkAt          // gitlinks at paths that are no submodule of have
 	err = diffCommits(ctx, g, revs, func(commit, mode, blob, status, path string) error {
 		if status == "D" {
 			return nil
@@ -71,7 +76,11 @@ func CheckCommits(ctx context.Context, g *gitexec.Untrusted, have, tip string) e
 			}
 		}
 		switch mode {
-		case "100644", "100755", "100664", "160000":
+		case "100644", "100755", "100664":
+		case "160000":
+			if !haveLinks[path] {
+				newLinks = append(newLinks, linkAt{commit, path})
+			}
 		case "120000":
 			links[blob] = append(links[blob], linkAt{commit, path})
 		default:
@@ -105,7 +114,29 @@ func CheckCommits(ctx context.Context, g *gitexec.Untrusted, have, tip string) e
 			}
 		}
 	}
+	// The gateway fills a submodule from the user's checkout at its path: a worker's gitlink at a
+	// new path would have it copy whatever repository the user keeps there into the anchor, and
+	// from it to the box.
+	if len(newLinks) > 0 {
+		l := newLinks[0]
+		return &TreeError{Commit: l.commit, Path: l.path, Reason: "a submodule the workspace does not have (the gateway fills submodules from the user's checkouts only)"}
+	}
 	return nil
+}
+
+// gitlinkPaths returns the paths of commit's submodules (its gitlinks).
+func gitlinkPaths(ctx context.Context, g *gitexec.Untrusted, commit string) (map[string]bool, error) {
+	out, err := g.Run(ctx, "ls-tree", "-r", "-z", "--full-tree", commit)
+	if err != nil {
+		return nil, fmt.Errorf("list the submodules of %s: %w", short(commit), err)
+	}
+	paths := map[string]bool{}
+	for _, rec := range bytes.Split(out, []byte{0}) {
+		if meta, p, ok := bytes.Cut(rec, []byte{'\t'}); ok && bytes.HasPrefix(meta, []byte("160000 ")) {
+			paths[string(p)] = true
+		}
+	}
+	return paths, nil
 }
 
 type linkAt struct{ commit, path string }

@@ -153,6 +153,9 @@ func TestAdoptRefusesHostileTree(t *testing.T) {
 			"x":           {"160000", strings.Repeat("1", 40)},
 		}}, ".gitmodules"},
 		{"only an intermediate commit", []map[string]rawFile{{"link": link("/etc/shadow")}, {"link": deleted, "ok.txt": file("fine")}}, "link"},
+		// a gitlink where the workspace has no submodule: the gateway would fill it from whatever
+		// repository the user keeps at that path
+		{"a submodule the workspace does not have", []map[string]rawFile{{"vendor/x": {"160000", strings.Repeat("1", 40)}}}, "vendor/x"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := synctest.Context(t)
