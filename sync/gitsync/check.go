@@ -160,19 +160,30 @@ func workerCommits(ctx context.Context, g *gitexec.Untrusted, have, tip string) 
 // diffCommits streams each entry that the commits of revs (workerCommits) change against their
 // first parent (the empty tree for a root commit) to each.
 func diffCommits(ctx context.Context, g *gitexec.Untrusted, revs *bytes.Buffer, each func(commit, mode, blob, status, path string) error) error {
+	return streamGit(ctx, g, revs, func(r io.Reader) error { return scanDiff(r, each) }, "list the worker's changes",
+		"diff-tree", "--stdin", "-r", "-z", "--root", "--no-renames")
+}
+
+// streamGit runs git args through g with stdin and hands its output to read as it comes. When read
+// stops early (an error, or all it wanted), the rest of the output goes to a closed pipe, so git
+// stops. read's error comes first; git's own is wrapped in what.
+func streamGit(ctx context.Context, g *gitexec.Untrusted, stdin io.Reader, read func(io.Reader) error, what string, args ...string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pr, pw := io.Pipe()
-	listed := make(chan error, 1)
+	done := make(chan error, 1)
 	go func() {
-		err := g.Stream(ctx, revs, pw, "diff-tree", "--stdin", "-r", "-z", "--root", "--no-renames")
+		err := g.Stream(ctx, stdin, pw, args...)
 		pw.CloseWithError(err)
-		listed <- err
+		done <- err
 	}()
-	err := scanDiff(pr, each)
+	err := read(pr)
 	pr.CloseWithError(io.ErrClosedPipe)
-	if lerr := <-listed; err == nil && lerr != nil {
-		err = fmt.Errorf("list the worker's changes: %w", lerr)
+	if err != nil {
+		cancel()
+	}
+	if gerr := <-done; err == nil && gerr != nil {
+		err = fmt.Errorf("%s: %w", what, gerr)
 	}
 	return err
 }

@@ -96,17 +96,8 @@ func catBatch(ctx context.Context, g *gitexec.Untrusted, ids []string, what stri
 	for _, id := range ids {
 		in.WriteString(id + "\n")
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	pr, pw := io.Pipe()
-	read := make(chan error, 1)
-	go func() {
-		err := g.Stream(ctx, &in, pw, "cat-file", "--batch")
-		pw.CloseWithError(err)
-		read <- err
-	}()
-	err := func() error {
-		br := bufio.NewReaderSize(pr, 64<<10)
+	return streamGit(ctx, g, &in, func(r io.Reader) error {
+		br := bufio.NewReaderSize(r, 64<<10)
 		for _, id := range ids {
 			head, err := br.ReadString('\n')
 			if err != nil {
@@ -138,16 +129,7 @@ func catBatch(ctx context.Context, g *gitexec.Untrusted, ids []string, what stri
 			}
 		}
 		return nil
-	}()
-	// cat-file stops at the closed pipe (or has written everything and exits).
-	pr.CloseWithError(io.ErrClosedPipe)
-	if err != nil {
-		cancel()
-	}
-	if rerr := <-read; err == nil && rerr != nil {
-		err = fmt.Errorf("read the worker's %s: %w", what, rerr)
-	}
-	return err
+	}, "read the worker's "+what, "cat-file", "--batch")
 }
 
 // CommittedSums maps each regular file that the commits have..tip change (added or modified
