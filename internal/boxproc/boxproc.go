@@ -66,11 +66,21 @@ func Stop(pid int, dir string) {
 
 // serves reports whether process pid is `localbox --dir dir`, as Start runs it.
 func serves(pid int, dir string) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	args, err := Args(pid)
 	if err != nil {
 		_, noProc := os.Stat("/proc/self")
 		return noProc != nil && syscall.Kill(pid, 0) == nil
 	}
-	args := strings.Split(string(b), "\x00")
 	return len(args) >= 4 && args[1] == "localbox" && args[2] == "--dir" && args[3] == dir
+}
+
+// Args returns the arguments of process pid (its argv, argv[0] first) as /proc shows them; an
+// error where there is no such process or no /proc. A pid a file names is checked against them
+// before it is signalled: the process that had it may be gone and the pid another's.
+func Args(pid int) ([]string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(string(b), "\x00"), nil
 }

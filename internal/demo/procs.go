@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/bootstrap"
+	"github.com/openclaw/cloudworkers/internal/boxproc"
 	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/providers/local"
 )
@@ -84,12 +85,11 @@ func isOpenclawProcess(pid int) bool {
 	if pid <= 1 || processExited(pid) {
 		return false
 	}
-	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	args, err := boxproc.Args(pid)
 	if err != nil {
 		return !errors.Is(err, fs.ErrNotExist) // no /proc on this system: trust the pidfile
 	}
-	args := bytes.Split(cmdline, []byte{0})
-	return len(args) >= 3 && string(args[1]) == "worker" && string(args[2]) == "--descriptor"
+	return len(args) >= 3 && args[1] == "worker" && args[2] == "--descriptor"
 }
 
 // readPIDFile reads a pidfile a box wrote: a regular file of a few bytes (a symlink to /dev/zero
