@@ -81,12 +81,12 @@ type InferenceStartParams struct {
 // Validate checks identity and limits; its errors are invalid-context.
 func (p InferenceStartParams) Validate() error {
 	switch {
-	case p.SessionID == "" || len(p.SessionID) > maxIDLen:
-		return fmt.Errorf("sessionId must be 1..%d bytes", maxIDLen)
+	case badSessionID(p.SessionID):
+		return errSessionID
 	case p.TurnID == "" || len(p.TurnID) > maxTurnIDLen:
 		return fmt.Errorf("turnId must be 1..%d bytes", maxTurnIDLen)
 	case len(p.RunID) > maxRunIDLen:
-		return fmt.Errorf("runId longer than %d bytes", maxRunIDLen)
+		return errRunID
 	case p.OwnerEpoch == 0 || p.RunEpoch == 0:
 		return errors.New("ownerEpoch and runEpoch start at 1")
 	case p.ModelRef == "" || len(p.ModelRef) > 256:
@@ -215,10 +215,10 @@ const maxToolCallIDLen = 256
 // session id of 1..128 bytes, a run id and tool name of at most 128, a tool call id of 1..256.
 func (p ToolCallParams) Validate() error {
 	switch {
-	case p.SessionID == "" || len(p.SessionID) > maxIDLen:
-		return fmt.Errorf("sessionId must be 1..%d bytes", maxIDLen)
+	case badSessionID(p.SessionID):
+		return errSessionID
 	case len(p.RunID) > maxRunIDLen:
-		return fmt.Errorf("runId longer than %d bytes", maxRunIDLen)
+		return errRunID
 	case p.ToolCallID == "" || len(p.ToolCallID) > maxToolCallIDLen:
 		return fmt.Errorf("toolCallId must be 1..%d bytes", maxToolCallIDLen)
 	case len(p.Name) > maxIDLen:

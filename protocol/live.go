@@ -110,7 +110,7 @@ func cutTail(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	i := len(s) - (n - len("…"))
+	i := len(s) - max(n-len("…"), 0)
 	for i < len(s) && !utf8.RuneStart(s[i]) {
 		i++
 	}

@@ -22,6 +22,14 @@ func (k StreamKind) Valid() bool { return k == StreamTranscript || k == StreamLi
 // maxRunIDLen bounds a run id.
 const maxRunIDLen = 128
 
+// The id bounds every worker request is checked against.
+var (
+	errSessionID = fmt.Errorf("sessionId must be 1..%d bytes", maxIDLen)
+	errRunID     = fmt.Errorf("runId longer than %d bytes", maxRunIDLen)
+)
+
+func badSessionID(id string) bool { return id == "" || len(id) > maxIDLen }
+
 // MaxCommitMessages is the most messages one worker.transcript.commit may carry.
 const MaxCommitMessages = 64
 
@@ -66,10 +74,10 @@ type Scope struct {
 // Validate checks the shape of a scope for a stream of kind want.
 func (s Scope) Validate(want StreamKind) error {
 	switch {
-	case s.SessionID == "" || len(s.SessionID) > maxIDLen:
-		return fmt.Errorf("sessionId must be 1..%d bytes", maxIDLen)
+	case badSessionID(s.SessionID):
+		return errSessionID
 	case len(s.RunID) > maxRunIDLen:
-		return fmt.Errorf("runId longer than %d bytes", maxRunIDLen)
+		return errRunID
 	case s.StreamKind != want:
 		return fmt.Errorf("streamKind %.32q, want %q", string(s.StreamKind), want)
 	case s.OwnerEpoch == 0 || s.RunEpoch == 0 || s.Seq == 0:
@@ -107,8 +115,8 @@ type ResumeParams struct {
 // Validate checks the shape of a worker.resume: a session id of 1..128 bytes and an owner epoch.
 func (p ResumeParams) Validate() error {
 	switch {
-	case p.SessionID == "" || len(p.SessionID) > maxIDLen:
-		return fmt.Errorf("sessionId must be 1..%d bytes", maxIDLen)
+	case badSessionID(p.SessionID):
+		return errSessionID
 	case p.OwnerEpoch == 0:
 		return errors.New("ownerEpoch is required")
 	}
