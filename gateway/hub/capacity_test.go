@@ -366,14 +366,8 @@ func TestACallWithoutCreditEndsAfterTheStall(t *testing.T) {
 		t.Fatalf("the call never waited for credit: %v", err)
 	}
 	sendRaw(t, c, x.inferenceFrame("second", "run-1", "t2", []byte("hi")))
-	for {
-		f := recvChan(t, "the second call's refusal", frames)
-		if f.ID == "second" {
-			if f.OK || f.Error.Code != protocol.CodeCapacityExceeded {
-				t.Fatalf("a second call while the first holds the only slot: %+v", f)
-			}
-			break
-		}
+	if f := answerTo(t, frames, "second"); f.OK || f.Error.Code != protocol.CodeCapacityExceeded {
+		t.Fatalf("a second call while the first holds the only slot: %+v", f)
 	}
 	clk.Advance(30 * time.Second)
 	var term protocol.InferenceTerminal
@@ -391,12 +385,7 @@ func TestACallWithoutCreditEndsAfterTheStall(t *testing.T) {
 	}
 	// the slot is free again
 	sendRaw(t, c, x.inferenceFrame("third", "run-1", "t3", []byte("hi")))
-	for {
-		if f := recvChan(t, "the third call's answer", frames); f.ID == "third" {
-			if !f.OK {
-				t.Fatalf("a call after the stalled one ended: %+v", f.Error)
-			}
-			break
-		}
+	if f := answerTo(t, frames, "third"); !f.OK {
+		t.Fatalf("a call after the stalled one ended: %+v", f.Error)
 	}
 }

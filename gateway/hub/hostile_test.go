@@ -202,6 +202,16 @@ func (x *hostile) inferenceFrame(id, runID, turnID string, text []byte) []byte {
 	return append(append(append(b, head...), text...), tail...)
 }
 
+// answerTo skips frames until the answer to request id.
+func answerTo(t *testing.T, frames <-chan protocol.Frame, id string) protocol.Frame {
+	t.Helper()
+	for {
+		if f := recvChan(t, "the answer to "+id, frames); f.ID == id {
+			return f
+		}
+	}
+}
+
 // reader collects every frame a raw connection receives, until it closes.
 func reader(t *testing.T, c *websocket.Conn) <-chan protocol.Frame {
 	t.Helper()
@@ -291,13 +301,8 @@ func TestHostileInferenceFloodIsCapped(t *testing.T) {
 	}
 	// The budget is free again: a call after the others ended is served.
 	sendRaw(t, c, x.inferenceFrame("again", "run-1", "t-again", []byte("hi")))
-	for {
-		if f := recvChan(t, "the later call's answer", frames); f.ID == "again" {
-			if !f.OK {
-				t.Fatalf("call after the flood refused: %+v", f.Error)
-			}
-			break
-		}
+	if f := answerTo(t, frames, "again"); !f.OK {
+		t.Fatalf("call after the flood refused: %+v", f.Error)
 	}
 }
 
