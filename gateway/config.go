@@ -20,6 +20,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/mcp"
 	"github.com/openclaw/cloudworkers/gateway/occ"
 	"github.com/openclaw/cloudworkers/gateway/placement"
+	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/websearch"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/providers"
@@ -70,6 +71,29 @@ type Config struct {
 	BoxAccess boxaccess.Config `yaml:"boxAccess"`
 	// OCC configures the OCC Compute side under /occ/v1/ (docs/occ.md).
 	OCC occ.Config `yaml:"occ"`
+	// Workspaces confines the directories a session's workspace may name (docs/operations.md →
+	// Security model).
+	Workspaces WorkspacesConfig `yaml:"workspaces"`
+}
+
+// WorkspacesConfig is the config's workspaces section.
+type WorkspacesConfig struct {
+	// Roots are absolute directories every workspace or spawn directory must lie in (symlinks
+	// resolved); default: the home directory of the user the gateway runs as.
+	Roots []string `yaml:"roots"`
+}
+
+// roots resolves the workspace roots (the default when none are set) against the data dir.
+func (w WorkspacesConfig) roots(dataDir string) (sessions.Roots, error) {
+	home, _ := os.UserHomeDir()
+	list := w.Roots
+	if len(list) == 0 {
+		if home == "" {
+			return sessions.Roots{}, providers.Fieldf("workspaces.roots", "is not set and the gateway's user has no home directory to default to")
+		}
+		list = []string{home}
+	}
+	return sessions.NewRoots("workspaces.roots", list, dataDir, home)
 }
 
 // RetentionConfig bounds the database's growth; a periodic prune deletes older rows (zero means

@@ -166,12 +166,6 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		Clock: clk,
 	})
 	closers.Push("tunnels", tunnels.Close)
-	sess, err := sessions.New(sessions.Config{DB: db, Log: log.With("subsystem", "sessions")})
-	if err != nil {
-		return err
-	}
-	closers.Push("sessions", sess.Close)
-
 	creds, err := credentials.Open(db, dataDir)
 	if err != nil {
 		return err
@@ -181,6 +175,17 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if err != nil {
 		return fmt.Errorf("config models: %w", err)
 	}
+	roots, err := cfg.Workspaces.roots(dataDir)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	log.Info("workspace roots", "roots", roots.Allowed())
+	sess, err := sessions.New(sessions.Config{DB: db, Log: log.With("subsystem", "sessions"), Roots: roots,
+		CheckModel: func(model string) error { _, err := catalog.Resolve(model); return err }})
+	if err != nil {
+		return err
+	}
+	closers.Push("sessions", sess.Close)
 
 	// The OCC credential gateway: sources sealed in creds; the hub asks it for the key of each
 	// proxied call of an environment that serves an OCC revision (served under /occ/v1/ below).
@@ -427,6 +432,10 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	}
 	// /mcp: the MCP server over streamable HTTP, driving this gateway's own API on loopback.
 	mcpCfg := cfg.MCP.Config(api.NewClient(mcp.LoopbackURL(ln.Addr()), token))
+	if mcpCfg.Roots, err = roots.Narrow("mcp.workspaceRoots", cfg.MCP.WorkspaceRoots); err != nil {
+		ln.Close()
+		return fmt.Errorf("config: %w", err)
+	}
 	if mcpCfg.DefaultProfile == "" {
 		mcpCfg.DefaultProfile = cfg.Agents.DefaultProfile
 	}

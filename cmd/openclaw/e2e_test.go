@@ -107,7 +107,12 @@ func (g *gw) start() {
 	t.Helper()
 	g.addr = freeAddr(t)
 	cfgPath := filepath.Join(g.dataDir, "..", filepath.Base(g.dataDir)+"-config.yaml")
-	if err := os.WriteFile(cfgPath, []byte(g.config), 0o600); err != nil {
+	cfg := g.config
+	if !strings.HasPrefix(cfg, "workspaces:") && !strings.Contains(cfg, "\nworkspaces:") {
+		// the tests' workspaces live in temp dirs, outside the default root (the home directory)
+		cfg = fmt.Sprintf("workspaces: {roots: [%q]}\n", os.TempDir()) + cfg
+	}
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	g.log = &testenv.Buffer{}

@@ -22,6 +22,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/protocol"
+	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/sync/gitexec"
 )
 
@@ -131,7 +132,17 @@ func (s *Spawner) spawn(ctx context.Context, parentID string, req SpawnRequest) 
 		if req.Workspace == WorkspaceFork && (req.Dir == "" || !filepath.IsAbs(req.Dir)) {
 			return SpawnResult{}, fieldf("workspace", "a spawn without a parent forks an absolute directory, got %q", req.Dir)
 		}
+		if req.Dir != "" {
+			if err := d.Sessions.Roots().Check("dir", req.Dir); err != nil {
+				return SpawnResult{}, asFieldError(err)
+			}
+		}
 		srcDir = req.Dir
+	}
+	if parentID != "" && req.Workspace == WorkspaceFork {
+		if err := d.Sessions.Roots().CheckStored("workspace", srcDir); err != nil {
+			return SpawnResult{}, asFieldError(err)
+		}
 	}
 	if req.Workspace == WorkspaceFork {
 		if fi, err := os.Stat(srcDir); err != nil || !fi.IsDir() {
@@ -141,8 +152,13 @@ func (s *Spawner) spawn(ctx context.Context, parentID string, req SpawnRequest) 
 			return SpawnResult{}, errNoWorkspace
 		}
 	}
+	if err := d.Sessions.CheckParams(sessions.CreateParams{Model: model}); err != nil {
+		return SpawnResult{}, asFieldError(err)
+	}
 	if err := d.Dispatcher.CheckTarget(ctx, req.Profile, req.MachineClass); errors.Is(err, store.ErrNotFound) {
 		return SpawnResult{}, fieldf("profile", "no profile %q (see `openclaw profile list`)", req.Profile)
+	} else if fe := (*providers.FieldError)(nil); errors.As(err, &fe) {
+		return SpawnResult{}, &FieldError{Field: fe.Field, Msg: fe.Message}
 	} else if err != nil {
 		return SpawnResult{}, fmt.Errorf("profile %q: %w", req.Profile, err)
 	}

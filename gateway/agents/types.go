@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/placement"
+	"github.com/openclaw/cloudworkers/providers"
 )
 
 // Workspace modes of a spawned child.
@@ -165,6 +166,15 @@ type FieldError struct {
 }
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// asFieldError is err as this package's FieldError when it is a *providers.FieldError.
+func asFieldError(err error) error {
+	var fe *providers.FieldError
+	if errors.As(err, &fe) {
+		return &FieldError{Field: fe.Field, Msg: fe.Message}
+	}
+	return err
+}
 
 func fieldf(field, format string, a ...any) error {
 	return &FieldError{Field: field, Msg: fmt.Sprintf(format, a...)}

@@ -713,6 +713,9 @@ func (m *Manager) releaseLease(ctx context.Context, envID string, prov providers
 // WithClass returns the profile with its machine class (settings.class) set; only providers driven by
 // a lease CLI (command, crabbox) have machine classes.
 func WithClass(p providers.Profile, class string) (providers.Profile, error) {
+	if err := providers.CheckMachineClass(class); err != nil {
+		return p, err
+	}
 	if p.Provider != "command" && p.Provider != "crabbox" {
 		return p, providers.Fieldf("machineClass", "provider %s of profile %s has no machine classes", p.Provider, p.ID)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/openclaw/cloudworkers/gateway/api"
+	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/internal/version"
 	"github.com/openclaw/cloudworkers/providers"
 )
@@ -34,7 +35,11 @@ type Config struct {
 	MaxResourceBytes int64
 	// SessionTimeout closes an HTTP MCP session idle this long (streamable HTTP only).
 	SessionTimeout time.Duration
-	Log            *slog.Logger
+	// Roots confine the workspaces a dispatch may name, before the gateway's own check (the
+	// gateway's workspaces.roots narrowed by mcp.workspaceRoots). The zero value leaves it to
+	// the gateway.
+	Roots sessions.Roots
+	Log   *slog.Logger
 }
 
 // Defaults of Config.
@@ -97,6 +102,9 @@ type Settings struct {
 	SessionTimeout   providers.Duration `yaml:"sessionTimeout"`
 	MaxResourceBytes int64              `yaml:"maxResourceBytes"`
 	MaxAnswerBytes   int                `yaml:"maxAnswerBytes"`
+	// WorkspaceRoots confine the workspaces a dispatch through /mcp may name further than the
+	// gateway's workspaces.roots (each must lie inside one of those).
+	WorkspaceRoots []string `yaml:"workspaceRoots"`
 }
 
 // Config is the server configuration of these settings with client.

@@ -205,6 +205,9 @@ func (s *Server) dispatch(ctx context.Context, req *mcp.CallToolRequest, in Disp
 		return nil, nil, errors.New("dispatch: profile is required (no default profile: start `openclaw mcp --profile P`)")
 	}
 	ws = filepath.Clean(ws)
+	if err := s.cfg.Roots.Check("workspace", ws); err != nil {
+		return nil, nil, fmt.Errorf("dispatch: %w", err)
+	}
 	ses, err := s.cfg.Client.CreateSession(ctx, sessions.CreateRequest{
 		CreateParams: sessions.CreateParams{Title: "mcp: " + firstLine(in.Task, 60), Workspace: ws, Model: in.Model},
 		Target:       &sessions.Target{Kind: "profile", ProfileID: profile, MachineClass: in.MachineClass},

@@ -152,16 +152,12 @@ const (
 	FailurePermanent = "permanent"
 )
 
-var classRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-
-var idRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$`)
-
 // checkID requires an OCC identifier (letters, digits, . _ : @ -, at most 128).
 func checkID(field, v string) error {
 	if v == "" {
 		return Invalid(field, "is required")
 	}
-	if !idRe.MatchString(v) {
+	if !providers.ValidArg(v) { // it reaches lease CLIs inside operation ids
 		return Invalid(field, "must be letters, digits, '.', '_', ':', '@' or '-' (at most 128)")
 	}
 	return nil

@@ -18,6 +18,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/protocol"
+	"github.com/openclaw/cloudworkers/providers"
 )
 
 // The credential gateway's identity in its descriptor.
@@ -377,7 +378,7 @@ func decodeAttachmentRequest(body json.RawMessage) (attachmentRequest, error) {
 		if sb.AgentID != "" && sb.AgentID != r.Revision.AgentID {
 			return r, Invalid("sandbox.agentId", "does not match revision.agentId")
 		}
-		if sb.ResourceName != "" && !idRe.MatchString(sb.ResourceName) {
+		if sb.ResourceName != "" && !providers.ValidArg(sb.ResourceName) {
 			return r, Invalid("sandbox.resourceName", "must be letters, digits, '.', '_', ':', '@' or '-' (at most 128)")
 		}
 	}

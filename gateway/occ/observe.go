@@ -11,6 +11,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/providers"
 )
 
 // Bounds of the runtime observation methods.
@@ -427,7 +428,7 @@ func (c *Compute) validateHarnessAuth(ctx context.Context, body json.RawMessage)
 	default:
 		return nil, Invalidf("auth.method", "must be api_key or runtime (other logins are not supported by this driver), got %q", SafeReason(in.Auth.Method))
 	}
-	if in.Auth.Method == "api_key" && in.CredentialSourceType != "" && !idRe.MatchString(in.CredentialSourceType) {
+	if in.Auth.Method == "api_key" && in.CredentialSourceType != "" && !providers.ValidArg(in.CredentialSourceType) {
 		return nil, Invalid("credentialSourceType", "must be a source type name")
 	}
 	if _, err := parseRevisionConfig("configuration", in.Configuration); err != nil {

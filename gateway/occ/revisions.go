@@ -90,8 +90,10 @@ func parseRevisionConfig(field string, raw json.RawMessage) (RevisionConfig, err
 	if rc.ProfileID != "" && !providers.ValidProfileID(rc.ProfileID) {
 		return rc, Invalid(field+".profileId", "must be a profile id (lowercase letters, digits, '-' or '_')")
 	}
-	if rc.MachineClass != "" && !classRe.MatchString(rc.MachineClass) {
-		return rc, Invalid(field+".machineClass", "must be letters, digits, '.', '_' or '-' (at most 64)")
+	if rc.MachineClass != "" {
+		if err := providers.CheckMachineClass(rc.MachineClass); err != nil {
+			return rc, Invalid(field+".machineClass", err.(*providers.FieldError).Message)
+		}
 	}
 	for name, v := range map[string]string{"model": rc.Model, "workspace": rc.Workspace} {
 		if len(v) > maxConfigString || strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) {

@@ -43,6 +43,9 @@ func (d *Dispatcher) checkDispatch(ctx context.Context, sessionID, profileID, ma
 	if sess.Workspace == "" {
 		return echo.NewHTTPError(http.StatusConflict, fmt.Sprintf("session %s has no workspace to send to a worker", sessionID))
 	}
+	if err := d.cfg.Sessions.Roots().CheckStored("workspace", sess.Workspace); err != nil {
+		return fmt.Errorf("session %s: %w", sessionID, err)
+	}
 	if err := sessions.CheckWorkspace(ctx, sess.Workspace, false); err != nil {
 		return fmt.Errorf("session %s: %w", sessionID, err)
 	}

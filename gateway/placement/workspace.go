@@ -110,7 +110,7 @@ func (d *Dispatcher) syncOutStep(ctx context.Context, p Placement) (Change, erro
 		}
 		anchorDir = anchor.Dir
 	} else if p.AnchorDir == "" {
-		if skipped, err = copyTree(ctx, sess.Workspace, anchorDir, excl, incl); err != nil {
+		if skipped, err = copyTree(ctx, sess.Workspace, anchorDir, excl, incl, dataDirFiles(d.cfg.DataDir)); err != nil {
 			return Change{}, fmt.Errorf("copy workspace to the anchor: %w", err)
 		}
 	}
@@ -442,10 +442,31 @@ func notSynced(skipped []string) string {
 		len(skipped), strings.Join(shown, ", "), more)
 }
 
+// dataDirFiles are the data dir and every entry directly in it (its tokens, credentials key,
+// database, and the directories of boxes, anchors and checkpoints), by device and inode: a
+// workspace's copy refuses them under any name (a hard link, a bind mount), so that no sync sends
+// one to a box even when the workspace check was passed by a path that reaches them.
+func dataDirFiles(dataDir string) map[manifest.FileID]string {
+	out := map[manifest.FileID]string{}
+	add := func(path, what string) {
+		if fi, err := os.Lstat(path); err == nil {
+			if id := manifest.IDOf(fi); id != (manifest.FileID{}) {
+				out[id] = what
+			}
+		}
+	}
+	add(dataDir, "the gateway's data dir")
+	ents, _ := os.ReadDir(dataDir)
+	for _, e := range ents {
+		add(filepath.Join(dataDir, e.Name()), "the gateway's "+filepath.Join(dataDir, e.Name()))
+	}
+	return out
+}
+
 // copyTree copies the workspace src into the new anchor dst and returns what it left out
 // (manifest.Stats.Skipped).
-func copyTree(ctx context.Context, src, dst string, excl, incl []string) ([]string, error) {
-	m, st, err := manifest.Build(ctx, src, manifest.Options{Mode: manifest.ModePlain, Exclude: excl, Include: incl})
+func copyTree(ctx context.Context, src, dst string, excl, incl []string, forbidden map[manifest.FileID]string) ([]string, error) {
+	m, st, err := manifest.Build(ctx, src, manifest.Options{Mode: manifest.ModePlain, Exclude: excl, Include: incl, Forbidden: forbidden})
 	if err != nil {
 		return nil, err
 	}

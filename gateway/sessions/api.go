@@ -159,6 +159,14 @@ func (h *handlers) create(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	var fe *providers.FieldError
+	if err := h.s.CheckParams(p); errors.As(err, &fe) {
+		return fieldError(c, fe)
+	}
+	if p.Workspace != "" {
+		if err := h.s.Roots().Check("workspace", p.Workspace); errors.As(err, &fe) {
+			return fieldError(c, fe)
+		}
+	}
 	if err := CheckWorkspace(ctx, p.Workspace, req.Git); errors.As(err, &fe) {
 		return fieldError(c, fe)
 	} else if err != nil {

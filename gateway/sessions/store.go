@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"sync"
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/providers"
 )
 
 // Defaults of Config.
@@ -37,6 +39,12 @@ type Config struct {
 	Log              *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Roots confine the workspaces sessions may name (the zero value refuses only the data dir's
+	// and system directories; the gateway always sets workspaces.roots).
+	Roots Roots
+	// CheckModel, when set, refuses a model reference that is not in the catalog; Create calls
+	// it before anything is written.
+	CheckModel func(model string) error
 }
 
 func (c *Config) setDefaults() {
@@ -210,13 +218,36 @@ func newID(prefix string) string {
 
 func (s *Store) now() time.Time { return s.cfg.Now().UTC() }
 
-// Create inserts a new session.
+// agentIDPattern is the form of an agent id: a name, never a path.
+var agentIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+
+// CheckParams refuses what Create would refuse before anything is written: an agent id that is
+// not a name, a model the catalog does not have. The error is a *providers.FieldError.
+func (s *Store) CheckParams(p CreateParams) error {
+	if p.Agent != "" && !agentIDPattern.MatchString(p.Agent) {
+		return providers.Fieldf("agent", "must be 1-64 letters, digits, '_' or '-', starting with a letter or digit, got %.40q", p.Agent)
+	}
+	if p.Model != "" && s.cfg.CheckModel != nil {
+		if err := s.cfg.CheckModel(p.Model); err != nil {
+			return providers.Fieldf("model", "%.80q is not in the model catalog (see `openclaw models list`): %v", p.Model, err)
+		}
+	}
+	return nil
+}
+
+// Roots are the workspace roots sessions are confined to.
+func (s *Store) Roots() Roots { return s.cfg.Roots }
+
+// Create inserts a new session, after CheckParams.
 func (s *Store) Create(ctx context.Context, p CreateParams) (Session, error) {
 	if len(p.Title) > MaxTitleLen {
 		return Session{}, fmt.Errorf("create session: title longer than %d bytes", MaxTitleLen)
 	}
 	if p.Agent == "" {
 		p.Agent = DefaultAgent
+	}
+	if err := s.CheckParams(p); err != nil {
+		return Session{}, err
 	}
 	now := store.ParseTime(store.FormatTime(s.now()))
 	ses := Session{

@@ -232,7 +232,7 @@ func (d *run) startGateway(ctx context.Context) (string, error) {
 	if err := os.WriteFile(spawner, []byte(spawnScript), 0o600); err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(gatewayConfig, script, spawner)), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(gatewayConfig, d.tmp, script, spawner)), 0o600); err != nil {
 		return "", err
 	}
 	if err := os.MkdirAll(d.home, 0o700); err != nil {

@@ -46,6 +46,8 @@ const (
 tunnel: {keepaliveInterval: 1s, keepaliveTimeout: 5s, backoffMax: 1s}
 worker: {heartbeatTimeout: 3s, relaunchGrace: 1s, admitTimeout: 30s}
 agents: {defaultProfile: local}
+# the demo's workspaces live in its temp dir, outside the home directory (the default root)
+workspaces: {roots: [%q]}
 models:
   default: demo/demo
   providers:

@@ -184,7 +184,11 @@ func (p *Provider) Provision(ctx context.Context, prof providers.Profile, opID s
 			}
 		}
 	}
-	res, err := c.runLines(ctx, "provision", expand(c.templates["provision"], vars), onLine)
+	argv, err := expand(c.templates["provision"], vars)
+	if err != nil {
+		return providers.Lease{}, err
+	}
+	res, err := c.runLines(ctx, "provision", argv, onLine)
 	if err != nil {
 		return providers.Lease{}, err
 	}
@@ -212,7 +216,7 @@ func report(req providers.ProvisionRequest, id, slug string) error {
 	if req.Reported == nil {
 		return nil
 	}
-	if !leaseIDRE.MatchString(id) {
+	if !providers.ValidArg(id) {
 		return fmt.Errorf("lease CLI reported an unusable lease id %q", sanitize(id, maxSnippet))
 	}
 	return req.Reported(id, map[string]string{LabelSlug: slug})
@@ -284,7 +288,11 @@ func (c *config) inspect(ctx context.Context, ident string, want wantLease, vars
 	if ident == "" {
 		return providers.LeaseStatus{}, errors.New("inspect: lease has no id")
 	}
-	res, err := c.run(ctx, "inspect", expand(c.templates["inspect"], vars))
+	argv, err := expand(c.templates["inspect"], vars)
+	if err != nil {
+		return providers.LeaseStatus{}, err
+	}
+	res, err := c.run(ctx, "inspect", argv)
 	if err != nil {
 		return providers.LeaseStatus{}, err
 	}
@@ -347,7 +355,11 @@ func (p *Provider) Destroy(ctx context.Context, prof providers.Profile, lease pr
 		return err
 	}
 	ident := c.ident(lease)
-	res, err := c.run(ctx, "destroy", expand(c.templates["destroy"], c.vars(prof, ident, lease.Labels)))
+	argv, err := expand(c.templates["destroy"], c.vars(prof, ident, lease.Labels))
+	if err != nil {
+		return err
+	}
+	res, err := c.run(ctx, "destroy", argv)
 	if err != nil {
 		return err
 	}
@@ -367,7 +379,11 @@ func (p *Provider) Renew(ctx context.Context, prof providers.Profile, lease prov
 	if len(argv) == 0 {
 		return providers.ErrUnsupported
 	}
-	res, err := c.run(ctx, "renew", expand(argv, c.vars(prof, c.ident(lease), lease.Labels)))
+	argv, err = expand(argv, c.vars(prof, c.ident(lease), lease.Labels))
+	if err != nil {
+		return err
+	}
+	res, err := c.run(ctx, "renew", argv)
 	if err != nil {
 		return err
 	}
@@ -395,7 +411,11 @@ func (c *config) list(ctx context.Context, prof providers.Profile) ([]providers.
 	if len(argv) == 0 {
 		return nil, providers.ErrUnsupported
 	}
-	res, err := c.run(ctx, "list", expand(argv, c.vars(prof, "", nil)))
+	argv, err := expand(argv, c.vars(prof, "", nil))
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.run(ctx, "list", argv)
 	if err != nil {
 		return nil, err
 	}

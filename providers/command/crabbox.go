@@ -212,9 +212,6 @@ func crabboxSlug(opID string) string {
 
 func isCrabboxSlug(s string) bool { return crabboxSlugRE.MatchString(s) }
 
-// leaseIDRE bounds a lease id a CLI reports.
-var leaseIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
-
 // parseLeasedLine recognises warmup's `leased <id> slug=<slug> …` line. ok reports such a line;
 // id is empty when it carries no usable id.
 func parseLeasedLine(line string) (id string, ok bool) {
@@ -223,7 +220,7 @@ func parseLeasedLine(line string) (id string, ok bool) {
 		return "", false
 	}
 	f := strings.Fields(rest)
-	if len(f) == 0 || !leaseIDRE.MatchString(f[0]) {
+	if len(f) == 0 || !providers.ValidArg(f[0]) {
 		return "", true
 	}
 	return f[0], true

@@ -198,6 +198,11 @@ func (s Settings) compile() (*config, error) {
 	if !leaseIDPrefixRE.MatchString(c.leaseIDPrefix) {
 		return nil, providers.Fieldf("settings.leaseIdPrefix", "must be at most 32 letters, digits, '_', '-' or '.'")
 	}
+	if s.Class != "" {
+		if err := providers.CheckMachineClass(s.Class); err != nil {
+			return nil, providers.Fieldf("settings.class", "%s", err.(*providers.FieldError).Message)
+		}
+	}
 	c.class = s.Class
 	c.env = map[string]string{}
 	keys := make([]string, 0, len(s.Env))
@@ -260,8 +265,28 @@ func parseDur(field, s string, def time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-// expand substitutes placeholders in argv. Unknown placeholders were refused by validation.
-func expand(argv []string, vars map[string]string) []string {
+// expand substitutes placeholders in argv. Unknown placeholders were refused by validation. Every
+// value is checked by the providers package's checker for its kind first (a machine class by
+// CheckMachineClass, every other value by CheckArg), so no value can add an argument, read as an
+// option or carry shell syntax into a template that runs a shell: the argv keeps the template's
+// shape or the command does not run. An empty value (a placeholder the command does not know
+// yet) substitutes as empty.
+func expand(argv []string, vars map[string]string) ([]string, error) {
+	for _, name := range allPlaceholders {
+		v := vars[name]
+		if v == "" || !usesPlaceholder(argv, name) {
+			continue
+		}
+		var err error
+		if name == phClass {
+			err = providers.CheckMachineClass(v)
+		} else {
+			err = providers.CheckArg(name, v)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("lease CLI argument {%s} refused: %w", name, err)
+		}
+	}
 	out := make([]string, len(argv))
 	for i, arg := range argv {
 		out[i] = placeholderRE.ReplaceAllStringFunc(arg, func(m string) string {
@@ -271,7 +296,17 @@ func expand(argv []string, vars map[string]string) []string {
 			return m
 		})
 	}
-	return out
+	return out, nil
+}
+
+// usesPlaceholder reports whether an argument of argv names {name}.
+func usesPlaceholder(argv []string, name string) bool {
+	for _, arg := range argv {
+		if strings.Contains(arg, "{"+name+"}") {
+			return true
+		}
+	}
+	return false
 }
 
 // FormatDuration writes d the way lease CLIs such as Crabbox read it: "24h", "30m", "1h30m".

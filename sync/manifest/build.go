@@ -57,6 +57,21 @@ type Options struct {
 	Cache *Cache
 	// Parallel bounds concurrent hashing; default 2×GOMAXPROCS.
 	Parallel int
+	// Forbidden are files and directories no listing may hold under any name (a hard link, a bind
+	// mount), with what each is: a listing that meets one fails with a *ForbiddenError.
+	Forbidden map[FileID]string
+}
+
+// FileID names a file whatever its path: its device and inode.
+type FileID struct{ Dev, Ino uint64 }
+
+// ForbiddenError is a listing's refusal of an entry in Options.Forbidden.
+type ForbiddenError struct {
+	Path, What string
+}
+
+func (e *ForbiddenError) Error() string {
+	return fmt.Sprintf("%s is %s, which never leaves the gateway", Printable(e.Path), e.What)
 }
 
 // Stats report what Build did.
@@ -191,6 +206,12 @@ func alwaysSkipped(p string) bool {
 }
 
 func (b *builder) add(p string, fi fs.FileInfo) error {
+	if len(b.opts.Forbidden) > 0 {
+		if id := IDOf(fi); id != (FileID{}) && b.opts.Forbidden[id] != "" {
+			what := b.opts.Forbidden[id]
+			return &ForbiddenError{Path: p, What: what}
+		}
+	}
 	e := Entry{Path: p, Mode: uint32(fi.Mode().Perm())}
 	switch {
 	case fi.Mode().IsRegular():

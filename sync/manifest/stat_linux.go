@@ -18,6 +18,14 @@ func StatKey(fi fs.FileInfo) (ino uint64, ctime int64) {
 	return 0, 0
 }
 
+// IDOf returns fi's device and inode (zero where the platform does not say).
+func IDOf(fi fs.FileInfo) FileID {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return FileID{Dev: uint64(st.Dev), Ino: st.Ino}
+	}
+	return FileID{}
+}
+
 // lstatAt is os.Lstat of the entry name of the directory open as dir, without walking the
 // directory's path again for every entry: fstatat(2) relative to the directory's descriptor. The
 // listing of a tree called lstat with full paths, and resolving every component of every path was
