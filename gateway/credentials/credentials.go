@@ -19,8 +19,33 @@ import (
 	"github.com/openclaw/cloudworkers/providers"
 )
 
-// KeyFile is the name of the sealing key inside the data dir.
+// KeyFile is the name of the sealing key inside the data dir (the default layout).
 const KeyFile = "credentials.key"
+
+// Settings are the gateway config's credentials section.
+type Settings struct {
+	// KeyFile is the absolute path of the sealing key; empty: <dataDir>/credentials.key. A key
+	// outside the data dir (another volume, a secrets mount) leaves a copy of the data dir with
+	// ciphertext only.
+	KeyFile string `yaml:"keyFile"`
+}
+
+// Validate names a bad setting: keyFile must be absolute (a relative path would depend on the
+// directory the gateway was started from).
+func (st Settings) Validate() error {
+	if st.KeyFile != "" && !filepath.IsAbs(st.KeyFile) {
+		return providers.Fieldf("credentials.keyFile", "must be an absolute path, got %q", st.KeyFile)
+	}
+	return nil
+}
+
+// KeyPath is the sealing key's path for a gateway on dataDir.
+func (st Settings) KeyPath(dataDir string) string {
+	if st.KeyFile != "" {
+		return filepath.Clean(st.KeyFile)
+	}
+	return filepath.Join(dataDir, KeyFile)
+}
 
 // MaxValueBytes bounds a credential value.
 const MaxValueBytes = 16 << 10
@@ -45,7 +70,16 @@ type Store struct {
 // Open returns the store of a gateway, loading the sealing key from <dataDir>/credentials.key
 // and generating it (mode 0600, written temp-then-fsync-then-rename) on first use.
 func Open(db *store.DB, dataDir string) (*Store, error) {
-	key, err := loadKey(filepath.Join(dataDir, KeyFile))
+	return OpenKey(db, filepath.Join(dataDir, KeyFile))
+}
+
+// OpenKey is Open with the sealing key at keyPath (absolute; its directory is created 0700 when
+// missing, the key 0600 on first use). An error names the path.
+func OpenKey(db *store.DB, keyPath string) (*Store, error) {
+	if !filepath.IsAbs(keyPath) {
+		return nil, fmt.Errorf("credentials key %q: must be an absolute path", keyPath)
+	}
+	key, err := loadKey(keyPath)
 	if err != nil {
 		return nil, err
 	}
@@ -79,6 +113,9 @@ func loadKey(path string) ([]byte, error) {
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
 		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("write credentials key: %w", err)
 	}
 	if err := atomicfile.Write(path, key, 0o600); err != nil {
 		return nil, fmt.Errorf("write credentials key: %w", err)

@@ -163,3 +163,82 @@ func TestWrongKeyOrMovedValueFails(t *testing.T) {
 		t.Fatal("short key accepted")
 	}
 }
+
+// TestKeyFileOutsideDataDir: with credentials.keyFile set, the key is created (0600, its
+// directory 0700) at that path, the data dir holds no key, a reopened store reads the values
+// back; a relative keyFile is refused naming the key, an unreadable one names its path.
+func TestKeyFileOutsideDataDir(t *testing.T) {
+	ctx := testenv.Context(t, 30*time.Second)
+	dataDir, secrets := t.TempDir(), t.TempDir()
+	keyPath := filepath.Join(secrets, "openclaw", "credentials.key")
+	st := credentials.Settings{KeyFile: keyPath}
+	if err := st.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	db := mustDB(t, dataDir)
+	s, err := credentials.OpenKey(db, st.KeyPath(dataDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Set(ctx, "anthropic", "sk-outside"); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(keyPath); err != nil || fi.Mode().Perm() != 0o600 || fi.Size() != 32 {
+		t.Fatalf("key file: %v %v", fi, err)
+	}
+	if fi, err := os.Stat(filepath.Dir(keyPath)); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("key dir: %v %v", fi, err)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, credentials.KeyFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("data dir holds a key: %v", err)
+	}
+	s2, err := credentials.OpenKey(db, keyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s2.Get(ctx, "anthropic"); err != nil || got != "sk-outside" {
+		t.Fatalf("after reopen Get = %q, %v", got, err)
+	}
+	// The default layout's store (key in the data dir) is another key: it cannot read them.
+	s3, err := credentials.Open(db, dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s3.Get(ctx, "anthropic"); err == nil {
+		t.Fatal("value opened with the data dir's key")
+	}
+
+	cases := []struct {
+		name string
+		st   credentials.Settings
+		want string
+	}{
+		{"unset is the data dir's key", credentials.Settings{}, ""},
+		{"relative", credentials.Settings{KeyFile: "keys/credentials.key"}, "credentials.keyFile: must be an absolute path"},
+		{"dot relative", credentials.Settings{KeyFile: "./credentials.key"}, "credentials.keyFile"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.st.Validate()
+			if c.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := c.st.KeyPath(dataDir); got != filepath.Join(dataDir, credentials.KeyFile) {
+					t.Fatalf("KeyPath = %s", got)
+				}
+				return
+			}
+			if err == nil || !bytes.Contains([]byte(err.Error()), []byte(c.want)) {
+				t.Fatalf("Validate = %v, want %q", err, c.want)
+			}
+		})
+	}
+	// A key path that cannot be read (here: a directory) is refused, naming it.
+	if _, err := credentials.OpenKey(db, secrets); err == nil || !bytes.Contains([]byte(err.Error()), []byte(secrets)) {
+		t.Fatalf("OpenKey(directory) = %v", err)
+	}
+	if _, err := credentials.OpenKey(db, "credentials.key"); err == nil {
+		t.Fatal("relative key path accepted")
+	}
+}
