@@ -15,6 +15,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/agents"
 	"github.com/openclaw/cloudworkers/gateway/boxaccess"
+	"github.com/openclaw/cloudworkers/gateway/credentials"
 	"github.com/openclaw/cloudworkers/gateway/hub"
 	"github.com/openclaw/cloudworkers/gateway/inference"
 	"github.com/openclaw/cloudworkers/gateway/mcp"
@@ -74,6 +75,9 @@ type Config struct {
 	// Workspaces confines the directories a session's workspace may name (docs/operations.md →
 	// Security model).
 	Workspaces WorkspacesConfig `yaml:"workspaces"`
+	// Credentials places the sealing key of stored credentials (credentials.keyFile; default
+	// <dataDir>/credentials.key); see docs/operations.md → Credentials key.
+	Credentials credentials.Settings `yaml:"credentials"`
 }
 
 // WorkspacesConfig is the config's workspaces section.
@@ -344,6 +348,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.MCP.Validate(); err != nil {
+		return err
+	}
+	if err := c.Credentials.Validate(); err != nil {
 		return err
 	}
 	if err := c.BoxAccess.Validate(); err != nil {

@@ -166,8 +166,11 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		Clock: clk,
 	})
 	closers.Push("tunnels", tunnels.Close)
-	creds, err := credentials.Open(db, dataDir)
+	creds, err := credentials.OpenKey(db, cfg.Credentials.KeyPath(dataDir))
 	if err != nil {
+		if cfg.Credentials.KeyFile != "" {
+			return fmt.Errorf("config credentials.keyFile: %w", err)
+		}
 		return err
 	}
 	creds.Clock = clk

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway"
 	"github.com/openclaw/cloudworkers/gateway/api"
+	"github.com/openclaw/cloudworkers/gateway/credentials"
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/providers/command"
@@ -26,6 +28,9 @@ type doctorStep struct {
 	OK     bool   `json:"ok"`
 	Detail string `json:"detail"`
 	Fix    string `json:"fix,omitempty"`
+	// Warning marks a step that passed with a risk the operator should know of (it does not
+	// make doctor fail).
+	Warning bool `json:"warning,omitempty"`
 }
 
 // fixes maps what a failure says to what the operator can do about it.
@@ -90,8 +95,11 @@ afterwards unless --keep is given. It exits non-zero if a step failed.`,
 					continue
 				}
 				mark := "ok  "
-				if !s.OK {
+				switch {
+				case !s.OK:
 					mark = "FAIL"
+				case s.Warning:
+					mark = "warn"
 				}
 				fmt.Fprintf(stdout, "%s  %-10s %s\n", mark, s.Name, s.Detail)
 				if s.Fix != "" {
@@ -154,6 +162,22 @@ func gatewayStep(ctx context.Context, g *globals) (*api.Client, api.GatewayInfo,
 	return nil, api.GatewayInfo{}, step
 }
 
+// credentialsKeyStep warns when the credentials' sealing key sits in the data dir beside
+// gateway.db (the default layout): a copy of the data dir then decrypts every stored credential.
+// It reports nothing for a data dir this machine does not hold (a remote gateway).
+func credentialsKeyStep(dataDir string) (doctorStep, bool) {
+	if _, err := os.Stat(filepath.Join(dataDir, "gateway.db")); err != nil {
+		return doctorStep{}, false
+	}
+	key := filepath.Join(dataDir, credentials.KeyFile)
+	if _, err := os.Stat(key); err != nil {
+		return doctorStep{Name: "key", OK: true, Detail: "no credentials key in the data dir " + dataDir + " (credentials.keyFile lies elsewhere)"}, true
+	}
+	return doctorStep{Name: "key", OK: true, Warning: true,
+		Detail: fmt.Sprintf("the credentials key %s sits beside the database: a copy of the data dir decrypts every stored credential", key),
+		Fix:    "move it outside the data dir (another volume or a secrets mount) and set credentials.keyFile to its absolute path in the gateway config; see docs/operations.md → Credentials key"}, true
+}
+
 func runDoctor(ctx context.Context, g *globals, profile, model string, keep bool) (steps []doctorStep) {
 	add := func(name string, ok bool, detail string) {
 		s := doctorStep{Name: name, OK: ok, Detail: detail}
@@ -168,6 +192,9 @@ func runDoctor(ctx context.Context, g *globals, profile, model string, keep bool
 		return steps
 	}
 	add("gateway", true, fmt.Sprintf("%s (%s) at %s, token accepted", info.ID, info.Version, c.BaseURL))
+	if s, ok := credentialsKeyStep(g.dataDirOrDefault()); ok {
+		steps = append(steps, s)
+	}
 	steps = append(steps, inferenceStep(ctx, c, model))
 
 	p, err := c.Profile(ctx, profile)
