@@ -3,10 +3,6 @@ package api
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/openclaw/cloudworkers/gateway/auth"
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/hub"
 	"github.com/openclaw/cloudworkers/gateway/profiles"
@@ -62,6 +58,14 @@ type Config struct {
 	// UI, when set, serves every path outside the API (the Control UI at /), behind the same
 	// Host check.
 	UI http.Handler
+	// Browser, when set, signs the Control UI in: its session cookie authenticates /api/v1 like
+	// the bearer token, and /api/v1/ui/ mints sign-in codes and lists and revokes browser
+	// sessions (bearer token only).
+	Browser *auth.Browser
+	// Refusals is the refused-authentication log (default: one of its own on Log).
+	Refusals *auth.Refusals
+	// Transport describes the listener in GET /api/v1/gateway (nil: not said).
+	Transport *Transport
 }
 
 // Server is the HTTP API.
@@ -97,6 +101,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.Ready == nil {
 		cfg.Ready = func() bool { return true }
+	}
+	if cfg.Refusals == nil {
+		cfg.Refusals = auth.NewRefusals(cfg.Log, nil)
 	}
 	e := echo.New()
 	e.HideBanner = true
@@ -146,6 +153,11 @@ func New(cfg Config) *Server {
 	v1.DELETE("/environments/:id", s.destroyEnv)
 	v1.GET("/environments/:id/worker", s.envWorker)
 	v1.GET("/audit", s.audit)
+	if cfg.Browser != nil {
+		v1.POST("/ui/signin-codes", s.mintSignInCode, bearerOnly)
+		v1.GET("/ui/sessions", s.listBrowserSessions, bearerOnly)
+		v1.DELETE("/ui/sessions/:id", s.revokeBrowserSession, bearerOnly)
+	}
 	for _, m := range cfg.Mount {
 		m(v1)
 	}
@@ -161,78 +173,86 @@ func New(cfg Config) *Server {
 // ServeHTTP makes the server an http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.Echo.ServeHTTP(w, r) }
 
-// auth accepts the bearer token (CLI, scripts) or the Control UI's session cookie. A request
-// authenticated by the cookie that changes state, or opens a WebSocket, must carry an Origin
-// naming this gateway: a page on another origin cannot act with the operator's cookie (CSRF).
+// auth accepts the bearer token (CLI, scripts) or the Control UI's browser session cookie. A
+// request authenticated by the cookie that changes state, or opens a WebSocket, must carry an
+// Origin naming this gateway, scheme included: a page on another origin cannot act with the
+// operator's cookie (CSRF). Every refusal goes to the one refused-authentication log.
 func (s *Server) auth(next echo.HandlerFunc) echo.HandlerFunc {
-	want := []byte("Bearer " + s.cfg.Token)
 	return func(c echo.Context) error {
 		r := c.Request()
-		got := []byte(r.Header.Get("Authorization"))
-		if s.cfg.Token != "" && subtle.ConstantTimeCompare(got, want) == 1 {
-			return next(c)
-		}
-		if len(got) == 0 && ValidSession(r, s.cfg.Token) {
-			if (!SafeMethod(r.Method) || r.Header.Get("Upgrade") != "") && !SameOrigin(r) {
-				s.authFailed(c, "UI session cookie from another origin "+strconv.Quote(r.Header.Get("Origin")))
-				return apiErr(http.StatusForbidden, "origin-mismatch",
-					"a request signed in by the UI session cookie must come from this gateway's own pages (Origin %q, Host %q)", r.Header.Get("Origin"), r.Host)
+		if r.Header.Get("Authorization") != "" {
+			if auth.BearerIs(r, s.cfg.Token) {
+				c.Set(authByKey, authByBearer)
+				return next(c)
 			}
-			return next(c)
+			if _, ok := auth.Bearer(r); ok {
+				s.authFailed(c, "wrong bearer token")
+			} else {
+				s.authFailed(c, "Authorization header without a bearer token")
+			}
+			return apiErr(http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token (see <data-dir>/gateway.token)")
 		}
-		switch _, cookieErr := r.Cookie(SessionCookie); {
-		case len(got) > 0:
-			s.authFailed(c, "wrong bearer token")
-		case cookieErr == nil:
-			s.authFailed(c, "wrong UI session cookie")
-		default:
-			s.authFailed(c, "no credentials")
+		if s.cfg.Browser != nil {
+			_, err := s.cfg.Browser.Session(r)
+			switch {
+			case err == nil:
+				if (!SafeMethod(r.Method) || r.Header.Get("Upgrade") != "") && !s.cfg.Browser.SameOrigin(r) {
+					s.authFailed(c, "UI session cookie from another origin "+strconv.Quote(r.Header.Get("Origin")))
+					return apiErr(http.StatusForbidden, "origin-mismatch",
+						"a request signed in by the UI session cookie must come from this gateway's own pages (Origin %q, Host %q, scheme %s)",
+						r.Header.Get("Origin"), r.Host, scheme(s.cfg.Browser.Secure(r)))
+				}
+				c.Set(authByKey, authByCookie)
+				return next(c)
+			case errors.Is(err, http.ErrNoCookie):
+			case errors.Is(err, auth.ErrNoSession):
+				s.authFailed(c, "UI session cookie: "+err.Error())
+				return apiErr(http.StatusUnauthorized, "unauthorized",
+					"this browser session has ended (signed out, idle, expired or revoked): run `openclaw ui` for a one-time sign-in link")
+			default:
+				return err
+			}
 		}
+		s.authFailed(c, "no credentials")
 		return apiErr(http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token (see <data-dir>/gateway.token)")
 	}
 }
 
-// authFailed logs a refused authentication at WARN: what was wrong, never what was presented.
+// What authenticated a request (the context key authByKey).
+const (
+	authByKey    = "openclaw.authBy"
+	authByBearer = "bearer"
+	authByCookie = "cookie"
+)
+
+// bearerOnly refuses a request signed in by the browser session cookie: minting sign-in codes
+// and managing browser sessions need the operator token itself, so a session cannot outlive its
+// lifetime by minting itself another.
+func bearerOnly(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if c.Get(authByKey) != authByBearer {
+			return apiErr(http.StatusForbidden, "bearer-required", "this route needs the operator token (Authorization: Bearer), not the UI session cookie")
+		}
+		return next(c)
+	}
+}
+
+func scheme(secure bool) string {
+	if secure {
+		return "https"
+	}
+	return "http"
+}
+
+// authFailed records a refused authentication in the refused-authentication log (aggregated
+// per source and minute): what was wrong, never what was presented.
 func (s *Server) authFailed(c echo.Context, why string) {
-	r := c.Request()
-	s.cfg.Log.Warn("authentication failed", "reason", why, "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
-}
-
-// SessionCookie is the name of the Control UI's session cookie.
-const SessionCookie = "openclaw_session"
-
-// SessionValue is the session cookie's value for a gateway token: a keyed hash of the token, so
-// the cookie never carries the token itself and a new token signs every browser out.
-func SessionValue(token string) string {
-	m := hmac.New(sha256.New, []byte(token))
-	m.Write([]byte("openclaw control ui session v1"))
-	return hex.EncodeToString(m.Sum(nil))
-}
-
-// ValidSession reports whether r carries the session cookie of token.
-func ValidSession(r *http.Request, token string) bool {
-	ck, err := r.Cookie(SessionCookie)
-	return err == nil && token != "" && subtle.ConstantTimeCompare([]byte(ck.Value), []byte(SessionValue(token))) == 1
+	s.cfg.Refusals.Refuse(c.Request(), "api", why)
 }
 
 // SafeMethod reports whether an HTTP method only reads (GET, HEAD, OPTIONS).
 func SafeMethod(m string) bool {
 	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
-}
-
-// SameOrigin reports whether r's Origin header names the host r was sent to (scheme http or
-// https). A request without Origin is not same-origin: browsers send it on every state-changing
-// request and every WebSocket.
-func SameOrigin(r *http.Request) bool {
-	o := r.Header.Get("Origin")
-	if o == "" || o == "null" {
-		return false
-	}
-	u, err := url.Parse(o)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Path != "" || u.User != nil {
-		return false
-	}
-	return strings.EqualFold(u.Host, r.Host)
 }
 
 // checkHost refuses a request whose Host header is not an IP literal, localhost or one of the
@@ -351,6 +371,9 @@ func (s *Server) handleError(err error, c echo.Context) {
 			msg = pe.Protocol().Message // the worker protocol's code (session-not-attached) is not the API's
 		}
 		ae = apiErr(http.StatusNotFound, "not-found", "%s", msg)
+	case errors.Is(err, auth.ErrTooManyCodes):
+		c.Response().Header().Set("Retry-After", strconv.Itoa(int(auth.CodeLifetime/time.Second)))
+		ae = apiErr(http.StatusTooManyRequests, "capacity-exceeded", "%v", err)
 	case errors.Is(err, envs.ErrCapacity):
 		ae = apiErr(http.StatusConflict, "capacity", "%v", err)
 	case errors.Is(err, envs.ErrAttached), errors.Is(err, envs.ErrConflict), errors.Is(err, profiles.ErrInUse):
@@ -399,7 +422,7 @@ func bind(c echo.Context, v any) error {
 
 func (s *Server) gatewayInfo(c echo.Context) error {
 	return c.JSON(http.StatusOK, GatewayInfo{ID: s.cfg.GatewayID, Version: s.cfg.Version,
-		Features: map[string]bool{"bootstrap": s.cfg.Bootstrap}})
+		Features: map[string]bool{"bootstrap": s.cfg.Bootstrap}, Transport: s.cfg.Transport})
 }
 
 // WorkerInfo is the worker side of an environment.

@@ -40,6 +40,20 @@ type GatewayInfo struct {
 	ID       string          `json:"id"`
 	Version  string          `json:"version"`
 	Features map[string]bool `json:"features"`
+	// Transport is how the gateway listens (doctor flags a network address without TLS).
+	Transport *Transport `json:"transport,omitempty"`
+}
+
+// Transport is how the gateway's API listener is reached.
+type Transport struct {
+	// Listen is the listen address as configured.
+	Listen string `json:"listen"`
+	// Loopback: Listen is a loopback address.
+	Loopback bool `json:"loopback"`
+	// TLS: the listener serves TLS (tls.cert, tls.key).
+	TLS bool `json:"tls"`
+	// TrustedProxies is how many trustedProxies entries may say a request came over TLS.
+	TrustedProxies int `json:"trustedProxies"`
 }
 
 // Gateway returns the gateway's identity, version and features.

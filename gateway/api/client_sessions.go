@@ -164,6 +164,7 @@ func (c *Client) StreamSession(ctx context.Context, sessionID string, cursor uin
 	u := "ws" + strings.TrimPrefix(c.BaseURL, "http") + v1("sessions", sessionID, "stream") + "?cursor=" + strconv.FormatUint(cursor, 10)
 	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{
 		HTTPHeader: http.Header{"Authorization": []string{"Bearer " + c.Token}},
+		HTTPClient: c.streamHTTP(),
 	})
 	if err != nil {
 		if resp != nil && resp.StatusCode == http.StatusNotFound {

@@ -90,6 +90,9 @@ var Operations = []Operation{
 		Query: []Param{{"force", "boolean", "destroy even while a session is attached"}, {"wait", "string", "how long to wait for proof of teardown (a Go duration up to 10m)"}}, Status: 202, Response: envs.Environment{}},
 	{Method: "GET", Path: "/api/v1/environments/:id/worker", Summary: "The worker side of an environment: admission, tunnel, backpressure, inference totals.", Status: 200, Response: WorkerInfo{}},
 	{Method: "GET", Path: "/api/v1/audit", Summary: "The newest 1000 audit rows.", Query: []Param{{"environmentId", "string", "only the rows of this environment"}}, Status: 200, Response: []store.AuditEntry{}},
+	{Method: "POST", Path: "/api/v1/ui/signin-codes", Summary: "Mint a one-time sign-in code of the Control UI (256 bits, stored hashed, valid 2 minutes, used once at /login?code=…); bearer token only, 429 past 32 unused codes.", Status: 201, Response: SignInCode{}},
+	{Method: "GET", Path: "/api/v1/ui/sessions", Summary: "The Control UI's browser sessions (live, and ended in the last day), newest first; bearer token only.", Status: 200, Response: []BrowserSession{}},
+	{Method: "DELETE", Path: "/api/v1/ui/sessions/:id", Summary: "End a browser session (its cookie gets 401 from then on); bearer token only.", Status: 200, Response: BrowserSession{}},
 
 	{Method: "POST", Path: "/api/v1/sessions", Summary: "Create a session (with target {kind: profile} it is dispatched at once).", Body: sessions.CreateRequest{}, Status: 201, Response: sessions.Session{}},
 	{Method: "GET", Path: "/api/v1/sessions", Summary: "List the sessions that are not archived, most recently updated first.",

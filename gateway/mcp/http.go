@@ -10,11 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/openclaw/cloudworkers/gateway/auth"
 	"github.com/openclaw/cloudworkers/internal/tokenfile"
 )
 
@@ -72,7 +72,7 @@ func (s *Server) HTTPHandler(operatorToken, dataDir string) http.Handler {
 }
 
 func (s *Server) authorized(r *http.Request, operatorToken, dataDir string) bool {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	got, ok := auth.Bearer(r) // the scheme in any case: "bearer" is "Bearer"
 	if !ok || got == "" {
 		return false
 	}

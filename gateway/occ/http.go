@@ -36,7 +36,6 @@ package occ
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,6 +46,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/openclaw/cloudworkers/gateway/auth"
 	"github.com/openclaw/cloudworkers/internal/tokenfile"
 )
 
@@ -180,8 +180,7 @@ func (s *Server) authorized(r *http.Request) bool {
 		s.cfg.Log.Warn("occ token unreadable", "err", err)
 		return false
 	}
-	got := []byte(r.Header.Get("Authorization"))
-	return subtle.ConstantTimeCompare(got, []byte("Bearer "+tok)) == 1
+	return auth.BearerIs(r, tok) // the scheme in any case: "bearer" is "Bearer"
 }
 
 func (s *Server) describe(w http.ResponseWriter, side string) {
