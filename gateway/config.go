@@ -39,10 +39,18 @@ type Config struct {
 	AllowedHosts []string `yaml:"allowedHosts"`
 	// MetricsListen, when set, serves /metrics without the token on this address (for a
 	// Prometheus scraper); /metrics on Listen always needs the token.
-	MetricsListen string             `yaml:"metricsListen"`
-	LogFormat     string             `yaml:"logFormat"`
-	LogLevel      string             `yaml:"logLevel"`
-	Sweep         providers.Duration `yaml:"sweepInterval"`
+	MetricsListen string `yaml:"metricsListen"`
+	// TLS serves the API listener over TLS (docs/operations.md → TLS); reloaded on SIGHUP.
+	TLS TLSConfig `yaml:"tls"`
+	// TrustedProxies are the addresses (CIDR prefixes or IPs) of TLS-terminating proxies in
+	// front of the gateway: a request from one of them with X-Forwarded-Proto: https counts as
+	// TLS (the session cookie gets Secure, the Origin check expects https).
+	TrustedProxies []string `yaml:"trustedProxies"`
+	// UI bounds the Control UI's browser sessions.
+	UI        UIConfig           `yaml:"ui"`
+	LogFormat string             `yaml:"logFormat"`
+	LogLevel  string             `yaml:"logLevel"`
+	Sweep     providers.Duration `yaml:"sweepInterval"`
 	// Lifecycle is how often the profiles' lifetime policy (idle auto-stop, TTL, renewal) runs;
 	// zero means 30s.
 	Lifecycle providers.Duration `yaml:"lifecycleInterval"`
@@ -306,6 +314,9 @@ func (c *Config) Validate() error {
 		return providers.Fieldf("listen", "must be host:port, got %q", c.Listen)
 	case c.MetricsListen != "" && !strings.Contains(c.MetricsListen, ":"):
 		return providers.Fieldf("metricsListen", "must be host:port, got %q", c.MetricsListen)
+	}
+	if err := c.validateTransport(); err != nil {
+		return err
 	}
 	for i, h := range c.AllowedHosts {
 		if h == "" || strings.ContainsAny(h, ":/ ") {

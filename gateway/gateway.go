@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/agents"
 	"github.com/openclaw/cloudworkers/gateway/api"
+	"github.com/openclaw/cloudworkers/gateway/auth"
 	"github.com/openclaw/cloudworkers/gateway/bootstrap"
 	"github.com/openclaw/cloudworkers/gateway/boxaccess"
 	"github.com/openclaw/cloudworkers/gateway/credentials"
@@ -376,7 +379,27 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	reg.MustRegister(turnSvc.Collectors()...)
 	reg.MustRegister(dispatcher.Collectors()...)
 
-	controlUI, err := ui.New(ui.Config{Token: token, Log: log.With("subsystem", "ui")})
+	// Sign-in: refused authentications of every door go to one log, aggregated per source and
+	// minute; the Control UI signs in with one-time codes for browser sessions (gateway/auth).
+	refusals := auth.NewRefusals(log.With("subsystem", "auth"), clk)
+	runOwned(ctx, &closers, "refused-authentication log", refusals.Run)
+	proxies, err := auth.ParseProxies(cfg.TrustedProxies)
+	if err != nil {
+		return fmt.Errorf("config: trustedProxies: %w", err)
+	}
+	var cert *certificate
+	if cfg.TLS.Enabled() {
+		if cert, err = loadCertificate(cfg.TLS); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+		runOwned(ctx, &closers, "TLS reload", func(ctx context.Context) { cert.reloadOnHangup(ctx, log.With("subsystem", "tls")) })
+	}
+	browser, err := auth.OpenBrowser(ctx, auth.BrowserConfig{DB: db, Token: token, Idle: cfg.UI.SessionIdle.D(),
+		Lifetime: cfg.UI.SessionLifetime.D(), TrustedProxies: proxies, Refusals: refusals, Clock: clk, Log: log.With("subsystem", "auth")})
+	if err != nil {
+		return err
+	}
+	controlUI, err := ui.New(ui.Config{Sessions: browser, Log: log.With("subsystem", "ui")})
 	if err != nil {
 		return err
 	}
@@ -390,7 +413,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	srv := api.New(api.Config{
 		Token: token, DB: db, Profiles: profStore, Envs: mgr, Registry: reg,
 		Log: log.With("subsystem", "api"), GatewayID: gatewayID, Version: info.Version, Ready: ready.Load, Bootstrap: true,
-		AllowedHosts: cfg.AllowedHosts, UI: controlUI,
+		AllowedHosts: cfg.AllowedHosts, UI: controlUI, Browser: browser, Refusals: refusals,
+		Transport: &api.Transport{Listen: cfg.Listen, Loopback: ListenIsLoopback(cfg.Listen), TLS: cert != nil, TrustedProxies: len(proxies)},
 		Served: func(ctx context.Context, envID string) []string {
 			ps, _ := placements.ServedBy(ctx, envID)
 			ids := make([]string, 0, len(ps))
@@ -433,8 +457,16 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	// /mcp: the MCP server over streamable HTTP, driving this gateway's own API on loopback.
-	mcpCfg := cfg.MCP.Config(api.NewClient(mcp.LoopbackURL(ln.Addr()), token))
+	warnCleartext(log, cfg.Listen, cert != nil, len(proxies))
+	// /mcp: the MCP server over streamable HTTP, driving this gateway's own API on loopback
+	// (over TLS with the listener's own certificate pinned, when it serves TLS).
+	mcpClient := api.NewClient(mcp.LoopbackURL(ln.Addr()), token)
+	if cert != nil {
+		ln = tls.NewListener(ln, cert.serverConfig())
+		mcpClient.BaseURL = "https" + strings.TrimPrefix(mcpClient.BaseURL, "http")
+		mcpClient.HTTP = cert.pinnedClient()
+	}
+	mcpCfg := cfg.MCP.Config(mcpClient)
 	if mcpCfg.Roots, err = roots.Narrow("mcp.workspaceRoots", cfg.MCP.WorkspaceRoots); err != nil {
 		ln.Close()
 		return fmt.Errorf("config: %w", err)
@@ -448,7 +480,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		ln.Close()
 		return err
 	}
-	srv.Echo.Any("/mcp", echo.WrapHandler(mcpSrv.HTTPHandler(token, dataDir)))
+	srv.Echo.Any("/mcp", echo.WrapHandler(auth.Door("mcp", refusals, mcpSrv.HTTPHandler(token, dataDir))))
 	// /occ/v1/: OCC's Compute side, behind its own token (docs/occ.md). Each side registers its
 	// Driver on occSrv (see the gateway/occ package comment).
 	occCfg := cfg.OCC
@@ -491,7 +523,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	occSrv.RegisterCompute(compute.Driver())
 	credGW.SetRevisions(compute)
 	occSrv.RegisterCredentialGateway(credGW.Driver())
-	srv.Echo.Any("/occ/v1/*", echo.WrapHandler(occSrv))
+	srv.Echo.Any("/occ/v1/*", echo.WrapHandler(auth.Door("occ", refusals, occSrv)))
 	if deps.OnAPI != nil {
 		deps.OnAPI(srv)
 	}

@@ -1,11 +1,11 @@
 // Package ui serves the Control UI: server-rendered pages and their embedded assets, signed in by a
-// session cookie, talking to the gateway only through /api/v1 and its WebSocket streams.
+// one-time code for a browser session cookie, talking to the gateway only through /api/v1 and its
+// WebSocket streams.
 package ui
 
 import (
 	"bytes"
 	"crypto/sha256"
-	"crypto/subtle"
 	"embed"
 	"encoding/hex"
 	"fmt"
@@ -16,8 +16,6 @@ import (
 	"net/http"
 	"path"
 	"strings"
-
-	"github.com/openclaw/cloudworkers/gateway/api"
 )
 
 //go:embed templates/*.html static/*
@@ -25,9 +23,23 @@ var embedded embed.FS
 
 // Config configures the UI handler.
 type Config struct {
-	// Token is the gateway's operator token: /login exchanges it for the session cookie.
-	Token string
-	Log   *slog.Logger
+	// Sessions signs browsers in and out; the UI holds no secret and writes no row.
+	Sessions Sessions
+	Log      *slog.Logger
+}
+
+// Sessions is the gateway's side of signing a browser in: one-time sign-in codes exchanged for
+// browser sessions kept by the gateway.
+type Sessions interface {
+	// SignIn uses a one-time sign-in code up and sets the session cookie on w; a code that is
+	// unknown, used or expired is an error saying so.
+	SignIn(w http.ResponseWriter, r *http.Request, code string) error
+	// SignedIn reports whether r carries the cookie of a live browser session.
+	SignedIn(r *http.Request) bool
+	// SignOut ends r's browser session, if any, and clears its cookie on w.
+	SignOut(w http.ResponseWriter, r *http.Request)
+	// SameOrigin reports whether r's Origin names this gateway, scheme included.
+	SameOrigin(r *http.Request) bool
 }
 
 // Handler serves the Control UI.
@@ -59,6 +71,9 @@ var pageRoutes = map[string]string{
 func New(cfg Config) (*Handler, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Sessions == nil {
+		return nil, fmt.Errorf("ui: no Sessions to sign browsers in")
 	}
 	h := &Handler{cfg: cfg, mux: http.NewServeMux(), assets: map[string]asset{}, names: map[string]string{}}
 	static, err := fs.Sub(embedded, "static")
@@ -166,7 +181,7 @@ var titles = map[string]string{
 
 func (h *Handler) page(name string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if !api.ValidSession(r, h.cfg.Token) {
+		if !h.cfg.Sessions.SignedIn(r) {
 			http.Redirect(w, r, "/login", http.StatusSeeOther)
 			return
 		}
@@ -174,12 +189,22 @@ func (h *Handler) page(name string) http.HandlerFunc {
 	}
 }
 
-// login exchanges the operator token (?token= or the form's field) for the session cookie and
-// redirects to / so the token leaves the address bar; without a token it shows the form.
+// TokenRefused is what /login answers to the old link form /login?token=…: the operator token
+// is never taken in a URL (browser history, the browser's command line).
+const TokenRefused = "Sign-in links with the operator token are no longer accepted. Run `openclaw ui` on the gateway's machine: it prints a one-time sign-in link (valid 2 minutes)."
+
+// login exchanges a one-time sign-in code (?code= from the link `openclaw ui` prints, or the
+// form's field) for a browser session and redirects to / so the code leaves the address bar;
+// without a code it shows the form. A ?token= link is refused, saying how to sign in.
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
-	token := r.URL.Query().Get("token")
+	q := r.URL.Query()
+	if q.Has("token") {
+		h.render(w, http.StatusBadRequest, "login", pageData{Page: "login", Title: "Sign in", Error: TokenRefused})
+		return
+	}
+	code := q.Get("code")
 	if r.Method == http.MethodPost {
-		if !api.SameOrigin(r) {
+		if !h.cfg.Sessions.SameOrigin(r) {
 			h.render(w, http.StatusForbidden, "login", pageData{Page: "login", Title: "Sign in", Error: "This form must be sent from the gateway's own sign-in page."})
 			return
 		}
@@ -188,30 +213,25 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 			h.render(w, http.StatusBadRequest, "login", pageData{Page: "login", Title: "Sign in", Error: "The form could not be read."})
 			return
 		}
-		token = r.PostForm.Get("token")
-	} else if token == "" {
+		code = r.PostForm.Get("code")
+	} else if code == "" {
 		h.render(w, http.StatusOK, "login", pageData{Page: "login", Title: "Sign in"})
 		return
 	}
-	token = strings.TrimSpace(token)
-	if h.cfg.Token == "" || subtle.ConstantTimeCompare([]byte(token), []byte(h.cfg.Token)) != 1 {
-		h.cfg.Log.Warn("authentication failed", "reason", "wrong token at the sign-in page", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+	if err := h.cfg.Sessions.SignIn(w, r, code); err != nil {
 		h.render(w, http.StatusUnauthorized, "login", pageData{Page: "login", Title: "Sign in",
-			Error: "That token is not this gateway's token (see <data-dir>/gateway.token, or run `openclaw ui`)."})
+			Error: "That sign-in code does not sign in (" + err.Error() + ")."})
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: api.SessionCookie, Value: api.SessionValue(h.cfg.Token), Path: "/",
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
-// logout clears the session cookie.
+// logout ends the browser session and clears its cookie.
 func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
-	if !api.SameOrigin(r) {
+	if !h.cfg.Sessions.SameOrigin(r) {
 		http.Error(w, "sign-out must come from the gateway's own pages", http.StatusForbidden)
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: api.SessionCookie, Value: "", Path: "/", MaxAge: -1,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	h.cfg.Sessions.SignOut(w, r)
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }

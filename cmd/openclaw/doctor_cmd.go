@@ -192,6 +192,9 @@ func runDoctor(ctx context.Context, g *globals, profile, model string, keep bool
 		return steps
 	}
 	add("gateway", true, fmt.Sprintf("%s (%s) at %s, token accepted", info.ID, info.Version, c.BaseURL))
+	if ts, ok := transportStep(info); ok {
+		steps = append(steps, ts)
+	}
 	if s, ok := credentialsKeyStep(g.dataDirOrDefault()); ok {
 		steps = append(steps, s)
 	}

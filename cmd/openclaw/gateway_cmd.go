@@ -23,7 +23,9 @@ func newGatewayCmd(g *globals) *cobra.Command {
 		Long: `Run the gateway daemon: the HTTP API under /api/v1, /healthz, /readyz and /metrics (with the token;
 metricsListen serves it without), the environment state machine with restart reconciliation and
 the periodic orphan sweep. Requests whose Host is not an IP literal, localhost or one of
-allowedHosts are refused with 421.
+allowedHosts are refused with 421. With tls.cert and tls.key (--tls-cert, --tls-key) the listener
+serves TLS, and SIGHUP reads the certificate again; a listener on a non-loopback address without
+TLS is logged at WARN when the gateway starts.
 
 Configuration is read from defaults, then the YAML file given with --config, then flags.
 The data dir (mode 0700) holds gateway.db (SQLite, 0600), gateway.token (the API bearer token,
@@ -52,6 +54,12 @@ Example:
 			if f.Changed("log-level") {
 				file.LogLevel = cfg.LogLevel
 			}
+			if f.Changed("tls-cert") {
+				file.TLS.Cert = cfg.TLS.Cert
+			}
+			if f.Changed("tls-key") {
+				file.TLS.Key = cfg.TLS.Key
+			}
 			file.SetDefaults()
 			if err := file.Validate(); err != nil {
 				return fmt.Errorf("config: %w", err)
@@ -65,6 +73,8 @@ Example:
 	f.StringVar(&cfg.Listen, "listen", gateway.DefaultListen, "HTTP listen address")
 	f.StringVar(&cfg.LogFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.StringVar(&cfg.TLS.Cert, "tls-cert", "", "serve TLS with this certificate (PEM; with --tls-key; read again on SIGHUP)")
+	f.StringVar(&cfg.TLS.Key, "tls-key", "", "the TLS certificate's private key (PEM)")
 	return cmd
 }
 

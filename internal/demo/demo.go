@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -154,7 +153,11 @@ func Run(ctx context.Context, o Options) error {
 		fmt.Fprintf(d.out, "\nkept the temp dir: %s\n", d.tmp)
 		fmt.Fprintln(d.out, "\ndemo passed: every stage happened; no machine or box left behind; the gateway is still running")
 		fmt.Fprintf(d.out, "gateway pid %d: %s (log %s)\n", d.gw.Process.Pid, d.c.BaseURL, d.logPath)
-		fmt.Fprintf(d.out, "sign in to the Control UI: %s\n", SignInURL(d.c.BaseURL, d.c.Token))
+		link, err := SignInLink(ctx, d.c)
+		if err != nil {
+			return fmt.Errorf("sign-in link of the kept gateway: %w", err)
+		}
+		fmt.Fprintf(d.out, "sign in to the Control UI: %s\n  (a one-time link, valid 2 minutes; `openclaw ui --gateway %s --data-dir %s` prints another)\n", link, d.c.BaseURL, d.data)
 		fmt.Fprintf(d.out, "stop it with: kill %d\n", d.gw.Process.Pid)
 		return nil
 	}
@@ -342,9 +345,14 @@ func (d *run) keepGateway(ctx context.Context) (string, error) {
 	return fmt.Sprintf("gateway pid %d left running at %s; no box process left", d.gw.Process.Pid, d.c.BaseURL), nil
 }
 
-// SignInURL is the Control UI's sign-in link of a gateway (what `openclaw ui` prints).
-func SignInURL(base, token string) string {
-	return strings.TrimRight(base, "/") + "/login?token=" + url.QueryEscape(token)
+// SignInLink mints a one-time sign-in link of the Control UI with c's operator token (what
+// `openclaw ui` prints).
+func SignInLink(ctx context.Context, c *api.Client) (string, error) {
+	code, err := c.MintSignInCode(ctx)
+	if err != nil {
+		return "", err
+	}
+	return c.BaseURL + code.Path, nil
 }
 
 // stopGatewayProcess sends SIGTERM, then SIGKILL after 15s, and waits for the exit.
