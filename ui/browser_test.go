@@ -52,7 +52,8 @@ type fakeAPI struct {
 
 func (f *fakeAPI) start(t testing.TB) string {
 	t.Helper()
-	h, err := ui.New(ui.Config{Token: token})
+	b := signin(t, nil)
+	h, err := ui.New(ui.Config{Sessions: b})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +167,7 @@ func (f *fakeAPI) start(t testing.TB) string {
 			return nil
 		})
 	}
-	srv := api.New(api.Config{Token: token, UI: h, Mount: []func(g *echo.Group){routes}})
+	srv := api.New(api.Config{Token: token, UI: h, Browser: b, Mount: []func(g *echo.Group){routes}})
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
 	return ts.URL
@@ -183,7 +184,7 @@ func TestMain(m *testing.M) {
 
 func signIn(t testing.TB, p *browsertest.Page, base string) {
 	t.Helper()
-	p.Do("sign in", chromedp.Navigate(base+"/login?token="+url.QueryEscape(token)), chromedp.WaitVisible(`#session-list-status`))
+	p.Do("sign in", chromedp.Navigate(mintLink(t, base)), chromedp.WaitVisible(`#session-list-status`))
 }
 
 // A 10,000-entry transcript renders a window of the newest entries; "Show earlier entries"
@@ -402,8 +403,8 @@ func TestSignOutInBrowser(t *testing.T) {
 	base := (&fakeAPI{sessions: 1}).start(t)
 	p := browsertest.NewPage(t, browser, "signout", true)
 	signIn(t, p, base)
-	p.Do("sign out", chromedp.Click(`form[action="/logout"] button`), chromedp.WaitVisible(`input#token`))
-	p.Do("home", chromedp.Navigate(base+"/"), chromedp.WaitVisible(`input#token`))
+	p.Do("sign out", chromedp.Click(`form[action="/logout"] button`), chromedp.WaitVisible(`input#code`))
+	p.Do("home", chromedp.Navigate(base+"/"), chromedp.WaitVisible(`input#code`))
 	if got := browsertest.Eval[int](p, `fetch('/api/v1/sessions').then(r => r.status)`); got != http.StatusUnauthorized {
 		t.Fatalf("the API after sign-out answers %d", got)
 	}
@@ -414,7 +415,11 @@ func TestSignInFormInBrowser(t *testing.T) {
 	browser := shared.Get(t)
 	base := (&fakeAPI{sessions: 1}).start(t)
 	p := browsertest.NewPage(t, browser, "form", true)
-	p.Do("sign in by the form", chromedp.Navigate(base+"/login"), chromedp.SendKeys(`#token`, token), chromedp.Submit(`#token`),
+	link, err := url.Parse(mintLink(t, base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Do("sign in by the form", chromedp.Navigate(base+"/login"), chromedp.SendKeys(`#code`, link.Query().Get("code")), chromedp.Submit(`#code`),
 		chromedp.WaitVisible(`#session-list-status`))
 	if loc := browsertest.Eval[string](p, `location.pathname + location.search`); loc != "/" {
 		t.Fatalf("after the form: %s", loc)
