@@ -346,3 +346,6 @@ func (s *Store) Notify(kind, id string) {
 func (s *Store) SubscribeChanges(cursor uint64) *Subscription[*Change] {
 	return s.changes.subscribe(cursor)
 }
+
+// ChangesCursor is the cursor of the newest change: SubscribeChanges from it sees only later ones.
+func (s *Store) ChangesCursor() uint64 { return s.changes.lastCursor() }

@@ -17,6 +17,22 @@ import (
 	"github.com/openclaw/cloudworkers/sync/gitexec"
 )
 
+// SetTitle renames a session.
+func (s *Store) SetTitle(ctx context.Context, id, title string) error {
+	if len(title) > MaxTitleLen {
+		return providers.Fieldf("title", "longer than %d bytes", MaxTitleLen)
+	}
+	res, err := s.db.W.ExecContext(ctx, `UPDATE sessions SET title=?, updated_at=? WHERE id=?`, title, store.FormatTime(s.now()), id)
+	if err != nil {
+		return fmt.Errorf("set title of session %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return notFound(id)
+	}
+	s.Notify(ChangeSessionUpdated, id)
+	return nil
+}
+
 // SetWorkspace points a session at another workspace directory (for example the gateway-owned
 // anchor holding a worker's results after pull-back).
 func (s *Store) SetWorkspace(ctx context.Context, id, dir string) error {

@@ -1,0 +1,338 @@
+package openclaw
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// operatorScopes are the scopes the operator token can grant: all of the protocol's operator scopes.
+var operatorScopes = []string{"operator.admin", "operator.read", "operator.write", "operator.approvals",
+	"operator.questions", "operator.pairing", "operator.talk", "operator.talk.secrets"}
+
+// maxInflight bounds the long requests (agent, agent.wait) one connection has running.
+const maxInflight = 16
+
+// conn is one client connection.
+type conn struct {
+	srv    *Server
+	ws     *websocket.Conn
+	remote string
+	connID string
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// out carries encoded frames to the writer; buffered counts their bytes (bounded by
+	// MaxBufferedBytes: a client that does not read is cut, never queued without end).
+	out      chan []byte
+	buffered atomic.Int64
+	seq      atomic.Uint64
+	once     sync.Once
+	wg       sync.WaitGroup
+
+	// set at connect
+	scopes []string
+	client client
+
+	mu      sync.Mutex
+	subs    map[string]*follower // session id → its live-feed follower
+	changes bool                 // sessions.subscribe: sessions.changed events
+	// changesStarted: the change feed's relay runs (it stops with the connection)
+	changesStarted bool
+	aliases        map[string]string // our run id → the client's (its idempotency key)
+	inflight       int
+}
+
+func newConn(s *Server, ws *websocket.Conn, r *http.Request) *conn {
+	ctx, cancel := context.WithCancel(s.ctx)
+	return &conn{srv: s, ws: ws, remote: r.RemoteAddr, connID: randomHex(8), ctx: ctx, cancel: cancel,
+		out: make(chan []byte, 1024), subs: map[string]*follower{}}
+}
+
+// run serves the connection: the challenge, the connect handshake, then requests until the client
+// leaves, the gateway stops, or a bound is crossed.
+func (c *conn) run() {
+	defer c.cancel()
+	defer c.wg.Wait()
+	defer c.unsubscribeAll()
+	c.ws.SetReadLimit(PreConnectMaxBytes)
+	c.wg.Add(1)
+	go c.writer()
+	nonce := randomHex(16)
+	challengeAt := c.srv.cfg.Now()
+	c.event("connect.challenge", map[string]any{"nonce": nonce, "ts": challengeAt.UnixMilli()})
+	hctx, hcancel := context.WithTimeout(c.ctx, HandshakeTimeout)
+	_, data, err := c.ws.Read(hctx)
+	hcancel()
+	if err != nil {
+		c.closeWith(websocket.StatusPolicyViolation, "handshake timeout or read error")
+		return
+	}
+	if !c.handshake(data, nonce, challengeAt) {
+		return
+	}
+	c.ws.SetReadLimit(c.srv.cfg.MaxPayload)
+	c.wg.Add(1)
+	go c.ticker()
+	for {
+		_, data, err := c.ws.Read(c.ctx)
+		if err != nil {
+			c.closeWith(websocket.StatusNormalClosure, "")
+			return
+		}
+		var f inFrame
+		if err := json.Unmarshal(data, &f); err != nil || f.Type != "req" || f.ID == "" || f.Method == "" {
+			id := f.ID
+			if id == "" {
+				id = "invalid"
+			}
+			c.reply(id, nil, errf(CodeInvalidRequest, "invalid request frame: want {type:\"req\", id, method, params}"))
+			continue
+		}
+		c.dispatch(f)
+	}
+}
+
+// handshake checks the connect request and answers hello-ok, or the protocol's error and a close.
+func (c *conn) handshake(data []byte, nonce string, challengeAt time.Time) bool {
+	var f inFrame
+	if err := json.Unmarshal(data, &f); err != nil || f.Type != "req" || f.ID == "" {
+		c.closeWith(websocket.StatusPolicyViolation, "invalid request frame")
+		return false
+	}
+	fail := func(msg, detail string) bool {
+		var details any
+		if detail != "" {
+			details = map[string]any{"code": detail}
+		}
+		c.reply(f.ID, nil, &errorShape{Code: CodeInvalidRequest, Message: msg, Details: details})
+		c.srv.cfg.Log.Warn("openclaw client refused", "reason", msg, "remote", c.remote)
+		c.closeWith(websocket.StatusPolicyViolation, truncate(msg, 120))
+		return false
+	}
+	if f.Method != "connect" {
+		return fail("invalid handshake: first request must be connect", "")
+	}
+	var p connectParams
+	if err := json.Unmarshal(f.Params, &p); err != nil {
+		return fail("invalid connect params: "+truncate(err.Error(), 200), "")
+	}
+	if p.MinProtocol > ProtocolVersion || (p.MaxProtocol != 0 && p.MaxProtocol < ProtocolVersion) {
+		return fail(fmt.Sprintf("protocol mismatch: this gateway speaks protocol %d, the client %d..%d", ProtocolVersion, p.MinProtocol, p.MaxProtocol), DetailProtocolMismatch)
+	}
+	if p.Role != "" && p.Role != "operator" {
+		return fail("invalid role: this gateway serves operator clients only (got "+truncate(p.Role, 40)+")", "")
+	}
+	token, password := "", ""
+	if p.Auth != nil {
+		token, password = p.Auth.Token, p.Auth.Password
+	}
+	switch {
+	case token == "" && password == "":
+		return fail("unauthorized: gateway token missing (pass the operator token: the gateway's <data-dir>/gateway.token)", DetailAuthTokenMissing)
+	case !c.srv.checkToken(token) && !c.srv.checkToken(password):
+		return fail("unauthorized: gateway token mismatch (pass the operator token: the gateway's <data-dir>/gateway.token)", DetailAuthTokenMismatch)
+	}
+	if p.Device != nil {
+		if code, msg := verifyDevice(p.Device, p, token, nonce, challengeAt); code != "" {
+			return fail(msg, code)
+		}
+	}
+	// The operator token grants every operator scope; a client gets those it asked for (all of
+	// them when it asked for none).
+	granted := operatorScopes
+	if len(p.Scopes) > 0 {
+		granted = nil
+		for _, sc := range p.Scopes {
+			if slices.Contains(operatorScopes, sc) && !slices.Contains(granted, sc) {
+				granted = append(granted, sc)
+			}
+		}
+	}
+	c.scopes, c.client = granted, p.Client
+	c.reply(f.ID, c.hello(granted), nil)
+	c.srv.cfg.Log.Debug("openclaw client connected", "client", p.Client.ID, "mode", p.Client.Mode, "remote", c.remote)
+	return true
+}
+
+func (c *conn) hello(scopes []string) map[string]any {
+	cfg := c.srv.cfg
+	return map[string]any{
+		"type":     "hello-ok",
+		"protocol": ProtocolVersion,
+		"server":   map[string]any{"version": orDefault(cfg.Version, "dev"), "connId": c.connID},
+		"features": map[string]any{"methods": methodNames(), "events": eventNames},
+		"snapshot": map[string]any{
+			"presence":        []any{},
+			"health":          map[string]any{"ok": true},
+			"stateVersion":    map[string]any{"presence": 0, "health": 0},
+			"uptimeMs":        max(0, c.srv.cfg.Now().Sub(c.srv.started).Milliseconds()),
+			"sessionDefaults": map[string]any{"defaultAgentId": defaultAgent, "mainKey": mainKeyName, "mainSessionKey": sessionKeyFor(defaultAgent, mainKeyName)},
+		},
+		"auth":   map[string]any{"role": "operator", "scopes": scopes},
+		"policy": map[string]any{"maxPayload": cfg.MaxPayload, "maxBufferedBytes": cfg.MaxBufferedBytes, "tickIntervalMs": cfg.TickInterval.Milliseconds()},
+	}
+}
+
+func (c *conn) has(scope string) bool {
+	return slices.Contains(c.scopes, scope) || slices.Contains(c.scopes, "operator.admin")
+}
+
+// dispatch runs one request: unknown methods and missing scopes are answered at once; long ones
+// (those that wait for a run) in a goroutine of their own, bounded per connection.
+func (c *conn) dispatch(f inFrame) {
+	m, ok := methods[f.Method]
+	if !ok {
+		c.reply(f.ID, nil, errf(CodeInvalidRequest, "unknown method: "+truncate(f.Method, 128)))
+		return
+	}
+	if m.scope != "" && !c.has(m.scope) && !(m.scope == "operator.read" && c.has("operator.write")) {
+		c.reply(f.ID, nil, errf(CodeForbidden, "missing scope: "+m.scope))
+		return
+	}
+	if !m.long {
+		payload, err := m.fn(c, f)
+		c.reply(f.ID, payload, err)
+		return
+	}
+	c.mu.Lock()
+	if c.inflight >= maxInflight {
+		c.mu.Unlock()
+		c.reply(f.ID, nil, &errorShape{Code: CodeUnavailable, Message: fmt.Sprintf("too many requests in flight on this connection (%d)", maxInflight), Retryable: true, RetryAfterMs: 1000})
+		return
+	}
+	c.inflight++
+	c.mu.Unlock()
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer func() { c.mu.Lock(); c.inflight--; c.mu.Unlock() }()
+		payload, err := m.fn(c, f)
+		if payload != nil || err != nil {
+			c.reply(f.ID, payload, err)
+		}
+	}()
+}
+
+// reply queues a response frame.
+func (c *conn) reply(id string, payload any, err *errorShape) {
+	if err != nil {
+		err.Message = truncate(err.Message, 2000)
+		c.send(resFrame{Type: "res", ID: id, OK: false, Error: err})
+		return
+	}
+	if payload == nil {
+		payload = map[string]any{}
+	}
+	c.send(resFrame{Type: "res", ID: id, OK: true, Payload: payload})
+}
+
+// event queues an event frame with the connection's next seq.
+func (c *conn) event(name string, payload any) {
+	c.send(eventFrame{Type: "event", Event: name, Payload: payload, Seq: c.seq.Add(1)})
+}
+
+// send encodes and queues a frame. A client whose queue passes MaxBufferedBytes is cut: the
+// gateway never holds more for one slow reader.
+func (c *conn) send(v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		c.srv.cfg.Log.Error("openclaw: encode frame", "err", err)
+		return
+	}
+	if c.buffered.Add(int64(len(b))) > c.srv.cfg.MaxBufferedBytes {
+		c.buffered.Add(-int64(len(b)))
+		c.closeWith(websocket.StatusPolicyViolation, "slow consumer: more than policy.maxBufferedBytes queued")
+		return
+	}
+	select {
+	case c.out <- b:
+	case <-c.ctx.Done():
+		c.buffered.Add(-int64(len(b)))
+	default:
+		c.buffered.Add(-int64(len(b)))
+		c.closeWith(websocket.StatusPolicyViolation, "slow consumer: too many frames queued")
+	}
+}
+
+// writer writes queued frames, each under writeTimeout.
+func (c *conn) writer() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case b := <-c.out:
+			wctx, cancel := context.WithTimeout(c.ctx, writeTimeout)
+			err := c.ws.Write(wctx, websocket.MessageText, b)
+			cancel()
+			c.buffered.Add(-int64(len(b)))
+			if err != nil {
+				c.cancel()
+				return
+			}
+		}
+	}
+}
+
+func (c *conn) ticker() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.srv.cfg.TickInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+			c.event("tick", map[string]any{"ts": c.srv.nowMs()})
+		}
+	}
+}
+
+// shutdown tells the client the gateway stops, lets the writer flush for a moment, and closes.
+func (c *conn) shutdown(reason string) {
+	c.event("shutdown", map[string]any{"reason": reason})
+	deadline := time.After(time.Second)
+	for c.buffered.Load() > 0 {
+		select {
+		case <-deadline:
+			c.closeWith(websocket.StatusServiceRestart, reason)
+			return
+		case <-time.After(10 * time.Millisecond): // the writer drains the queue
+		}
+	}
+	c.closeWith(websocket.StatusServiceRestart, reason)
+}
+
+// closeWith closes the WebSocket once, with a status and reason, and ends the connection.
+func (c *conn) closeWith(code websocket.StatusCode, reason string) {
+	c.once.Do(func() {
+		go func() { _ = c.ws.Close(code, truncate(reason, 120)) }()
+		// Close waits for the peer's close frame up to 5s; the connection's context ends now.
+		time.AfterFunc(100*time.Millisecond, c.cancel)
+	})
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+var errClosed = errors.New("connection closed")

@@ -1,0 +1,270 @@
+package openclaw
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+
+	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/protocol"
+)
+
+// maxRunAliases bounds the runs a connection remembers the client's run id of.
+const maxRunAliases = 256
+
+// follower relays one session's live feed to a connection as chat and agent events.
+type follower struct {
+	sessionID string
+	agent     string
+	key       string // the key the client named the session by
+	cancel    context.CancelFunc
+	runs      map[string]*runState // our run id → its relay state
+}
+
+// runState is what a run's events need: the client's run id, the event seq and the assistant
+// text so far (agent events carry it whole, chat deltas both).
+type runState struct {
+	clientID string
+	seq      uint64
+	text     strings.Builder
+}
+
+// follow starts relaying a session's live events from cursor (0: from now).
+func (c *conn) follow(ctx context.Context, s sessions.Session, key string, cursor uint64, fromCursor bool) *errorShape {
+	c.mu.Lock()
+	if f, ok := c.subs[s.ID]; ok {
+		f.key = key
+		c.mu.Unlock()
+		return nil
+	}
+	if len(c.subs) >= c.srv.cfg.MaxSubscriptions {
+		c.mu.Unlock()
+		return errf(CodeUnavailable, "this connection follows too many sessions (policy: at most "+itoa(c.srv.cfg.MaxSubscriptions)+"); unsubscribe from one first")
+	}
+	fctx, cancel := context.WithCancel(c.ctx)
+	f := &follower{sessionID: s.ID, agent: s.Agent, key: key, cancel: cancel, runs: map[string]*runState{}}
+	c.subs[s.ID] = f
+	c.mu.Unlock()
+	if !fromCursor {
+		cur, err := c.srv.cfg.Sessions.LiveCursor(ctx, s.ID)
+		if err != nil {
+			c.unfollow(s.ID)
+			return errf(CodeUnavailable, err.Error())
+		}
+		cursor = cur
+	}
+	sub, err := c.srv.cfg.Sessions.Subscribe(fctx, s.ID, cursor)
+	if err != nil {
+		c.unfollow(s.ID)
+		return errf(CodeUnavailable, err.Error())
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer sub.Close()
+		for {
+			select {
+			case <-fctx.Done():
+				return
+			case rec, ok := <-sub.C():
+				if !ok {
+					c.unfollow(s.ID) // lagged or closed: the client subscribes again
+					return
+				}
+				c.relay(f, rec)
+			}
+		}
+	}()
+	return nil
+}
+
+func (c *conn) unfollow(sessionID string) {
+	c.mu.Lock()
+	f, ok := c.subs[sessionID]
+	delete(c.subs, sessionID)
+	c.mu.Unlock()
+	if ok {
+		f.cancel()
+	}
+}
+
+func (c *conn) unsubscribeAll() {
+	c.mu.Lock()
+	subs := c.subs
+	c.subs = map[string]*follower{}
+	c.mu.Unlock()
+	for _, f := range subs {
+		f.cancel()
+	}
+}
+
+// rememberRun records the client's id of a run it started (its idempotency key).
+func (c *conn) rememberRun(ours, clientID string) {
+	if clientID == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.aliases == nil {
+		c.aliases = map[string]string{}
+	}
+	if len(c.aliases) >= maxRunAliases {
+		for k := range c.aliases { // forget an arbitrary old one: the map stays bounded
+			delete(c.aliases, k)
+			break
+		}
+	}
+	c.aliases[ours] = clientID
+}
+
+// clientRun is the run id the client knows a run by.
+func (c *conn) clientRun(ours, fallback string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if id, ok := c.aliases[ours]; ok {
+		return id
+	}
+	if fallback != "" {
+		return fallback
+	}
+	return ours
+}
+
+// ourRun maps a client's run id back to ours.
+func (c *conn) ourRun(clientID string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for ours, id := range c.aliases {
+		if id == clientID {
+			return ours
+		}
+	}
+	return clientID
+}
+
+// relay translates one live record into the protocol's agent and chat events.
+func (c *conn) relay(f *follower, rec *sessions.LiveRecord) {
+	if rec.RunID == "" {
+		return
+	}
+	c.mu.Lock()
+	rs, ok := f.runs[rec.RunID]
+	if !ok {
+		if len(f.runs) >= maxRunAliases {
+			for k := range f.runs {
+				delete(f.runs, k)
+				break
+			}
+		}
+		id := rec.RunID
+		if alias, ok := c.aliases[rec.RunID]; ok {
+			id = alias
+		}
+		rs = &runState{clientID: id}
+		f.runs[rec.RunID] = rs
+	}
+	key := f.key
+	c.mu.Unlock()
+	ts := rec.At.UnixMilli()
+	ev := rec.Event
+	agent := func(stream string, data map[string]any) {
+		rs.seq++
+		c.event("agent", map[string]any{"runId": rs.clientID, "seq": rs.seq, "stream": stream, "ts": ts, "data": data})
+	}
+	chat := func(payload map[string]any) {
+		rs.seq++
+		payload["runId"], payload["sessionKey"], payload["seq"], payload["agentId"] = rs.clientID, key, rs.seq, f.agent
+		c.event("chat", payload)
+	}
+	assistant := func() map[string]any {
+		return map[string]any{"role": protocol.RoleAssistant, "content": []any{map[string]any{"type": "text", "text": rs.text.String()}}, "timestamp": ts}
+	}
+	switch ev.Type {
+	case protocol.LiveLifecycleStart:
+		agent("lifecycle", map[string]any{"phase": "start", "startedAt": ts, "sessionKey": key})
+	case protocol.LiveTextDelta:
+		rs.text.WriteString(ev.Delta)
+		agent("assistant", map[string]any{"text": rs.text.String(), "delta": ev.Delta})
+		chat(map[string]any{"state": "delta", "deltaText": ev.Delta, "message": assistant()})
+	case protocol.LiveThinkingDelta:
+		agent("thinking", map[string]any{"delta": ev.Delta})
+	case protocol.LiveToolStart:
+		agent("tool", map[string]any{"phase": "start", "name": ev.ToolName, "toolCallId": ev.ToolCallID, "args": raw(ev.Args)})
+	case protocol.LiveToolUpdate:
+		agent("tool", map[string]any{"phase": "update", "name": ev.ToolName, "toolCallId": ev.ToolCallID, "partialResult": raw(ev.PartialResult)})
+	case protocol.LiveToolResult:
+		agent("tool", map[string]any{"phase": "result", "name": ev.ToolName, "toolCallId": ev.ToolCallID, "result": raw(ev.Result), "isError": ev.IsError})
+		rs.text.Reset() // the next assistant text is a new message
+	case protocol.LiveLifecycleEnd:
+		agent("lifecycle", map[string]any{"phase": "end", "endedAt": ts})
+		chat(map[string]any{"state": "final", "message": assistant(), "stopReason": "stop"})
+		c.endRun(f, rec.RunID)
+	case protocol.LiveLifecycleError:
+		agent("lifecycle", map[string]any{"phase": "error", "error": truncate(ev.Error, 2000), "endedAt": ts})
+		if strings.Contains(strings.ToLower(ev.Error), "cancel") {
+			chat(map[string]any{"state": "aborted", "errorMessage": truncate(ev.Error, 2000)})
+		} else {
+			chat(map[string]any{"state": "error", "errorMessage": truncate(ev.Error, 2000), "errorKind": "unknown"})
+		}
+		c.endRun(f, rec.RunID)
+	}
+}
+
+func (c *conn) endRun(f *follower, runID string) {
+	c.mu.Lock()
+	delete(f.runs, runID)
+	c.mu.Unlock()
+}
+
+// raw is a JSON value for an event's data (null when absent).
+func raw(m json.RawMessage) any {
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+// watchChanges relays the gateway-wide change feed as sessions.changed events (once per
+// connection).
+func (c *conn) watchChanges() {
+	c.mu.Lock()
+	if c.changes {
+		c.mu.Unlock()
+		return
+	}
+	c.changes = true
+	started := c.changesStarted
+	c.changesStarted = true
+	c.mu.Unlock()
+	if started {
+		return
+	}
+	sub := c.srv.cfg.Sessions.SubscribeChanges(c.srv.cfg.Sessions.ChangesCursor())
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer sub.Close()
+		for {
+			select {
+			case <-c.ctx.Done():
+				return
+			case ch, ok := <-sub.C():
+				if !ok {
+					return
+				}
+				c.mu.Lock()
+				on := c.changes
+				c.mu.Unlock()
+				if !on || ch == nil {
+					continue
+				}
+				c.event("sessions.changed", map[string]any{"reason": ch.Kind, "sessionId": ch.ID, "ts": ch.At.UnixMilli()})
+			}
+		}
+	}()
+}
+
+func itoa(n int) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}

@@ -1,0 +1,295 @@
+package openclaw
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/gateway/turns"
+)
+
+// Bounds of the endpoint (Config's zero values).
+const (
+	// PreConnectMaxBytes bounds a frame before connect (the protocol's 64 KiB).
+	PreConnectMaxBytes = 64 << 10
+	// DefaultMaxPayload bounds one frame after connect (advertised as policy.maxPayload).
+	DefaultMaxPayload = 4 << 20
+	// DefaultMaxBufferedBytes bounds what a connection may have queued for a client that reads
+	// slowly (policy.maxBufferedBytes); past it the connection is closed.
+	DefaultMaxBufferedBytes = 8 << 20
+	// DefaultTickInterval is the period of tick events (policy.tickIntervalMs).
+	DefaultTickInterval = 30 * time.Second
+	// DefaultMaxConnections bounds open connections, gateway-wide.
+	DefaultMaxConnections = 256
+	// DefaultMaxSubscriptions bounds the sessions one connection follows.
+	DefaultMaxSubscriptions = 64
+	// HandshakeTimeout bounds the wait for the connect request.
+	HandshakeTimeout = 10 * time.Second
+	// writeTimeout bounds one frame's write; a client that stops reading is cut.
+	writeTimeout = 10 * time.Second
+)
+
+// Turns is what the endpoint needs of the turn service.
+type Turns interface {
+	Send(ctx context.Context, sessionID, text, idempotencyKey string) (turns.Turn, error)
+	Cancel(sessionID string) bool
+	Get(ctx context.Context, runID string) (turns.Turn, error)
+	Busy(sessionID string) bool
+}
+
+// Model is one model of the catalog, as models.list shows it.
+type Model struct {
+	Ref, Provider, ID, Name string
+	ContextWindow           int
+}
+
+// Environment is one environment as environments.list shows it (the EnvironmentSummary shape's
+// worker part).
+type Environment struct {
+	ID, ProfileID, ProviderID, LeaseID, State, Error, TunnelStatus string
+	AgeMs, IdleMs                                                  int64
+	AttachedSessionIDs                                             []string
+}
+
+// Placement is where a session runs, as sessions.list shows it.
+type Placement struct {
+	State, EnvironmentID, ProfileID, ProviderID, BundleHash, BaseManifest, BoxWorkspace, Error string
+	Generation, OwnerEpoch                                                                     uint64
+}
+
+// Config wires the endpoint to the gateway's services.
+type Config struct {
+	// Token returns the operator token (read at each connect: a rotated token takes effect).
+	Token    func() string
+	Sessions *sessions.Store
+	Turns    Turns
+	// Models lists the catalog; DefaultModel is its default reference.
+	Models       func() []Model
+	DefaultModel func() string
+	// Environments lists the live environments; Placement reads a session's placement.
+	Environments func(ctx context.Context) ([]Environment, error)
+	Placement    func(ctx context.Context, sessionID string) (Placement, bool)
+	Version      string
+	Log          *slog.Logger
+	// Limits (zero: the defaults above).
+	MaxPayload       int64
+	MaxBufferedBytes int64
+	TickInterval     time.Duration
+	MaxConnections   int
+	MaxSubscriptions int
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if c.MaxPayload == 0 {
+		c.MaxPayload = DefaultMaxPayload
+	}
+	if c.MaxBufferedBytes == 0 {
+		c.MaxBufferedBytes = DefaultMaxBufferedBytes
+	}
+	if c.TickInterval == 0 {
+		c.TickInterval = DefaultTickInterval
+	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = DefaultMaxConnections
+	}
+	if c.MaxSubscriptions == 0 {
+		c.MaxSubscriptions = DefaultMaxSubscriptions
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Models == nil {
+		c.Models = func() []Model { return nil }
+	}
+	if c.DefaultModel == nil {
+		c.DefaultModel = func() string { return "" }
+	}
+}
+
+// Server is the endpoint: an http.Handler for WebSocket upgrades.
+type Server struct {
+	cfg     Config
+	started time.Time
+	ctx     context.Context
+	cancel  context.CancelFunc
+
+	mu     sync.Mutex
+	conns  map[*conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// New builds the endpoint.
+func New(cfg Config) (*Server, error) {
+	cfg.setDefaults()
+	if cfg.Token == nil || cfg.Sessions == nil || cfg.Turns == nil {
+		return nil, errors.New("openclaw endpoint: Token, Sessions and Turns are required")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{cfg: cfg, started: cfg.Now(), ctx: ctx, cancel: cancel, conns: map[*conn]struct{}{}}, nil
+}
+
+// IsUpgrade reports whether r asks for a WebSocket: the requests this endpoint serves.
+func IsUpgrade(r *http.Request) bool {
+	return r.Method == http.MethodGet && headerHas(r.Header, "Connection", "upgrade") && headerHas(r.Header, "Upgrade", "websocket")
+}
+
+// ServeHTTP accepts the WebSocket and runs the connection until it ends.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	full := len(s.conns) >= s.cfg.MaxConnections
+	if s.closed || full {
+		s.mu.Unlock()
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, "openclaw endpoint: too many connections or stopping", http.StatusServiceUnavailable)
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer s.wg.Done()
+	// Origin: a browser page may connect only from this gateway's own origin (the Control UI it
+	// serves); clients that are not browsers send no Origin.
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{})
+	if err != nil {
+		return
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
+	c := newConn(s, ws, r)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = ws.Close(websocket.StatusServiceRestart, "gateway stopping")
+		return
+	}
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+	}()
+	c.run()
+}
+
+// Close sends every connection the shutdown event, closes them and waits for their goroutines.
+func (s *Server) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.shutdown("gateway stopping")
+	}
+	s.cancel()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Connections is the number of open connections.
+func (s *Server) Connections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// checkToken compares a presented secret with the operator token in constant time.
+func (s *Server) checkToken(got string) bool {
+	want := s.cfg.Token()
+	return want != "" && got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+func (s *Server) nowMs() int64 { return s.cfg.Now().UnixMilli() }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func headerHas(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, part := range splitComma(v) {
+			if equalFoldASCII(part, token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func splitComma(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ',' {
+			part := s[start:i]
+			for len(part) > 0 && (part[0] == ' ' || part[0] == '\t') {
+				part = part[1:]
+			}
+			for len(part) > 0 && (part[len(part)-1] == ' ' || part[len(part)-1] == '\t') {
+				part = part[:len(part)-1]
+			}
+			out = append(out, part)
+			start = i + 1
+		}
+	}
+	return out
+}
+
+func equalFoldASCII(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 32
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 32
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// decodeParams strictly decodes a request's params into v (unknown fields are ignored: the
+// protocol's clients send many we do not use), naming the method in the error.
+func decodeParams(method string, raw json.RawMessage, v any) *errorShape {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return errf(CodeInvalidRequest, fmt.Sprintf("invalid %s params: %v", method, err))
+	}
+	return nil
+}
