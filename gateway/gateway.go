@@ -527,8 +527,16 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if deps.OnAPI != nil {
 		deps.OnAPI(srv)
 	}
+	// OpenClaw's own clients: the protocol v4 endpoint on WebSocket upgrades of "/".
+	ocSrv, err := newOpenClawDoor(openClawDeps{token: token, sessions: sess, turns: turnSvc, catalog: catalog, envs: mgr,
+		placements: placements, tunnel: func(envID string) string { return string(tunnels.Status(envID)) },
+		version: info.Version, log: log.With("subsystem", "openclaw")})
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	// Streams and long polls lift the read and write deadlines for themselves (api.Server.streams).
-	httpSrv := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: APIReadTimeout,
+	httpSrv := &http.Server{Handler: withOpenClaw(srv, ocSrv, cfg.AllowedHosts), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: APIReadTimeout,
 		WriteTimeout: APIWriteTimeout, IdleTimeout: APIIdleTimeout}
 	serve := func(name string, srv *http.Server, ln net.Listener) {
 		closers.Push(name, srv.Shutdown)
@@ -541,6 +549,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		})
 	}
 	serve("http server", httpSrv, ln)
+	// closed before the http server: OpenClaw clients get the protocol's shutdown event
+	closers.Push("openclaw clients", ocSrv.Close)
 	// closed before the http server: its open /mcp streams end first
 	closers.Push("mcp", func(context.Context) error { mcpSrv.Close(); return nil })
 	// closed before the http server too: an open log follow or shell ends at once
