@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -528,9 +529,19 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		deps.OnAPI(srv)
 	}
 	// OpenClaw's own clients: the protocol v4 endpoint on WebSocket upgrades of "/".
+	var ocTrace io.Writer
+	if f := cfg.OpenClawClients.TraceFile; f != "" {
+		tf, err := os.OpenFile(f, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("config openclawClients.traceFile: %w", err)
+		}
+		closers.Push("openclaw trace", func(context.Context) error { return tf.Close() })
+		ocTrace = tf
+	}
 	ocSrv, err := newOpenClawDoor(openClawDeps{token: token, sessions: sess, turns: turnSvc, catalog: catalog, envs: mgr,
 		placements: placements, tunnel: func(envID string) string { return string(tunnels.Status(envID)) },
-		version: info.Version, log: log.With("subsystem", "openclaw")})
+		version: info.Version, log: log.With("subsystem", "openclaw"), trace: ocTrace})
 	if err != nil {
 		ln.Close()
 		return err

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
 	"time"
@@ -26,6 +27,7 @@ type openClawDeps struct {
 	tunnel     func(envID string) string
 	version    string
 	log        *slog.Logger
+	trace      io.Writer
 }
 
 // newOpenClawDoor builds the OpenClaw Gateway protocol v4 endpoint (docs/openclaw-clients.md).
@@ -82,6 +84,7 @@ func newOpenClawDoor(d openClawDeps) (*openclaw.Server, error) {
 		},
 		Version: d.version,
 		Log:     d.log,
+		Trace:   d.trace,
 	})
 }
 

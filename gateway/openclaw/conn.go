@@ -253,6 +253,7 @@ func (c *conn) send(v any) {
 		c.closeWith(websocket.StatusPolicyViolation, "slow consumer: more than policy.maxBufferedBytes queued")
 		return
 	}
+	c.srv.trace(b)
 	select {
 	case c.out <- b:
 	case <-c.ctx.Done():

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -90,6 +91,9 @@ type Config struct {
 	MaxSubscriptions int
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// Trace, when set, receives every frame the endpoint sends, one JSON document per line
+	// (openclawClients.traceFile: a debugging aid; frames never carry a token).
+	Trace io.Writer
 }
 
 func (c *Config) setDefaults() {
@@ -128,6 +132,8 @@ type Server struct {
 	started time.Time
 	ctx     context.Context
 	cancel  context.CancelFunc
+
+	traceMu sync.Mutex
 
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
@@ -223,6 +229,16 @@ func (s *Server) Connections() int {
 func (s *Server) checkToken(got string) bool {
 	want := s.cfg.Token()
 	return want != "" && got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// trace writes a sent frame to Config.Trace.
+func (s *Server) trace(b []byte) {
+	if s.cfg.Trace == nil {
+		return
+	}
+	s.traceMu.Lock()
+	defer s.traceMu.Unlock()
+	_, _ = s.cfg.Trace.Write(append(b[:len(b):len(b)], '\n'))
 }
 
 func (s *Server) nowMs() int64 { return s.cfg.Now().UnixMilli() }
