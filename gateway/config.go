@@ -83,9 +83,19 @@ type Config struct {
 	// Workspaces confines the directories a session's workspace may name (docs/operations.md →
 	// Security model).
 	Workspaces WorkspacesConfig `yaml:"workspaces"`
+	// OpenClawClients configures the OpenClaw Gateway protocol endpoint that OpenClaw's own
+	// clients use (docs/openclaw-clients.md).
+	OpenClawClients OpenClawClientsConfig `yaml:"openclawClients"`
 	// Credentials places the sealing key of stored credentials (credentials.keyFile; default
 	// <dataDir>/credentials.key); see docs/operations.md → Credentials key.
 	Credentials credentials.Settings `yaml:"credentials"`
+}
+
+// OpenClawClientsConfig is the config's openclawClients section.
+type OpenClawClientsConfig struct {
+	// TraceFile, when set, receives every protocol frame the gateway sends to OpenClaw's clients,
+	// one JSON document per line (a debugging aid: frames carry session content, never a token).
+	TraceFile string `yaml:"traceFile"`
 }
 
 // WorkspacesConfig is the config's workspaces section.
