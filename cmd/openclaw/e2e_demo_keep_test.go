@@ -30,20 +30,29 @@ func TestDemoKeepLeavesTheGatewayWithASignInLink(t *testing.T) {
 	if err != nil || pidM == nil {
 		t.Fatalf("demo --keep: %v\n%s", err, out)
 	}
-	link := regexp.MustCompile(`sign in to the Control UI: (http://127\.0\.0\.1:\d+)/login\?token=(\S+)`).FindSubmatch(out)
+	link := regexp.MustCompile(`sign in to the Control UI: (http://127\.0\.0\.1:\d+)/login\?code=(\S+)`).FindSubmatch(out)
 	if link == nil {
 		t.Fatalf("no sign-in link in:\n%s", out)
 	}
 	base := string(link[1])
 	jar, _ := cookiejar.New(nil)
 	c := &http.Client{Jar: jar}
-	res, err := c.Get(base + "/login?token=" + string(link[2]))
+	if strings.Contains(string(out), "token=") {
+		t.Fatalf("the demo printed a link with the token:\n%s", out)
+	}
+	res, err := c.Get(base + "/login?code=" + string(link[2]))
 	if err != nil {
 		t.Fatal(err)
 	}
 	res.Body.Close()
 	if res.StatusCode != 200 || res.Request.URL.String() != base+"/" {
 		t.Fatalf("sign-in link: %d at %s, want the Sessions page at %s/", res.StatusCode, res.Request.URL, base)
+	}
+	// the link signs in once
+	if res, err := http.Get(base + "/login?code=" + string(link[2])); err != nil || res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("the sign-in link used again: %v %v, want 401", res, err)
+	} else {
+		res.Body.Close()
 	}
 	// the page's own API calls work with the cookie: the demo's session is listed
 	res, err = c.Get(base + "/api/v1/sessions")

@@ -56,31 +56,46 @@ func TestControlUIInChromium(t *testing.T) {
 		t.Fatalf("openclaw ui: %v", err)
 	}
 	// a link that would not work is not printed: a wrong token, or no gateway at the address
-	if out, err := exec.Command(openclawBin, "ui", "--gateway", g.addr, "--token", "wrong").CombinedOutput(); err == nil || strings.Contains(string(out), "login?token=") ||
+	if out, err := exec.Command(openclawBin, "ui", "--gateway", g.addr, "--token", "wrong").CombinedOutput(); err == nil || strings.Contains(string(out), "login?") ||
 		!strings.Contains(string(out), "unauthorized") {
 		t.Fatalf("openclaw ui with a wrong token: %v %s", err, out)
 	}
-	if out, err := exec.Command(openclawBin, "ui", "--gateway", freeAddr(t), "--token", "x").CombinedOutput(); err == nil || strings.Contains(string(out), "login?token=") ||
+	if out, err := exec.Command(openclawBin, "ui", "--gateway", freeAddr(t), "--token", "x").CombinedOutput(); err == nil || strings.Contains(string(out), "login?") ||
 		!strings.Contains(string(out), "gateway at http://127.0.0.1:") {
 		t.Fatalf("openclaw ui without a gateway: %v %s", err, out)
 	}
 	link := strings.TrimSpace(string(out))
-	if !strings.HasPrefix(link, base+"/login?token=") {
-		t.Fatalf("openclaw ui printed %q, want %s/login?token=…", link, base)
+	if !strings.HasPrefix(link, base+"/login?code=") || strings.Contains(link, g.client.Token) {
+		t.Fatalf("openclaw ui printed %q, want %s/login?code=… (never the token)", link, base)
 	}
 	fresh := browsertest.NewPage(t, browser, "signin", true)
-	fresh.Do("open the sign-in form", chromedp.Navigate(base+"/"), chromedp.WaitVisible(`input#token`))
-	if label := browsertest.Eval[string](fresh, `document.querySelector('label[for=token]').textContent`); label != "Token" {
+	fresh.Do("open the sign-in form", chromedp.Navigate(base+"/"), chromedp.WaitVisible(`input#code`))
+	if label := browsertest.Eval[string](fresh, `document.querySelector('label[for=code]').textContent`); label != "Sign-in code" {
 		t.Fatalf("sign-in field labelled %q", label)
 	}
 	fresh.Shot(rootRel, "login")
+	// the old link form, with the operator token, is refused and says how to sign in
+	fresh.Do("the old token link", chromedp.Navigate(base+"/login?token="+g.client.Token), chromedp.WaitVisible(`.error`))
+	if msg := browsertest.Eval[string](fresh, `document.querySelector('.error').textContent`); !strings.Contains(msg, "openclaw ui") {
+		t.Fatalf("the old token link says %q, want how to sign in", msg)
+	}
 	p := browsertest.NewPage(t, browser, "main", true)
 	p.Do("sign in", chromedp.Navigate(link), chromedp.WaitVisible(`#session-list-status`))
 	if loc := browsertest.Eval[string](p, `location.href`); loc != base+"/" {
-		t.Fatalf("after sign-in the address is %q, want %s/ (no token)", loc, base)
+		t.Fatalf("after sign-in the address is %q, want %s/ (no code)", loc, base)
 	}
 	if c := browsertest.Eval[string](p, `document.cookie`); c != "" {
 		t.Fatalf("page script can read cookies %q (the session cookie must be HttpOnly)", c)
+	}
+	// the link signs in once: in another browser context it is refused
+	fresh.Do("the used link", chromedp.Navigate(link), chromedp.WaitVisible(`.error`))
+	if msg := browsertest.Eval[string](fresh, `document.querySelector('.error').textContent`); !strings.Contains(msg, "already used") {
+		t.Fatalf("the used link says %q", msg)
+	}
+	// `openclaw ui sessions` lists the browser's session
+	if out, err := exec.Command(openclawBin, "ui", "sessions", "--gateway", g.addr, "--data-dir", g.dataDir, "-o", "json").Output(); err != nil ||
+		strings.Count(string(out), `"state": "active"`) != 1 {
+		t.Fatalf("openclaw ui sessions: %v %s", err, out)
 	}
 
 	// The list follows the gateway-wide feed: a session created elsewhere appears without a reload.
