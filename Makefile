@@ -8,7 +8,7 @@ LDFLAGS   := -s -w -X github.com/openclaw/cloudworkers/internal/version.Version=
 RACE_PKGS := ./gateway/... ./providers/... ./internal/... ./protocol/... ./worker/... ./sync/...
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build test race lint bench demo run bundles examples clean occ-driver-test
+.PHONY: help build test race lint bench demo run bundles examples clean occ-driver-test openclaw-clients
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -25,6 +25,7 @@ bundles: ## cross-build worker bundles for linux/amd64 and linux/arm64 into dist
 	for arch in amd64 arm64; do CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o dist/openclaw-linux-$$arch ./cmd/openclaw || exit 1; done
 
 test: ## run every test (race detector on concurrent packages); integration tests need root, sshd, ip
+	@./scripts/openclaw-clients.sh >/dev/null || echo "openclaw-clients: not installed: TestOpenClawClients skips (fails under OPENCLAW_REQUIRE_INTEGRATION=1)"
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 15m ./...
 	$(GO) test -count=1 -race -timeout 15m $(RACE_PKGS)
@@ -35,6 +36,9 @@ occ-driver-test: ## run examples/occ-compute-driver's node --test against a fres
 	  CGO_ENABLED=0 $(GO) build -o "$$tmp/openclaw" ./cmd/openclaw && \
 	  cd examples/occ-compute-driver && OPENCLAW_BIN="$$tmp/openclaw" node --test; \
 	else echo "occ-driver-test: skipped: node >= 20 is not installed (Debian: apt-get install nodejs)"; fi
+
+openclaw-clients: ## install OpenClaw's own clients at pinned versions (test-only; npm registry) for TestOpenClawClients
+	./scripts/openclaw-clients.sh
 
 race: ## run the concurrent packages under the race detector
 	$(GO) test -count=1 -race -timeout 15m $(RACE_PKGS)

@@ -94,7 +94,7 @@ func (c *conn) run() {
 			if id == "" {
 				id = "invalid"
 			}
-			c.reply(id, nil, errf(CodeInvalidRequest, "invalid request frame: want {type:\"req\", id, method, params}"))
+			c.reply(inFrame{ID: id, Method: f.Method}, nil, errf(CodeInvalidRequest, "invalid request frame: want {type:\"req\", id, method, params}"))
 			continue
 		}
 		c.dispatch(f)
@@ -113,7 +113,7 @@ func (c *conn) handshake(data []byte, nonce string, challengeAt time.Time) bool 
 		if detail != "" {
 			details = map[string]any{"code": detail}
 		}
-		c.reply(f.ID, nil, &errorShape{Code: CodeInvalidRequest, Message: msg, Details: details})
+		c.reply(f, nil, &errorShape{Code: CodeInvalidRequest, Message: msg, Details: details})
 		c.srv.cfg.Log.Warn("openclaw client refused", "reason", msg, "remote", c.remote)
 		c.closeWith(websocket.StatusPolicyViolation, truncate(msg, 120))
 		return false
@@ -158,7 +158,7 @@ func (c *conn) handshake(data []byte, nonce string, challengeAt time.Time) bool 
 		}
 	}
 	c.scopes, c.client = granted, p.Client
-	c.reply(f.ID, c.hello(granted), nil)
+	c.reply(f, c.hello(granted), nil)
 	c.srv.cfg.Log.Debug("openclaw client connected", "client", p.Client.ID, "mode", p.Client.Mode, "remote", c.remote)
 	return true
 }
@@ -191,22 +191,22 @@ func (c *conn) has(scope string) bool {
 func (c *conn) dispatch(f inFrame) {
 	m, ok := methods[f.Method]
 	if !ok {
-		c.reply(f.ID, nil, errf(CodeInvalidRequest, "unknown method: "+truncate(f.Method, 128)))
+		c.reply(f, nil, errf(CodeInvalidRequest, "unknown method: "+truncate(f.Method, 128)))
 		return
 	}
 	if m.scope != "" && !c.has(m.scope) && !(m.scope == "operator.read" && c.has("operator.write")) {
-		c.reply(f.ID, nil, errf(CodeForbidden, "missing scope: "+m.scope))
+		c.reply(f, nil, errf(CodeForbidden, "missing scope: "+m.scope))
 		return
 	}
 	if !m.long {
 		payload, err := m.fn(c, f)
-		c.reply(f.ID, payload, err)
+		c.reply(f, payload, err)
 		return
 	}
 	c.mu.Lock()
 	if c.inflight >= maxInflight {
 		c.mu.Unlock()
-		c.reply(f.ID, nil, &errorShape{Code: CodeUnavailable, Message: fmt.Sprintf("too many requests in flight on this connection (%d)", maxInflight), Retryable: true, RetryAfterMs: 1000})
+		c.reply(f, nil, &errorShape{Code: CodeUnavailable, Message: fmt.Sprintf("too many requests in flight on this connection (%d)", maxInflight), Retryable: true, RetryAfterMs: 1000})
 		return
 	}
 	c.inflight++
@@ -217,32 +217,32 @@ func (c *conn) dispatch(f inFrame) {
 		defer func() { c.mu.Lock(); c.inflight--; c.mu.Unlock() }()
 		payload, err := m.fn(c, f)
 		if payload != nil || err != nil {
-			c.reply(f.ID, payload, err)
+			c.reply(f, payload, err)
 		}
 	}()
 }
 
-// reply queues a response frame.
-func (c *conn) reply(id string, payload any, err *errorShape) {
+// reply queues the response frame to request f.
+func (c *conn) reply(f inFrame, payload any, err *errorShape) {
 	if err != nil {
 		err.Message = truncate(err.Message, 2000)
-		c.send(resFrame{Type: "res", ID: id, OK: false, Error: err})
+		c.sendAs(f.Method, resFrame{Type: "res", ID: f.ID, OK: false, Error: err})
 		return
 	}
 	if payload == nil {
 		payload = map[string]any{}
 	}
-	c.send(resFrame{Type: "res", ID: id, OK: true, Payload: payload})
+	c.sendAs(f.Method, resFrame{Type: "res", ID: f.ID, OK: true, Payload: payload})
 }
 
 // event queues an event frame with the connection's next seq.
 func (c *conn) event(name string, payload any) {
-	c.send(eventFrame{Type: "event", Event: name, Payload: payload, Seq: c.seq.Add(1)})
+	c.sendAs("", eventFrame{Type: "event", Event: name, Payload: payload, Seq: c.seq.Add(1)})
 }
 
-// send encodes and queues a frame. A client whose queue passes MaxBufferedBytes is cut: the
-// gateway never holds more for one slow reader.
-func (c *conn) send(v any) {
+// sendAs encodes and queues a frame (a response to method, or an event). A client whose queue
+// passes MaxBufferedBytes is cut: the gateway never holds more for one slow reader.
+func (c *conn) sendAs(method string, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		c.srv.cfg.Log.Error("openclaw: encode frame", "err", err)
@@ -253,7 +253,7 @@ func (c *conn) send(v any) {
 		c.closeWith(websocket.StatusPolicyViolation, "slow consumer: more than policy.maxBufferedBytes queued")
 		return
 	}
-	c.srv.trace(b)
+	c.srv.trace(method, b)
 	select {
 	case c.out <- b:
 	case <-c.ctx.Done():

@@ -133,7 +133,7 @@ func (c *conn) row(ctx context.Context, s sessions.Session) map[string]any {
 		title = s.ID
 	}
 	r := map[string]any{
-		"key": sessionKeyFor(s.Agent, s.ID), "sessionId": s.ID, "kind": "main", "channel": "webchat",
+		"key": sessionKeyFor(s.Agent, s.ID), "sessionId": s.ID, "kind": "direct", "channel": "webchat",
 		"agentId": s.Agent, "displayName": title, "label": title, "status": status,
 		"updatedAt": s.UpdatedAt.UnixMilli(), "createdAt": s.CreatedAt.UnixMilli(),
 		"archived": s.ArchivedAt != nil, "pinned": false, "hasActiveRun": status == "running",
@@ -661,7 +661,7 @@ func (c *conn) agent(f inFrame) (any, *errorShape) {
 		return nil, e
 	}
 	runID := c.clientRun(t.RunID, p.IdempotencyKey)
-	c.reply(f.ID, map[string]any{"runId": runID, "status": "accepted", "acceptedAt": c.srv.nowMs(), "sessionKey": key}, nil)
+	c.reply(f, map[string]any{"runId": runID, "status": "accepted", "acceptedAt": c.srv.nowMs(), "sessionKey": key}, nil)
 	timeout := time.Duration(p.Timeout) * time.Second
 	if timeout <= 0 || timeout > 2*time.Hour {
 		timeout = 2 * time.Hour

@@ -231,14 +231,18 @@ func (s *Server) checkToken(got string) bool {
 	return want != "" && got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
 
-// trace writes a sent frame to Config.Trace.
-func (s *Server) trace(b []byte) {
+// trace writes a sent frame to Config.Trace as {"method", "frame"} (method: the request a
+// response answers; "" for an event).
+func (s *Server) trace(method string, b []byte) {
 	if s.cfg.Trace == nil {
 		return
 	}
+	m, _ := json.Marshal(method)
+	line := make([]byte, 0, len(b)+len(m)+24)
+	line = append(append(append(append(append(line, `{"method":`...), m...), `,"frame":`...), b...), "}\n"...)
 	s.traceMu.Lock()
 	defer s.traceMu.Unlock()
-	_, _ = s.cfg.Trace.Write(append(b[:len(b):len(b)], '\n'))
+	_, _ = s.cfg.Trace.Write(line)
 }
 
 func (s *Server) nowMs() int64 { return s.cfg.Now().UnixMilli() }

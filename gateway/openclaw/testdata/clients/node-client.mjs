@@ -1,0 +1,43 @@
+// The openclaw-node scenario of the OpenClaw-clients suite (gateway/openclaw, cmd/openclaw
+// TestOpenClawClients): connect, list, history, chat() to completion, abort, an unknown method.
+// Prints one JSON object of what it saw; the Go test asserts on it. Environment: OPENCLAW_NODE
+// (the package's dist/index.mjs), GW_URL, GW_TOKEN, WORKER_KEY, GATEWAY_KEY, SLOW_KEY.
+const { OpenClawClient } = await import(process.env.OPENCLAW_NODE);
+const out = {};
+const c = new OpenClawClient({ url: process.env.GW_URL, token: process.env.GW_TOKEN, autoReconnect: false });
+await c.connect();
+out.connected = c.isConnected;
+const list = await c.sessions.list({ limit: 50 });
+out.list = list.sessions.map((s) => ({ key: s.key, placement: s.placement?.state, environmentId: s.placement?.environmentId }));
+const hist = await c.sessions.history(process.env.WORKER_KEY, { limit: 200 });
+out.workerHistory = hist.messages.map((m) => ({
+  role: m.role,
+  types: Array.isArray(m.content) ? m.content.map((b) => b.type) : ['string'],
+}));
+const chunks = [];
+let text = '';
+for await (const ch of c.chat('What does the README say?', { sessionKey: process.env.GATEWAY_KEY })) {
+  chunks.push(ch.type);
+  if (ch.type === 'text') text += ch.text;
+}
+out.chat = { chunks, text };
+// abort: a turn whose tool sleeps; abort once the tool has started
+const abortChunks = [];
+const started = Date.now();
+for await (const ch of c.chat('Wait for a long time.', { sessionKey: process.env.SLOW_KEY })) {
+  abortChunks.push(ch.type);
+  if (ch.type === 'tool_use') {
+    out.abortResult = await c.chatAbort(process.env.SLOW_KEY);
+  }
+  if (ch.type === 'error' || ch.type === 'agent_end') break;
+}
+out.abort = { chunks: abortChunks, ms: Date.now() - started };
+try {
+  await c.request('no.such.method', {});
+  out.unknown = 'no error';
+} catch (e) {
+  out.unknown = String(e.message ?? e);
+}
+await c.disconnect();
+console.log(JSON.stringify(out));
+process.exit(0);
