@@ -32,7 +32,7 @@ type conn struct {
 
 	// out carries encoded frames to the writer; buffered counts their bytes (bounded by
 	// MaxBufferedBytes: a client that does not read is cut, never queued without end).
-	out      chan []byte
+	out      chan outMsg
 	buffered atomic.Int64
 	seq      atomic.Uint64
 	once     sync.Once
@@ -54,7 +54,7 @@ type conn struct {
 func newConn(s *Server, ws *websocket.Conn, r *http.Request) *conn {
 	ctx, cancel := context.WithCancel(s.ctx)
 	return &conn{srv: s, ws: ws, remote: r.RemoteAddr, connID: randomHex(8), ctx: ctx, cancel: cancel,
-		out: make(chan []byte, 1024), subs: map[string]*follower{}}
+		out: make(chan outMsg, 1024), subs: map[string]*follower{}}
 }
 
 // run serves the connection: the challenge, the connect handshake, then requests until the client
@@ -69,11 +69,15 @@ func (c *conn) run() {
 	nonce := randomHex(16)
 	challengeAt := c.srv.cfg.Now()
 	c.event("connect.challenge", map[string]any{"nonce": nonce, "ts": challengeAt.UnixMilli()})
-	hctx, hcancel := context.WithTimeout(c.ctx, HandshakeTimeout)
-	_, data, err := c.ws.Read(hctx)
-	hcancel()
+	// A read whose context ends closes the WebSocket without a close frame: the handshake's
+	// deadline closes it properly instead.
+	deadline := time.AfterFunc(c.srv.cfg.HandshakeTimeout, func() {
+		c.closeWith(websocket.StatusPolicyViolation, "handshake timeout: no connect request")
+	})
+	_, data, err := c.ws.Read(c.ctx)
+	deadline.Stop()
 	if err != nil {
-		c.closeWith(websocket.StatusPolicyViolation, "handshake timeout or read error")
+		c.closeWith(websocket.StatusPolicyViolation, "invalid handshake")
 		return
 	}
 	if !c.handshake(data, nonce, challengeAt) {
@@ -250,34 +254,50 @@ func (c *conn) sendAs(method string, v any) {
 	}
 	if c.buffered.Add(int64(len(b))) > c.srv.cfg.MaxBufferedBytes {
 		c.buffered.Add(-int64(len(b)))
-		c.closeWith(websocket.StatusPolicyViolation, "slow consumer: more than policy.maxBufferedBytes queued")
+		c.cut("slow consumer: more than policy.maxBufferedBytes queued")
 		return
 	}
 	c.srv.trace(method, b)
 	select {
-	case c.out <- b:
+	case c.out <- outMsg{b: b}:
 	case <-c.ctx.Done():
 		c.buffered.Add(-int64(len(b)))
 	default:
 		c.buffered.Add(-int64(len(b)))
-		c.closeWith(websocket.StatusPolicyViolation, "slow consumer: too many frames queued")
+		c.cut("slow consumer: too many frames queued")
 	}
 }
 
-// writer writes queued frames, each under writeTimeout.
+// outMsg is a frame for the writer, or (close set) the order to close after what came before.
+type outMsg struct {
+	b     []byte
+	close *closeReq
+}
+
+type closeReq struct {
+	code   websocket.StatusCode
+	reason string
+}
+
+// writer writes queued frames, each under writeTimeout; a close order closes the WebSocket after
+// every frame queued before it (an error answer reaches the client before the close).
 func (c *conn) writer() {
 	defer c.wg.Done()
+	defer c.cancel()
 	for {
 		select {
 		case <-c.ctx.Done():
 			return
-		case b := <-c.out:
+		case m := <-c.out:
+			if m.close != nil {
+				_ = c.ws.Close(m.close.code, m.close.reason) // waits for the peer's close at most 5s
+				return
+			}
 			wctx, cancel := context.WithTimeout(c.ctx, writeTimeout)
-			err := c.ws.Write(wctx, websocket.MessageText, b)
+			err := c.ws.Write(wctx, websocket.MessageText, m.b)
 			cancel()
-			c.buffered.Add(-int64(len(b)))
+			c.buffered.Add(-int64(len(m.b)))
 			if err != nil {
-				c.cancel()
 				return
 			}
 		}
@@ -298,27 +318,32 @@ func (c *conn) ticker() {
 	}
 }
 
-// shutdown tells the client the gateway stops, lets the writer flush for a moment, and closes.
+// shutdown tells the client the gateway stops and closes after it.
 func (c *conn) shutdown(reason string) {
 	c.event("shutdown", map[string]any{"reason": reason})
-	deadline := time.After(time.Second)
-	for c.buffered.Load() > 0 {
-		select {
-		case <-deadline:
-			c.closeWith(websocket.StatusServiceRestart, reason)
-			return
-		case <-time.After(10 * time.Millisecond): // the writer drains the queue
-		}
-	}
 	c.closeWith(websocket.StatusServiceRestart, reason)
 }
 
-// closeWith closes the WebSocket once, with a status and reason, and ends the connection.
+// closeWith closes the WebSocket once, with a status and reason, after the frames already
+// queued; when the queue is full (a client that does not read) at once. The connection ends.
 func (c *conn) closeWith(code websocket.StatusCode, reason string) {
 	c.once.Do(func() {
-		go func() { _ = c.ws.Close(code, truncate(reason, 120)) }()
-		// Close waits for the peer's close frame up to 5s; the connection's context ends now.
-		time.AfterFunc(100*time.Millisecond, c.cancel)
+		req := &closeReq{code: code, reason: truncate(reason, 120)}
+		select {
+		case c.out <- outMsg{close: req}:
+		default:
+			c.cancel()
+			go func() { _ = c.ws.Close(req.code, req.reason) }()
+		}
+	})
+}
+
+// cut ends a connection at once, dropping what is queued: for a client that does not read.
+func (c *conn) cut(reason string) {
+	c.once.Do(func() {
+		c.cancel() // the writer's blocked write ends with it
+		go func() { _ = c.ws.Close(websocket.StatusPolicyViolation, truncate(reason, 120)) }()
+		c.srv.cfg.Log.Warn("openclaw client cut", "reason", reason, "remote", c.remote)
 	})
 }
 

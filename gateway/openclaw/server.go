@@ -89,6 +89,8 @@ type Config struct {
 	TickInterval     time.Duration
 	MaxConnections   int
 	MaxSubscriptions int
+	// HandshakeTimeout bounds the wait for the connect request (default HandshakeTimeout).
+	HandshakeTimeout time.Duration
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 	// Trace, when set, receives every frame the endpoint sends, one JSON document per line
@@ -108,6 +110,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = HandshakeTimeout
 	}
 	if c.MaxSubscriptions == 0 {
 		c.MaxSubscriptions = DefaultMaxSubscriptions
@@ -207,9 +212,20 @@ func (s *Server) Close(ctx context.Context) error {
 	for _, c := range conns {
 		c.shutdown("gateway stopping")
 	}
-	s.cancel()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
+	// Each connection writes what it has queued, the shutdown event and its close; past the
+	// deadline (or 6s: a close waits at most 5s for the peer) the rest are cut.
+	wait := time.NewTimer(6 * time.Second)
+	defer wait.Stop()
+	select {
+	case <-done:
+		s.cancel()
+		return nil
+	case <-wait.C:
+	case <-ctx.Done():
+	}
+	s.cancel()
 	select {
 	case <-done:
 		return nil
