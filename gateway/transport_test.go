@@ -282,6 +282,61 @@ func TestLowercaseBearerOnEveryDoor(t *testing.T) {
 	}
 }
 
+// Refused authentications at every door (/api/v1, the UI's sign-in, /mcp, /occ/v1) go to one
+// log aggregated per source: 200 refusals from one address write one line with why and one
+// summary counting all 200 (written when the gateway stops, at the latest).
+func TestRefusalsOfEveryDoorShareOneLog(t *testing.T) {
+	var h logLines
+	addr, _, stop := runGateway(t, Config{}, slog.New(&h))
+	hc := &http.Client{Timeout: 30 * time.Second}
+	const n = 200
+	for i := range n {
+		var req *http.Request
+		switch i % 4 {
+		case 0:
+			req, _ = http.NewRequest(http.MethodGet, "http://"+addr+"/api/v1/gateway", nil)
+			req.Header.Set("Authorization", "bearer wrong")
+		case 1:
+			req, _ = http.NewRequest(http.MethodGet, "http://"+addr+"/login?code=wrong", nil)
+		case 2:
+			req, _ = http.NewRequest(http.MethodPost, "http://"+addr+"/mcp", strings.NewReader(`{}`))
+			req.Header.Set("Authorization", "Bearer wrong")
+		case 3:
+			req, _ = http.NewRequest(http.MethodGet, "http://"+addr+"/occ/v1/compute", nil)
+		}
+		res, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("refusal %d (%s): %d, want 401", i, req.URL.Path, res.StatusCode)
+		}
+	}
+	stop()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	first, summaries := 0, 0
+	var refused int64
+	for _, r := range h.recs {
+		switch r.Message {
+		case "authentication failed":
+			first++
+		case "authentication failed repeatedly":
+			summaries++
+			r.Attrs(func(a slog.Attr) bool {
+				if a.Key == "refused" {
+					refused = a.Value.Int64()
+				}
+				return true
+			})
+		}
+	}
+	if first != 1 || summaries != 1 || refused != n {
+		t.Fatalf("%d first lines and %d summaries counting %d refusals, want 1, 1 and %d", first, summaries, refused, n)
+	}
+}
+
 // Rotating the operator token (a new gateway.token, then a restart) ends every browser session.
 func TestTokenRotationEndsBrowserSessions(t *testing.T) {
 	dataDir := t.TempDir()
