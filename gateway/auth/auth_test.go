@@ -442,3 +442,24 @@ func TestSchemeOfARequest(t *testing.T) {
 		t.Fatal("a bad prefix was accepted")
 	}
 }
+
+// A session used more often than its idle lifetime stays signed in, however short that is.
+func TestShortIdleLifetimeKeepsAUsedSession(t *testing.T) {
+	ctx := testenv.Context(t, 10*time.Second)
+	clk := clock.NewManual(time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC))
+	b, err := auth.OpenBrowser(ctx, auth.BrowserConfig{DB: storetest.Open(t), Token: token, Clock: clk, Idle: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec, _ := signIn(t, b)
+	for i := range 10 {
+		clk.Advance(40 * time.Second)
+		if _, err := b.Lookup(ctx, sec); err != nil {
+			t.Fatalf("request %d, 40s after the last: %v", i, err)
+		}
+	}
+	clk.Advance(time.Minute)
+	if _, err := b.Lookup(ctx, sec); !errors.Is(err, auth.ErrNoSession) {
+		t.Fatalf("a minute without a request: %v, want the session ended", err)
+	}
+}

@@ -32,7 +32,8 @@ const (
 	MaxLiveSessions = 64
 	// keepEnded is how long an ended session stays listed before it is deleted.
 	keepEnded = 24 * time.Hour
-	// touchEvery bounds the writes of a session's last request: at most one a minute.
+	// touchEvery bounds the writes of a session's last request: at most one a minute (one a
+	// quarter of the idle lifetime, when that is shorter).
 	touchEvery = time.Minute
 	// maxUserAgent bounds the user agent a session row keeps.
 	maxUserAgent = 200
@@ -300,7 +301,7 @@ func (b *Browser) Lookup(ctx context.Context, sec string) (Session, error) {
 		return s, fmt.Errorf("%w: session %s %s", ErrNoSession, s.ID, why)
 	}
 	now := b.cfg.Clock.Now()
-	if now.Sub(s.LastSeenAt) >= touchEvery {
+	if now.Sub(s.LastSeenAt) >= min(touchEvery, b.cfg.Idle/4) { // a short idle lifetime is noted more often
 		err := b.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, `UPDATE browser_sessions SET last_seen_at = ? WHERE id = ? AND revoked_at = ''`, store.FormatTime(now), s.ID)
 			return err
