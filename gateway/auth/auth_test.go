@@ -463,3 +463,34 @@ func TestShortIdleLifetimeKeepsAUsedSession(t *testing.T) {
 		t.Fatalf("a minute without a request: %v, want the session ended", err)
 	}
 }
+
+// Behind a trusted proxy the client is the rightmost X-Forwarded-For hop that is not a trusted
+// proxy; from any other peer the header is the client's own say and ignored.
+func TestClientAddr(t *testing.T) {
+	proxies, err := auth.ParseProxies([]string{"10.0.0.0/8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, remote, xff, want string
+	}{
+		{"direct", "192.0.2.1:5", "", "192.0.2.1"},
+		{"direct, forged header", "192.0.2.1:5", "198.51.100.7", "192.0.2.1"},
+		{"trusted proxy", "10.0.0.2:5", "198.51.100.7", "198.51.100.7"},
+		{"trusted proxy, client-forged left entries", "10.0.0.2:5", "203.0.113.9, 198.51.100.7", "198.51.100.7"},
+		{"two trusted proxies", "10.0.0.2:5", "198.51.100.7, 10.0.0.3", "198.51.100.7"},
+		{"trusted proxy, no header", "10.0.0.2:5", "", "10.0.0.2"},
+		{"trusted proxy, garbage", "10.0.0.2:5", "nonsense", "10.0.0.2"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "/", nil)
+			r.RemoteAddr = c.remote
+			if c.xff != "" {
+				r.Header.Set("X-Forwarded-For", c.xff)
+			}
+			if got := auth.ClientAddr(r, proxies); got != c.want {
+				t.Fatalf("ClientAddr = %q, want %q", got, c.want)
+			}
+		})
+	}
+}

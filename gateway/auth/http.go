@@ -45,21 +45,53 @@ func Secure(r *http.Request, trusted []netip.Prefix) bool {
 	if !strings.EqualFold(strings.TrimSpace(proto), "https") {
 		return false
 	}
+	return isTrusted(peer(r), trusted)
+}
+
+// peer is r's TCP peer address (the zero Addr when RemoteAddr is not an address).
+func peer(r *http.Request) netip.Addr {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
 	}
-	a, err := netip.ParseAddr(host)
-	if err != nil {
+	a, _ := netip.ParseAddr(host)
+	return a.Unmap()
+}
+
+func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
+	if !a.IsValid() {
 		return false
 	}
-	a = a.Unmap()
 	for _, p := range trusted {
 		if p.Contains(a) {
 			return true
 		}
 	}
 	return false
+}
+
+// ClientAddr is the address of the client r comes from: its TCP peer, or, when that is a trusted
+// proxy, the rightmost address of X-Forwarded-For that is not a trusted proxy (the entries left of
+// it are the client's own say, and not believed).
+func ClientAddr(r *http.Request, trusted []netip.Prefix) string {
+	a := peer(r)
+	if !a.IsValid() {
+		return r.RemoteAddr
+	}
+	if !isTrusted(a, trusted) {
+		return a.String()
+	}
+	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		h, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break
+		}
+		if h = h.Unmap(); !isTrusted(h, trusted) {
+			return h.String()
+		}
+	}
+	return a.String()
 }
 
 // SameOrigin reports whether r's Origin header names the gateway r was sent to, scheme
@@ -108,7 +140,7 @@ func (b *Browser) SignedIn(r *http.Request) bool {
 // SameSite=Strict, Path=/, Secure when r came over TLS, for the session's absolute lifetime.
 // A refused code is logged (Refusals) and returned.
 func (b *Browser) SignIn(w http.ResponseWriter, r *http.Request, code string) error {
-	sec, s, err := b.Redeem(r.Context(), strings.TrimSpace(code), Source(r), r.UserAgent())
+	sec, s, err := b.Redeem(r.Context(), strings.TrimSpace(code), ClientAddr(r, b.cfg.TrustedProxies), r.UserAgent())
 	if err != nil {
 		if errors.Is(err, ErrCodeRefused) {
 			b.cfg.Refusals.Refuse(r, "ui", err.Error())

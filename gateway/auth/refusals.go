@@ -3,8 +3,8 @@ package auth
 import (
 	"context"
 	"log/slog"
-	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -24,16 +24,17 @@ const (
 
 // Refusals is the one log of refused authentications of every door (the API, the Control UI's
 // sign-in, /mcp and /occ/v1). The first refusal from a source (the remote address, without port)
-// in a window writes a WARN line "authentication failed" saying why, with method, path and remote
-// address, never what was presented; the later ones of that window are only counted, and one
+// in a window writes a WARN line "authentication failed" saying why, with method, path, remote
+// address and source, never what was presented; the later ones of that window are only counted, and one
 // WARN line "authentication failed repeatedly" gives their number when the window ends (Flush,
 // which Run calls). So a client that retries a wrong token thousands of times a minute writes
 // two lines a minute, not thousands.
 type Refusals struct {
-	log    *slog.Logger
-	clock  clock.Clock
-	mu     sync.Mutex
-	counts map[string]*tally // by source
+	log     *slog.Logger
+	clock   clock.Clock
+	proxies []netip.Prefix
+	mu      sync.Mutex
+	counts  map[string]*tally // by source
 }
 
 // tally is what a source was refused in its current window.
@@ -44,19 +45,13 @@ type tally struct {
 }
 
 // NewRefusals returns an empty refusal log writing to log, on clk (the real clock when nil).
-func NewRefusals(log *slog.Logger, clk clock.Clock) *Refusals {
+// A refusal is counted by its client's address (ClientAddr): behind one of trusted, the address
+// the proxy says it forwarded for.
+func NewRefusals(log *slog.Logger, clk clock.Clock, trusted ...netip.Prefix) *Refusals {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Refusals{log: log, clock: clock.Or(clk), counts: map[string]*tally{}}
-}
-
-// Source is the source of r that refusals are counted by: the remote IP address.
-func Source(r *http.Request) string {
-	if h, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		return h
-	}
-	return r.RemoteAddr
+	return &Refusals{log: log, clock: clock.Or(clk), proxies: trusted, counts: map[string]*tally{}}
 }
 
 // Refuse records that door refused to authenticate r, and why. A nil Refusals records nothing.
@@ -65,7 +60,7 @@ func (l *Refusals) Refuse(r *http.Request, door, why string) {
 		return
 	}
 	now := l.clock.Now()
-	src := Source(r)
+	src := ClientAddr(r, l.proxies)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t := l.counts[src]
@@ -82,7 +77,7 @@ func (l *Refusals) Refuse(r *http.Request, door, why string) {
 		t = &tally{start: now}
 		l.counts[src] = t
 		l.log.Warn("authentication failed", "door", door, "reason", why, "method", r.Method, "path", r.URL.Path,
-			"remote", r.RemoteAddr)
+			"remote", r.RemoteAddr, "source", src)
 	}
 	t.n++
 	t.door, t.why = door, why
