@@ -35,6 +35,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/inference/builtin"
 	"github.com/openclaw/cloudworkers/gateway/mcp"
 	"github.com/openclaw/cloudworkers/gateway/occ"
+	"github.com/openclaw/cloudworkers/gateway/openclaw"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/gateway/publish"
@@ -382,12 +383,12 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 
 	// Sign-in: refused authentications of every door go to one log, aggregated per source and
 	// minute; the Control UI signs in with one-time codes for browser sessions (gateway/auth).
-	refusals := auth.NewRefusals(log.With("subsystem", "auth"), clk)
-	runOwned(ctx, &closers, "refused-authentication log", refusals.Run)
 	proxies, err := auth.ParseProxies(cfg.TrustedProxies)
 	if err != nil {
 		return fmt.Errorf("config: trustedProxies: %w", err)
 	}
+	refusals := auth.NewRefusals(log.With("subsystem", "auth"), clk, proxies...)
+	runOwned(ctx, &closers, "refused-authentication log", refusals.Run)
 	var cert *certificate
 	if cfg.TLS.Enabled() {
 		if cert, err = loadCertificate(cfg.TLS); err != nil {
@@ -541,13 +542,23 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	}
 	ocSrv, err := newOpenClawDoor(openClawDeps{token: token, sessions: sess, turns: turnSvc, catalog: catalog, envs: mgr,
 		placements: placements, tunnel: func(envID string) string { return string(tunnels.Status(envID)) },
-		version: info.Version, log: log.With("subsystem", "openclaw"), trace: ocTrace})
+		version: info.Version, log: log.With("subsystem", "openclaw"), trace: ocTrace, signedIn: browser.SignedIn,
+		refuse: func(r *http.Request, why string) { refusals.Refuse(r, "openclaw", why) }})
 	if err != nil {
 		ln.Close()
 		return err
 	}
+	var ocUI *openclaw.ControlUI
+	if cfg.ControlUI.OpenClawRoot != "" {
+		if ocUI, err = openclaw.NewControlUI(openclaw.ControlUIConfig{Root: cfg.ControlUI.OpenClawRoot, BasePath: cfg.ControlUI.BasePath,
+			SignedIn: browser.SignedIn, LoginURL: "/login", Version: info.Version}); err != nil {
+			ln.Close()
+			return fmt.Errorf("config: %w", err)
+		}
+		log.Info("OpenClaw Control UI served", "path", ocUI.BasePath()+"/", "root", cfg.ControlUI.OpenClawRoot)
+	}
 	// Streams and long polls lift the read and write deadlines for themselves (api.Server.streams).
-	httpSrv := &http.Server{Handler: withOpenClaw(srv, ocSrv, cfg.AllowedHosts), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: APIReadTimeout,
+	httpSrv := &http.Server{Handler: withOpenClaw(srv, ocSrv, ocUI, cfg.AllowedHosts), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: APIReadTimeout,
 		WriteTimeout: APIWriteTimeout, IdleTimeout: APIIdleTimeout}
 	serve := func(name string, srv *http.Server, ln net.Listener) {
 		closers.Push(name, srv.Shutdown)
