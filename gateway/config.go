@@ -86,9 +86,22 @@ type Config struct {
 	// OpenClawClients configures the OpenClaw Gateway protocol endpoint that OpenClaw's own
 	// clients use (docs/openclaw-clients.md).
 	OpenClawClients OpenClawClientsConfig `yaml:"openclawClients"`
+	// ControlUI serves OpenClaw's own Control UI from an installed openclaw package, behind this
+	// gateway's sign-in (docs/openclaw-clients.md).
+	ControlUI OpenClawControlUIConfig `yaml:"controlUi"`
 	// Credentials places the sealing key of stored credentials (credentials.keyFile; default
 	// <dataDir>/credentials.key); see docs/operations.md → Credentials key.
 	Credentials credentials.Settings `yaml:"credentials"`
+}
+
+// OpenClawControlUIConfig is the config's controlUi section: OpenClaw's own Control UI, served
+// from an installed openclaw package.
+type OpenClawControlUIConfig struct {
+	// OpenClawRoot is the installed openclaw npm package (the directory holding
+	// dist/control-ui); empty: not served.
+	OpenClawRoot string `yaml:"openclawRoot"`
+	// BasePath is where it is served (default /openclaw; our own UI stays at /).
+	BasePath string `yaml:"basePath"`
 }
 
 // OpenClawClientsConfig is the config's openclawClients section.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/api"
@@ -28,6 +29,8 @@ type openClawDeps struct {
 	version    string
 	log        *slog.Logger
 	trace      io.Writer
+	signedIn   func(r *http.Request) bool
+	refuse     func(r *http.Request, why string)
 }
 
 // newOpenClawDoor builds the OpenClaw Gateway protocol v4 endpoint (docs/openclaw-clients.md).
@@ -82,25 +85,39 @@ func newOpenClawDoor(d openClawDeps) (*openclaw.Server, error) {
 			}
 			return out, true
 		},
-		Version: d.version,
-		Log:     d.log,
-		Trace:   d.trace,
+		Version:  d.version,
+		Log:      d.log,
+		Trace:    d.trace,
+		SignedIn: d.signedIn,
+		Refuse:   d.refuse,
 	})
 }
 
 // withOpenClaw routes WebSocket upgrades of "/" (where OpenClaw's clients connect when given the
-// gateway's URL) to the OpenClaw-protocol door, behind the same Host check as the API; every
-// other request goes to next.
-func withOpenClaw(next http.Handler, oc *openclaw.Server, allowedHosts []string) http.Handler {
+// gateway's URL) and of the Control UI's base path to the OpenClaw-protocol door, and the Control
+// UI's pages (when one is served) to it, behind the same Host check as the API; every other
+// request goes to next.
+func withOpenClaw(next http.Handler, oc *openclaw.Server, cui *openclaw.ControlUI, allowedHosts []string) http.Handler {
+	base := ""
+	if cui != nil {
+		base = cui.BasePath()
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/" && openclaw.IsUpgrade(r) {
-			if !api.HostAllowed(r.Host, allowedHosts) {
-				http.Error(w, "host not allowed", http.StatusMisdirectedRequest)
-				return
-			}
+		p := r.URL.Path
+		ws := openclaw.IsUpgrade(r) && (p == "/" || (base != "" && (p == base || p == base+"/")))
+		ui := !ws && base != "" && (p == base || strings.HasPrefix(p, base+"/"))
+		if !ws && !ui {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if !api.HostAllowed(r.Host, allowedHosts) {
+			http.Error(w, "host not allowed", http.StatusMisdirectedRequest)
+			return
+		}
+		if ws {
 			oc.ServeHTTP(w, r)
 			return
 		}
-		next.ServeHTTP(w, r)
+		cui.ServeHTTP(w, r)
 	})
 }

@@ -223,7 +223,16 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 			Error: "That sign-in code does not sign in (" + err.Error() + ")."})
 		return
 	}
-	http.Redirect(w, r, "/", http.StatusSeeOther)
+	http.Redirect(w, r, localNext(q.Get("next")), http.StatusSeeOther)
+}
+
+// localNext is where a sign-in continues: next when it is a path of this gateway ("/openclaw/",
+// the OpenClaw Control UI), "/" otherwise (never another host).
+func localNext(next string) string {
+	if next == "" || !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") || len(next) > 256 {
+		return "/"
+	}
+	return next
 }
 
 // logout ends the browser session and clears its cookie.

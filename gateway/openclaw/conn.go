@@ -23,12 +23,15 @@ const maxInflight = 16
 
 // conn is one client connection.
 type conn struct {
-	srv    *Server
-	ws     *websocket.Conn
-	remote string
-	connID string
-	ctx    context.Context
-	cancel context.CancelFunc
+	srv *Server
+	ws  *websocket.Conn
+	req *http.Request // the upgrade request (headers only: its body is gone)
+	// browser: the upgrade came with a signed-in browser session (no token needed)
+	browser bool
+	remote  string
+	connID  string
+	ctx     context.Context
+	cancel  context.CancelFunc
 
 	// out carries encoded frames to the writer; buffered counts their bytes (bounded by
 	// MaxBufferedBytes: a client that does not read is cut, never queued without end).
@@ -53,7 +56,8 @@ type conn struct {
 
 func newConn(s *Server, ws *websocket.Conn, r *http.Request) *conn {
 	ctx, cancel := context.WithCancel(s.ctx)
-	return &conn{srv: s, ws: ws, remote: r.RemoteAddr, connID: randomHex(8), ctx: ctx, cancel: cancel,
+	browser := s.cfg.SignedIn != nil && s.cfg.SignedIn(r)
+	return &conn{srv: s, ws: ws, req: r, browser: browser, remote: r.RemoteAddr, connID: randomHex(8), ctx: ctx, cancel: cancel,
 		out: make(chan outMsg, 1024), subs: map[string]*follower{}}
 }
 
@@ -118,7 +122,11 @@ func (c *conn) handshake(data []byte, nonce string, challengeAt time.Time) bool 
 			details = map[string]any{"code": detail}
 		}
 		c.reply(f, nil, &errorShape{Code: CodeInvalidRequest, Message: msg, Details: details})
-		c.srv.cfg.Log.Warn("openclaw client refused", "reason", msg, "remote", c.remote)
+		if c.srv.cfg.Refuse != nil {
+			c.srv.cfg.Refuse(c.req, msg)
+		} else {
+			c.srv.cfg.Log.Warn("openclaw client refused", "reason", msg, "remote", c.remote)
+		}
 		c.closeWith(websocket.StatusPolicyViolation, truncate(msg, 120))
 		return false
 	}
@@ -140,6 +148,8 @@ func (c *conn) handshake(data []byte, nonce string, challengeAt time.Time) bool 
 		token, password = p.Auth.Token, p.Auth.Password
 	}
 	switch {
+	case c.browser && token == "" && password == "":
+		// signed in through this gateway's sign-in: the browser session is the credential
 	case token == "" && password == "":
 		return fail("unauthorized: gateway token missing (pass the operator token: the gateway's <data-dir>/gateway.token)", DetailAuthTokenMissing)
 	case !c.srv.checkToken(token) && !c.srv.checkToken(password):

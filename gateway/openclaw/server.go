@@ -93,6 +93,13 @@ type Config struct {
 	HandshakeTimeout time.Duration
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// SignedIn, when set, reports whether an upgrade request carries a signed-in browser
+	// session of this gateway (OpenClaw's Control UI served by it): such a connection needs no
+	// token. The WebSocket accept already refuses a page of another origin.
+	SignedIn func(r *http.Request) bool
+	// Refuse, when set, records a refused connection (the gateway's one refused-authentication
+	// log); else it is logged at WARN.
+	Refuse func(r *http.Request, why string)
 	// Trace, when set, receives every frame the endpoint sends, one JSON document per line
 	// (openclawClients.traceFile: a debugging aid; frames never carry a token).
 	Trace io.Writer
