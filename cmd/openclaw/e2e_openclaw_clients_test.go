@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,11 +42,13 @@ func clientsDir(t *testing.T) string {
 	return strings.TrimSpace(string(out))
 }
 
+var netnsSeq atomic.Int64
+
 // clientNetns makes a network namespace with only loopback, for the gateway and OpenClaw's
 // clients (the openclaw package reaches for mDNS and a model catalog by itself).
 func clientNetns(t *testing.T) string {
 	t.Helper()
-	name := fmt.Sprintf("occl-%d", os.Getpid()%100000)
+	name := fmt.Sprintf("occl-%d-%d", os.Getpid()%100000, netnsSeq.Add(1))
 	_ = exec.Command("ip", "netns", "del", name).Run()
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		testenv.Integration(t, fmt.Sprintf("ip netns add: %v %s", err, out))

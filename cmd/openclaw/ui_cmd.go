@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,10 +17,12 @@ import (
 
 func newUICmd(g *globals) *cobra.Command {
 	var open bool
+	var openclawPath string
 	cmd := &cobra.Command{
-		Use: "ui [--open]",
+		Use: "ui [--open] [--openclaw]",
 		Example: `  openclaw ui
   openclaw ui --open
+  openclaw ui --openclaw          # OpenClaw's own Control UI (config controlUi.openclawRoot)
   openclaw ui sessions
   openclaw ui sessions --revoke bs_0123456789abcdef`,
 		Short: "Print (or open) a one-time sign-in link of the Control UI",
@@ -27,7 +31,9 @@ mints the code for the operator token this command holds: 256 random bits, store
 minutes and only once. Visiting the link starts a browser session (a random id in an HttpOnly,
 SameSite=Strict cookie, Secure over TLS) and leaves the code out of the address bar; the operator
 token never appears in a URL. With --open the link is opened in the desktop's browser ($BROWSER,
-else xdg-open or open). ` + "`openclaw ui sessions`" + ` lists the browser sessions.`,
+else xdg-open or open). ` + "`openclaw ui sessions`" + ` lists the browser sessions. With --openclaw the
+link signs in and continues to OpenClaw's own Control UI, which the gateway serves at /openclaw/ when
+its config names an installed openclaw package (controlUi.openclawRoot; docs/openclaw-clients.md).`,
 		Args: cobra.NoArgs,
 		RunE: g.withClient(func(ctx context.Context, c *api.Client, _ []string) error {
 			code, err := c.MintSignInCode(ctx)
@@ -35,6 +41,9 @@ else xdg-open or open). ` + "`openclaw ui sessions`" + ` lists the browser sessi
 				return fmt.Errorf("gateway at %s: %w", c.BaseURL, err)
 			}
 			link := c.BaseURL + code.Path
+			if cmd := cmdFlag(openclawPath); cmd != "" {
+				link += "&next=" + url.QueryEscape(cmd+"/")
+			}
 			fmt.Fprintln(stdout, link)
 			if open {
 				return openBrowser(link)
@@ -43,8 +52,19 @@ else xdg-open or open). ` + "`openclaw ui sessions`" + ` lists the browser sessi
 		}),
 	}
 	cmd.Flags().BoolVar(&open, "open", false, "open the link in the desktop's browser")
+	cmd.Flags().StringVar(&openclawPath, "openclaw", "", "continue to OpenClaw's own Control UI at this base path after sign-in")
+	cmd.Flags().Lookup("openclaw").NoOptDefVal = "/openclaw"
 	cmd.AddCommand(newUISessionsCmd(g))
 	return cmd
+}
+
+// cmdFlag is the --openclaw base path, cleaned ("" when not given).
+func cmdFlag(p string) string {
+	p = strings.TrimRight(p, "/")
+	if p != "" && !strings.HasPrefix(p, "/") {
+		p = "/" + p
+	}
+	return p
 }
 
 func newUISessionsCmd(g *globals) *cobra.Command {
