@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -45,8 +46,10 @@ func ReadToken(dataDir string) (string, error) {
 func (s *Server) HTTPHandler(operatorToken, dataDir string) http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{
 		SessionTimeout: s.cfg.SessionTimeout,
-		Logger:         s.cfg.Log,
+		Logger:         slog.New(demoteInfo{s.cfg.Log.Handler()}),
 	})
+	caps := newSessionCaps(s.mcp, s.cfg.MaxSessionsPerToken, s.cfg.MaxSessions, s.cfg.Log)
+	s.caps = caps
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.authorized(r, operatorToken, dataDir) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="openclaw-mcp"`)
@@ -67,7 +70,7 @@ func (s *Server) HTTPHandler(operatorToken, dataDir string) http.Handler {
 		defer cancel()
 		stop := context.AfterFunc(s.ctx, cancel)
 		defer stop()
-		h.ServeHTTP(w, r.WithContext(ctx))
+		caps.serve(w, r.WithContext(ctx), h)
 	})
 }
 

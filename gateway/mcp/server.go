@@ -35,6 +35,11 @@ type Config struct {
 	MaxResourceBytes int64
 	// SessionTimeout closes an HTTP MCP session idle this long (streamable HTTP only).
 	SessionTimeout time.Duration
+	// MaxSessionsPerToken and MaxSessions bound the HTTP MCP sessions open at once, per bearer
+	// token and in all; a new session past a bound evicts the one idle the longest, or is
+	// refused (429) when every one is in a call.
+	MaxSessionsPerToken int
+	MaxSessions         int
 	// Roots confine the workspaces a dispatch may name, before the gateway's own check (the
 	// gateway's workspaces.roots narrowed by mcp.workspaceRoots). The zero value leaves it to
 	// the gateway.
@@ -49,6 +54,10 @@ const (
 	DefaultSessionTimeout   = 30 * time.Minute
 	DefaultMaxResourceBytes = 8 << 20
 	DefaultMaxAnswerBytes   = 64 << 10
+	// DefaultMaxSessionsPerToken and DefaultMaxSessions bound the HTTP MCP sessions (each holds
+	// some 15 KiB and a goroutine or two; an agent needs one, an editor a handful).
+	DefaultMaxSessionsPerToken = 64
+	DefaultMaxSessions         = 256
 )
 
 func (c *Config) setDefaults() {
@@ -66,6 +75,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = DefaultSessionTimeout
+	}
+	if c.MaxSessionsPerToken == 0 {
+		c.MaxSessionsPerToken = DefaultMaxSessionsPerToken
+	}
+	if c.MaxSessions == 0 {
+		c.MaxSessions = max(DefaultMaxSessions, c.MaxSessionsPerToken)
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
@@ -88,6 +103,10 @@ func (c *Config) Validate() error {
 		return providers.Fieldf("mcp.maxResourceBytes", "must be within 1KiB..1GiB (0: the default, %d), got %d", DefaultMaxResourceBytes, c.MaxResourceBytes)
 	case c.SessionTimeout < time.Second:
 		return providers.Fieldf("mcp.sessionTimeout", "must be at least 1s (0: the default, %s), got %s", DefaultSessionTimeout, c.SessionTimeout)
+	case c.MaxSessionsPerToken < 1 || c.MaxSessionsPerToken > 4096:
+		return providers.Fieldf("mcp.maxSessionsPerToken", "must be within 1..4096 (0: the default, %d), got %d", DefaultMaxSessionsPerToken, c.MaxSessionsPerToken)
+	case c.MaxSessions < c.MaxSessionsPerToken || c.MaxSessions > 65536:
+		return providers.Fieldf("mcp.maxSessions", "must be within mcp.maxSessionsPerToken (%d)..65536 (0: the default, %d), got %d", c.MaxSessionsPerToken, DefaultMaxSessions, c.MaxSessions)
 	}
 	return nil
 }
@@ -102,6 +121,10 @@ type Settings struct {
 	SessionTimeout   providers.Duration `yaml:"sessionTimeout"`
 	MaxResourceBytes int64              `yaml:"maxResourceBytes"`
 	MaxAnswerBytes   int                `yaml:"maxAnswerBytes"`
+	// MaxSessionsPerToken and MaxSessions bound the HTTP MCP sessions (default 64 per bearer
+	// token, 256 in all).
+	MaxSessionsPerToken int `yaml:"maxSessionsPerToken"`
+	MaxSessions         int `yaml:"maxSessions"`
 	// WorkspaceRoots confine the workspaces a dispatch through /mcp may name further than the
 	// gateway's workspaces.roots (each must lie inside one of those).
 	WorkspaceRoots []string `yaml:"workspaceRoots"`
@@ -110,7 +133,8 @@ type Settings struct {
 // Config is the server configuration of these settings with client.
 func (st Settings) Config(client *api.Client) Config {
 	return Config{Client: client, DefaultProfile: st.DefaultProfile, MaxBackground: st.MaxBackground,
-		CallTimeout: st.CallTimeout.D(), SessionTimeout: st.SessionTimeout.D(), MaxResourceBytes: st.MaxResourceBytes, MaxAnswerBytes: st.MaxAnswerBytes}
+		CallTimeout: st.CallTimeout.D(), SessionTimeout: st.SessionTimeout.D(), MaxResourceBytes: st.MaxResourceBytes, MaxAnswerBytes: st.MaxAnswerBytes,
+		MaxSessionsPerToken: st.MaxSessionsPerToken, MaxSessions: st.MaxSessions}
 }
 
 // Validate names the first bad setting.
@@ -130,6 +154,7 @@ type Server struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	bg     map[string]*background // session id → dispatch with wait: false
+	caps   *sessionCaps           // of the last HTTPHandler
 }
 
 // background is a dispatch followed after its tool call returned.
@@ -150,7 +175,7 @@ func New(cfg Config) (*Server, error) {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "openclaw", Title: "OpenClaw cloud workers", Version: info.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
-		Logger:       cfg.Log,
+		Logger:       slog.New(demoteInfo{cfg.Log.Handler()}),
 	})
 	s.addTools()
 	s.addResources()
