@@ -3,7 +3,6 @@ package openclaw
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -370,5 +369,3 @@ func orDefault(s, def string) string {
 	}
 	return s
 }
-
-var errClosed = errors.New("connection closed")

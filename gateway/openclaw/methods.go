@@ -13,7 +13,6 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/gateway/turns"
-	"github.com/openclaw/cloudworkers/protocol"
 )
 
 const (
@@ -865,5 +864,3 @@ func mapsKeys(m map[string]bool) func(func(string) bool) {
 		}
 	}
 }
-
-var _ = protocol.RoleAssistant
