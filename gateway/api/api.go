@@ -21,6 +21,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/auth"
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/hub"
+	"github.com/openclaw/cloudworkers/gateway/paging"
 	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/protocol"
@@ -461,10 +462,25 @@ func (s *Server) envWorker(c echo.Context) error {
 	return c.JSON(http.StatusOK, info)
 }
 
+// audit answers GET /audit: audit rows newest first, paged by id (?limit, ?cursor).
 func (s *Server) audit(c echo.Context) error {
-	rows, err := s.cfg.DB.ListAudit(c.Request().Context(), c.QueryParam("environmentId"), 1000)
+	req, err := paging.Parse(c.QueryParams())
 	if err != nil {
 		return err
+	}
+	var before int64
+	if req.After != nil {
+		if before, err = strconv.ParseInt(req.After.ID, 10, 64); err != nil || before < 1 {
+			return providers.Fieldf("cursor", "is not a cursor of this list: pass the X-Next-Cursor of the previous page as it is")
+		}
+	}
+	rows, err := s.cfg.DB.ListAuditBefore(c.Request().Context(), c.QueryParam("environmentId"), before, req.Limit+1)
+	if err != nil {
+		return err
+	}
+	if len(rows) > req.Limit {
+		rows = rows[:req.Limit]
+		paging.SetNext(c.Response().Header(), c.Request(), paging.Key{ID: strconv.FormatInt(rows[len(rows)-1].ID, 10)})
 	}
 	if rows == nil {
 		rows = []store.AuditEntry{}

@@ -29,17 +29,23 @@ func NewClient(baseURL, token string) *Client {
 // Do sends a request with a JSON body (if in is non-nil) and decodes the JSON reply into out.
 // A non-2xx reply is returned as *Error. It returns the HTTP status.
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) (int, error) {
+	status, _, err := c.do(ctx, method, path, in, out)
+	return status, err
+}
+
+// do is Do that also returns the reply's headers (nil without a reply).
+func (c *Client) do(ctx context.Context, method, path string, in, out any) (int, http.Header, error) {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		body = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, body)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -47,22 +53,22 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) (int,
 	req.Header.Set("Authorization", "Bearer "+c.Token)
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("gateway at %s: %w (is `openclaw gateway` running?)", c.BaseURL, err)
+		return 0, nil, fmt.Errorf("gateway at %s: %w (is `openclaw gateway` running?)", c.BaseURL, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return resp.StatusCode, err
+		return resp.StatusCode, resp.Header, err
 	}
 	if resp.StatusCode >= 300 {
-		return resp.StatusCode, replyError(c.BaseURL, resp, b)
+		return resp.StatusCode, resp.Header, replyError(c.BaseURL, resp, b)
 	}
 	if out != nil && len(b) > 0 {
 		if err := json.Unmarshal(b, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("decode reply of %s %s: %w", method, path, err)
+			return resp.StatusCode, resp.Header, fmt.Errorf("decode reply of %s %s: %w", method, path, err)
 		}
 	}
-	return resp.StatusCode, nil
+	return resp.StatusCode, resp.Header, nil
 }
 
 // summarizeBody is the message of an error reply that is not the gateway's JSON: a short body as

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/gateway/paging"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/providers"
 )
@@ -63,7 +65,7 @@ func (c *Client) Gateway(ctx context.Context) (GatewayInfo, error) {
 
 // Profiles lists the profiles.
 func (c *Client) Profiles(ctx context.Context) ([]providers.Profile, error) {
-	return getAs[[]providers.Profile](ctx, c, v1("profiles"))
+	return listAs[providers.Profile](ctx, c, v1("profiles"))
 }
 
 // Profile returns one profile.
@@ -96,7 +98,7 @@ func (c *Client) CreateEnvironment(ctx context.Context, profileID, idempotencyKe
 
 // Environments lists the environments; all includes destroyed ones.
 func (c *Client) Environments(ctx context.Context, all bool) ([]envs.Environment, error) {
-	return getAs[[]envs.Environment](ctx, c, v1("environments")+"?all="+strconv.FormatBool(all))
+	return listAs[envs.Environment](ctx, c, v1("environments")+"?all="+strconv.FormatBool(all))
 }
 
 // EnvironmentView is the body of GET /environments/:id: the environment with the running totals
@@ -159,13 +161,17 @@ func (c *Client) Sweep(ctx context.Context) (envs.SweepReport, error) {
 	return doAs[envs.SweepReport](ctx, c, http.MethodPost, v1("environments", "sweep"), nil)
 }
 
-// Audit returns the audit log, of one environment when envID is not empty.
+// Audit returns the newest 1000 rows of the audit log (oldest first), of one environment when
+// envID is not empty.
 func (c *Client) Audit(ctx context.Context, envID string) ([]store.AuditEntry, error) {
 	path := v1("audit")
 	if envID != "" {
 		path += "?" + url.Values{"environmentId": {envID}}.Encode()
 	}
-	return getAs[[]store.AuditEntry](ctx, c, path)
+	// the newest page, shown oldest first
+	rows, _, err := pageAs[store.AuditEntry](ctx, c, path, PageOptions{Limit: paging.MaxLimit})
+	slices.Reverse(rows)
+	return rows, err
 }
 
 // WaitEnvironment polls an environment until done holds for it or ctx ends. Each state change

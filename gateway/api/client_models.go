@@ -20,7 +20,7 @@ func (c *Client) ProbeModel(ctx context.Context, model string) (inference.Probe,
 
 // Credentials lists the stored credentials' names (never their values).
 func (c *Client) Credentials(ctx context.Context) ([]inference.CredentialInfo, error) {
-	return getAs[[]inference.CredentialInfo](ctx, c, v1("credentials"))
+	return listAs[inference.CredentialInfo](ctx, c, v1("credentials"))
 }
 
 // SetCredential stores a credential's value (write-only).

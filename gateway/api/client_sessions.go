@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,17 +25,39 @@ func (c *Client) CreateSession(ctx context.Context, req sessions.CreateRequest) 
 	return doAs[sessions.Session](ctx, c, http.MethodPost, v1("sessions"), req)
 }
 
-// Sessions lists the sessions, most recently updated first.
+// Sessions lists the sessions that are not archived (every page), most recently updated first.
 func (c *Client) Sessions(ctx context.Context) ([]sessions.Session, error) {
-	return getAs[[]sessions.Session](ctx, c, v1("sessions"))
+	return c.SessionsWhere(ctx, SessionFilter{})
 }
 
 // SessionFilter selects archived sessions in SessionsWhere: All lists every session, Archived only
 // the archived ones (neither: those not archived, as Sessions).
 type SessionFilter struct{ All, Archived bool }
 
-// SessionsWhere lists the sessions the filter selects, most recently updated first.
+// SessionsWhere lists the sessions the filter selects (every page), most recently updated first.
 func (c *Client) SessionsWhere(ctx context.Context, f SessionFilter) ([]sessions.Session, error) {
+	list, err := listAs[sessions.Session](ctx, c, sessionsPath(f))
+	if err != nil {
+		return nil, err
+	}
+	// the pages come newest created first (an order updates cannot shuffle); show the latest
+	// activity first
+	slices.SortStableFunc(list, func(a, b sessions.Session) int {
+		if c := b.UpdatedAt.Compare(a.UpdatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return list, nil
+}
+
+// SessionsPage returns one page of the sessions the filter selects, newest created first, and
+// the cursor of the next page ("" on the last).
+func (c *Client) SessionsPage(ctx context.Context, f SessionFilter, o PageOptions) ([]sessions.Session, string, error) {
+	return pageAs[sessions.Session](ctx, c, sessionsPath(f), o)
+}
+
+func sessionsPath(f SessionFilter) string {
 	q := url.Values{}
 	if f.All {
 		q.Set("all", "true")
@@ -46,7 +69,7 @@ func (c *Client) SessionsWhere(ctx context.Context, f SessionFilter) ([]sessions
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	return getAs[[]sessions.Session](ctx, c, path)
+	return path
 }
 
 // Session returns one session.

@@ -38,7 +38,7 @@ func TestClientEscapesIDs(t *testing.T) {
 		{func() error { _, err := c.Environment(ctx, "x?all=true"); return err }, "GET /api/v1/environments/x%3Fall=true?"},
 		{func() error { return c.DeleteProfile(ctx, "a/b") }, "DELETE /api/v1/profiles/a%2Fb?"},
 		{func() error { return c.SetCredential(ctx, "k#1", "v") }, "PUT /api/v1/credentials/k%231?"},
-		{func() error { _, err := c.Audit(ctx, "env&x=1"); return err }, "GET /api/v1/audit?environmentId=env%26x%3D1"},
+		{func() error { _, err := c.Audit(ctx, "env&x=1"); return err }, "GET /api/v1/audit?environmentId=env%26x%3D1&limit=1000"},
 	}
 	for i, k := range calls {
 		if err := k.call(); err != nil {

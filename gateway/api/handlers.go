@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/gateway/paging"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/providers"
 )
@@ -25,7 +26,12 @@ func (s *Server) listProfiles(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, ps)
+	page, err := paging.Page(c.Request(), c.Response().Header(), ps,
+		func(p providers.Profile) paging.Key { return paging.Key{ID: p.ID} }, paging.Ascending)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, page)
 }
 
 func (s *Server) getProfile(c echo.Context) error {
@@ -176,6 +182,12 @@ func (s *Server) createEnv(c echo.Context) error {
 func (s *Server) listEnvs(c echo.Context) error {
 	all, _ := strconv.ParseBool(c.QueryParam("all"))
 	list, err := s.cfg.Envs.List(c.Request().Context(), all)
+	if err != nil {
+		return err
+	}
+	// newest created first
+	list, err = paging.Page(c.Request(), c.Response().Header(), list,
+		func(e envs.Environment) paging.Key { return paging.Key{Sort: store.FormatTime(e.CreatedAt), ID: e.ID} }, paging.Descending)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/boxaccess"
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/inference"
+	"github.com/openclaw/cloudworkers/gateway/paging"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/publish"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
@@ -44,6 +46,9 @@ type Operation struct {
 	WebSocket bool
 	// Public marks a route served without the bearer token.
 	Public bool
+	// Paged marks a list route that pages: ?limit and ?cursor in, X-Next-Cursor and Link out
+	// (docs/api.md → Paging).
+	Paged bool
 }
 
 // Param is a query parameter.
@@ -73,14 +78,14 @@ var Operations = []Operation{
 	{Method: "GET", Path: "/api/v1/openapi.json", Summary: "This document.", Status: 200, Response: map[string]any{}},
 	{Method: "GET", Path: "/api/v1/gateway", Summary: "The gateway's id, version and features.", Status: 200, Response: GatewayInfo{}},
 
-	{Method: "GET", Path: "/api/v1/profiles", Summary: "List the worker profiles.", Status: 200, Response: []providers.Profile{}},
+	{Method: "GET", Path: "/api/v1/profiles", Summary: "List the worker profiles, by id; pages.", Status: 200, Response: []providers.Profile{}, Paged: true},
 	{Method: "POST", Path: "/api/v1/profiles", Summary: "Create a profile (JSON, or one YAML document with Content-Type application/yaml); 409 exists when the id is taken.", Body: providers.Profile{}, Status: 201, Response: providers.Profile{}},
 	{Method: "POST", Path: "/api/v1/profiles/apply", Summary: "Create or replace profiles together: all validated before any is written (none with dryRun); each reported created, updated or unchanged.", Body: ApplyProfilesRequest{}, Status: 200, Response: []AppliedProfile{}},
 	{Method: "GET", Path: "/api/v1/profiles/:id", Summary: "One profile (as YAML with Accept: application/yaml).", Status: 200, Response: providers.Profile{}},
 	{Method: "PUT", Path: "/api/v1/profiles/:id", Summary: "Create or replace a profile (201 when created).", Body: providers.Profile{}, Status: 200, Response: providers.Profile{}},
 	{Method: "DELETE", Path: "/api/v1/profiles/:id", Summary: "Delete a profile (409 conflict while an environment uses it).", Status: 204},
 
-	{Method: "GET", Path: "/api/v1/environments", Summary: "List the environments (live ones, or all with ?all=true).", Query: []Param{{"all", "boolean", "include destroyed environments"}}, Status: 200, Response: []envs.Environment{}},
+	{Method: "GET", Path: "/api/v1/environments", Summary: "List the environments (live ones, or all with ?all=true), newest created first; pages.", Query: []Param{{"all", "boolean", "include destroyed environments"}}, Status: 200, Response: []envs.Environment{}, Paged: true},
 	{Method: "POST", Path: "/api/v1/environments", Summary: "Lease an environment of a profile (200 with the existing one for a repeated idempotencyKey).", Body: createEnvRequest{}, Status: 201, Response: envs.Environment{}},
 	{Method: "POST", Path: "/api/v1/environments/sweep", Summary: "Find and destroy leases this gateway labelled but no longer knows.", Status: 200, Response: envs.SweepReport{}},
 	{Method: "GET", Path: "/api/v1/environments/:id", Summary: "One environment with its running inference totals.", Status: 200, Response: EnvironmentView{}},
@@ -89,13 +94,13 @@ var Operations = []Operation{
 	{Method: "DELETE", Path: "/api/v1/environments/:id", Summary: "Destroy an environment: 200 with proof of teardown within ?wait, else 202 while the gateway retries.",
 		Query: []Param{{"force", "boolean", "destroy even while a session is attached"}, {"wait", "string", "how long to wait for proof of teardown (a Go duration up to 10m)"}}, Status: 202, Response: envs.Environment{}},
 	{Method: "GET", Path: "/api/v1/environments/:id/worker", Summary: "The worker side of an environment: admission, tunnel, backpressure, inference totals.", Status: 200, Response: WorkerInfo{}},
-	{Method: "GET", Path: "/api/v1/audit", Summary: "The newest 1000 audit rows.", Query: []Param{{"environmentId", "string", "only the rows of this environment"}}, Status: 200, Response: []store.AuditEntry{}},
+	{Method: "GET", Path: "/api/v1/audit", Summary: "The audit rows, newest first; pages.", Query: []Param{{"environmentId", "string", "only the rows of this environment"}}, Status: 200, Response: []store.AuditEntry{}, Paged: true},
 	{Method: "POST", Path: "/api/v1/ui/signin-codes", Summary: "Mint a one-time sign-in code of the Control UI (256 bits, stored hashed, valid 2 minutes, used once at /login?code=…); bearer token only, 429 past 32 unused codes.", Status: 201, Response: SignInCode{}},
 	{Method: "GET", Path: "/api/v1/ui/sessions", Summary: "The Control UI's browser sessions (live, and ended in the last day), newest first; bearer token only.", Status: 200, Response: []BrowserSession{}},
 	{Method: "DELETE", Path: "/api/v1/ui/sessions/:id", Summary: "End a browser session (its cookie gets 401 from then on); bearer token only.", Status: 200, Response: BrowserSession{}},
 
 	{Method: "POST", Path: "/api/v1/sessions", Summary: "Create a session (with target {kind: profile} it is dispatched at once).", Body: sessions.CreateRequest{}, Status: 201, Response: sessions.Session{}},
-	{Method: "GET", Path: "/api/v1/sessions", Summary: "List the sessions that are not archived, most recently updated first.",
+	{Method: "GET", Path: "/api/v1/sessions", Summary: "List the sessions that are not archived, newest created first; pages.", Paged: true,
 		Query: []Param{{"all", "boolean", "also the archived sessions"}, {"archived", "boolean", "only the archived sessions"}}, Status: 200, Response: []sessions.Session{}},
 	{Method: "GET", Path: "/api/v1/sessions/:id", Summary: "One session.", Status: 200, Response: sessions.Session{}},
 	{Method: "GET", Path: "/api/v1/sessions/:id/transcript", Summary: "The session's transcript: all of it, or with ?limit the newest entries (before ?before).",
@@ -107,7 +112,7 @@ var Operations = []Operation{
 
 	{Method: "GET", Path: "/api/v1/models", Summary: "The model catalog and its default.", Status: 200, Response: inference.ModelsResponse{}},
 	{Method: "POST", Path: "/api/v1/models/probe", Summary: "One minimal real call to a model (the default when the body is empty).", Body: inference.ProbeRequest{}, Status: 200, Response: inference.Probe{}},
-	{Method: "GET", Path: "/api/v1/credentials", Summary: "The stored credentials' names (never their values).", Status: 200, Response: []inference.CredentialInfo{}},
+	{Method: "GET", Path: "/api/v1/credentials", Summary: "The stored credentials' names (never their values), by name; pages.", Status: 200, Response: []inference.CredentialInfo{}, Paged: true},
 	{Method: "PUT", Path: "/api/v1/credentials/:name", Summary: "Store a credential's value (write-only).", Body: inference.CredentialSetRequest{}, Status: 200, Response: inference.CredentialInfo{}},
 	{Method: "DELETE", Path: "/api/v1/credentials/:name", Summary: "Delete a credential.", Status: 204},
 
@@ -127,7 +132,7 @@ var Operations = []Operation{
 	{Method: "POST", Path: "/api/v1/environments/:id/check-sync", Summary: "Round-trip a small workspace through the environment's box.", Status: 200, Response: SyncCheck{}},
 	{Method: "GET", Path: "/api/v1/environments/:id/sync/manifest", Summary: "The tree on the environment's box.",
 		Query: []Param{{"dir", "string", "directory on the box (default: the served session's workspace)"}, {"mode", "string", "selection mode: git or plain (default: the session's)"}}, Status: 200, Response: placement.BoxTree{}},
-	{Method: "GET", Path: "/api/v1/placements", Summary: "Every placement, most recently updated first.", Status: 200, Response: []placement.Placement{}},
+	{Method: "GET", Path: "/api/v1/placements", Summary: "The placements (the 10000 most recently updated), by session id; pages.", Status: 200, Response: []placement.Placement{}, Paged: true},
 	{Method: "GET", Path: "/api/v1/sessions/:id/changes", Summary: "The commits a worker brought back for the session.", Status: 200, Response: placement.Changes{}},
 	{Method: "GET", Path: "/api/v1/sessions/:id/changes/:commit", Summary: "One commit's diff (X-Truncated: true when cut).", Status: 200, Response: Text("")},
 	{Method: "GET", Path: "/api/v1/sessions/:id/placement", Summary: "Where the session runs and the steps that brought it there.", Status: 200, Response: PlacementView{}},
@@ -199,6 +204,13 @@ func buildOpenAPI(ops []Operation) map[string]any {
 		for _, q := range op.Query {
 			params = append(params, map[string]any{"name": q.Name, "in": "query", "description": q.Description, "schema": map[string]any{"type": q.Type}})
 		}
+		if op.Paged {
+			params = append(params,
+				map[string]any{"name": "limit", "in": "query", "description": fmt.Sprintf("page size, 1 to %d (default %d)", paging.MaxLimit, paging.DefaultLimit),
+					"schema": map[string]any{"type": "integer", "minimum": 1, "maximum": paging.MaxLimit}},
+				map[string]any{"name": "cursor", "in": "query", "description": "the X-Next-Cursor of the previous page (opaque); none: the first page",
+					"schema": map[string]any{"type": "string"}})
+		}
 		o := map[string]any{"summary": op.Summary, "operationId": operationID(op)}
 		if len(params) > 0 {
 			o["parameters"] = params
@@ -217,6 +229,12 @@ func buildOpenAPI(ops []Operation) map[string]any {
 		}
 		if op.WebSocket {
 			resp["description"] = "Switching Protocols: a WebSocket whose text messages are JSON of this schema"
+		}
+		if op.Paged {
+			resp["headers"] = map[string]any{
+				paging.HeaderNext: map[string]any{"description": "the cursor of the next page; absent on the last page", "schema": map[string]any{"type": "string"}},
+				paging.HeaderLink: map[string]any{"description": `<…?cursor=…>; rel="next": the next page's URL; absent on the last page`, "schema": map[string]any{"type": "string"}},
+			}
 		}
 		o["responses"] = map[string]any{strconv.Itoa(op.Status): resp, "default": map[string]any{
 			"description": "An error", "content": map[string]any{"application/json": map[string]any{"schema": map[string]any{"$ref": "#/components/schemas/ErrorBody"}}}}}

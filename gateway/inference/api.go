@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/openclaw/cloudworkers/gateway/credentials"
+	"github.com/openclaw/cloudworkers/gateway/paging"
 	"github.com/openclaw/cloudworkers/internal/jsonbody"
 	"github.com/openclaw/cloudworkers/providers"
 )
@@ -80,6 +81,11 @@ func RegisterAPI(g *echo.Group, cat *Catalog, creds *credentials.Store) {
 		out := make([]CredentialInfo, 0, len(names))
 		for _, n := range names {
 			out = append(out, CredentialInfo{Name: n, UsedBy: usedBy[n]})
+		}
+		out, err = paging.Page(c.Request(), c.Response().Header(), out,
+			func(ci CredentialInfo) paging.Key { return paging.Key{ID: ci.Name} }, paging.Ascending)
+		if err != nil {
+			return err
 		}
 		return c.JSON(http.StatusOK, out)
 	})

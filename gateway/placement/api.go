@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/openclaw/cloudworkers/gateway/paging"
 	"github.com/openclaw/cloudworkers/internal/jsonbody"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/sync/manifest"
@@ -116,6 +117,12 @@ func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 	})
 	g.GET("/placements", func(c echo.Context) error {
 		list, err := d.cfg.Placements.List(c.Request().Context(), MaxListedPlacements)
+		if err != nil {
+			return err
+		}
+		// by session id: an order a placement's progress cannot shuffle between pages
+		list, err = paging.Page(c.Request(), c.Response().Header(), list,
+			func(p Placement) paging.Key { return paging.Key{ID: p.SessionID} }, paging.Ascending)
 		if err != nil {
 			return err
 		}

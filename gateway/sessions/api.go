@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket/wsjson"
 	"github.com/labstack/echo/v4"
 
+	"github.com/openclaw/cloudworkers/gateway/paging"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/internal/jsonbody"
 	"github.com/openclaw/cloudworkers/providers"
@@ -199,7 +200,8 @@ func (h *handlers) create(c echo.Context) error {
 }
 
 // list answers GET /sessions: the sessions that are not archived; ?all=true adds the archived
-// ones, ?archived=true lists only them.
+// ones, ?archived=true lists only them. It pages (?limit, ?cursor; X-Next-Cursor and Link when
+// more follow), newest created first.
 func (h *handlers) list(c echo.Context) error {
 	all, fe := boolParam("all", c.QueryParam("all"))
 	if fe != nil {
@@ -209,12 +211,17 @@ func (h *handlers) list(c echo.Context) error {
 	if fe != nil {
 		return fieldError(c, fe)
 	}
-	list, err := h.s.List(c.Request().Context())
+	req, err := paging.Parse(c.QueryParams())
+	var pfe *providers.FieldError
+	if errors.As(err, &pfe) {
+		return fieldError(c, pfe)
+	}
+	list, next, err := h.s.ListPage(c.Request().Context(), ListFilter{All: all, Archived: archived}, req)
 	if err != nil {
 		return h.fail(c, err)
 	}
-	if !all {
-		list = slices.DeleteFunc(list, func(s Session) bool { return (s.ArchivedAt != nil) != archived })
+	if next != nil {
+		paging.SetNext(c.Response().Header(), c.Request(), *next)
 	}
 	return c.JSON(http.StatusOK, list)
 }

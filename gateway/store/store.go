@@ -290,6 +290,32 @@ type AuditEntry struct {
 	Detail        string `json:"detail"`
 }
 
+// ListAuditBefore returns up to limit audit rows with an id below beforeID (0: from the newest),
+// newest first, optionally for one environment: a page of GET /audit.
+func (db *DB) ListAuditBefore(ctx context.Context, environmentID string, beforeID int64, limit int) ([]AuditEntry, error) {
+	q := `SELECT id, at, kind, environment_id, detail FROM audit WHERE 1=1`
+	var args []any
+	if environmentID != "" {
+		q += ` AND environment_id = ?`
+		args = append(args, environmentID)
+	}
+	if beforeID > 0 {
+		q += ` AND id < ?`
+		args = append(args, beforeID)
+	}
+	q += ` ORDER BY id DESC LIMIT ?`
+	args = append(args, limit)
+	out, err := Query(ctx, db.R, func(sc Scanner) (AuditEntry, error) {
+		var a AuditEntry
+		err := sc.Scan(&a.ID, &a.At, &a.Kind, &a.EnvironmentID, &a.Detail)
+		return a, err
+	}, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list audit: %w", err)
+	}
+	return out, nil
+}
+
 // ListAudit returns audit rows, newest last, optionally for one environment.
 func (db *DB) ListAudit(ctx context.Context, environmentID string, limit int) ([]AuditEntry, error) {
 	if limit <= 0 {

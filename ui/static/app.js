@@ -45,6 +45,25 @@ async function api(method, path, body, opts) {
   return data;
 }
 
+// apiList follows every page of a list route (?limit, ?cursor; the gateway names the next page in
+// X-Next-Cursor) and returns all the items; it stops at 1000 pages.
+async function apiList(path) {
+  const all = [];
+  let cursor = '';
+  for (let i = 0; i < 1000; i++) {
+    const sep = path.includes('?') ? '&' : '?';
+    const res = await fetch('/api/v1' + path + sep + 'limit=1000' + (cursor ? '&cursor=' + encodeURIComponent(cursor) : ''), { credentials: 'same-origin' });
+    if (res.status === 401) { location.href = '/login'; throw new APIError(401, null); }
+    const text = await res.text();
+    const data = text ? JSON.parse(text) : [];
+    if (!res.ok) throw new APIError(res.status, data);
+    all.push(...data);
+    cursor = res.headers.get('X-Next-Cursor') || '';
+    if (!cursor) break;
+  }
+  return all;
+}
+
 // stream follows a WebSocket feed, reconnecting after the last cursor it saw. onItem gets each
 // message in order; a message at or before the cursor (a replay) is dropped here, except the first
 // of a connection: the gateway replays only what follows the cursor, so an earlier one means its
@@ -110,7 +129,7 @@ const sidebar = {
   placements: new Map(),
   timer: null,
   async load() {
-    const [list, pls] = await Promise.all([api('GET', '/sessions'), api('GET', '/placements')]);
+    const [list, pls] = await Promise.all([apiList('/sessions'), apiList('/placements')]);
     this.placements = new Map(pls.map((p) => [p.sessionId, p]));
     list.sort((a, b) => (a.createdAt < b.createdAt ? 1 : a.createdAt > b.createdAt ? -1 : 0));
     const ul = $('#session-list');
@@ -527,7 +546,7 @@ function chatPage(id) {
     $('#move-class').hidden = !show; $('label[for=move-class]').hidden = !show;
   }
   $('#move-profile').addEventListener('change', () => showMoveClass(false));
-  api('GET', '/profiles').then((ps) => {
+  apiList('/profiles').then((ps) => {
     profiles = ps;
     $('#move-profile').replaceChildren(...ps.map((p) => el('option', { value: p.id, text: p.id })));
     if (!ps.length) { $('#move').disabled = true; }
@@ -560,7 +579,7 @@ function newPage() {
   api('GET', '/models').then((m) => {
     $('#model').replaceChildren(...m.models.map((x) => el('option', { value: x.ref, text: x.name ? x.name + ' (' + x.ref + ')' : x.ref, selected: x.ref === m.default })));
   }).catch((e) => showError($('#create-error'), e));
-  api('GET', '/profiles').then((ps) => {
+  apiList('/profiles').then((ps) => {
     profiles = ps;
     for (const p of ps) bar.append(el('button', { type: 'button', class: 'target', 'data-kind': 'profile', 'data-profile': p.id, 'aria-pressed': 'false', text: p.id }));
   }).catch(() => {});
@@ -640,7 +659,7 @@ function inferenceText(i) {
 function environmentsPage() {
   async function load() {
     const all = $('#show-all').checked;
-    const list = await api('GET', '/environments' + (all ? '?all=true' : ''));
+    const list = await apiList('/environments' + (all ? '?all=true' : ''));
     const rows = await Promise.all(list.map(async (e) => {
       let inf = null;
       try { inf = (await api('GET', '/environments/' + encodeURIComponent(e.id) + '/worker')).inference; } catch { /* gone */ }
@@ -718,7 +737,7 @@ const profileTemplate = 'id: my-profile\nprovider: static\nsettings:\n  hosts:\n
 
 function profilesPage() {
   async function load() {
-    const ps = await api('GET', '/profiles');
+    const ps = await apiList('/profiles');
     $('#profile-list').replaceChildren(...ps.map((p) => el('li', { 'data-profile': p.id },
       el('button', { type: 'button', class: 'link', onclick: () => edit(p.id), text: p.id }),
       ' ', el('span', { class: 'muted', text: p.provider + ' · max ' + p.maxEnvironments }),
