@@ -540,7 +540,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		closers.Push("openclaw trace", func(context.Context) error { return tf.Close() })
 		ocTrace = tf
 	}
-	ocSrv, err := newOpenClawDoor(openClawDeps{token: token, sessions: sess, turns: turnSvc, catalog: catalog, envs: mgr,
+	ocSrv, err := newOpenClawDoor(openClawDeps{token: token, sessions: sess, turns: turnSvc, catalog: catalog, envs: mgr, profiles: profStore,
 		placements: placements, tunnel: func(envID string) string { return string(tunnels.Status(envID)) },
 		version: info.Version, log: log.With("subsystem", "openclaw"), trace: ocTrace, signedIn: browser.SignedIn,
 		refuse: func(r *http.Request, why string) { refusals.Refuse(r, "openclaw", why) }})

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -13,8 +15,11 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/inference"
 	"github.com/openclaw/cloudworkers/gateway/openclaw"
 	"github.com/openclaw/cloudworkers/gateway/placement"
+	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/gateway/turns"
+	"github.com/openclaw/cloudworkers/providers"
 )
 
 // openClawDeps are the services the OpenClaw-protocol door translates to.
@@ -24,6 +29,7 @@ type openClawDeps struct {
 	turns      *turns.Service
 	catalog    *inference.Catalog
 	envs       *envs.Manager
+	profiles   *profiles.Store
 	placements *placement.Placements
 	tunnel     func(envID string) string
 	version    string
@@ -52,23 +58,46 @@ func newOpenClawDoor(d openClawDeps) (*openclaw.Server, error) {
 			if err != nil {
 				return nil, err
 			}
-			now := time.Now()
 			out := make([]openclaw.Environment, 0, len(list))
 			for _, e := range list {
-				oe := openclaw.Environment{ID: e.ID, ProfileID: e.ProfileID, ProviderID: e.ProviderID, LeaseID: e.LeaseID,
-					State: string(e.State), Error: e.Error, TunnelStatus: d.tunnel(e.ID),
-					AgeMs: now.Sub(e.CreatedAt).Milliseconds()}
-				if !e.LastActivityAt.IsZero() {
-					oe.IdleMs = now.Sub(e.LastActivityAt).Milliseconds()
-				}
-				if ps, err := d.placements.ServedBy(ctx, e.ID); err == nil {
-					for _, p := range ps {
-						oe.AttachedSessionIDs = append(oe.AttachedSessionIDs, p.SessionID)
-					}
-				}
-				out = append(out, oe)
+				out = append(out, environmentView(ctx, d, e))
 			}
 			return out, nil
+		},
+		Profiles: func(ctx context.Context) ([]openclaw.Profile, error) {
+			list, err := d.profiles.List(ctx)
+			if err != nil {
+				return nil, err
+			}
+			out := make([]openclaw.Profile, 0, len(list))
+			for _, p := range list {
+				op := openclaw.Profile{ID: p.ID, ProviderID: p.Provider}
+				var st struct {
+					Class string `json:"class"`
+				}
+				if json.Unmarshal(p.Settings, &st) == nil && st.Class != "" {
+					op.Classes = []string{st.Class}
+				}
+				out = append(out, op)
+			}
+			return out, nil
+		},
+		CreateEnvironment: func(ctx context.Context, profileID, key string) (openclaw.Environment, error) {
+			e, _, err := d.envs.Create(ctx, profileID, key)
+			if err != nil {
+				return openclaw.Environment{}, envRefusal(err)
+			}
+			return environmentView(ctx, d, e), nil
+		},
+		DestroyEnvironment: func(ctx context.Context, id string, force bool) (openclaw.Environment, error) {
+			e, err := d.envs.Destroy(ctx, id, force)
+			if errors.Is(err, context.DeadlineExceeded) {
+				e, err = d.envs.Get(context.WithoutCancel(ctx), id) // still stopping: the teardown goes on
+			}
+			if err != nil {
+				return openclaw.Environment{}, envRefusal(err)
+			}
+			return environmentView(ctx, d, e), nil
 		},
 		Placement: func(ctx context.Context, sessionID string) (openclaw.Placement, bool) {
 			p, err := d.placements.Get(ctx, sessionID)
@@ -91,6 +120,39 @@ func newOpenClawDoor(d openClawDeps) (*openclaw.Server, error) {
 		SignedIn: d.signedIn,
 		Refuse:   d.refuse,
 	})
+}
+
+// environmentView is an environment as the OpenClaw door shows it.
+func environmentView(ctx context.Context, d openClawDeps, e envs.Environment) openclaw.Environment {
+	now := time.Now()
+	oe := openclaw.Environment{ID: e.ID, ProfileID: e.ProfileID, ProviderID: e.ProviderID, LeaseID: e.LeaseID,
+		State: string(e.State), Error: e.Error, TunnelStatus: d.tunnel(e.ID), AgeMs: now.Sub(e.CreatedAt).Milliseconds()}
+	if !e.LastActivityAt.IsZero() {
+		oe.IdleMs = now.Sub(e.LastActivityAt).Milliseconds()
+	}
+	if ps, err := d.placements.ServedBy(ctx, e.ID); err == nil {
+		for _, p := range ps {
+			oe.AttachedSessionIDs = append(oe.AttachedSessionIDs, p.SessionID)
+		}
+	}
+	return oe
+}
+
+// envRefusal is an environment manager's error as the OpenClaw door reports it.
+func envRefusal(err error) error {
+	var fe *providers.FieldError
+	var ce *envs.CapacityError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return &openclaw.EnvironmentError{Invalid: true, Code: "not_found", Message: err.Error()}
+	case errors.As(err, &fe):
+		return &openclaw.EnvironmentError{Invalid: true, Code: "invalid_profile", Message: err.Error()}
+	case errors.Is(err, envs.ErrAttached):
+		return &openclaw.EnvironmentError{Invalid: true, Code: "attached", Message: err.Error() + " (pull the session back first, or pass force)"}
+	case errors.As(err, &ce):
+		return &openclaw.EnvironmentError{Code: "capacity", Message: ce.Message, RetryAfter: ce.RetryAfter}
+	}
+	return err
 }
 
 // withOpenClaw routes WebSocket upgrades of "/" (where OpenClaw's clients connect when given the

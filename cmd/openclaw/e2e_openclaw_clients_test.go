@@ -208,7 +208,23 @@ func TestOpenClawClients(t *testing.T) {
 				Chunks []string
 				Ms     int64
 			}
-			Unknown string
+			Unknown  string
+			Profiles struct {
+				Profiles []struct{ ID, ProviderID string }
+			}
+			EnvCreate struct {
+				Created struct {
+					ID, Status string
+					Worker     struct{ ProfileID, State string }
+				}
+				SameID bool
+			}
+			EnvBadProfile struct{ Error string }
+			EnvNoAdmin    string
+			EnvDestroy    struct {
+				ID, Status string
+				Worker     struct{ State string }
+			}
 		}
 		if err := json.Unmarshal([]byte(lastLine(out)), &got); err != nil {
 			t.Fatalf("scenario output %q: %v", out, err)
@@ -254,6 +270,21 @@ func TestOpenClawClients(t *testing.T) {
 		}
 		if !strings.Contains(got.Unknown, "unknown method: no.such.method") {
 			t.Errorf("unknown method answered %q", got.Unknown)
+		}
+		if !slices.ContainsFunc(got.Profiles.Profiles, func(p struct{ ID, ProviderID string }) bool { return p.ID == "local" && p.ProviderID == "local" }) {
+			t.Errorf("environments.list {projection: profiles}: %+v, want the local profile", got.Profiles)
+		}
+		if c := got.EnvCreate; c.Created.ID == "" || !c.SameID || c.Created.Worker.ProfileID != "local" {
+			t.Errorf("environments.create: %+v, want an environment of profile local, the same one for the same key", c)
+		}
+		if !strings.Contains(got.EnvNoAdmin, "missing scope: operator.admin") {
+			t.Errorf("environments.create without operator.admin: %q", got.EnvNoAdmin)
+		}
+		if !strings.Contains(got.EnvBadProfile.Error, "nope") {
+			t.Errorf("environments.create of an unknown profile: %+v", got.EnvBadProfile)
+		}
+		if d := got.EnvDestroy; d.ID != got.EnvCreate.Created.ID || d.Worker.State != "destroyed" {
+			t.Errorf("environments.destroy: %+v, want %s destroyed", d, got.EnvCreate.Created.ID)
 		}
 	})
 

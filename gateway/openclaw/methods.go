@@ -57,6 +57,8 @@ var methods = map[string]method{
 	"commands.list":                 {"operator.read", false, (*conn).commandsList},
 	"environments.list":             {"operator.read", false, (*conn).environmentsList},
 	"environments.status":           {"operator.read", false, (*conn).environmentsStatus},
+	"environments.create":           {"operator.admin", true, (*conn).environmentsCreate},
+	"environments.destroy":          {"operator.admin", true, (*conn).environmentsDestroy},
 }
 
 // eventNames are the events this endpoint sends.
@@ -773,10 +775,49 @@ func (c *conn) commandsList(inFrame) (any, *errorShape) {
 	return map[string]any{"commands": []any{}}, nil
 }
 
-func (c *conn) environmentsList(inFrame) (any, *errorShape) {
+type envListParams struct {
+	Projection string `json:"projection"`
+}
+
+// environmentsList answers the inventory, or with {projection: "profiles"} the profile catalog.
+func (c *conn) environmentsList(f inFrame) (any, *errorShape) {
+	var p envListParams
+	if err := decodeParams(f.Method, f.Params, &p); err != nil {
+		return nil, err
+	}
 	ctx, cancel := c.callCtx()
 	defer cancel()
 	out := []map[string]any{}
+	if p.Projection == "profiles" {
+		res := map[string]any{"environments": out}
+		if c.srv.cfg.Profiles == nil {
+			return res, nil
+		}
+		profs, err := c.srv.cfg.Profiles(ctx)
+		if err != nil {
+			return nil, errf(CodeUnavailable, err.Error())
+		}
+		var list []map[string]any
+		for _, pr := range profs {
+			e := map[string]any{"id": pr.ID, "providerId": orDefault(pr.ProviderID, "unknown"), "trust": "disposable",
+				"executionMode": "worker-turn", "executionModes": []string{"worker-turn"}}
+			var machines []map[string]any
+			for i, cl := range pr.Classes {
+				if i == 64 {
+					break
+				}
+				machines = append(machines, map[string]any{"id": truncate(cl, 128), "label": truncate(cl, 128), "default": i == 0})
+			}
+			if len(machines) > 0 {
+				e["machines"] = machines
+			}
+			list = append(list, e)
+		}
+		if len(list) > 0 {
+			res["profiles"] = list
+		}
+		return res, nil
+	}
 	if c.srv.cfg.Environments != nil {
 		envs, err := c.srv.cfg.Environments(ctx)
 		if err != nil {
@@ -787,6 +828,72 @@ func (c *conn) environmentsList(inFrame) (any, *errorShape) {
 		}
 	}
 	return map[string]any{"environments": out}, nil
+}
+
+type envCreateParams struct {
+	ProfileID      string `json:"profileId"`
+	IdempotencyKey string `json:"idempotencyKey"`
+}
+
+// environmentsCreate leases an environment of a profile, idempotent per key, through the same
+// environment manager (and capacity limits) as POST /api/v1/environments.
+func (c *conn) environmentsCreate(f inFrame) (any, *errorShape) {
+	var p envCreateParams
+	if err := decodeParams(f.Method, f.Params, &p); err != nil {
+		return nil, err
+	}
+	if p.ProfileID == "" || p.IdempotencyKey == "" || len(p.IdempotencyKey) > 256 {
+		return nil, errf(CodeInvalidRequest, "environments.create needs profileId and an idempotencyKey of at most 256 bytes")
+	}
+	if c.srv.cfg.CreateEnvironment == nil {
+		return nil, errf(CodeUnavailable, "this gateway leases no environments")
+	}
+	ctx, cancel := c.callCtx()
+	defer cancel()
+	e, err := c.srv.cfg.CreateEnvironment(ctx, p.ProfileID, "openclaw:"+p.IdempotencyKey)
+	if err != nil {
+		return nil, envError(err)
+	}
+	return summary(e), nil
+}
+
+type envDestroyParams struct {
+	EnvironmentID string `json:"environmentId"`
+	Force         bool   `json:"force"`
+}
+
+// environmentsDestroy tears an environment down and answers once the provider proves it gone (or
+// after a minute, with the environment still stopping: the teardown goes on).
+func (c *conn) environmentsDestroy(f inFrame) (any, *errorShape) {
+	var p envDestroyParams
+	if err := decodeParams(f.Method, f.Params, &p); err != nil {
+		return nil, err
+	}
+	if p.EnvironmentID == "" {
+		return nil, errf(CodeInvalidRequest, "environments.destroy needs environmentId")
+	}
+	if c.srv.cfg.DestroyEnvironment == nil {
+		return nil, errf(CodeUnavailable, "this gateway leases no environments")
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
+	defer cancel()
+	e, err := c.srv.cfg.DestroyEnvironment(ctx, p.EnvironmentID, p.Force)
+	if err != nil {
+		return nil, envError(err)
+	}
+	return summary(e), nil
+}
+
+// envError maps an environment refusal onto the protocol's errors.
+func envError(err error) *errorShape {
+	var ee *EnvironmentError
+	if errors.As(err, &ee) {
+		if ee.Invalid {
+			return &errorShape{Code: CodeInvalidRequest, Message: truncate(ee.Message, 500), Details: map[string]any{"code": ee.Code}}
+		}
+		return &errorShape{Code: CodeUnavailable, Message: truncate(ee.Message, 500), Retryable: true, RetryAfterMs: ee.RetryAfter.Milliseconds()}
+	}
+	return errf(CodeUnavailable, truncate(err.Error(), 500))
 }
 
 type envParams struct {

@@ -63,6 +63,24 @@ type Environment struct {
 	AttachedSessionIDs                                             []string
 }
 
+// Profile is a worker profile as environments.list {projection: "profiles"} shows it.
+type Profile struct {
+	ID, ProviderID string
+	// Classes are the machine classes a dispatch may choose (none: the provider's default).
+	Classes []string
+}
+
+// EnvironmentError is a refusal of an environment operation: Invalid (bad input, e.g. an unknown
+// profile: INVALID_REQUEST with Code in details) or not (UNAVAILABLE, retryable after RetryAfter).
+type EnvironmentError struct {
+	Invalid    bool
+	Code       string
+	Message    string
+	RetryAfter time.Duration
+}
+
+func (e *EnvironmentError) Error() string { return e.Message }
+
 // Placement is where a session runs, as sessions.list shows it.
 type Placement struct {
 	State, EnvironmentID, ProfileID, ProviderID, BundleHash, BaseManifest, BoxWorkspace, Error string
@@ -81,6 +99,12 @@ type Config struct {
 	// Environments lists the live environments; Placement reads a session's placement.
 	Environments func(ctx context.Context) ([]Environment, error)
 	Placement    func(ctx context.Context, sessionID string) (Placement, bool)
+	// Profiles lists the worker profiles; CreateEnvironment leases one (idempotent per key);
+	// DestroyEnvironment tears one down (waiting for proof of teardown while ctx lasts). Errors
+	// may be *EnvironmentError.
+	Profiles           func(ctx context.Context) ([]Profile, error)
+	CreateEnvironment  func(ctx context.Context, profileID, idempotencyKey string) (Environment, error)
+	DestroyEnvironment func(ctx context.Context, id string, force bool) (Environment, error)
 	Version      string
 	Log          *slog.Logger
 	// Limits (zero: the defaults above).

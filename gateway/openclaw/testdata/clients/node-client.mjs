@@ -32,6 +32,31 @@ for await (const ch of c.chat('Wait for a long time.', { sessionKey: process.env
   if (ch.type === 'error' || ch.type === 'agent_end') break;
 }
 out.abort = { chunks: abortChunks, ms: Date.now() - started };
+// cloud workers: without operator.admin, environments.create is refused; with it, the profile
+// catalog, then an environment leased and torn down
+try {
+  await c.request('environments.create', { profileId: 'local', idempotencyKey: 'node-0' });
+  out.envNoAdmin = 'no error';
+} catch (e) {
+  out.envNoAdmin = String(e.message ?? e);
+}
+const admin = new OpenClawClient({ url: process.env.GW_URL, token: process.env.GW_TOKEN, autoReconnect: false,
+  scopes: ['operator.read', 'operator.write', 'operator.admin'] });
+await admin.connect();
+const req = async (method, params) => {
+  try {
+    return (await admin.request(method, params)).payload;
+  } catch (e) {
+    return { error: String(e.message ?? e) };
+  }
+};
+out.profiles = await req('environments.list', { projection: 'profiles' });
+const created = await req('environments.create', { profileId: 'local', idempotencyKey: 'node-1' });
+const again = await req('environments.create', { profileId: 'local', idempotencyKey: 'node-1' });
+out.envCreate = { created, sameId: created.id !== undefined && created.id === again.id };
+out.envBadProfile = await req('environments.create', { profileId: 'nope', idempotencyKey: 'node-2' });
+out.envDestroy = created.id ? await req('environments.destroy', { environmentId: created.id }) : null;
+await admin.disconnect();
 try {
   await c.request('no.such.method', {});
   out.unknown = 'no error';
