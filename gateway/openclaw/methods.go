@@ -59,6 +59,8 @@ var methods = map[string]method{
 	"environments.status":           {"operator.read", false, (*conn).environmentsStatus},
 	"environments.create":           {"operator.admin", true, (*conn).environmentsCreate},
 	"environments.destroy":          {"operator.admin", true, (*conn).environmentsDestroy},
+	"question.list":                 {"operator.read", false, (*conn).questionList},
+	"tasks.list":                    {"operator.read", false, (*conn).tasksList},
 }
 
 // eventNames are the events this endpoint sends.
@@ -970,4 +972,16 @@ func mapsKeys(m map[string]bool) func(func(string) bool) {
 			}
 		}
 	}
+}
+
+// questionList: this gateway never asks the operator a question (worker exec needs no approval),
+// so the list is truthfully empty.
+func (c *conn) questionList(inFrame) (any, *errorShape) {
+	return map[string]any{"questions": []any{}}, nil
+}
+
+// tasksList: the gateway keeps no background task ledger apart from sessions and their turns
+// (those are sessions.list and chat.history), so the list is truthfully empty.
+func (c *conn) tasksList(inFrame) (any, *errorShape) {
+	return map[string]any{"tasks": []any{}}, nil
 }
