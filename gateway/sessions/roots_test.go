@@ -18,7 +18,7 @@ func TestRootsConfineWorkspaces(t *testing.T) {
 	proj := filepath.Join(home, "proj")
 	data := filepath.Join(home, ".local", "state", "openclaw-gateway")
 	other := filepath.Join(top, "elsewhere")
-	for _, d := range []string{proj, data, other, filepath.Join(data, "agents", "x", "workspace"), filepath.Join(data, "anchors", "s1", "workspace")} {
+	for _, d := range []string{proj, data, other, filepath.Join(data, "agents", "x", "workspace"), filepath.Join(data, "anchors", "s1", "workspace"), filepath.Join(data, "worktrees", "fp", "s1")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -63,6 +63,8 @@ func TestRootsConfineWorkspaces(t *testing.T) {
 		{"a fork the gateway made, from a door", filepath.Join(data, "agents", "x", "workspace"), false, "data dir"},
 		{"a fork the gateway made, stored", filepath.Join(data, "agents", "x", "workspace"), true, ""},
 		{"a pull-back anchor, stored", filepath.Join(data, "anchors", "s1", "workspace"), true, ""},
+		{"a managed worktree, stored", filepath.Join(data, "worktrees", "fp", "s1"), true, ""},
+		{"a managed worktree, from a door", filepath.Join(data, "worktrees", "fp", "s1"), false, "data dir"},
 		{"the agents area itself, stored", filepath.Join(data, "agents"), true, "data dir"},
 		{"the data dir, stored", data, true, "data dir"},
 	}

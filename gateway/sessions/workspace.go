@@ -122,9 +122,10 @@ type Roots struct {
 var systemDirs = map[string]bool{"/": false, "/root": false, "/etc": true, "/proc": true, "/sys": true, "/dev": true, "/boot": true}
 
 // OwnedWorkspaceAreas are the data dir's subdirectories that hold workspaces the gateway made itself
-// (forks of spawned agents, OCC agents' workspaces, pull-back anchors): a session's stored workspace
-// may lie there, a path from a door never.
-var OwnedWorkspaceAreas = []string{"agents", "workspaces", "anchors", filepath.Join("occ", "workspaces")}
+// (forks of spawned agents, OCC agents' workspaces, pull-back anchors, the managed git worktrees a
+// pull-back leaves a git session in): a session's stored workspace may lie there, a path from a
+// door never.
+var OwnedWorkspaceAreas = []string{"agents", "workspaces", "anchors", "worktrees", filepath.Join("occ", "workspaces")}
 
 // NewRoots resolves the allowed roots (field names the config key of the list, for errors) and the
 // data dir. A root must be an absolute path to an existing directory.
