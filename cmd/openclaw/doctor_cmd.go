@@ -74,7 +74,9 @@ func newDoctorCmd(g *globals) *cobra.Command {
 reported as scripted (its answers come from a script, no provider is called). Then it leases a machine
 through the profile (default: the built-in local profile), follows it to ready, and reports every link
 of the chain with its result and, for a failure, what to do about it. The environment is destroyed
-afterwards unless --keep is given. It exits non-zero if a step failed.`,
+afterwards unless --keep is given. It exits non-zero if a step failed. A step marked "warn" passed
+with a risk to know of: the credentials key beside gateway.db in --data-dir (a copy of the data dir
+then decrypts every stored credential; set credentials.keyFile outside it).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			asJSON := g.structured()
