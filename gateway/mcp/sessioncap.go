@@ -33,6 +33,7 @@ type sessionCaps struct {
 	perToken, total int
 	server          *mcp.Server
 	log             *slog.Logger
+	now             func() time.Time // dates the refusal log lines
 
 	mu       sync.Mutex
 	seq      uint64                 // orders uses: a higher lastUse is more recent
@@ -53,7 +54,7 @@ type capSession struct {
 }
 
 func newSessionCaps(server *mcp.Server, perToken, total int, log *slog.Logger) *sessionCaps {
-	return &sessionCaps{perToken: perToken, total: total, server: server, log: log,
+	return &sessionCaps{perToken: perToken, total: total, server: server, log: log, now: time.Now,
 		live: map[string]*capSession{}, pending: map[string]int{}, evicted: map[string]string{}}
 }
 
@@ -181,7 +182,7 @@ func (c *sessionCaps) admit(tok string) error {
 // retries in a loop must not fill the log).
 func (c *sessionCaps) refuse(err *CapError) error {
 	c.refused++
-	if now := time.Now(); now.Sub(c.warnedAt) >= time.Minute {
+	if now := c.now(); now.Sub(c.warnedAt) >= time.Minute {
 		c.log.Warn("MCP sessions refused: cap reached with every session busy", "cap", err.Key, "limit", err.Limit, "refused", c.refused)
 		c.warnedAt, c.refused = now, 0
 	}

@@ -147,45 +147,62 @@ func (r *capRig) initialize(token string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// TestSessionCapEvictsOldestIdle: 200 sessions of one token past a cap of 64 all open, each
-// evicting the session idle the longest; the sessions held never exceed the cap; a session in
-// the middle of a call is never evicted and its call completes; an evicted session's next call
-// gets an error saying why it was closed and what to do.
+// TestSessionCapEvictsOldestIdle: 200 sessions past a cap of 64 all open, each evicting the
+// session idle the longest (of its token under the per-token cap, of any token under the
+// gateway-wide one); the sessions held never exceed the cap; a session in the middle of a call is
+// never evicted and its call completes; an evicted session's next call gets an error saying why
+// it was closed, naming the cap.
 func TestSessionCapEvictsOldestIdle(t *testing.T) {
-	r := newCapRig(t, 64, 256, nil)
-	held, err := r.connect(r.mcpToken)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := r.busy(held)
-	var all []*mcp.ClientSession
-	for i := range 200 {
-		cs, err := r.connect(r.mcpToken)
-		if err != nil {
-			t.Fatalf("session %d: %v", i, err)
-		}
-		all = append(all, cs)
-		if n, m := r.s.caps.tracked(), r.sdkSessions(); n > 64 || m > 64 {
-			t.Fatalf("after session %d: %d tracked, %d held by the SDK, cap 64", i, n, m)
-		}
-	}
-	ctx := testenv.Context(t, 30*time.Second)
-	// The newest 63 live (with the busy one: 64); the older ones were evicted, oldest first.
-	for i, cs := range all {
-		_, err := cs.ListTools(ctx, nil)
-		switch {
-		case i >= 200-63 && err != nil:
-			t.Fatalf("recent session %d: %v", i, err)
-		case i < 200-63 && (err == nil || !strings.Contains(err.Error(), "closed to make room") || !strings.Contains(err.Error(), "mcp.maxSessionsPerToken = 64")):
-			t.Fatalf("evicted session %d: %v, want an error naming the cap", i, err)
-		}
-	}
-	close(r.release)
-	if err := <-done; err != nil {
-		t.Fatalf("the busy session's call: %v", err)
-	}
-	if _, err := held.ListTools(ctx, nil); err != nil {
-		t.Fatalf("the busy session was evicted: %v", err)
+	for _, tc := range []struct {
+		name            string
+		perToken, total int
+		alternate       bool // sessions alternate between the MCP and the operator token
+		cap             string
+	}{
+		{"per token", 64, 256, false, "mcp.maxSessionsPerToken = 64"},
+		{"gateway-wide", 64, 64, true, "mcp.maxSessions = 64"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newCapRig(t, tc.perToken, tc.total, nil)
+			held, err := r.connect(r.mcpToken)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := r.busy(held)
+			var all []*mcp.ClientSession
+			for i := range 200 {
+				tok := r.mcpToken
+				if tc.alternate && i%2 == 1 {
+					tok = r.operator
+				}
+				cs, err := r.connect(tok)
+				if err != nil {
+					t.Fatalf("session %d: %v", i, err)
+				}
+				all = append(all, cs)
+				if n, m := r.s.caps.tracked(), r.sdkSessions(); n > 64 || m > 64 {
+					t.Fatalf("after session %d: %d tracked, %d held by the SDK, cap 64", i, n, m)
+				}
+			}
+			ctx := testenv.Context(t, 30*time.Second)
+			// The newest 63 live (with the busy one: 64); the older ones were evicted, oldest first.
+			for i, cs := range all {
+				_, err := cs.ListTools(ctx, nil)
+				switch {
+				case i >= 200-63 && err != nil:
+					t.Fatalf("recent session %d: %v", i, err)
+				case i < 200-63 && (err == nil || !strings.Contains(err.Error(), "closed to make room") || !strings.Contains(err.Error(), tc.cap)):
+					t.Fatalf("evicted session %d: %v, want an error naming %s", i, err, tc.cap)
+				}
+			}
+			close(r.release)
+			if err := <-done; err != nil {
+				t.Fatalf("the busy session's call: %v", err)
+			}
+			if _, err := held.ListTools(ctx, nil); err != nil {
+				t.Fatalf("the busy session was evicted: %v", err)
+			}
+		})
 	}
 }
 
@@ -195,6 +212,10 @@ func TestSessionCapEvictsOldestIdle(t *testing.T) {
 func TestSessionCapRefusesWhenAllBusy(t *testing.T) {
 	var logs bytes.Buffer
 	r := newCapRig(t, 2, 3, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r.s.caps.mu.Lock()
+	r.s.caps.now = func() time.Time { return clock }
+	r.s.caps.mu.Unlock()
 	for _, tok := range []string{r.mcpToken, r.mcpToken, r.operator} {
 		cs, err := r.connect(tok)
 		if err != nil {
@@ -232,6 +253,16 @@ func TestSessionCapRefusesWhenAllBusy(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "MCP sessions refused"); n != 1 {
 		t.Fatalf("%d refusal lines for 102 refusals, want 1:\n%s", n, logs.String())
+	}
+	// a minute later the next refusal writes the next line, with the count since the last
+	r.s.caps.mu.Lock()
+	clock = clock.Add(time.Minute)
+	r.s.caps.mu.Unlock()
+	if status, _ := r.initialize(r.mcpToken); status != http.StatusTooManyRequests {
+		t.Fatalf("status %d", status)
+	}
+	if n := strings.Count(logs.String(), "MCP sessions refused"); n != 2 || !strings.Contains(logs.String(), "refused=102") {
+		t.Fatalf("%d refusal lines after a minute, want 2, the second counting 102:\n%s", n, logs.String())
 	}
 	// The SDK's per-session INFO lines (connected, initialized) are not at INFO.
 	if strings.Contains(logs.String(), "session connected") || strings.Contains(logs.String(), "session initialized") {
