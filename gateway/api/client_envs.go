@@ -117,7 +117,7 @@ func (c *Client) Environment(ctx context.Context, id string) (EnvironmentView, e
 
 // EnvironmentEvents returns the state changes of an environment, oldest first.
 func (c *Client) EnvironmentEvents(ctx context.Context, id string) ([]envs.Event, error) {
-	return getAs[[]envs.Event](ctx, c, v1("environments", id, "events"))
+	return listAs[envs.Event](ctx, c, v1("environments", id, "events"))
 }
 
 // EnvironmentTimeline returns the timeline of an environment: its provisioning attempts,

@@ -90,7 +90,7 @@ func (c *Client) SendMessage(ctx context.Context, sessionID string, req turns.Se
 
 // Turns lists the turns of a session.
 func (c *Client) Turns(ctx context.Context, sessionID string) ([]turns.Turn, error) {
-	return getAs[[]turns.Turn](ctx, c, v1("sessions", sessionID, "turns"))
+	return listAs[turns.Turn](ctx, c, v1("sessions", sessionID, "turns"))
 }
 
 // Turn returns one turn by its run id.

@@ -225,6 +225,12 @@ func (s *Server) envEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// oldest first, by id
+	evs, err = paging.Page(c.Request(), c.Response().Header(), evs,
+		func(e envs.Event) paging.Key { return paging.Key{ID: fmt.Sprintf("%020d", e.ID)} }, paging.Ascending)
+	if err != nil {
+		return err
+	}
 	return c.JSON(http.StatusOK, evs)
 }
 

@@ -89,7 +89,7 @@ var Operations = []Operation{
 	{Method: "POST", Path: "/api/v1/environments", Summary: "Lease an environment of a profile (200 with the existing one for a repeated idempotencyKey).", Body: createEnvRequest{}, Status: 201, Response: envs.Environment{}},
 	{Method: "POST", Path: "/api/v1/environments/sweep", Summary: "Find and destroy leases this gateway labelled but no longer knows.", Status: 200, Response: envs.SweepReport{}},
 	{Method: "GET", Path: "/api/v1/environments/:id", Summary: "One environment with its running inference totals.", Status: 200, Response: EnvironmentView{}},
-	{Method: "GET", Path: "/api/v1/environments/:id/events", Summary: "The environment's state changes and timeline steps, oldest first.", Status: 200, Response: []envs.Event{}},
+	{Method: "GET", Path: "/api/v1/environments/:id/events", Summary: "The environment's state changes and timeline steps, oldest first; pages.", Status: 200, Response: []envs.Event{}, Paged: true},
 	{Method: "GET", Path: "/api/v1/environments/:id/timeline", Summary: "The environment's timeline: provisioning attempts, bootstrap and setup steps (name, start, duration, result, output tail), oldest first.", Status: 200, Response: []envs.Step{}},
 	{Method: "DELETE", Path: "/api/v1/environments/:id", Summary: "Destroy an environment: 200 with proof of teardown within ?wait, else 202 while the gateway retries.",
 		Query: []Param{{"force", "boolean", "destroy even while a session is attached"}, {"wait", "string", "how long to wait for proof of teardown (a Go duration up to 10m)"}}, Status: 202, Response: envs.Environment{}},
@@ -117,7 +117,7 @@ var Operations = []Operation{
 	{Method: "DELETE", Path: "/api/v1/credentials/:name", Summary: "Delete a credential.", Status: 204},
 
 	{Method: "POST", Path: "/api/v1/sessions/:id/messages", Summary: "Send a message: starts a turn (202), or returns the turn of a repeated idempotencyKey (200).", Body: turns.SendRequest{}, Status: 202, Response: turns.Turn{}},
-	{Method: "GET", Path: "/api/v1/sessions/:id/turns", Summary: "The session's turns.", Status: 200, Response: []turns.Turn{}},
+	{Method: "GET", Path: "/api/v1/sessions/:id/turns", Summary: "The session's turns, oldest first; pages.", Status: 200, Response: []turns.Turn{}, Paged: true},
 	{Method: "GET", Path: "/api/v1/turns/:run", Summary: "One turn by its run id.", Status: 200, Response: turns.Turn{}},
 	{Method: "POST", Path: "/api/v1/sessions/:id/cancel", Summary: "Cancel the session's running turn.", Status: 200, Response: cancelResult{}},
 	{Method: "DELETE", Path: "/api/v1/sessions/:id", Summary: "Remove a session: a running turn is canceled first; its rows, transcript, anchor or managed worktree and refs/openclaw/* refs go (the branch openclaw/<name> stays). 409 while a worker holds it unless ?force says what to do with its work; the environment is released either way.",

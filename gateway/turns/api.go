@@ -2,10 +2,12 @@ package turns
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/openclaw/cloudworkers/gateway/paging"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/internal/jsonbody"
 	"github.com/openclaw/cloudworkers/providers"
@@ -49,6 +51,12 @@ func RegisterAPI(g *echo.Group, s *Service) {
 	})
 	g.GET("/sessions/:id/turns", func(c echo.Context) error {
 		list, err := s.List(c.Request().Context(), c.Param("id"))
+		if err != nil {
+			return err
+		}
+		// oldest first, by run epoch
+		list, err = paging.Page(c.Request(), c.Response().Header(), list,
+			func(t Turn) paging.Key { return paging.Key{Sort: fmt.Sprintf("%020d", t.RunEpoch), ID: t.RunID} }, paging.Ascending)
 		if err != nil {
 			return err
 		}

@@ -447,7 +447,7 @@ function chatPage(id) {
   async function load() {
     const [t, turns] = await Promise.all([
       api('GET', transcriptPath()),
-      api('GET', '/sessions/' + encodeURIComponent(id) + '/turns'),
+      apiList('/sessions/' + encodeURIComponent(id) + '/turns'),
     ]);
     st.session = t.session;
     setPage(t);
@@ -687,7 +687,7 @@ function environmentPage(id) {
   const path = '/environments/' + encodeURIComponent(id);
   let timer = null;
   async function load() {
-    const [e, evs, w] = await Promise.all([api('GET', path), api('GET', path + '/events'), api('GET', path + '/worker').catch(() => null)]);
+    const [e, evs, w] = await Promise.all([api('GET', path), apiList(path + '/events'), api('GET', path + '/worker').catch(() => null)]);
     const dl = $('#env-detail');
     const pressure = !w ? '' : (w.backpressure ? 'shedding load: ' : 'none: ') + w.queued + ' queued, ' + w.capacityRejections + ' refused for capacity';
     const shedding = w && w.shedding ? sheddingText(w.shedding) : 'no';
