@@ -11,11 +11,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/openclaw/cloudworkers/gateway/auth"
 )
 
 // sessionIDHeader is the streamable-HTTP header that names an MCP session.
@@ -60,11 +61,8 @@ func newSessionCaps(server *mcp.Server, perToken, total int, log *slog.Logger) *
 
 // tokenKey keys a request's bearer token (hashed: the tracker never holds a token).
 func tokenKey(r *http.Request) string {
-	h := r.Header.Get("Authorization")
-	if i := strings.IndexByte(h, ' '); i >= 0 {
-		h = strings.TrimSpace(h[i+1:])
-	}
-	sum := sha256.Sum256([]byte(h))
+	tok, _ := auth.Bearer(r)
+	sum := sha256.Sum256([]byte(tok))
 	return hex.EncodeToString(sum[:8])
 }
 
