@@ -86,12 +86,13 @@ func (c *sessionCaps) serve(w http.ResponseWriter, r *http.Request, h http.Handl
 	tok := tokenKey(r)
 	sid := r.Header.Get(sessionIDHeader)
 	if sid != "" {
-		if why, ok := c.evictedReason(sid); ok {
+		// checked and marked busy at once: a session is either busy before an eviction looks
+		// at it, or evicted before its request starts (so a close never waits for a call)
+		if why, evicted := c.begin(sid, r.Method == http.MethodPost); evicted {
 			writeRPCError(w, r, http.StatusNotFound, why)
 			return
 		}
 		if r.Method == http.MethodPost {
-			c.use(sid, 1)
 			defer c.use(sid, -1)
 		}
 		h.ServeHTTP(w, r)
@@ -271,7 +272,7 @@ func (c *sessionCaps) finished(tok, id string) {
 	}
 }
 
-// use marks a POST of session id starting (+1) or ending (-1).
+// use marks a POST of session id ending (-1).
 func (c *sessionCaps) use(id string, d int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -282,11 +283,20 @@ func (c *sessionCaps) use(id string, d int) {
 	}
 }
 
-func (c *sessionCaps) evictedReason(id string) (string, bool) {
+// begin starts a request of session id: an evicted session's reason, or, for a POST, the
+// session marked busy.
+func (c *sessionCaps) begin(id string, post bool) (why string, evicted bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	why, ok := c.evicted[id]
-	return why, ok
+	if why, ok := c.evicted[id]; ok {
+		return why, true
+	}
+	if s, ok := c.live[id]; ok && post {
+		c.seq++
+		s.busy++
+		s.lastUse = c.seq
+	}
+	return "", false
 }
 
 // tracked is the number of sessions the caps count (for tests and metrics).
