@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/protocol"
@@ -156,11 +157,23 @@ func (c *conn) relay(f *follower, rec *sessions.LiveRecord) {
 				break
 			}
 		}
+		alias, known := c.aliases[rec.RunID]
+		c.mu.Unlock()
+		// A run's first event can come before chat.send's Send returns (and rememberRun): the
+		// client's id is the turn's idempotency key, read from its row (written at admission).
 		id := rec.RunID
-		if alias, ok := c.aliases[rec.RunID]; ok {
+		switch {
+		case known:
 			id = alias
+		default:
+			ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+			if t, err := c.srv.cfg.Turns.Get(ctx, rec.RunID); err == nil && t.IdempotencyKey != "" {
+				id = t.IdempotencyKey
+			}
+			cancel()
 		}
 		rs = &runState{clientID: id}
+		c.mu.Lock()
 		f.runs[rec.RunID] = rs
 	}
 	key := f.key
