@@ -22,7 +22,7 @@ func TestRefusedRenewalReclaims(t *testing.T) {
 	t.Cleanup(func() { destroyAll(g) })
 	ws := filepath.Join(root, "user")
 	userWorkspace(t, ws, false)
-	id, envID := g.activeSession(ws, "local/m", "refuses")
+	id, envID := g.activeSession(ws, "", "refuses")
 	// the lease runs out: the environment fails, then the reclaim loop takes the session back
 	g.waitEnv(envID, func(e envs.Environment) bool {
 		return e.State.Dead() || e.State == envs.Destroying || e.State == envs.Destroyed

@@ -53,7 +53,7 @@ func TestDispatchRunsSetupBeforeTheWorker(t *testing.T) {
 	t.Cleanup(func() { destroyAll(g) })
 	ws := filepath.Join(root, "user")
 	userWorkspace(t, ws, false)
-	id, envID := g.activeSession(ws, "local/m", "withsetup")
+	id, envID := g.activeSession(ws, "", "withsetup")
 
 	steps := g.timeline(envID, envs.StepSetup)
 	if len(steps) != 1 || steps[0].Name != "deps" || steps[0].Result != envs.ResultOK || !strings.Contains(steps[0].Output, "saw: hello") {
@@ -96,7 +96,7 @@ func TestDispatchRunsSetupBeforeTheWorker(t *testing.T) {
 	g.pullback(id)
 	g.mustRest(id, placement.Local)
 
-	bad := g.newSession(ws, "local/m")
+	bad := g.newSession(ws, "")
 	g.dispatchTo(bad, "badsetup")
 	v := g.mustRest(bad, placement.Failed)
 	if !strings.Contains(v.Placement.Error, `setup step "toolchain" failed`) || !strings.Contains(v.Placement.Error, "Unable to locate package nodejs-99") {
