@@ -477,6 +477,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		mcpCfg.DefaultProfile = cfg.Agents.DefaultProfile
 	}
 	mcpCfg.Log = log.With("subsystem", "mcp")
+	mcpCfg.Registry = reg
 	mcpSrv, err := mcp.New(mcpCfg)
 	if err != nil {
 		ln.Close()

@@ -48,8 +48,7 @@ func (s *Server) HTTPHandler(operatorToken, dataDir string) http.Handler {
 		SessionTimeout: s.cfg.SessionTimeout,
 		Logger:         slog.New(demoteInfo{s.cfg.Log.Handler()}),
 	})
-	caps := newSessionCaps(s.mcp, s.cfg.MaxSessionsPerToken, s.cfg.MaxSessions, s.cfg.Log)
-	s.caps = caps
+	caps := s.caps
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.authorized(r, operatorToken, dataDir) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="openclaw-mcp"`)

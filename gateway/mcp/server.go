@@ -5,11 +5,13 @@ package mcp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
@@ -40,6 +42,9 @@ type Config struct {
 	// refused (429) when every one is in a call.
 	MaxSessionsPerToken int
 	MaxSessions         int
+	// Registry, when set, gets the /mcp session metrics (openclaw_mcp_sessions and the
+	// evictions and refusals by cap).
+	Registry prometheus.Registerer
 	// Roots confine the workspaces a dispatch may name, before the gateway's own check (the
 	// gateway's workspaces.roots narrowed by mcp.workspaceRoots). The zero value leaves it to
 	// the gateway.
@@ -154,7 +159,7 @@ type Server struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	bg     map[string]*background // session id → dispatch with wait: false
-	caps   *sessionCaps           // of the last HTTPHandler
+	caps   *sessionCaps           // bounds the sessions of HTTPHandler
 }
 
 // background is a dispatch followed after its tool call returned.
@@ -179,6 +184,12 @@ func New(cfg Config) (*Server, error) {
 	})
 	s.addTools()
 	s.addResources()
+	s.caps = newSessionCaps(s.mcp, cfg.MaxSessionsPerToken, cfg.MaxSessions, cfg.Log)
+	if cfg.Registry != nil {
+		if err := s.caps.register(cfg.Registry); err != nil {
+			return nil, fmt.Errorf("mcp metrics: %w", err)
+		}
+	}
 	return s, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,8 +16,15 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/openclaw/cloudworkers/gateway/auth"
+)
+
+// The config keys of the caps.
+const (
+	keyPerToken = "mcp.maxSessionsPerToken"
+	keyTotal    = "mcp.maxSessions"
 )
 
 // sessionIDHeader is the streamable-HTTP header that names an MCP session.
@@ -45,6 +53,17 @@ type sessionCaps struct {
 	evictedQ []string
 	refused  int       // refusals since the last WARN line
 	warnedAt time.Time // of the last WARN line about refusals (at most one a minute)
+
+	evictions *prometheus.CounterVec // by cap
+	refusals  *prometheus.CounterVec // by cap
+}
+
+// register adds the session metrics to r.
+func (c *sessionCaps) register(r prometheus.Registerer) error {
+	return errors.Join(r.Register(c.evictions), r.Register(c.refusals),
+		r.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "openclaw_mcp_sessions",
+			Help: "Open /mcp HTTP sessions (bounded by mcp.maxSessions and mcp.maxSessionsPerToken)."},
+			func() float64 { return float64(c.tracked()) })))
 }
 
 // capSession is one tracked session.
@@ -55,8 +74,18 @@ type capSession struct {
 }
 
 func newSessionCaps(server *mcp.Server, perToken, total int, log *slog.Logger) *sessionCaps {
-	return &sessionCaps{perToken: perToken, total: total, server: server, log: log, now: time.Now,
-		live: map[string]*capSession{}, pending: map[string]int{}, evicted: map[string]string{}}
+	c := &sessionCaps{perToken: perToken, total: total, server: server, log: log, now: time.Now,
+		live: map[string]*capSession{}, pending: map[string]int{}, evicted: map[string]string{},
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "openclaw_mcp_sessions_evicted_total",
+			Help: "Idle /mcp sessions closed to make room for a new one, by the cap that was full."}, []string{"cap"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "openclaw_mcp_sessions_refused_total",
+			Help: "New /mcp sessions refused (429) because every session under a full cap was busy, by cap."}, []string{"cap"}),
+	}
+	for _, k := range []string{keyPerToken, keyTotal} {
+		c.evictions.WithLabelValues(k)
+		c.refusals.WithLabelValues(k)
+	}
+	return c
 }
 
 // tokenKey keys a request's bearer token (hashed: the tracker never holds a token).
@@ -74,7 +103,7 @@ type CapError struct {
 
 func (e *CapError) Error() string {
 	scope := "this token"
-	if e.Key == "mcp.maxSessions" {
+	if e.Key == keyTotal {
 		scope = "the gateway"
 	}
 	return fmt.Sprintf("too many MCP sessions for %s: %d open and every one is in the middle of a call (cap %s = %d); end a session (DELETE /mcp with its Mcp-Session-Id) or raise %s in the gateway config",
@@ -159,17 +188,17 @@ func (c *sessionCaps) admit(tok string) error {
 	if count >= c.perToken {
 		id, ok := c.oldestIdle(tok)
 		if !ok {
-			return c.refuse(&CapError{Key: "mcp.maxSessionsPerToken", Limit: c.perToken})
+			return c.refuse(&CapError{Key: keyPerToken, Limit: c.perToken})
 		}
-		c.evictLocked(id, fmt.Sprintf("this token's cap mcp.maxSessionsPerToken = %d", c.perToken))
+		c.evictLocked(id, keyPerToken, fmt.Sprintf("this token's cap %s = %d", keyPerToken, c.perToken))
 		victims = append(victims, id)
 	}
 	if len(c.live)+c.npending >= c.total {
 		id, ok := c.oldestIdle("")
 		if !ok {
-			return c.refuse(&CapError{Key: "mcp.maxSessions", Limit: c.total})
+			return c.refuse(&CapError{Key: keyTotal, Limit: c.total})
 		}
-		c.evictLocked(id, fmt.Sprintf("the gateway's cap mcp.maxSessions = %d", c.total))
+		c.evictLocked(id, keyTotal, fmt.Sprintf("the gateway's cap %s = %d", keyTotal, c.total))
 		victims = append(victims, id)
 	}
 	c.pending[tok]++
@@ -180,6 +209,7 @@ func (c *sessionCaps) admit(tok string) error {
 // refuse counts a refusal, logging a WARN at most once a minute with the count (a client that
 // retries in a loop must not fill the log).
 func (c *sessionCaps) refuse(err *CapError) error {
+	c.refusals.WithLabelValues(err.Key).Inc()
 	c.refused++
 	if now := c.now(); now.Sub(c.warnedAt) >= time.Minute {
 		c.log.Warn("MCP sessions refused: cap reached with every session busy", "cap", err.Key, "limit", err.Limit, "refused", c.refused)
@@ -203,7 +233,8 @@ func (c *sessionCaps) oldestIdle(tok string) (string, bool) {
 	return best, found
 }
 
-func (c *sessionCaps) evictLocked(id, cap string) {
+func (c *sessionCaps) evictLocked(id, key, cap string) {
+	c.evictions.WithLabelValues(key).Inc()
 	delete(c.live, id)
 	c.evicted[id] = fmt.Sprintf("MCP session %s was closed to make room for a newer session (%s; the session idle the longest goes first): start a new session with initialize", id, cap)
 	c.evictedQ = append(c.evictedQ, id)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/internal/testenv"
@@ -41,6 +42,32 @@ type capRig struct {
 	entered  chan struct{} // one value per status call on ses_block that reached the gateway
 	release  chan struct{} // closed: the blocked calls answer
 	clients  []*mcp.ClientSession
+	reg      *prometheus.Registry
+}
+
+// metric is the value of the series name (with the label cap, when given) on the rig's registry.
+func (r *capRig) metric(name, capKey string) float64 {
+	r.t.Helper()
+	mfs, err := r.reg.Gather()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if capKey != "" && (len(m.GetLabel()) != 1 || m.GetLabel()[0].GetValue() != capKey) {
+				continue
+			}
+			if m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	r.t.Fatalf("no series %s{cap=%q}", name, capKey)
+	return 0
 }
 
 func newCapRig(t *testing.T, perToken, total int, log *slog.Logger) *capRig {
@@ -61,7 +88,8 @@ func newCapRig(t *testing.T, perToken, total int, log *slog.Logger) *capRig {
 		_, _ = w.Write([]byte(`{"error":{"code":"not-found","message":"no such session"}}`))
 	}))
 	t.Cleanup(fake.Close)
-	s, err := New(Config{Client: api.NewClient(fake.URL, "tok"), MaxSessionsPerToken: perToken, MaxSessions: total, Log: log})
+	r.reg = prometheus.NewRegistry()
+	s, err := New(Config{Client: api.NewClient(fake.URL, "tok"), MaxSessionsPerToken: perToken, MaxSessions: total, Log: log, Registry: r.reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,10 +185,10 @@ func TestSessionCapEvictsOldestIdle(t *testing.T) {
 		name            string
 		perToken, total int
 		alternate       bool // sessions alternate between the MCP and the operator token
-		cap             string
+		key, cap        string
 	}{
-		{"per token", 64, 256, false, "mcp.maxSessionsPerToken = 64"},
-		{"gateway-wide", 64, 64, true, "mcp.maxSessions = 64"},
+		{"per token", 64, 256, false, "mcp.maxSessionsPerToken", "mcp.maxSessionsPerToken = 64"},
+		{"gateway-wide", 64, 64, true, "mcp.maxSessions", "mcp.maxSessions = 64"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newCapRig(t, tc.perToken, tc.total, nil)
@@ -201,6 +229,12 @@ func TestSessionCapEvictsOldestIdle(t *testing.T) {
 			}
 			if _, err := held.ListTools(ctx, nil); err != nil {
 				t.Fatalf("the busy session was evicted: %v", err)
+			}
+			if n := r.metric("openclaw_mcp_sessions_evicted_total", tc.key); n != 200-63 {
+				t.Fatalf("%v evictions counted, want %d", n, 200-63)
+			}
+			if n := r.metric("openclaw_mcp_sessions", ""); n != 64 {
+				t.Fatalf("openclaw_mcp_sessions %v, want 64", n)
 			}
 		})
 	}
@@ -263,6 +297,9 @@ func TestSessionCapRefusesWhenAllBusy(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "MCP sessions refused"); n != 2 || !strings.Contains(logs.String(), "refused=102") {
 		t.Fatalf("%d refusal lines after a minute, want 2, the second counting 102:\n%s", n, logs.String())
+	}
+	if a, b := r.metric("openclaw_mcp_sessions_refused_total", "mcp.maxSessionsPerToken"), r.metric("openclaw_mcp_sessions_refused_total", "mcp.maxSessions"); a+b != 103 || a < 52 || b < 51 {
+		t.Fatalf("refusals counted %v per token, %v gateway-wide; want 103 in all", a, b)
 	}
 	// The SDK's per-session INFO lines (connected, initialized) are not at INFO.
 	if strings.Contains(logs.String(), "session connected") || strings.Contains(logs.String(), "session initialized") {
