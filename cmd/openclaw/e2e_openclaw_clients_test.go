@@ -358,28 +358,35 @@ func TestOpenClawClients(t *testing.T) {
 	})
 
 	t.Run("every frame validates against the package's schemas", func(t *testing.T) {
-		out, err := nodeIn(t, ns, dir, nil, 3*time.Minute, "../../gateway/openclaw/testdata/clients/validate.mjs",
-			filepath.Join(dir, "node_modules", "openclaw", "dist"), trace)
-		var res struct {
-			Frames     int
-			Checked    map[string]int
-			ErrorCount int
-			Errors     []json.RawMessage
-			Missing    []string
-		}
-		if jerr := json.Unmarshal([]byte(lastLine(out)), &res); jerr != nil {
-			t.Fatalf("validate.mjs printed %q: %v (%v)", out, jerr, err)
-		}
-		t.Logf("%d frames; checked %v", res.Frames, res.Checked)
-		if err != nil || res.ErrorCount > 0 || len(res.Missing) > 0 {
-			t.Errorf("%d frames fail their schemas (missing schemas %v):\n%s", res.ErrorCount, res.Missing, joinRaw(res.Errors))
-		}
-		for _, s := range []string{"HelloOkSchema", "ChatEventSchema", "AgentEventSchema", "ResponseFrameSchema", "EventFrameSchema"} {
-			if res.Checked[s] == 0 {
-				t.Errorf("no frame was checked against %s", s)
-			}
-		}
+		validateTrace(t, ns, dir, trace)
 	})
+}
+
+// validateTrace checks every frame of a gateway's openclawClients.traceFile against the JSON
+// Schemas bundled in the pinned openclaw package (validate.mjs, run inside ns).
+func validateTrace(t *testing.T, ns, dir, trace string) {
+	t.Helper()
+	out, err := nodeIn(t, ns, dir, nil, 3*time.Minute, "../../gateway/openclaw/testdata/clients/validate.mjs",
+		filepath.Join(dir, "node_modules", "openclaw", "dist"), trace)
+	var res struct {
+		Frames     int
+		Checked    map[string]int
+		ErrorCount int
+		Errors     []json.RawMessage
+		Missing    []string
+	}
+	if jerr := json.Unmarshal([]byte(lastLine(out)), &res); jerr != nil {
+		t.Fatalf("validate.mjs printed %q: %v (%v)", out, jerr, err)
+	}
+	t.Logf("%d frames; checked %v", res.Frames, res.Checked)
+	if err != nil || res.ErrorCount > 0 || len(res.Missing) > 0 {
+		t.Errorf("%d frames fail their schemas (missing schemas %v):\n%s", res.ErrorCount, res.Missing, joinRaw(res.Errors))
+	}
+	for _, s := range []string{"HelloOkSchema", "ChatEventSchema", "AgentEventSchema", "ResponseFrameSchema", "EventFrameSchema"} {
+		if res.Checked[s] == 0 {
+			t.Errorf("no frame was checked against %s", s)
+		}
+	}
 }
 
 func lastLine(s string) string {

@@ -155,6 +155,7 @@ func TestOpenClawTUI(t *testing.T) {
 	if len(refused) > 0 {
 		t.Logf("methods the TUI called that the gateway refused (the TUI did without them): %v", refused)
 	}
+	validateTrace(t, ns, dir, trace)
 }
 
 // tuiTrace reads the gateway's trace of the frames it sent: the chat events with a delta for

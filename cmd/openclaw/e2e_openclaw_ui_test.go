@@ -68,7 +68,7 @@ func TestOpenClawControlUI(t *testing.T) {
 	ws := filepath.Join(root, "repo")
 	userWorkspace(t, ws, true)
 	cfg := fastWorkerConfig + scriptedModels(t, root, map[string]string{"chat": clientsChatScript}) +
-		fmt.Sprintf("controlUi: {openclawRoot: %q}\n", filepath.Join(dir, "node_modules", "openclaw"))
+		fmt.Sprintf("controlUi: {openclawRoot: %q}\nopenclawClients: {traceFile: %q}\n", filepath.Join(dir, "node_modules", "openclaw"), filepath.Join(root, "trace.jsonl"))
 	g := startGatewayIn(t, ns, filepath.Join(root, "data"), cfg)
 	t.Cleanup(func() { destroyAll(g) })
 	workerID, _ := g.activeSession(ws, "chat/m", "local")
@@ -107,10 +107,11 @@ func TestOpenClawControlUI(t *testing.T) {
 		t.Errorf("the worker session's turns after the UI's send: %+v, want a second one done on the worker", ts)
 	}
 	mu.Lock()
-	defer mu.Unlock()
 	if len(exceptions) > 0 {
 		t.Errorf("the Control UI threw: %q", exceptions)
 	}
+	mu.Unlock()
+	validateTrace(t, ns, dir, filepath.Join(root, "trace.jsonl"))
 }
 
 // waitPage waits for a JavaScript predicate to hold, reading it again every 100ms across the
