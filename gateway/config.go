@@ -109,6 +109,17 @@ type OpenClawClientsConfig struct {
 	// TraceFile, when set, receives every protocol frame the gateway sends to OpenClaw's clients,
 	// one JSON document per line (a debugging aid: frames carry session content, never a token).
 	TraceFile string `yaml:"traceFile"`
+	// MaxConnections bounds the open connections of OpenClaw's clients, gateway-wide (default
+	// 1024, at most 65536).
+	MaxConnections int `yaml:"maxConnections"`
+}
+
+// Validate names a bad setting of the section.
+func (o OpenClawClientsConfig) Validate() error {
+	if o.MaxConnections < 0 || o.MaxConnections > 65536 {
+		return providers.Fieldf("openclawClients.maxConnections", "must be within 0..65536 (0: the default, 1024), got %d", o.MaxConnections)
+	}
+	return nil
 }
 
 // WorkspacesConfig is the config's workspaces section.
@@ -379,6 +390,9 @@ func (c *Config) Validate() error {
 	ag := c.Agents
 	ag.SetDefaults()
 	if err := ag.Validate(); err != nil {
+		return err
+	}
+	if err := c.OpenClawClients.Validate(); err != nil {
 		return err
 	}
 	if err := c.MCP.Validate(); err != nil {

@@ -412,6 +412,33 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	}
 	var ready atomic.Bool
 	info, _ := version.Get()
+	// OpenClaw's own clients: the protocol v4 endpoint on WebSocket upgrades of "/".
+	ocDevices := openclaw.NewDevices(db, clk.Now)
+	var ocTrace io.Writer
+	if f := cfg.OpenClawClients.TraceFile; f != "" {
+		tf, err := os.OpenFile(f, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			return fmt.Errorf("config openclawClients.traceFile: %w", err)
+		}
+		closers.Push("openclaw trace", func(context.Context) error { return tf.Close() })
+		ocTrace = tf
+	}
+	ocSrv, err := newOpenClawDoor(openClawDeps{token: token, sessions: sess, turns: turnSvc, catalog: catalog, envs: mgr, profiles: profStore,
+		placements: placements, tunnel: func(envID string) string { return string(tunnels.Status(envID)) },
+		version: info.Version, log: log.With("subsystem", "openclaw"), trace: ocTrace, signedIn: browser.SignedIn,
+		maxConns: cfg.OpenClawClients.MaxConnections, devices: ocDevices,
+		refuse: func(r *http.Request, why string) { refusals.Refuse(r, "openclaw", why) }})
+	if err != nil {
+		return err
+	}
+	var ocUI *openclaw.ControlUI
+	if cfg.ControlUI.OpenClawRoot != "" {
+		if ocUI, err = openclaw.NewControlUI(openclaw.ControlUIConfig{Root: cfg.ControlUI.OpenClawRoot, BasePath: cfg.ControlUI.BasePath,
+			SignedIn: browser.SignedIn, LoginURL: "/login", Version: info.Version}); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+		log.Info("OpenClaw Control UI served", "path", ocUI.BasePath()+"/", "root", cfg.ControlUI.OpenClawRoot)
+	}
 	srv := api.New(api.Config{
 		Token: token, DB: db, Profiles: profStore, Envs: mgr, Registry: reg,
 		Log: log.With("subsystem", "api"), GatewayID: gatewayID, Version: info.Version, Ready: ready.Load, Bootstrap: true,
@@ -426,6 +453,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			return ids
 		},
 		Mount: []func(g *echo.Group){
+			func(g *echo.Group) { openclaw.RegisterDevicesAPI(g, ocDevices, ocSrv) },
 			func(g *echo.Group) {
 				sessions.RegisterAPI(g, sess, sessions.WithDispatch(func(ctx context.Context, id, profile, class string) error {
 					_, err := dispatcher.Dispatch(ctx, id, profile, class)
@@ -529,34 +557,6 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	srv.Echo.Any("/occ/v1/*", echo.WrapHandler(auth.Door("occ", refusals, occSrv)))
 	if deps.OnAPI != nil {
 		deps.OnAPI(srv)
-	}
-	// OpenClaw's own clients: the protocol v4 endpoint on WebSocket upgrades of "/".
-	var ocTrace io.Writer
-	if f := cfg.OpenClawClients.TraceFile; f != "" {
-		tf, err := os.OpenFile(f, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("config openclawClients.traceFile: %w", err)
-		}
-		closers.Push("openclaw trace", func(context.Context) error { return tf.Close() })
-		ocTrace = tf
-	}
-	ocSrv, err := newOpenClawDoor(openClawDeps{token: token, sessions: sess, turns: turnSvc, catalog: catalog, envs: mgr, profiles: profStore,
-		placements: placements, tunnel: func(envID string) string { return string(tunnels.Status(envID)) },
-		version: info.Version, log: log.With("subsystem", "openclaw"), trace: ocTrace, signedIn: browser.SignedIn,
-		refuse: func(r *http.Request, why string) { refusals.Refuse(r, "openclaw", why) }})
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	var ocUI *openclaw.ControlUI
-	if cfg.ControlUI.OpenClawRoot != "" {
-		if ocUI, err = openclaw.NewControlUI(openclaw.ControlUIConfig{Root: cfg.ControlUI.OpenClawRoot, BasePath: cfg.ControlUI.BasePath,
-			SignedIn: browser.SignedIn, LoginURL: "/login", Version: info.Version}); err != nil {
-			ln.Close()
-			return fmt.Errorf("config: %w", err)
-		}
-		log.Info("OpenClaw Control UI served", "path", ocUI.BasePath()+"/", "root", cfg.ControlUI.OpenClawRoot)
 	}
 	// Streams and long polls lift the read and write deadlines for themselves (api.Server.streams).
 	httpSrv := &http.Server{Handler: withOpenClaw(srv, ocSrv, ocUI, cfg.AllowedHosts), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: APIReadTimeout,

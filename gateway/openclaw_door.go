@@ -36,6 +36,8 @@ type openClawDeps struct {
 	log        *slog.Logger
 	trace      io.Writer
 	signedIn   func(r *http.Request) bool
+	maxConns   int
+	devices    *openclaw.Devices
 	refuse     func(r *http.Request, why string)
 }
 
@@ -114,11 +116,13 @@ func newOpenClawDoor(d openClawDeps) (*openclaw.Server, error) {
 			}
 			return out, true
 		},
-		Version:  d.version,
-		Log:      d.log,
-		Trace:    d.trace,
-		SignedIn: d.signedIn,
-		Refuse:   d.refuse,
+		Version:        d.version,
+		Log:            d.log,
+		Trace:          d.trace,
+		MaxConnections: d.maxConns,
+		Devices:        d.devices,
+		SignedIn:       d.signedIn,
+		Refuse:         d.refuse,
 	})
 }
 

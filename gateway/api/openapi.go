@@ -16,6 +16,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/boxaccess"
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/inference"
+	"github.com/openclaw/cloudworkers/gateway/openclaw"
 	"github.com/openclaw/cloudworkers/gateway/paging"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/publish"
@@ -98,6 +99,8 @@ var Operations = []Operation{
 	{Method: "POST", Path: "/api/v1/ui/signin-codes", Summary: "Mint a one-time sign-in code of the Control UI (256 bits, stored hashed, valid 2 minutes, used once at /login?code=…); bearer token only, 429 past 32 unused codes.", Status: 201, Response: SignInCode{}},
 	{Method: "GET", Path: "/api/v1/ui/sessions", Summary: "The Control UI's browser sessions (live, and ended in the last day), newest first; bearer token only.", Status: 200, Response: []BrowserSession{}},
 	{Method: "DELETE", Path: "/api/v1/ui/sessions/:id", Summary: "End a browser session (its cookie gets 401 from then on); bearer token only.", Status: 200, Response: BrowserSession{}},
+	{Method: "GET", Path: "/api/v1/openclaw/devices", Summary: "Devices of OpenClaw's own clients that were issued a device token, seen most recently first (at most 1024).", Status: 200, Response: []openclaw.Device{}},
+	{Method: "POST", Path: "/api/v1/openclaw/devices/:id/revoke", Summary: "Revoke a device's token and close its connections.", Status: 200, Response: openclaw.Device{}},
 
 	{Method: "POST", Path: "/api/v1/sessions", Summary: "Create a session (with target {kind: profile} it is dispatched at once).", Body: sessions.CreateRequest{}, Status: 201, Response: sessions.Session{}},
 	{Method: "GET", Path: "/api/v1/sessions", Summary: "List the sessions that are not archived, newest created first; pages.", Paged: true,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,8 +42,9 @@ type conn struct {
 	wg       sync.WaitGroup
 
 	// set at connect
-	scopes []string
-	client client
+	scopes   []string
+	client   client
+	deviceID string // the device this connection proved it holds, when it sent one
 
 	mu      sync.Mutex
 	subs    map[string]*follower // session id → its live-feed follower
@@ -142,36 +144,84 @@ func (c *conn) handshake(data []byte, nonce string, challengeAt time.Time) bool 
 	if p.Role != "" && p.Role != "operator" {
 		return fail("invalid role: this gateway serves operator clients only (got "+truncate(p.Role, 40)+")", "")
 	}
-	token, password := "", ""
+	token, password, deviceToken := "", "", ""
 	if p.Auth != nil {
-		token, password = p.Auth.Token, p.Auth.Password
+		token, password, deviceToken = p.Auth.Token, p.Auth.Password, p.Auth.DeviceToken
 	}
-	switch {
-	case c.browser && token == "" && password == "":
-		// signed in through this gateway's sign-in: the browser session is the credential
-	case token == "" && password == "":
-		return fail("unauthorized: gateway token missing (pass the operator token: the gateway's <data-dir>/gateway.token)", DetailAuthTokenMissing)
-	case !c.srv.checkToken(token) && !c.srv.checkToken(password):
-		return fail("unauthorized: gateway token mismatch (pass the operator token: the gateway's <data-dir>/gateway.token)", DetailAuthTokenMismatch)
+	if strings.HasPrefix(token, DeviceTokenPrefix) && deviceToken == "" {
+		deviceToken = token // clients send a stored device token as auth.token
 	}
 	if p.Device != nil {
 		if code, msg := verifyDevice(p.Device, p, token, nonce, challengeAt); code != "" {
 			return fail(msg, code)
 		}
 	}
-	// The operator token grants every operator scope; a client gets those it asked for (all of
-	// them when it asked for none).
-	granted := operatorScopes
+	// capped: the scopes a device token was issued for (nil: every operator scope)
+	var capped []string
+	operator := false
+	switch {
+	case c.srv.checkToken(token) || c.srv.checkToken(password):
+		operator = true
+	case deviceToken != "" && c.srv.cfg.Devices != nil:
+		if p.Device == nil {
+			return fail("unauthorized: a device token needs the device's signed identity", DetailDeviceTokenMismatch)
+		}
+		sc, err := c.srv.cfg.Devices.Check(c.ctx, deviceToken, p.Device.ID)
+		if err != nil {
+			return fail("unauthorized: device token mismatch (revoked or replaced; connect with the operator token to get a new one)", DetailDeviceTokenMismatch)
+		}
+		capped = sc
+	case c.browser && token == "" && password == "":
+		// signed in through this gateway's sign-in: the browser session is the credential
+		operator = true
+	case token == "" && password == "":
+		return fail("unauthorized: gateway token missing (pass the operator token: the gateway's <data-dir>/gateway.token)", DetailAuthTokenMissing)
+	default:
+		return fail("unauthorized: gateway token mismatch (pass the operator token: the gateway's <data-dir>/gateway.token)", DetailAuthTokenMismatch)
+	}
+	// The operator token grants every operator scope, a device token those it was issued for; a
+	// client gets those it asked for (all it may have when it asked for none).
+	allowed := operatorScopes
+	if capped != nil || !operator {
+		allowed = capped
+	}
+	granted := allowed
 	if len(p.Scopes) > 0 {
 		granted = nil
 		for _, sc := range p.Scopes {
-			if slices.Contains(operatorScopes, sc) && !slices.Contains(granted, sc) {
+			if !slices.Contains(allowed, sc) && !operator && slices.Contains(operatorScopes, sc) {
+				return fail("unauthorized: device token scope mismatch: it was issued for "+strings.Join(allowed, ",")+
+					" (connect with the operator token for more)", DetailAuthScopeMismatch)
+			}
+			if slices.Contains(allowed, sc) && !slices.Contains(granted, sc) {
 				granted = append(granted, sc)
 			}
 		}
 	}
+	if !operator && p.Device != nil {
+		c.deviceID = strings.ToLower(p.Device.ID) // connected by its device token
+	}
+	// A verified device that signed in with the operator's credential gets a device token of its
+	// own, for the scopes it was granted (revocable: openclaw devices revoke).
+	var issued string
+	if operator && p.Device != nil && c.srv.cfg.Devices != nil {
+		tok, err := c.srv.cfg.Devices.Issue(c.ctx, p.Device, p.Client, granted)
+		if err != nil {
+			c.srv.cfg.Log.Warn("openclaw device token", "err", err)
+		} else {
+			issued = tok
+			c.deviceID = strings.ToLower(p.Device.ID)
+		}
+	}
 	c.scopes, c.client = granted, p.Client
-	c.reply(f, c.hello(granted), nil)
+	hello := c.hello(granted)
+	if issued != "" {
+		hello["auth"].(map[string]any)["deviceToken"] = issued
+	}
+	c.reply(f, hello, nil)
+	if c.deviceID != "" && c.srv.deviceRevoked(c.deviceID) {
+		c.closeWith(websocket.StatusPolicyViolation, "device revoked")
+	}
 	c.srv.cfg.Log.Debug("openclaw client connected", "client", p.Client.ID, "mode", p.Client.Mode, "remote", c.remote)
 	return true
 }

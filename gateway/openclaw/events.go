@@ -13,6 +13,9 @@ import (
 // maxRunAliases bounds the runs a connection remembers the client's run id of.
 const maxRunAliases = 256
 
+// maxCumulativeText is how much of a reply the assistant events repeat whole (text, message).
+const maxCumulativeText = 32 << 10
+
 // follower relays one session's live feed to a connection as chat and agent events.
 type follower struct {
 	sessionID string
@@ -197,6 +200,13 @@ func (c *conn) relay(f *follower, rec *sessions.LiveRecord) {
 		agent("lifecycle", map[string]any{"phase": "start", "startedAt": ts, "sessionKey": key})
 	case protocol.LiveTextDelta:
 		rs.text.WriteString(ev.Delta)
+		if rs.text.Len() > maxCumulativeText {
+			// past this, each event would carry the whole reply again (quadratic bytes for
+			// every client): only the delta, which clients append
+			agent("assistant", map[string]any{"delta": ev.Delta})
+			chat(map[string]any{"state": "delta", "deltaText": ev.Delta})
+			break
+		}
 		agent("assistant", map[string]any{"text": rs.text.String(), "delta": ev.Delta})
 		chat(map[string]any{"state": "delta", "deltaText": ev.Delta, "message": assistant()})
 	case protocol.LiveThinkingDelta:

@@ -29,6 +29,7 @@ const (
 	DetailDeviceSigInvalid      = "DEVICE_AUTH_SIGNATURE_INVALID"
 	DetailDevicePublicKeyBad    = "DEVICE_AUTH_PUBLIC_KEY_INVALID"
 	DetailDeviceTokenMismatch   = "AUTH_DEVICE_TOKEN_MISMATCH"
+	DetailAuthScopeMismatch     = "AUTH_SCOPE_MISMATCH"
 	DetailControlUIOriginDenied = "CONTROL_UI_ORIGIN_NOT_ALLOWED"
 )
 

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,8 +32,9 @@ const (
 	DefaultMaxBufferedBytes = 8 << 20
 	// DefaultTickInterval is the period of tick events (policy.tickIntervalMs).
 	DefaultTickInterval = 30 * time.Second
-	// DefaultMaxConnections bounds open connections, gateway-wide.
-	DefaultMaxConnections = 256
+	// DefaultMaxConnections bounds open connections, gateway-wide (openclawClients.maxConnections):
+	// 500 subscribed clients streaming took 150-170 KiB of gateway memory each (docs/performance.md).
+	DefaultMaxConnections = 1024
 	// DefaultMaxSubscriptions bounds the sessions one connection follows.
 	DefaultMaxSubscriptions = 64
 	// HandshakeTimeout bounds the wait for the connect request.
@@ -105,8 +107,8 @@ type Config struct {
 	Profiles           func(ctx context.Context) ([]Profile, error)
 	CreateEnvironment  func(ctx context.Context, profileID, idempotencyKey string) (Environment, error)
 	DestroyEnvironment func(ctx context.Context, id string, force bool) (Environment, error)
-	Version      string
-	Log          *slog.Logger
+	Version            string
+	Log                *slog.Logger
 	// Limits (zero: the defaults above).
 	MaxPayload       int64
 	MaxBufferedBytes int64
@@ -124,6 +126,8 @@ type Config struct {
 	// Refuse, when set, records a refused connection (the gateway's one refused-authentication
 	// log); else it is logged at WARN.
 	Refuse func(r *http.Request, why string)
+	// Devices, when set, issues device tokens to verified devices and authenticates them.
+	Devices *Devices
 	// Trace, when set, receives every frame the endpoint sends, one JSON document per line
 	// (openclawClients.traceFile: a debugging aid; frames never carry a token).
 	Trace io.Writer
@@ -171,10 +175,11 @@ type Server struct {
 
 	traceMu sync.Mutex
 
-	mu     sync.Mutex
-	conns  map[*conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
+	mu        sync.Mutex
+	conns     map[*conn]struct{}
+	accepting int // upgrades past the cap check, not yet in conns
+	closed    bool
+	wg        sync.WaitGroup
 }
 
 // New builds the endpoint.
@@ -194,17 +199,28 @@ func IsUpgrade(r *http.Request) bool {
 
 // ServeHTTP accepts the WebSocket and runs the connection until it ends.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// The slot is taken under the lock before the accept, so upgrades at the same moment cannot
+	// pass the cap together.
 	s.mu.Lock()
-	full := len(s.conns) >= s.cfg.MaxConnections
+	full := len(s.conns)+s.accepting >= s.cfg.MaxConnections
 	if s.closed || full {
 		s.mu.Unlock()
 		w.Header().Set("Retry-After", "5")
-		http.Error(w, "openclaw endpoint: too many connections or stopping", http.StatusServiceUnavailable)
+		http.Error(w, "openclaw endpoint: too many connections (openclawClients.maxConnections) or stopping", http.StatusServiceUnavailable)
 		return
 	}
+	s.accepting++
 	s.wg.Add(1)
 	s.mu.Unlock()
 	defer s.wg.Done()
+	accepted := false
+	defer func() {
+		if !accepted {
+			s.mu.Lock()
+			s.accepting--
+			s.mu.Unlock()
+		}
+	}()
 	// Origin: a browser page may connect only from this gateway's own origin (the Control UI it
 	// serves); clients that are not browsers send no Origin.
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{})
@@ -216,6 +232,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = rc.SetWriteDeadline(time.Time{})
 	c := newConn(s, ws, r)
 	s.mu.Lock()
+	s.accepting--
+	accepted = true
 	if s.closed {
 		s.mu.Unlock()
 		_ = ws.Close(websocket.StatusServiceRestart, "gateway stopping")
@@ -263,6 +281,40 @@ func (s *Server) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// DropDevice closes every connection of a device (after its token was revoked).
+func (s *Server) DropDevice(id string) int {
+	id = strings.ToLower(id)
+	s.mu.Lock()
+	var drop []*conn
+	for c := range s.conns {
+		if c.deviceID == id {
+			drop = append(drop, c)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range drop {
+		c.closeWith(websocket.StatusPolicyViolation, "device revoked")
+	}
+	return len(drop)
+}
+
+// deviceRevoked is a check after connect for a revocation that raced the handshake.
+func (s *Server) deviceRevoked(id string) bool {
+	if s.cfg.Devices == nil {
+		return false
+	}
+	list, err := s.cfg.Devices.List(s.ctx)
+	if err != nil {
+		return false
+	}
+	for _, d := range list {
+		if d.ID == id {
+			return !d.RevokedAt.IsZero()
+		}
+	}
+	return false
 }
 
 // Connections is the number of open connections.

@@ -95,7 +95,7 @@ func newRig(t *testing.T, mod func(*Config)) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Token: func() string { return testToken }, Sessions: ss,
+	cfg := Config{Token: func() string { return testToken }, Sessions: ss, Devices: NewDevices(db, nil),
 		Turns: &fakeTurns{s: ss, runs: map[string]turns.Turn{}, deltas: []string{"Hello ", "from ", "the ", "fake."}}}
 	if mod != nil {
 		mod(&cfg)
@@ -495,5 +495,82 @@ func TestShutdownEvent(t *testing.T) {
 	}
 	if st := c.closeStatus(); st != websocket.StatusServiceRestart {
 		t.Fatalf("closed with %v, want service restart", st)
+	}
+}
+
+// A verified device that signs in with the operator token is issued a device token: it connects
+// with that token afterwards (its signature checked again), only as that device and with the scopes
+// it was issued; revoking it closes its connections and refuses it from then on.
+func TestDeviceTokens(t *testing.T) {
+	r := newRig(t, nil)
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	other, otherPriv, _ := ed25519.GenerateKey(rand.Reader)
+	signed := func(c *tclient, pub ed25519.PublicKey, priv ed25519.PrivateKey, token string, scopes []string) map[string]any {
+		sum := sha256.Sum256(pub)
+		id := hex.EncodeToString(sum[:])
+		p := connectBody(token)
+		p["scopes"] = scopes
+		parts := []string{"v3", id, "test", "cli", "operator", strings.Join(scopes, ","), strconv.FormatInt(c.ts, 10), token, c.nonce, "linux", ""}
+		p["device"] = map[string]any{"id": id, "publicKey": base64.RawURLEncoding.EncodeToString(pub),
+			"signature": base64.RawURLEncoding.EncodeToString(ed25519.Sign(priv, []byte(strings.Join(parts, "|")))), "signedAt": c.ts, "nonce": c.nonce}
+		return p
+	}
+	c := dial(t, r)
+	m := c.connect(signed(c, pub, priv, testToken, []string{"operator.read"}))
+	auth := m["payload"].(map[string]any)["auth"].(map[string]any)
+	tok, _ := auth["deviceToken"].(string)
+	if m["ok"] != true || !strings.HasPrefix(tok, DeviceTokenPrefix) {
+		t.Fatalf("a verified device signing in with the operator token got no device token: %v", m)
+	}
+
+	// the device token, as that device: more scopes than it was issued is AUTH_SCOPE_MISMATCH;
+	// connected with the scopes it was issued, no more
+	cx := dial(t, r)
+	if _, _, detail := errCode(cx.connect(signed(cx, pub, priv, tok, []string{"operator.read", "operator.admin"}))); detail != DetailAuthScopeMismatch {
+		t.Errorf("a device token asking for more scopes: detail %q, want %s", detail, DetailAuthScopeMismatch)
+	}
+	c2 := dial(t, r)
+	m = c2.connect(signed(c2, pub, priv, tok, []string{"operator.read"}))
+	if m["ok"] != true {
+		t.Fatalf("the device's own token was refused: %v", m)
+	}
+	if s := m["payload"].(map[string]any)["auth"].(map[string]any)["scopes"].([]any); len(s) != 1 || s[0] != "operator.read" {
+		t.Fatalf("a device token granted %v, want only operator.read (what it was issued for)", s)
+	}
+	c2.write(map[string]any{"type": "req", "id": "w", "method": "sessions.create", "params": map[string]any{}})
+	if code, _, _ := errCode(c2.res("w")); code != CodeForbidden {
+		t.Fatalf("a read-only device token could write")
+	}
+
+	for name, params := range map[string]func(c *tclient) map[string]any{
+		"another device":   func(c *tclient) map[string]any { return signed(c, other, otherPriv, tok, []string{"operator.read"}) },
+		"no device at all": func(c *tclient) map[string]any { return connectBody(tok) },
+	} {
+		c3 := dial(t, r)
+		if _, _, detail := errCode(c3.connect(params(c3))); detail != DetailDeviceTokenMismatch {
+			t.Errorf("device token from %s: detail %q, want %s", name, detail, DetailDeviceTokenMismatch)
+		}
+	}
+
+	// revoked: the open connection is closed, the token refused
+	list, err := r.srv.cfg.Devices.List(context.Background())
+	if err != nil || len(list) != 1 {
+		t.Fatalf("devices: %v %v", list, err)
+	}
+	if _, err := r.srv.cfg.Devices.Revoke(context.Background(), list[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.srv.DropDevice(list[0].ID); n != 2 {
+		t.Errorf("revoking closed %d connections, want the device's 2", n)
+	}
+	if st := c2.closeStatus(); st != websocket.StatusPolicyViolation {
+		t.Errorf("the revoked device's connection closed with %v", st)
+	}
+	c4 := dial(t, r)
+	if _, _, detail := errCode(c4.connect(signed(c4, pub, priv, tok, []string{"operator.read"}))); detail != DetailDeviceTokenMismatch {
+		t.Errorf("a revoked device token: detail %q, want %s", detail, DetailDeviceTokenMismatch)
+	}
+	if _, err := r.srv.cfg.Devices.Revoke(context.Background(), "nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("revoking an unknown device: %v", err)
 	}
 }

@@ -40,8 +40,9 @@ try {
 } catch (e) {
   out.envNoAdmin = String(e.message ?? e);
 }
+// a device of its own: the first client's device holds a device token for fewer scopes
 const admin = new OpenClawClient({ url: process.env.GW_URL, token: process.env.GW_TOKEN, autoReconnect: false,
-  scopes: ['operator.read', 'operator.write', 'operator.admin'] });
+  scopes: ['operator.read', 'operator.write', 'operator.admin'], deviceIdentityPath: `${process.env.HOME}/admin-device.json` });
 await admin.connect();
 const req = async (method, params) => {
   try {
