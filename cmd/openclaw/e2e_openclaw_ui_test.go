@@ -111,6 +111,12 @@ func TestOpenClawControlUI(t *testing.T) {
 		t.Errorf("the Control UI threw: %q", exceptions)
 	}
 	mu.Unlock()
+	// the reply reached the page as live chat deltas for the key the UI uses (the worker merges
+	// the deltas of ~40 ms into one event, so a fast scripted reply may be a single one), not only
+	// through a history reload
+	if deltas, _ := tuiTrace(t, filepath.Join(root, "trace.jsonl"), "agent:main:main"); deltas < 1 {
+		t.Errorf("the Control UI was sent no chat delta for its message")
+	}
 	validateTrace(t, ns, dir, filepath.Join(root, "trace.jsonl"))
 }
 
