@@ -412,6 +412,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	}
 	var ready atomic.Bool
 	info, _ := version.Get()
+	// session rm (/api/v1) and sessions.delete (OpenClaw's clients)
+	remover := turns.NewRemover(turns.RemoverConfig{Turns: turnSvc, Dispatcher: dispatcher, Envs: mgr, PullBackWait: cfg.Box.ReconcileTimeout.D(),
+		AlsoDelete: []func(context.Context, *sql.Tx, string) error{spawner.DeleteTx}})
 	// OpenClaw's own clients: the protocol v4 endpoint on WebSocket upgrades of "/".
 	ocDevices := openclaw.NewDevices(db, clk.Now)
 	var ocTrace io.Writer
@@ -427,6 +430,10 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		placements: placements, tunnel: func(envID string) string { return string(tunnels.Status(envID)) },
 		version: info.Version, log: log.With("subsystem", "openclaw"), trace: ocTrace, signedIn: browser.SignedIn,
 		maxConns: cfg.OpenClawClients.MaxConnections, devices: ocDevices,
+		removeSession: func(ctx context.Context, id string) error {
+			_, err := remover.Remove(ctx, id, turns.RemoveRefuseHeld)
+			return err
+		},
 		refuse: func(r *http.Request, why string) { refusals.Refuse(r, "openclaw", why) }})
 	if err != nil {
 		return err
@@ -463,8 +470,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			func(g *echo.Group) { inference.RegisterAPI(g, catalog, creds) },
 			func(g *echo.Group) { turns.RegisterAPI(g, turnSvc) },
 			func(g *echo.Group) {
-				turns.RegisterRemoveAPI(g, turns.NewRemover(turns.RemoverConfig{Turns: turnSvc, Dispatcher: dispatcher, Envs: mgr, PullBackWait: cfg.Box.ReconcileTimeout.D(),
-					AlsoDelete: []func(context.Context, *sql.Tx, string) error{spawner.DeleteTx}}))
+				turns.RegisterRemoveAPI(g, remover)
 			},
 			func(g *echo.Group) { placement.RegisterDispatchAPI(g, dispatcher) },
 			func(g *echo.Group) { agents.RegisterAPI(g, spawner) },

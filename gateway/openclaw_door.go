@@ -38,7 +38,9 @@ type openClawDeps struct {
 	signedIn   func(r *http.Request) bool
 	maxConns   int
 	devices    *openclaw.Devices
-	refuse     func(r *http.Request, why string)
+	// removeSession is session rm without force: a session held on a worker is refused.
+	removeSession func(ctx context.Context, id string) error
+	refuse        func(r *http.Request, why string)
 }
 
 // newOpenClawDoor builds the OpenClaw Gateway protocol v4 endpoint (docs/openclaw-clients.md).
@@ -120,6 +122,7 @@ func newOpenClawDoor(d openClawDeps) (*openclaw.Server, error) {
 		Log:            d.log,
 		Trace:          d.trace,
 		MaxConnections: d.maxConns,
+		RemoveSession:  d.removeSession,
 		Devices:        d.devices,
 		SignedIn:       d.signedIn,
 		Refuse:         d.refuse,

@@ -221,7 +221,13 @@ func TestOpenClawClients(t *testing.T) {
 			}
 			EnvBadProfile struct{ Error string }
 			EnvNoAdmin    string
-			EnvDestroy    struct {
+			DeleteGateway struct {
+				Deleted bool
+				Error   string
+			}
+			DeleteWorker struct{ Error string }
+			AfterDelete  []string
+			EnvDestroy   struct {
 				ID, Status string
 				Worker     struct{ State string }
 			}
@@ -276,6 +282,12 @@ func TestOpenClawClients(t *testing.T) {
 		}
 		if c := got.EnvCreate; c.Created.ID == "" || !c.SameID || c.Created.Worker.ProfileID != "local" {
 			t.Errorf("environments.create: %+v, want an environment of profile local, the same one for the same key", c)
+		}
+		if !got.DeleteGateway.Deleted || slices.Contains(got.AfterDelete, key(gatewayID)) || !slices.Contains(got.AfterDelete, key(workerID)) {
+			t.Errorf("sessions.delete of a gateway session: %+v, then the list %v", got.DeleteGateway, got.AfterDelete)
+		}
+		if !strings.Contains(got.DeleteWorker.Error, "pull") {
+			t.Errorf("sessions.delete of a session held on a worker: %q, want a refusal saying to pull it back", got.DeleteWorker.Error)
 		}
 		if !strings.Contains(got.EnvNoAdmin, "missing scope: operator.admin") {
 			t.Errorf("environments.create without operator.admin: %q", got.EnvNoAdmin)

@@ -42,6 +42,7 @@ var methods = map[string]method{
 	"sessions.describe":             {"operator.read", false, (*conn).sessionsDescribe},
 	"sessions.create":               {"operator.write", false, (*conn).sessionsCreate},
 	"sessions.patch":                {"operator.write", false, (*conn).sessionsPatch},
+	"sessions.delete":               {"operator.admin", true, (*conn).sessionsDelete},
 	"sessions.abort":                {"operator.write", false, (*conn).chatAbort},
 	"chat.startup":                  {"operator.read", false, (*conn).chatHistory},
 	"chat.history":                  {"operator.read", false, (*conn).chatHistory},
@@ -984,4 +985,35 @@ func (c *conn) questionList(inFrame) (any, *errorShape) {
 // (those are sessions.list and chat.history), so the list is truthfully empty.
 func (c *conn) tasksList(inFrame) (any, *errorShape) {
 	return map[string]any{"tasks": []any{}}, nil
+}
+
+type deleteParams struct {
+	Key               string `json:"key"`
+	ExpectedSessionID string `json:"expectedSessionId"`
+}
+
+// sessionsDelete removes a session (its transcript, turns and gateway-side workspace copies) as
+// `openclaw session rm` does; a session whose work is still on a worker is refused.
+func (c *conn) sessionsDelete(f inFrame) (any, *errorShape) {
+	var p deleteParams
+	if err := decodeParams(f.Method, f.Params, &p); err != nil {
+		return nil, err
+	}
+	if c.srv.cfg.RemoveSession == nil {
+		return nil, errf(CodeUnavailable, "this gateway does not remove sessions here")
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, 2*time.Minute)
+	defer cancel()
+	s, e := c.resolveKey(ctx, p.Key)
+	if e != nil {
+		return nil, e
+	}
+	if s.ID == "" || (p.ExpectedSessionID != "" && p.ExpectedSessionID != s.ID) {
+		return nil, &errorShape{Code: CodeInvalidRequest, Message: "no such session for key " + truncate(p.Key, 128), Details: map[string]any{"reason": "session-changed"}}
+	}
+	if err := c.srv.cfg.RemoveSession(ctx, s.ID); err != nil {
+		return nil, errf(CodeInvalidRequest, truncate(err.Error(), 500))
+	}
+	c.unfollow(s.ID)
+	return map[string]any{"ok": true, "key": p.Key, "deleted": true, "archived": []string{}}, nil
 }

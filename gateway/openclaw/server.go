@@ -126,6 +126,9 @@ type Config struct {
 	// Refuse, when set, records a refused connection (the gateway's one refused-authentication
 	// log); else it is logged at WARN.
 	Refuse func(r *http.Request, why string)
+	// RemoveSession removes a session as `openclaw session rm` does without --force (a session
+	// whose work is on a worker is refused: pull it back first).
+	RemoveSession func(ctx context.Context, id string) error
 	// Devices, when set, issues device tokens to verified devices and authenticates them.
 	Devices *Devices
 	// Trace, when set, receives every frame the endpoint sends, one JSON document per line

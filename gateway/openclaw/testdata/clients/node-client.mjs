@@ -57,6 +57,10 @@ const again = await req('environments.create', { profileId: 'local', idempotency
 out.envCreate = { created, sameId: created.id !== undefined && created.id === again.id };
 out.envBadProfile = await req('environments.create', { profileId: 'nope', idempotencyKey: 'node-2' });
 out.envDestroy = created.id ? await req('environments.destroy', { environmentId: created.id }) : null;
+// sessions.delete: a session on the gateway goes; one whose work is on a worker is refused
+out.deleteGateway = await req('sessions.delete', { key: process.env.GATEWAY_KEY });
+out.deleteWorker = await req('sessions.delete', { key: process.env.WORKER_KEY });
+out.afterDelete = (await req('sessions.list', {})).sessions.map((s) => s.key);
 await admin.disconnect();
 try {
   await c.request('no.such.method', {});
