@@ -31,6 +31,7 @@ type openClawDeps struct {
 	envs       *envs.Manager
 	profiles   *profiles.Store
 	placements *placement.Placements
+	dispatcher *placement.Dispatcher
 	tunnel     func(envID string) string
 	version    string
 	log        *slog.Logger
@@ -103,6 +104,25 @@ func newOpenClawDoor(d openClawDeps) (*openclaw.Server, error) {
 			}
 			return environmentView(ctx, d, e), nil
 		},
+		Dispatch: func(ctx context.Context, sessionID, profileID, class string) error {
+			_, err := d.dispatcher.Dispatch(ctx, sessionID, profileID, class)
+			return placementRefusal(err)
+		},
+		Reclaim: func(ctx context.Context, sessionID string, recover bool) error {
+			p, err := d.placements.Get(ctx, sessionID)
+			if err != nil {
+				return placementRefusal(err)
+			}
+			switch {
+			case recover && (p.State == placement.Failed || p.State == placement.Reclaimed):
+				_, err = d.dispatcher.MoveLocal(ctx, sessionID, false)
+			case p.State == placement.Local:
+				return nil
+			default:
+				_, err = d.dispatcher.PullBack(ctx, sessionID, false)
+			}
+			return placementRefusal(err)
+		},
 		Placement: func(ctx context.Context, sessionID string) (openclaw.Placement, bool) {
 			p, err := d.placements.Get(ctx, sessionID)
 			if err != nil {
@@ -160,6 +180,30 @@ func envRefusal(err error) error {
 		return &openclaw.EnvironmentError{Code: "capacity", Message: ce.Message, RetryAfter: ce.RetryAfter}
 	}
 	return err
+}
+
+// placementRefusal is a refused dispatch or pull-back as the OpenClaw door reports it: bad input
+// names its code; a busy session or a full gateway is retryable.
+func placementRefusal(err error) error {
+	var fe *providers.FieldError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, store.ErrNotFound):
+		return &openclaw.EnvironmentError{Invalid: true, Code: "profile_not_found", Message: err.Error()}
+	case errors.As(err, &fe):
+		return &openclaw.EnvironmentError{Invalid: true, Code: "invalid_profile", Message: err.Error()}
+	case errors.Is(err, placement.ErrBusy):
+		return &openclaw.EnvironmentError{Code: "busy", Message: err.Error(), RetryAfter: 5 * time.Second}
+	case errors.Is(err, placement.ErrStale):
+		return &openclaw.EnvironmentError{Invalid: true, Code: "stale", Message: err.Error()}
+	case errors.Is(err, sessions.ErrArchived):
+		return &openclaw.EnvironmentError{Invalid: true, Code: "archived", Message: err.Error()}
+	}
+	if re := envRefusal(err); re != err {
+		return re
+	}
+	return &openclaw.EnvironmentError{Invalid: true, Code: "refused", Message: err.Error()}
 }
 
 // withOpenClaw routes WebSocket upgrades of "/" (where OpenClaw's clients connect when given the

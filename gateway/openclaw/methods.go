@@ -60,6 +60,11 @@ var methods = map[string]method{
 	"environments.status":           {"operator.read", false, (*conn).environmentsStatus},
 	"environments.create":           {"operator.admin", true, (*conn).environmentsCreate},
 	"environments.destroy":          {"operator.admin", true, (*conn).environmentsDestroy},
+	"environments.session.create":   {"operator.admin", true, (*conn).environmentsSessionCreate},
+	"environments.session.status":   {"operator.read", false, (*conn).environmentsSessionStatus},
+	"environments.session.destroy":  {"operator.admin", true, (*conn).environmentsSessionDestroy},
+	"sessions.dispatch":             {"operator.admin", true, (*conn).sessionsDispatch},
+	"sessions.reclaim":              {"operator.admin", true, (*conn).sessionsReclaim},
 	"question.list":                 {"operator.read", false, (*conn).questionList},
 	"tasks.list":                    {"operator.read", false, (*conn).tasksList},
 }
@@ -170,6 +175,11 @@ func (c *conn) placement(ctx context.Context, s sessions.Session) map[string]any
 	if !ok {
 		p = Placement{State: "local"}
 	}
+	return c.placementShape(s, p)
+}
+
+// placementShape is a placement in the protocol's SessionPlacement shape.
+func (c *conn) placementShape(s sessions.Session, p Placement) map[string]any {
 	ms := s.UpdatedAt.UnixMilli()
 	out := map[string]any{"state": p.State, "generation": 0, "createdAtMs": s.CreatedAt.UnixMilli(), "updatedAtMs": ms, "stateChangedAtMs": ms}
 	if p.Generation > 0 {
@@ -335,10 +345,13 @@ type createParams struct {
 	DisplayName string `json:"displayName"`
 	Model       string `json:"model"`
 	Message     string `json:"message"`
+	// Cwd is the session's workspace on the gateway (a directory inside workspaces.roots),
+	// needed before it can be dispatched to a worker; naming one takes operator.admin.
+	Cwd string `json:"cwd"`
 }
 
-// sessionsCreate makes a session on the gateway (no workspace: where it runs is chosen by a
-// dispatch, as in /api/v1), validated like every other door.
+// sessionsCreate makes a session on the gateway (in cwd, when given: the workspace a dispatch
+// sends to a worker), validated like every other door (workspace roots, agent, model).
 func (c *conn) sessionsCreate(f inFrame) (any, *errorShape) {
 	var p createParams
 	if err := decodeParams(f.Method, f.Params, &p); err != nil {
@@ -350,7 +363,10 @@ func (c *conn) sessionsCreate(f inFrame) (any, *errorShape) {
 	}
 	ctx, cancel := c.callCtx()
 	defer cancel()
-	s, err := c.srv.cfg.Sessions.Create(ctx, sessions.CreateParams{Title: truncate(title, sessions.MaxTitleLen-4), Agent: p.AgentID, Model: p.Model})
+	if p.Cwd != "" && !c.has("operator.admin") {
+		return nil, errf(CodeForbidden, "missing scope: operator.admin (sessions.create with cwd)")
+	}
+	s, err := c.srv.cfg.Sessions.Create(ctx, sessions.CreateParams{Title: truncate(title, sessions.MaxTitleLen-4), Agent: p.AgentID, Model: p.Model, Workspace: p.Cwd})
 	if err != nil {
 		return nil, errf(CodeInvalidRequest, err.Error())
 	}

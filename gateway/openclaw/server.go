@@ -101,6 +101,12 @@ type Config struct {
 	// Environments lists the live environments; Placement reads a session's placement.
 	Environments func(ctx context.Context) ([]Environment, error)
 	Placement    func(ctx context.Context, sessionID string) (Placement, bool)
+	// Dispatch starts moving a session to a worker of a profile; Reclaim starts bringing it home
+	// (a pull-back of an active session; with recover, a failed placement moved back to the
+	// gateway). Both return once the move is recorded, and the endpoint follows the placement on
+	// the sessions feed (placement.updated). Errors may be *EnvironmentError.
+	Dispatch func(ctx context.Context, sessionID, profileID, machineClass string) error
+	Reclaim  func(ctx context.Context, sessionID string, recover bool) error
 	// Profiles lists the worker profiles; CreateEnvironment leases one (idempotent per key);
 	// DestroyEnvironment tears one down (waiting for proof of teardown while ctx lasts). Errors
 	// may be *EnvironmentError.
