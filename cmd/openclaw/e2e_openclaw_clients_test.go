@@ -181,13 +181,15 @@ func TestOpenClawClients(t *testing.T) {
 	gatewayID := g.newSession(ws, "chat/m")
 	slowID := g.newSession(ws, "slow/m")
 	agentID := g.newSession(ws, "chat/m")
+	dispatchWS := filepath.Join(root, "dispatched")
+	userWorkspace(t, dispatchWS, true)
 	key := func(id string) string { return "agent:main:" + id }
 	url := "ws://" + g.addr
 	auth := []string{"GW_URL=" + url, "GW_TOKEN=" + g.client.Token}
 
 	t.Run("openclaw-node", func(t *testing.T) {
 		out, err := nodeIn(t, ns, dir, append(auth, "OPENCLAW_NODE="+filepath.Join(dir, "node_modules", "openclaw-node", "dist", "index.mjs"),
-			"WORKER_KEY="+key(workerID), "GATEWAY_KEY="+key(gatewayID), "SLOW_KEY="+key(slowID)),
+			"WORKER_KEY="+key(workerID), "GATEWAY_KEY="+key(gatewayID), "SLOW_KEY="+key(slowID), "DISPATCH_DIR="+dispatchWS),
 			2*time.Minute, "../../gateway/openclaw/testdata/clients/node-client.mjs")
 		if err != nil {
 			t.Fatalf("openclaw-node scenario: %v\n%s", err, out)
@@ -231,6 +233,20 @@ func TestOpenClawClients(t *testing.T) {
 				ID, Status string
 				Worker     struct{ State string }
 			}
+			Dispatch struct {
+				Error     string
+				SessionID string
+				Placement struct{ State, ProfileID, EnvironmentID, RemoteWorkspaceDir string }
+			}
+			Attachment struct {
+				Attachment  struct{ EnvironmentID string }
+				Environment struct{ Status string }
+			}
+			Reclaim struct {
+				Error     string
+				Placement struct{ State string }
+			}
+			ReclaimedEnv struct{ Worker struct{ State string } }
 		}
 		if err := json.Unmarshal([]byte(lastLine(out)), &got); err != nil {
 			t.Fatalf("scenario output %q: %v", out, err)
@@ -294,6 +310,22 @@ func TestOpenClawClients(t *testing.T) {
 		}
 		if !strings.Contains(got.EnvBadProfile.Error, "nope") {
 			t.Errorf("environments.create of an unknown profile: %+v", got.EnvBadProfile)
+		}
+		if d := got.Dispatch; d.Placement.State != "active" || d.Placement.ProfileID != "local" || d.Placement.EnvironmentID == "" || d.Placement.RemoteWorkspaceDir == "" {
+			t.Errorf("sessions.dispatch: %+v, want the new session active on a worker of profile local", d)
+		} else {
+			if a := got.Attachment; a.Attachment.EnvironmentID != d.Placement.EnvironmentID || a.Environment.Status != "available" {
+				t.Errorf("environments.session.status: %+v, want %s available", a, d.Placement.EnvironmentID)
+			}
+			if s, err := g.client.Session(context.Background(), d.SessionID); err != nil || s.Workspace == "" || s.Title != "dispatched from openclaw-node" {
+				t.Errorf("the dispatched session %s: %+v %v, want it made with a workspace from cwd", d.SessionID, s, err)
+			}
+			if got.ReclaimedEnv.Worker.State != "destroyed" {
+				t.Errorf("environments.destroy of the reclaimed session's environment: %+v", got.ReclaimedEnv)
+			}
+		}
+		if r := got.Reclaim; r.Placement.State != "local" {
+			t.Errorf("sessions.reclaim: %+v, want the session home (local)", r)
 		}
 		if d := got.EnvDestroy; d.ID != got.EnvCreate.Created.ID || d.Worker.State != "destroyed" {
 			t.Errorf("environments.destroy: %+v, want %s destroyed", d, got.EnvCreate.Created.ID)

@@ -1,7 +1,8 @@
 // The openclaw-node scenario of the OpenClaw-clients suite (gateway/openclaw, cmd/openclaw
 // TestOpenClawClients): connect, list, history, chat() to completion, abort, an unknown method.
 // Prints one JSON object of what it saw; the Go test asserts on it. Environment: OPENCLAW_NODE
-// (the package's dist/index.mjs), GW_URL, GW_TOKEN, WORKER_KEY, GATEWAY_KEY, SLOW_KEY.
+// (the package's dist/index.mjs), GW_URL, GW_TOKEN, WORKER_KEY, GATEWAY_KEY, SLOW_KEY, DISPATCH_DIR
+// (a workspace a new session is made in and dispatched from).
 const { OpenClawClient } = await import(process.env.OPENCLAW_NODE);
 const out = {};
 const c = new OpenClawClient({ url: process.env.GW_URL, token: process.env.GW_TOKEN, autoReconnect: false });
@@ -57,6 +58,19 @@ const again = await req('environments.create', { profileId: 'local', idempotency
 out.envCreate = { created, sameId: created.id !== undefined && created.id === again.id };
 out.envBadProfile = await req('environments.create', { profileId: 'nope', idempotencyKey: 'node-2' });
 out.envDestroy = created.id ? await req('environments.destroy', { environmentId: created.id }) : null;
+// placement: a session made in a workspace, dispatched to a worker of profile local (answered
+// once active), its attached environment, then reclaimed (answered once home)
+const made = await req('sessions.create', { label: 'dispatched from openclaw-node', cwd: process.env.DISPATCH_DIR });
+if (made.key) {
+  out.dispatch = await req('sessions.dispatch', { key: made.key, profileId: 'local' });
+  out.attachment = await req('environments.session.status', { sessionKey: made.key });
+  out.reclaim = await req('sessions.reclaim', { key: made.key });
+  const envId = out.dispatch.placement?.environmentId;
+  if (envId) out.reclaimedEnv = await req('environments.destroy', { environmentId: envId });
+  out.dispatchedKey = made.key;
+} else {
+  out.dispatch = made;
+}
 // sessions.delete: a session on the gateway goes; one whose work is on a worker is refused
 out.deleteGateway = await req('sessions.delete', { key: process.env.GATEWAY_KEY });
 out.deleteWorker = await req('sessions.delete', { key: process.env.WORKER_KEY });
