@@ -207,7 +207,7 @@ func placementRefusal(err error) error {
 }
 
 // withOpenClaw routes WebSocket upgrades of "/" (where OpenClaw's clients connect when given the
-// gateway's URL) and of the Control UI's base path to the OpenClaw-protocol door, and the Control
+// gateway's URL) and of any path under the Control UI's base path to the OpenClaw-protocol door, and the Control
 // UI's pages (when one is served) to it, behind the same Host check as the API; every other
 // request goes to next.
 func withOpenClaw(next http.Handler, oc *openclaw.Server, cui *openclaw.ControlUI, allowedHosts []string) http.Handler {
@@ -217,8 +217,10 @@ func withOpenClaw(next http.Handler, oc *openclaw.Server, cui *openclaw.ControlU
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := r.URL.Path
-		ws := openclaw.IsUpgrade(r) && (p == "/" || (base != "" && (p == base || p == base+"/")))
-		ui := !ws && base != "" && (p == base || strings.HasPrefix(p, base+"/"))
+		under := base != "" && (p == base || strings.HasPrefix(p, base+"/"))
+		// The Control UI connects from the page it is on (a deep link such as base/sessions too).
+		ws := openclaw.IsUpgrade(r) && (p == "/" || under)
+		ui := !ws && under
 		if !ws && !ui {
 			next.ServeHTTP(w, r)
 			return

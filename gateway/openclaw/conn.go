@@ -152,7 +152,13 @@ func (c *conn) handshake(data []byte, nonce string, challengeAt time.Time) bool 
 		deviceToken = token // clients send a stored device token as auth.token
 	}
 	if p.Device != nil {
-		if code, msg := verifyDevice(p.Device, p, token, nonce, challengeAt); code != "" {
+		// The signature covers the token the client authenticates with: auth.token, else the
+		// device token it stored (a reconnect of a signed-in Control UI sends only that).
+		signed := token
+		if signed == "" && password == "" {
+			signed = deviceToken
+		}
+		if code, msg := verifyDevice(p.Device, p, signed, nonce, challengeAt); code != "" {
 			return fail(msg, code)
 		}
 	}

@@ -537,6 +537,13 @@ func TestDeviceTokens(t *testing.T) {
 	if s := m["payload"].(map[string]any)["auth"].(map[string]any)["scopes"].([]any); len(s) != 1 || s[0] != "operator.read" {
 		t.Fatalf("a device token granted %v, want only operator.read (what it was issued for)", s)
 	}
+	// the Control UI's reconnect: auth.deviceToken alone (no token), the signature over it
+	c5 := dial(t, r)
+	p5 := signed(c5, pub, priv, tok, []string{"operator.read"})
+	p5["auth"] = map[string]any{"deviceToken": tok}
+	if m := c5.connect(p5); m["ok"] != true {
+		t.Fatalf("a reconnect with auth.deviceToken signed over it was refused: %v", m)
+	}
 	c2.write(map[string]any{"type": "req", "id": "w", "method": "sessions.create", "params": map[string]any{}})
 	if code, _, _ := errCode(c2.res("w")); code != CodeForbidden {
 		t.Fatalf("a read-only device token could write")
@@ -560,8 +567,8 @@ func TestDeviceTokens(t *testing.T) {
 	if _, err := r.srv.cfg.Devices.Revoke(context.Background(), list[0].ID); err != nil {
 		t.Fatal(err)
 	}
-	if n := r.srv.DropDevice(list[0].ID); n != 2 {
-		t.Errorf("revoking closed %d connections, want the device's 2", n)
+	if n := r.srv.DropDevice(list[0].ID); n != 3 {
+		t.Errorf("revoking closed %d connections, want the device's 3", n)
 	}
 	if st := c2.closeStatus(); st != websocket.StatusPolicyViolation {
 		t.Errorf("the revoked device's connection closed with %v", st)
