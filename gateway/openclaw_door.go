@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -86,6 +87,23 @@ func newOpenClawDoor(d openClawDeps) (*openclaw.Server, error) {
 				out = append(out, op)
 			}
 			return out, nil
+		},
+		CloudProfiles: func(ctx context.Context) ([]openclaw.CloudProfile, error) {
+			list, err := d.profiles.List(ctx)
+			if err != nil {
+				return nil, err
+			}
+			out := make([]openclaw.CloudProfile, 0, len(list))
+			for _, p := range list {
+				var st cloudSettings
+				_ = json.Unmarshal(p.Settings, &st) // settings of other shapes show as empty
+				out = append(out, openclaw.CloudProfile{ID: p.ID, Provider: p.Provider, Backend: st.Provider, Class: st.Class,
+					TTL: st.TTL, IdleTimeout: st.IdleTimeout, Binary: st.Binary})
+			}
+			return out, nil
+		},
+		ApplyProfiles: func(ctx context.Context, ch openclaw.ProfileChanges) error {
+			return applyCloudProfiles(ctx, d.profiles, ch)
 		},
 		CreateEnvironment: func(ctx context.Context, profileID, key string) (openclaw.Environment, error) {
 			e, _, err := d.envs.Create(ctx, profileID, key)
@@ -180,6 +198,61 @@ func envRefusal(err error) error {
 		return &openclaw.EnvironmentError{Code: "capacity", Message: ce.Message, RetryAfter: ce.RetryAfter}
 	}
 	return err
+}
+
+// cloudSettings are the settings OpenClaw's Cloud workers page edits: the Crabbox ones (the
+// crabbox provider's settings have these names; a lease CLI's may have some of them).
+type cloudSettings struct {
+	Provider    string `json:"provider"`
+	Class       string `json:"class"`
+	TTL         string `json:"ttl"`
+	IdleTimeout string `json:"idleTimeout"`
+	Binary      string `json:"binary"`
+}
+
+// applyCloudProfiles makes a config.patch's profile changes: each profile is the stored one (or a
+// new one) with the page's settings set and the rest of its settings, lifetime, sync rules and
+// policies kept; every one is validated as `openclaw profile apply` does before any is written.
+func applyCloudProfiles(ctx context.Context, ps *profiles.Store, ch openclaw.ProfileChanges) error {
+	var puts []*providers.Profile
+	for _, cp := range ch.Put {
+		p, err := ps.Get(ctx, cp.ID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			p = providers.Profile{ID: cp.ID}
+		case err != nil:
+			return err
+		}
+		settings := map[string]json.RawMessage{}
+		if p.Provider == cp.Provider && len(p.Settings) > 0 {
+			if err := json.Unmarshal(p.Settings, &settings); err != nil {
+				return fmt.Errorf("profile %s: its stored settings are not an object: %w", cp.ID, err)
+			}
+		}
+		for k, v := range map[string]string{"provider": cp.Backend, "class": cp.Class, "ttl": cp.TTL, "idleTimeout": cp.IdleTimeout, "binary": cp.Binary} {
+			delete(settings, k)
+			if v != "" {
+				settings[k], _ = json.Marshal(v)
+			}
+		}
+		p.Provider = cp.Provider
+		p.Settings, _ = json.Marshal(settings)
+		if err := ps.Prepare(&p); err != nil {
+			return fmt.Errorf("profile %s: %w", cp.ID, err)
+		}
+		puts = append(puts, &p)
+	}
+	for _, id := range ch.Delete {
+		if err := ps.Delete(ctx, id); err != nil {
+			return err
+		}
+	}
+	for _, p := range puts {
+		if _, err := ps.Put(ctx, p); err != nil {
+			return fmt.Errorf("profile %s: %w", p.ID, err)
+		}
+	}
+	return nil
 }
 
 // placementRefusal is a refused dispatch or pull-back as the OpenClaw door reports it: bad input

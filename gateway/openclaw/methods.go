@@ -66,6 +66,8 @@ var methods = map[string]method{
 	"sessions.dispatch":             {"operator.admin", true, (*conn).sessionsDispatch},
 	"sessions.reclaim":              {"operator.admin", true, (*conn).sessionsReclaim},
 	"question.list":                 {"operator.read", false, (*conn).questionList},
+	"config.get":                    {"operator.read", false, (*conn).configGet},
+	"config.patch":                  {"operator.admin", false, (*conn).configPatch},
 	"tasks.list":                    {"operator.read", false, (*conn).tasksList},
 }
 

@@ -107,6 +107,10 @@ type Config struct {
 	// the sessions feed (placement.updated). Errors may be *EnvironmentError.
 	Dispatch func(ctx context.Context, sessionID, profileID, machineClass string) error
 	Reclaim  func(ctx context.Context, sessionID string, recover bool) error
+	// CloudProfiles lists the profiles as OpenClaw's configuration shows them (config.get);
+	// ApplyProfiles validates a config.patch's changes of them, then makes them.
+	CloudProfiles func(ctx context.Context) ([]CloudProfile, error)
+	ApplyProfiles func(ctx context.Context, ch ProfileChanges) error
 	// Profiles lists the worker profiles; CreateEnvironment leases one (idempotent per key);
 	// DestroyEnvironment tears one down (waiting for proof of teardown while ctx lasts). Errors
 	// may be *EnvironmentError.

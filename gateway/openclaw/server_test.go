@@ -379,7 +379,7 @@ func TestRequestsAfterConnect(t *testing.T) {
 		params     any
 		code, msg  string
 	}{
-		{"1", "config.get", map[string]any{}, CodeInvalidRequest, "unknown method: config.get"},
+		{"1", "cron.list", map[string]any{}, CodeInvalidRequest, "unknown method: cron.list"},
 		{"2", "chat.send", map[string]any{"sessionKey": "main", "message": "hi", "idempotencyKey": "k"}, CodeForbidden, "missing scope: operator.write"},
 		{"3", "sessions.list", "not an object", CodeInvalidRequest, "invalid sessions.list params"},
 		{"4", "chat.history", map[string]any{"sessionKey": "agent:main:ses_nope"}, CodeInvalidRequest, "unknown session key"},
