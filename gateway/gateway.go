@@ -427,7 +427,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		ocTrace = tf
 	}
 	ocSrv, err := newOpenClawDoor(openClawDeps{token: token, sessions: sess, turns: turnSvc, catalog: catalog, envs: mgr, profiles: profStore,
-		placements: placements, dispatcher: dispatcher, tunnel: func(envID string) string { return string(tunnels.Status(envID)) },
+		placements: placements, dispatcher: dispatcher, dataDir: dataDir, tunnel: func(envID string) string { return string(tunnels.Status(envID)) },
 		version: info.Version, log: log.With("subsystem", "openclaw"), trace: ocTrace, signedIn: browser.SignedIn,
 		maxConns: cfg.OpenClawClients.MaxConnections, devices: ocDevices,
 		removeSession: func(ctx context.Context, id string) error {

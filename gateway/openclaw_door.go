@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -33,6 +36,7 @@ type openClawDeps struct {
 	profiles   *profiles.Store
 	placements *placement.Placements
 	dispatcher *placement.Dispatcher
+	dataDir    string
 	tunnel     func(envID string) string
 	version    string
 	log        *slog.Logger
@@ -87,6 +91,19 @@ func newOpenClawDoor(d openClawDeps) (*openclaw.Server, error) {
 				out = append(out, op)
 			}
 			return out, nil
+		},
+		NewWorkspace: func(sessionID string) (string, error) {
+			// <data dir>/workspaces/<session> is where a session without a workspace runs on the
+			// gateway, and session rm removes it; mode 0700 like every area of the data dir
+			root := filepath.Join(d.dataDir, "workspaces")
+			if err := os.MkdirAll(root, 0o700); err != nil {
+				return "", err
+			}
+			dir := filepath.Join(root, sessionID)
+			if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+				return "", err
+			}
+			return dir, nil
 		},
 		CloudProfiles: func(ctx context.Context) ([]openclaw.CloudProfile, error) {
 			list, err := d.profiles.List(ctx)

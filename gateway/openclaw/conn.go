@@ -2,6 +2,8 @@ package openclaw
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -232,6 +234,19 @@ func (c *conn) handshake(data []byte, nonce string, challengeAt time.Time) bool 
 	return true
 }
 
+// helloAuth is hello-ok's auth: the role, the granted scopes and, for a client that proved a
+// device, its recoveryScope (an opaque name of the device under which the Control UI keeps its
+// pending placements across reloads; it grants nothing here).
+func (c *conn) helloAuth(scopes []string) map[string]any {
+	a := map[string]any{"role": "operator", "scopes": scopes}
+	if c.deviceID != "" {
+		b, _ := json.Marshal([]string{"device", c.deviceID})
+		sum := sha256.Sum256(b)
+		a["recoveryScope"] = base64.RawURLEncoding.EncodeToString(sum[:])
+	}
+	return a
+}
+
 func (c *conn) hello(scopes []string) map[string]any {
 	cfg := c.srv.cfg
 	return map[string]any{
@@ -246,7 +261,7 @@ func (c *conn) hello(scopes []string) map[string]any {
 			"uptimeMs":        max(0, c.srv.cfg.Now().Sub(c.srv.started).Milliseconds()),
 			"sessionDefaults": map[string]any{"defaultAgentId": defaultAgent, "mainKey": mainKeyName, "mainSessionKey": sessionKeyFor(defaultAgent, mainKeyName)},
 		},
-		"auth":   map[string]any{"role": "operator", "scopes": scopes},
+		"auth":   c.helloAuth(scopes),
 		"policy": map[string]any{"maxPayload": cfg.MaxPayload, "maxBufferedBytes": cfg.MaxBufferedBytes, "tickIntervalMs": cfg.TickInterval.Milliseconds()},
 	}
 }

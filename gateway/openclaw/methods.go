@@ -2,6 +2,8 @@ package openclaw
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,6 +42,7 @@ var methods = map[string]method{
 	"sessions.messages.subscribe":   {"operator.read", false, (*conn).messagesSubscribe},
 	"sessions.messages.unsubscribe": {"operator.read", false, (*conn).messagesUnsubscribe},
 	"sessions.describe":             {"operator.read", false, (*conn).sessionsDescribe},
+	"sessions.resolve":              {"operator.read", false, (*conn).sessionsResolve},
 	"sessions.create":               {"operator.write", false, (*conn).sessionsCreate},
 	"sessions.patch":                {"operator.write", false, (*conn).sessionsPatch},
 	"sessions.delete":               {"operator.admin", true, (*conn).sessionsDelete},
@@ -47,6 +50,7 @@ var methods = map[string]method{
 	"chat.startup":                  {"operator.read", false, (*conn).chatHistory},
 	"chat.history":                  {"operator.read", false, (*conn).chatHistory},
 	"chat.send":                     {"operator.write", false, (*conn).chatSend},
+	"sessions.send":                 {"operator.write", false, (*conn).sessionsSend},
 	"chat.abort":                    {"operator.write", false, (*conn).chatAbort},
 	"chat.metadata":                 {"operator.read", false, (*conn).chatMetadata},
 	"agent":                         {"operator.write", true, (*conn).agent},
@@ -164,6 +168,13 @@ func (c *conn) row(ctx context.Context, s sessions.Session) map[string]any {
 	}
 	if pl := c.placement(ctx, s); pl != nil {
 		r["placement"] = pl
+		// OpenClaw's UI treats a row with a repository workspace as a session that runs on a
+		// worker (at rest on the gateway it asks for one before a send). Ours also run on the
+		// gateway, so only a session that is (or was) on a worker names its workspace so: the UI
+		// then offers to bring it home or move it.
+		if st, _ := pl["state"].(string); st != "local" && s.Workspace != "" {
+			r["repositoryWorkspaceId"] = workspaceID(s.Workspace)
+		}
 	}
 	return r
 }
@@ -350,6 +361,9 @@ type createParams struct {
 	// Cwd is the session's workspace on the gateway (a directory inside workspaces.roots),
 	// needed before it can be dispatched to a worker; naming one takes operator.admin.
 	Cwd string `json:"cwd"`
+	// WorktreeSource "empty" asks for a new empty workspace (the Control UI's "New workspace"),
+	// made by the gateway in its own area of the data dir.
+	WorktreeSource string `json:"worktreeSource"`
 }
 
 // sessionsCreate makes a session on the gateway (in cwd, when given: the workspace a dispatch
@@ -365,12 +379,32 @@ func (c *conn) sessionsCreate(f inFrame) (any, *errorShape) {
 	}
 	ctx, cancel := c.callCtx()
 	defer cancel()
-	if p.Cwd != "" && !c.has("operator.admin") {
-		return nil, errf(CodeForbidden, "missing scope: operator.admin (sessions.create with cwd)")
+	if p.Cwd != "" {
+		if !c.has("operator.admin") {
+			return nil, errf(CodeForbidden, "missing scope: operator.admin (sessions.create with cwd)")
+		}
+		// the same confinement as every other door: inside workspaces.roots, never the data dir
+		if err := c.srv.cfg.Sessions.Roots().Check("cwd", p.Cwd); err != nil {
+			return nil, errf(CodeInvalidRequest, err.Error())
+		}
+		if err := sessions.CheckWorkspace(ctx, p.Cwd, false); err != nil {
+			return nil, errf(CodeInvalidRequest, strings.Replace(err.Error(), "workspace", "cwd", 1))
+		}
 	}
+	fresh := p.Cwd == "" && p.WorktreeSource == "empty" && c.srv.cfg.NewWorkspace != nil
 	s, err := c.srv.cfg.Sessions.Create(ctx, sessions.CreateParams{Title: truncate(title, sessions.MaxTitleLen-4), Agent: p.AgentID, Model: p.Model, Workspace: p.Cwd})
 	if err != nil {
 		return nil, errf(CodeInvalidRequest, err.Error())
+	}
+	if fresh {
+		dir, err := c.srv.cfg.NewWorkspace(s.ID)
+		if err == nil {
+			err = c.srv.cfg.Sessions.SetWorkspace(ctx, s.ID, dir)
+		}
+		if err != nil {
+			return nil, errf(CodeUnavailable, "session "+s.ID+" created, but its new workspace could not be made: "+err.Error())
+		}
+		s.Workspace = dir
 	}
 	out := map[string]any{"ok": true, "key": sessionKeyFor(s.Agent, s.ID), "sessionId": s.ID, "entry": c.row(ctx, s)}
 	if strings.TrimSpace(p.Message) != "" {
@@ -808,47 +842,60 @@ func (c *conn) environmentsList(f inFrame) (any, *errorShape) {
 	}
 	ctx, cancel := c.callCtx()
 	defer cancel()
-	out := []map[string]any{}
-	if p.Projection == "profiles" {
-		res := map[string]any{"environments": out}
-		if c.srv.cfg.Profiles == nil {
-			return res, nil
+	res := map[string]any{"environments": []map[string]any{}}
+	// The profile catalog (what a dispatch may choose) goes to admin callers, with the
+	// environments or alone (projection "profiles"): the Control UI's Where picker reads it from
+	// a plain environments.list, its Cloud workers page from the projection.
+	if c.has("operator.admin") || p.Projection == "profiles" {
+		profs, e := c.profileCatalog(ctx)
+		if e != nil {
+			return nil, e
 		}
-		profs, err := c.srv.cfg.Profiles(ctx)
-		if err != nil {
-			return nil, errf(CodeUnavailable, err.Error())
+		if len(profs) > 0 {
+			res["profiles"] = profs
 		}
-		var list []map[string]any
-		for _, pr := range profs {
-			e := map[string]any{"id": pr.ID, "providerId": orDefault(pr.ProviderID, "unknown"), "trust": "disposable",
-				"executionMode": "worker-turn", "executionModes": []string{"worker-turn"}}
-			var machines []map[string]any
-			for i, cl := range pr.Classes {
-				if i == 64 {
-					break
-				}
-				machines = append(machines, map[string]any{"id": truncate(cl, 128), "label": truncate(cl, 128), "default": i == 0})
-			}
-			if len(machines) > 0 {
-				e["machines"] = machines
-			}
-			list = append(list, e)
-		}
-		if len(list) > 0 {
-			res["profiles"] = list
-		}
+	}
+	if p.Projection == "profiles" || c.srv.cfg.Environments == nil {
 		return res, nil
 	}
-	if c.srv.cfg.Environments != nil {
-		envs, err := c.srv.cfg.Environments(ctx)
-		if err != nil {
-			return nil, errf(CodeUnavailable, err.Error())
-		}
-		for _, e := range envs {
-			out = append(out, summary(e))
-		}
+	envs, err := c.srv.cfg.Environments(ctx)
+	if err != nil {
+		return nil, errf(CodeUnavailable, err.Error())
 	}
-	return map[string]any{"environments": out}, nil
+	out := make([]map[string]any, 0, len(envs))
+	for _, e := range envs {
+		out = append(out, summary(e))
+	}
+	res["environments"] = out
+	return res, nil
+}
+
+// profileCatalog is the worker profiles as environments.list shows them.
+func (c *conn) profileCatalog(ctx context.Context) ([]map[string]any, *errorShape) {
+	if c.srv.cfg.Profiles == nil {
+		return nil, nil
+	}
+	profs, err := c.srv.cfg.Profiles(ctx)
+	if err != nil {
+		return nil, errf(CodeUnavailable, err.Error())
+	}
+	var list []map[string]any
+	for _, pr := range profs {
+		e := map[string]any{"id": pr.ID, "providerId": orDefault(pr.ProviderID, "unknown"), "trust": "disposable",
+			"executionMode": "worker-turn", "executionModes": []string{"worker-turn"}}
+		var machines []map[string]any
+		for i, cl := range pr.Classes {
+			if i == 64 {
+				break
+			}
+			machines = append(machines, map[string]any{"id": truncate(cl, 128), "label": truncate(cl, 128), "default": i == 0})
+		}
+		if len(machines) > 0 {
+			e["machines"] = machines
+		}
+		list = append(list, e)
+	}
+	return list, nil
 }
 
 type envCreateParams struct {
@@ -1034,4 +1081,10 @@ func (c *conn) sessionsDelete(f inFrame) (any, *errorShape) {
 	}
 	c.unfollow(s.ID)
 	return map[string]any{"ok": true, "key": p.Key, "deleted": true, "archived": []string{}}, nil
+}
+
+// workspaceID is a stable opaque id of a session's workspace directory.
+func workspaceID(dir string) string {
+	sum := sha256.Sum256([]byte(dir))
+	return "ws_" + hex.EncodeToString(sum[:8])
 }

@@ -2,6 +2,7 @@ package openclaw
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -362,4 +363,117 @@ func (c *conn) placementWired() *errorShape {
 		return errf(CodeUnavailable, "this gateway places no sessions on workers")
 	}
 	return nil
+}
+
+type resolveParams struct {
+	Key       string `json:"key"`
+	SessionID string `json:"sessionId"`
+	Label     string `json:"label"`
+	Reference *struct {
+		Key string `json:"key"`
+	} `json:"reference"`
+	ShortID      string `json:"shortId"`
+	AgentID      string `json:"agentId"`
+	AllowMissing bool   `json:"allowMissing"`
+}
+
+// maxResolveCandidates is how many sessions an ambiguous sessions.resolve names (the protocol's
+// bound).
+const maxResolveCandidates = 10
+
+// sessionsResolve finds the session a key, a session id, a label or a short id names (what the
+// Control UI calls for a deep link such as /chat/<agent>/<session id>).
+func (c *conn) sessionsResolve(f inFrame) (any, *errorShape) {
+	var p resolveParams
+	if err := decodeParams(f.Method, f.Params, &p); err != nil {
+		return nil, err
+	}
+	if p.Reference != nil && p.Key == "" {
+		p.Key = p.Reference.Key
+	}
+	ctx, cancel := c.callCtx()
+	defer cancel()
+	found := func(s sessions.Session) map[string]any {
+		title := s.Title
+		if title == "" {
+			title = s.ID
+		}
+		return map[string]any{"key": sessionKeyFor(s.Agent, s.ID), "agentId": s.Agent, "displayName": title}
+	}
+	missing := func() (any, *errorShape) {
+		if p.AllowMissing {
+			return map[string]any{"ok": false}, nil
+		}
+		return nil, errf(CodeInvalidRequest, "no session found")
+	}
+	switch {
+	case p.Key != "" || p.SessionID != "":
+		key := p.Key
+		if key == "" {
+			key = p.SessionID
+		}
+		s, e := c.resolveKey(ctx, key)
+		if e != nil || s.ID == "" || (p.AgentID != "" && s.Agent != p.AgentID) {
+			return missing()
+		}
+		out := found(s)
+		out["ok"] = true
+		return out, nil
+	case p.Label != "" || p.ShortID != "":
+		if len(p.Label) > 512 || len(p.ShortID) > 128 {
+			return nil, errf(CodeInvalidRequest, "label or shortId too long")
+		}
+		list, err := c.srv.cfg.Sessions.List(ctx)
+		if err != nil {
+			return nil, errf(CodeUnavailable, err.Error())
+		}
+		var hits []sessions.Session
+		for _, s := range list {
+			if s.ArchivedAt != nil || (p.AgentID != "" && s.Agent != p.AgentID) {
+				continue
+			}
+			if (p.Label != "" && s.Title == p.Label) || (p.ShortID != "" && len(p.ShortID) >= 6 && strings.HasPrefix(strings.TrimPrefix(s.ID, "ses_"), strings.TrimPrefix(p.ShortID, "ses_"))) {
+				hits = append(hits, s)
+			}
+		}
+		switch len(hits) {
+		case 0:
+			return missing()
+		case 1:
+			out := found(hits[0])
+			out["ok"] = true
+			return out, nil
+		}
+		cands := []map[string]any{}
+		for _, s := range hits[:min(len(hits), maxResolveCandidates)] {
+			cands = append(cands, found(s))
+		}
+		return map[string]any{"ok": false, "candidates": cands}, nil
+	}
+	return nil, errf(CodeInvalidRequest, "sessions.resolve needs key, sessionId, label or shortId")
+}
+
+type sessionsSendParams struct {
+	Key            string `json:"key"`
+	AgentID        string `json:"agentId"`
+	Message        string `json:"message"`
+	IdempotencyKey string `json:"idempotencyKey"`
+}
+
+// sessionsSend is chat.send by session key (what the Control UI sends a new session's first
+// message with, once its placement is active); without an idempotency key the request's own id
+// stands for one.
+func (c *conn) sessionsSend(f inFrame) (any, *errorShape) {
+	var p sessionsSendParams
+	if err := decodeParams(f.Method, f.Params, &p); err != nil {
+		return nil, err
+	}
+	if p.Key == "" {
+		return nil, errf(CodeInvalidRequest, "sessions.send needs key")
+	}
+	if p.IdempotencyKey == "" {
+		p.IdempotencyKey = "sessions.send:" + c.connID + ":" + truncate(f.ID, 128)
+	}
+	params, _ := json.Marshal(sendParams{SessionKey: p.Key, Message: p.Message, IdempotencyKey: p.IdempotencyKey, AgentID: p.AgentID})
+	return c.chatSend(inFrame{Type: f.Type, ID: f.ID, Method: "chat.send", Params: params})
 }

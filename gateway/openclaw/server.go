@@ -107,6 +107,9 @@ type Config struct {
 	// the sessions feed (placement.updated). Errors may be *EnvironmentError.
 	Dispatch func(ctx context.Context, sessionID, profileID, machineClass string) error
 	Reclaim  func(ctx context.Context, sessionID string, recover bool) error
+	// NewWorkspace makes a new empty workspace directory for a session (sessions.create with
+	// worktreeSource "empty"), in the gateway's own area of its data dir.
+	NewWorkspace func(sessionID string) (string, error)
 	// CloudProfiles lists the profiles as OpenClaw's configuration shows them (config.get);
 	// ApplyProfiles validates a config.patch's changes of them, then makes them.
 	CloudProfiles func(ctx context.Context) ([]CloudProfile, error)
