@@ -2,15 +2,18 @@ package main_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/openclaw/cloudworkers/gateway/inference/scripted"
 	"github.com/openclaw/cloudworkers/gateway/turns"
@@ -58,7 +61,9 @@ func chromiumIn(t *testing.T, ns string) context.Context {
 // OpenClaw's own Control UI (from the pinned package), served by this gateway behind its sign-in,
 // in Chromium inside a network namespace with only loopback: it signs in with a one-time code,
 // lists our sessions with their placement, renders a worker session's history with its tool
-// call, streams a sent message to its final answer, and throws no exception.
+// call, streams a sent message to its final answer, stops a running turn, dispatches a new
+// session with Where → Cloud · local, lists and adds profiles in Settings → Cloud workers, lists
+// the worker environments in Systems, and throws no exception.
 func TestOpenClawControlUI(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "ip")
@@ -67,11 +72,12 @@ func TestOpenClawControlUI(t *testing.T) {
 	root := t.TempDir()
 	ws := filepath.Join(root, "repo")
 	userWorkspace(t, ws, true)
-	cfg := fastWorkerConfig + scriptedModels(t, root, map[string]string{"chat": clientsChatScript}) +
+	cfg := fastWorkerConfig + scriptedModels(t, root, map[string]string{"chat": clientsChatScript, "slow": clientsSlowScript}) +
 		fmt.Sprintf("controlUi: {openclawRoot: %q}\nopenclawClients: {traceFile: %q}\n", filepath.Join(dir, "node_modules", "openclaw"), filepath.Join(root, "trace.jsonl"))
 	g := startGatewayIn(t, ns, filepath.Join(root, "data"), cfg)
 	t.Cleanup(func() { destroyAll(g) })
-	workerID, _ := g.activeSession(ws, "chat/m", "local")
+	slowID := g.newSession(ws, "slow/m") // older than the worker session: the home chat shows the newest
+	workerID, envID := g.activeSession(ws, "chat/m", "local")
 	g.runTurn(workerID, "What does the README say?", "worker")
 
 	browser := chromiumIn(t, ns)
@@ -106,6 +112,84 @@ func TestOpenClawControlUI(t *testing.T) {
 	if len(ts) != 2 || ts[1].Status != turns.TurnDone || ts[1].Placement != "worker" {
 		t.Errorf("the worker session's turns after the UI's send: %+v, want a second one done on the worker", ts)
 	}
+
+	// Stop generating ends a running turn: the tool's sleep is cut and the turn is canceled.
+	p.Do("open the slow session", chromedp.Navigate("http://"+g.addr+"/openclaw/chat/main/"+slowID))
+	waitPage(p, "the slow session's composer", `!!document.querySelector('textarea[aria-label="Chat composer"]')`)
+	p.Do("send a long task", chromedp.SendKeys(`textarea[aria-label="Chat composer"]`, "Wait for a long time.\r"))
+	waitPage(p, "the Stop generating button", `!!document.querySelector('button[aria-label="Stop generating"]')`)
+	p.Do("stop it", chromedp.Click(`button[aria-label="Stop generating"]`))
+	testenv.Eventually(t, "the slow turn canceled", func() bool {
+		ts := g.turns(slowID)
+		return len(ts) == 1 && ts[0].Status == turns.TurnCanceled
+	})
+
+	// New session → Where → Cloud · local: the session is made in a new workspace, dispatched to
+	// a worker of profile local, and its first message runs there.
+	before := map[string]bool{}
+	list, err := g.client.Sessions(g.ctx())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range list {
+		before[s.ID] = true
+	}
+	p.Do("open New session", chromedp.Navigate("http://"+g.addr+"/openclaw/new?agent=main"))
+	waitPage(p, "the Where picker", `!!document.querySelector('button[aria-label="Where: Local"]')`)
+	p.Do("open Where", chromedp.Click(`button[aria-label="Where: Local"]`))
+	waitPage(p, "the cloud profile local in the picker", `[...document.querySelectorAll('button')].some(b => b.innerText.trim() === "local")`)
+	p.Do("choose Cloud · local", chromedp.Click(`//button[normalize-space()="local"]`), chromedp.KeyEvent("\x1b"))
+	waitPage(p, "Where: local", `!!document.querySelector('button[aria-label="Where: local"]')`)
+	p.Do("type and start", chromedp.SendKeys(`textarea`, "What does the README say?"), chromedp.Click(`button[aria-label="Start session"]`))
+	waitPage(p, "the dispatched session's reply", `document.body.innerText.includes("The README says hello.")`)
+	var newID string
+	testenv.Eventually(t, "the new session's turn done on a worker", func() bool {
+		list, err := g.client.Sessions(g.ctx())
+		if err != nil {
+			return false
+		}
+		for _, s := range list {
+			if !before[s.ID] {
+				newID = s.ID
+				ts := g.turns(s.ID)
+				return len(ts) == 1 && ts[0].Status == turns.TurnDone && ts[0].Placement == "worker"
+			}
+		}
+		return false
+	})
+	if pl := g.placement(newID).Placement; pl.State != "active" || pl.ProfileID != "local" || pl.EnvironmentID == "" || pl.EnvironmentID == envID {
+		t.Errorf("the session made from Where → Cloud · local: placement %+v, want active on a new environment of profile local", pl)
+	}
+
+	// Settings → Cloud workers lists our profiles; one added there is one of ours, validated as
+	// any: a bad machine class is refused with the field named, then a good one is saved.
+	p.Do("open Settings → Cloud workers", chromedp.Navigate("http://"+g.addr+"/openclaw/settings/cloud-workers"))
+	waitPage(p, "our profile local", `document.body.innerText.includes("Provider: local")`)
+	p.Do("add a profile", chromedp.Click(`//button[normalize-space()="Add profile"]`))
+	waitPage(p, "the profile form", `!!document.querySelector('input[aria-label="Profile ID"]')`)
+	p.Do("fill it with a bad class", chromedp.SendKeys(`input[aria-label="Profile ID"]`, "cbx-ui"),
+		chromedp.SendKeys(`input[aria-label="Crabbox backend"]`, "hetzner"), chromedp.SendKeys(`input[aria-label="Machine class"]`, "cx22;id"),
+		chromedp.SendKeys(`input[aria-label="Crabbox binary"]`, crabboxBin), chromedp.Click(`//button[normalize-space()="Save"]`))
+	waitPage(p, "the refusal naming the class", `document.body.innerText.includes("Profile needs attention") && document.body.innerText.includes("settings.class")`)
+	if _, err := g.client.Profile(g.ctx(), "cbx-ui"); err == nil {
+		t.Fatal("a profile with a refused class was stored")
+	}
+	p.Do("fix the class and save", chromedp.SendKeys(`input[aria-label="Machine class"]`, kb.End+strings.Repeat(kb.Backspace, len("cx22;id"))+"cx22"),
+		chromedp.Click(`//button[normalize-space()="Save"]`))
+	waitPage(p, "the saved profile listed", `document.body.innerText.includes("Crabbox backend: hetzner · Class: cx22")`)
+	prof, err := g.client.Profile(g.ctx(), "cbx-ui")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct{ Provider, Class, Binary string }
+	_ = json.Unmarshal(prof.Settings, &st)
+	if prof.Provider != "crabbox" || st.Provider != "hetzner" || st.Class != "cx22" || st.Binary != crabboxBin {
+		t.Errorf("the profile saved from the Cloud workers page: %+v %s", prof, prof.Settings)
+	}
+	// Systems lists the worker environments.
+	p.Do("open Systems", chromedp.Navigate("http://"+g.addr+"/openclaw/systems"))
+	waitPage(p, "the worker environment", fmt.Sprintf(`document.body.innerText.includes("Workers") && document.body.innerText.includes(%q)`, envID[:6]))
+
 	mu.Lock()
 	if len(exceptions) > 0 {
 		t.Errorf("the Control UI threw: %q", exceptions)
