@@ -170,14 +170,22 @@ func TestOpenClawClients(t *testing.T) {
 	ws := filepath.Join(root, "repo")
 	userWorkspace(t, ws, true)
 	trace := filepath.Join(root, "trace.jsonl")
+	// The netns profile's boxes run real OpenSSH sshd in namespaces of their own, linked to the
+	// gateway's loopback-only namespace (lease-netns runs there, as the gateway's child).
+	netns, _ := netnsProfile(t)
 	cfg := fastWorkerConfig + scriptedModels(t, root, map[string]string{"chat": clientsChatScript, "slow": clientsSlowScript}) +
-		fmt.Sprintf("openclawClients: {traceFile: %q}\n", trace)
+		fmt.Sprintf("openclawClients: {traceFile: %q}\n", trace) + netns
 	g := startGatewayIn(t, ns, filepath.Join(root, "data"), cfg)
 	t.Cleanup(func() { destroyAll(g) })
 
-	// A worker session on the built-in local box, with one turn behind it; sessions on the gateway.
+	// Worker sessions on the built-in local box and on a netns sshd box, each with one turn behind
+	// it; sessions on the gateway.
 	workerID, envID := g.activeSession(ws, "chat/m", "local")
 	g.runTurn(workerID, "What does the README say?", "worker")
+	sshdWS := filepath.Join(root, "sshd-repo")
+	userWorkspace(t, sshdWS, true)
+	sshdID, sshdEnvID := g.activeSession(sshdWS, "chat/m", "netns")
+	g.runTurn(sshdID, "What does the README say?", "worker")
 	gatewayID := g.newSession(ws, "chat/m")
 	slowID := g.newSession(ws, "slow/m")
 	agentID := g.newSession(ws, "chat/m")
@@ -189,14 +197,15 @@ func TestOpenClawClients(t *testing.T) {
 
 	t.Run("openclaw-node", func(t *testing.T) {
 		out, err := nodeIn(t, ns, dir, append(auth, "OPENCLAW_NODE="+filepath.Join(dir, "node_modules", "openclaw-node", "dist", "index.mjs"),
-			"WORKER_KEY="+key(workerID), "GATEWAY_KEY="+key(gatewayID), "SLOW_KEY="+key(slowID), "DISPATCH_DIR="+dispatchWS),
+			"WORKER_KEY="+key(workerID), "GATEWAY_KEY="+key(gatewayID), "SLOW_KEY="+key(slowID), "DISPATCH_DIR="+dispatchWS, "SSHD_KEY="+key(sshdID)),
 			2*time.Minute, "../../gateway/openclaw/testdata/clients/node-client.mjs")
 		if err != nil {
 			t.Fatalf("openclaw-node scenario: %v\n%s", err, out)
 		}
 		var got struct {
 			Connected     bool
-			List          []struct{ Key, Placement, EnvironmentID string }
+			List          []struct{ Key, Placement, EnvironmentID, ProfileID string }
+			SshdHistory   int
 			WorkerHistory []struct {
 				Role  string
 				Types []string
@@ -260,9 +269,15 @@ func TestOpenClawClients(t *testing.T) {
 			if s.Key == key(workerID) && s.EnvironmentID != envID {
 				t.Errorf("worker session listed on environment %q, want %s", s.EnvironmentID, envID)
 			}
+			if s.Key == key(sshdID) && (s.EnvironmentID != sshdEnvID || s.ProfileID != "netns") {
+				t.Errorf("the sshd box's session listed on %q of profile %q, want %s of netns", s.EnvironmentID, s.ProfileID, sshdEnvID)
+			}
 		}
-		if placements[key(workerID)] != "active" || placements[key(gatewayID)] != "local" {
-			t.Errorf("sessions.list placements %v: want the worker session active, the gateway one local", placements)
+		if placements[key(workerID)] != "active" || placements[key(sshdID)] != "active" || placements[key(gatewayID)] != "local" {
+			t.Errorf("sessions.list placements %v: want both worker sessions active, the gateway one local", placements)
+		}
+		if got.SshdHistory != 4 {
+			t.Errorf("the sshd box's session history holds %d messages, want 4 (user, tool call, tool result, reply)", got.SshdHistory)
 		}
 		var roles []string
 		toolCall := false
@@ -371,9 +386,14 @@ func TestOpenClawClients(t *testing.T) {
 		if err := json.Unmarshal([]byte(jsonPart(out)), &envsOut); err != nil {
 			t.Fatalf("gateway call environments.list printed %q: %v", out, err)
 		}
-		if len(envsOut.Environments) != 1 || envsOut.Environments[0].ID != envID || envsOut.Environments[0].Status != "available" ||
-			!slices.Contains(envsOut.Environments[0].Worker.AttachedSessionIDs, workerID) {
-			t.Errorf("gateway call environments.list: %+v, want %s available serving %s", envsOut.Environments, envID, workerID)
+		serving := map[string]string{}
+		for _, e := range envsOut.Environments {
+			if e.Status == "available" && len(e.Worker.AttachedSessionIDs) == 1 {
+				serving[e.ID] = e.Worker.AttachedSessionIDs[0]
+			}
+		}
+		if len(envsOut.Environments) != 2 || serving[envID] != workerID || serving[sshdEnvID] != sshdID {
+			t.Errorf("gateway call environments.list: %+v, want %s serving %s and %s serving %s", envsOut.Environments, envID, workerID, sshdEnvID, sshdID)
 		}
 		out, err = nodeIn(t, ns, dir, nil, time.Minute, oc, "gateway", "health", "--url", url, "--token", g.client.Token)
 		if err != nil || !strings.Contains(out, "OK") {

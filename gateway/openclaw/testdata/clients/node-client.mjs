@@ -1,7 +1,7 @@
 // The openclaw-node scenario of the OpenClaw-clients suite (gateway/openclaw, cmd/openclaw
 // TestOpenClawClients): connect, list, history, chat() to completion, abort, an unknown method.
 // Prints one JSON object of what it saw; the Go test asserts on it. Environment: OPENCLAW_NODE
-// (the package's dist/index.mjs), GW_URL, GW_TOKEN, WORKER_KEY, GATEWAY_KEY, SLOW_KEY, DISPATCH_DIR
+// (the package's dist/index.mjs), GW_URL, GW_TOKEN, WORKER_KEY, SSHD_KEY (a session on a netns sshd box), GATEWAY_KEY, SLOW_KEY, DISPATCH_DIR
 // (a workspace a new session is made in and dispatched from).
 const { OpenClawClient } = await import(process.env.OPENCLAW_NODE);
 const out = {};
@@ -9,7 +9,9 @@ const c = new OpenClawClient({ url: process.env.GW_URL, token: process.env.GW_TO
 await c.connect();
 out.connected = c.isConnected;
 const list = await c.sessions.list({ limit: 50 });
-out.list = list.sessions.map((s) => ({ key: s.key, placement: s.placement?.state, environmentId: s.placement?.environmentId }));
+out.list = list.sessions.map((s) => ({ key: s.key, placement: s.placement?.state, environmentId: s.placement?.environmentId,
+  profileId: s.placement?.profileId }));
+out.sshdHistory = (await c.sessions.history(process.env.SSHD_KEY, { limit: 200 })).messages.length;
 const hist = await c.sessions.history(process.env.WORKER_KEY, { limit: 200 });
 out.workerHistory = hist.messages.map((m) => ({
   role: m.role,
