@@ -112,12 +112,18 @@ type OpenClawClientsConfig struct {
 	// MaxConnections bounds the open connections of OpenClaw's clients, gateway-wide (default
 	// 1024, at most 65536).
 	MaxConnections int `yaml:"maxConnections"`
+	// MaxConnectionsPerDevice bounds the open connections of one device of OpenClaw's clients (its
+	// device token or signed identity; default 32).
+	MaxConnectionsPerDevice int `yaml:"maxConnectionsPerDevice"`
 }
 
 // Validate names a bad setting of the section.
 func (o OpenClawClientsConfig) Validate() error {
 	if o.MaxConnections < 0 || o.MaxConnections > 65536 {
 		return providers.Fieldf("openclawClients.maxConnections", "must be within 0..65536 (0: the default, 1024), got %d", o.MaxConnections)
+	}
+	if o.MaxConnectionsPerDevice < 0 || o.MaxConnectionsPerDevice > 65536 {
+		return providers.Fieldf("openclawClients.maxConnectionsPerDevice", "must be within 0..65536 (0: the default, 32), got %d", o.MaxConnectionsPerDevice)
 	}
 	return nil
 }

@@ -429,7 +429,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	ocSrv, err := newOpenClawDoor(openClawDeps{token: token, sessions: sess, turns: turnSvc, catalog: catalog, envs: mgr, profiles: profStore,
 		placements: placements, dispatcher: dispatcher, dataDir: dataDir, tunnel: func(envID string) string { return string(tunnels.Status(envID)) },
 		version: info.Version, log: log.With("subsystem", "openclaw"), trace: ocTrace, signedIn: browser.SignedIn,
-		maxConns: cfg.OpenClawClients.MaxConnections, devices: ocDevices,
+		maxConns: cfg.OpenClawClients.MaxConnections, maxPerDev: cfg.OpenClawClients.MaxConnectionsPerDevice, devices: ocDevices,
 		removeSession: func(ctx context.Context, id string) error {
 			_, err := remover.Remove(ctx, id, turns.RemoveRefuseHeld)
 			return err

@@ -43,6 +43,7 @@ type openClawDeps struct {
 	trace      io.Writer
 	signedIn   func(r *http.Request) bool
 	maxConns   int
+	maxPerDev  int
 	devices    *openclaw.Devices
 	// removeSession is session rm without force: a session held on a worker is refused.
 	removeSession func(ctx context.Context, id string) error
@@ -176,11 +177,11 @@ func newOpenClawDoor(d openClawDeps) (*openclaw.Server, error) {
 		Version:        d.version,
 		Log:            d.log,
 		Trace:          d.trace,
-		MaxConnections: d.maxConns,
-		RemoveSession:  d.removeSession,
-		Devices:        d.devices,
-		SignedIn:       d.signedIn,
-		Refuse:         d.refuse,
+		MaxConnections: d.maxConns, MaxConnectionsPerDevice: d.maxPerDev,
+		RemoveSession: d.removeSession,
+		Devices:       d.devices,
+		SignedIn:      d.signedIn,
+		Refuse:        d.refuse,
 	})
 }
 

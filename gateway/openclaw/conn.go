@@ -47,6 +47,7 @@ type conn struct {
 	scopes   []string
 	client   client
 	deviceID string // the device this connection proved it holds, when it sent one
+	claimed  string // the device whose connection cap this connection counts against (under srv.mu)
 
 	mu      sync.Mutex
 	subs    map[string]*follower // session id → its live-feed follower
@@ -205,6 +206,13 @@ func (c *conn) handshake(data []byte, nonce string, challengeAt time.Time) bool 
 				granted = append(granted, sc)
 			}
 		}
+	}
+	// A verified device counts against its own connection cap, before a token is issued to it.
+	if p.Device != nil && !c.srv.claimDevice(c, strings.ToLower(p.Device.ID)) {
+		c.reply(f, nil, &errorShape{Code: CodeUnavailable, Retryable: true, RetryAfterMs: 5000,
+			Message: fmt.Sprintf("too many connections of this device (openclawClients.maxConnectionsPerDevice: %d); close one", c.srv.cfg.MaxConnectionsPerDevice)})
+		c.closeWith(websocket.StatusTryAgainLater, "too many connections of this device")
+		return false
 	}
 	if !operator && p.Device != nil {
 		c.deviceID = strings.ToLower(p.Device.ID) // connected by its device token

@@ -35,6 +35,9 @@ const (
 	// DefaultMaxConnections bounds open connections, gateway-wide (openclawClients.maxConnections):
 	// 500 subscribed clients streaming took 150-170 KiB of gateway memory each (docs/performance.md).
 	DefaultMaxConnections = 1024
+	// DefaultMaxConnectionsPerDevice bounds the open connections of one device (its device token
+	// or its signed identity): a leaked device token cannot take the whole endpoint.
+	DefaultMaxConnectionsPerDevice = 32
 	// DefaultMaxSubscriptions bounds the sessions one connection follows.
 	DefaultMaxSubscriptions = 64
 	// HandshakeTimeout bounds the wait for the connect request.
@@ -127,7 +130,9 @@ type Config struct {
 	MaxBufferedBytes int64
 	TickInterval     time.Duration
 	MaxConnections   int
-	MaxSubscriptions int
+	// MaxConnectionsPerDevice bounds the connections of one device (openclawClients.maxConnectionsPerDevice).
+	MaxConnectionsPerDevice int
+	MaxSubscriptions        int
 	// HandshakeTimeout bounds the wait for the connect request (default HandshakeTimeout).
 	HandshakeTimeout time.Duration
 	// Now is the clock (time.Now when nil).
@@ -158,6 +163,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.TickInterval == 0 {
 		c.TickInterval = DefaultTickInterval
+	}
+	if c.MaxConnectionsPerDevice == 0 {
+		c.MaxConnectionsPerDevice = DefaultMaxConnectionsPerDevice
 	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
@@ -194,8 +202,10 @@ type Server struct {
 	mu        sync.Mutex
 	conns     map[*conn]struct{}
 	accepting int // upgrades past the cap check, not yet in conns
-	closed    bool
-	wg        sync.WaitGroup
+	// devices counts the connected connections of each device (MaxConnectionsPerDevice)
+	devices map[string]int
+	closed  bool
+	wg      sync.WaitGroup
 }
 
 // New builds the endpoint.
@@ -205,7 +215,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("openclaw endpoint: Token, Sessions and Turns are required")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, started: cfg.Now(), ctx: ctx, cancel: cancel, conns: map[*conn]struct{}{}}, nil
+	return &Server{cfg: cfg, started: cfg.Now(), ctx: ctx, cancel: cancel, conns: map[*conn]struct{}{}, devices: map[string]int{}}, nil
 }
 
 // IsUpgrade reports whether r asks for a WebSocket: the requests this endpoint serves.
@@ -260,9 +270,27 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, c)
+		if c.claimed != "" {
+			if s.devices[c.claimed]--; s.devices[c.claimed] <= 0 {
+				delete(s.devices, c.claimed)
+			}
+		}
 		s.mu.Unlock()
 	}()
 	c.run()
+}
+
+// claimDevice counts a connection against its device's cap; false when the device has
+// MaxConnectionsPerDevice open already.
+func (s *Server) claimDevice(c *conn, id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.devices[id] >= s.cfg.MaxConnectionsPerDevice {
+		return false
+	}
+	s.devices[id]++
+	c.claimed = id
+	return true
 }
 
 // Close sends every connection the shutdown event, closes them and waits for their goroutines.

@@ -22,6 +22,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/gateway/turns"
+	"github.com/openclaw/cloudworkers/internal/testenv"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
@@ -580,4 +581,54 @@ func TestDeviceTokens(t *testing.T) {
 	if _, err := r.srv.cfg.Devices.Revoke(context.Background(), "nope"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("revoking an unknown device: %v", err)
 	}
+}
+
+// One device holds at most MaxConnectionsPerDevice connections: past it a connect is refused
+// (UNAVAILABLE, retryable) before any token is issued, another device is not affected, and a
+// closed connection frees its slot.
+func TestConnectionsPerDevice(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.MaxConnectionsPerDevice = 2 })
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	other, otherPriv, _ := ed25519.GenerateKey(rand.Reader)
+	signed := func(c *tclient, pub ed25519.PublicKey, priv ed25519.PrivateKey) map[string]any {
+		sum := sha256.Sum256(pub)
+		id := hex.EncodeToString(sum[:])
+		p := connectBody(testToken)
+		scopes := []string{"operator.read", "operator.write"}
+		parts := []string{"v3", id, "test", "cli", "operator", strings.Join(scopes, ","), strconv.FormatInt(c.ts, 10), testToken, c.nonce, "linux", ""}
+		p["device"] = map[string]any{"id": id, "publicKey": base64.RawURLEncoding.EncodeToString(pub),
+			"signature": base64.RawURLEncoding.EncodeToString(ed25519.Sign(priv, []byte(strings.Join(parts, "|")))), "signedAt": c.ts, "nonce": c.nonce}
+		return p
+	}
+	var open []*tclient
+	for i := 0; i < 2; i++ {
+		c := dial(t, r)
+		if m := c.connect(signed(c, pub, priv)); m["ok"] != true {
+			t.Fatalf("connection %d of the device: %v", i+1, m)
+		}
+		open = append(open, c)
+	}
+	issued, _ := r.srv.cfg.Devices.List(context.Background())
+	third := dial(t, r)
+	m := third.connect(signed(third, pub, priv))
+	if code, msg, _ := errCode(m); code != CodeUnavailable || !strings.Contains(msg, "maxConnectionsPerDevice: 2") {
+		t.Fatalf("a third connection of the device: %v", m)
+	}
+	if st := third.closeStatus(); st != websocket.StatusTryAgainLater {
+		t.Errorf("the refused connection closed with %v, want 1013", st)
+	}
+	if after, _ := r.srv.cfg.Devices.List(context.Background()); len(after) != len(issued) || (len(after) == 1 && after[0].ID != issued[0].ID) {
+		t.Errorf("a refused connection changed the device tokens: %v, then %v", issued, after)
+	}
+	o := dial(t, r)
+	if m := o.connect(signed(o, other, otherPriv)); m["ok"] != true {
+		t.Fatalf("another device was refused: %v", m)
+	}
+	_ = open[0].ws.Close(websocket.StatusNormalClosure, "")
+	testenv.Eventually(t, "the closed connection's slot freed", func() bool {
+		c := dial(t, r)
+		ok := c.connect(signed(c, pub, priv))["ok"] == true
+		_ = c.ws.Close(websocket.StatusNormalClosure, "")
+		return ok
+	})
 }
