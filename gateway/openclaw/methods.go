@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -191,15 +192,25 @@ func (c *conn) placement(ctx context.Context, s sessions.Session) map[string]any
 	return c.placementShape(s, p)
 }
 
-// placementShape is a placement in the protocol's SessionPlacement shape.
+// placementShape is a placement in the protocol's SessionPlacement shape. Each state of that
+// shape is a closed object with its own required fields (syncing needs the worker bundle hash,
+// starting also the workspace base and directory, a worker-owned state also the owner epoch), so
+// only the fields a state allows are sent, and a placement whose facts do not yet support its
+// state is shown as the latest earlier state they do support.
 func (c *conn) placementShape(s sessions.Session, p Placement) map[string]any {
 	ms := s.UpdatedAt.UnixMilli()
 	out := map[string]any{"state": p.State, "generation": 0, "createdAtMs": s.CreatedAt.UnixMilli(), "updatedAtMs": ms, "stateChangedAtMs": ms}
 	if p.Generation > 0 {
 		out["generation"] = p.Generation
 	}
-	if p.State == "local" || p.State == "requested" || p.State == "reclaimed" {
+	state := p.State
+	switch state {
+	case "local", "requested", "reclaimed":
 		return out
+	case "provisioning", "syncing", "starting", "active", "draining", "reconciling", "failed":
+	default:
+		// A state the protocol does not know is shown as the move in progress.
+		state = "provisioning"
 	}
 	if p.ProfileID != "" {
 		out["profileId"] = p.ProfileID
@@ -207,25 +218,61 @@ func (c *conn) placementShape(s sessions.Session, p Placement) map[string]any {
 	if p.ProviderID != "" {
 		out["providerId"] = p.ProviderID
 	}
-	if p.EnvironmentID != "" {
-		out["environmentId"] = p.EnvironmentID
+	bundle := ""
+	if bundleHashRe.MatchString(p.BundleHash) {
+		bundle = p.BundleHash
 	}
-	if p.BundleHash != "" {
-		out["workerBundleHash"] = p.BundleHash
+	workspace := p.BaseManifest != "" && p.BoxWorkspace != ""
+	if state == "failed" {
+		out["recoveryError"] = orDefault(truncate(p.Error, 500), "placement failed")
+		putIf(out, "environmentId", p.EnvironmentID)
+		putIf(out, "workerBundleHash", bundle)
+		putIf(out, "workspaceBaseManifestRef", p.BaseManifest)
+		putIf(out, "remoteWorkspaceDir", p.BoxWorkspace)
+		if p.OwnerEpoch > 0 {
+			out["activeOwnerEpoch"] = p.OwnerEpoch
+		}
+		out["state"] = state
+		return out
 	}
-	if p.BaseManifest != "" {
+	// Step down to the latest state the facts support.
+	level := map[string]int{"provisioning": 0, "syncing": 1, "starting": 2, "active": 3, "draining": 3, "reconciling": 3}[state]
+	supported := 0
+	if p.EnvironmentID != "" && bundle != "" {
+		supported = 1
+		if workspace {
+			supported = 2
+			if p.OwnerEpoch > 0 {
+				supported = 3
+			}
+		}
+	}
+	if level > supported {
+		level = supported
+		state = [...]string{"provisioning", "syncing", "starting"}[level]
+	}
+	out["state"] = state
+	putIf(out, "environmentId", p.EnvironmentID)
+	if level >= 1 {
+		out["workerBundleHash"] = bundle
+	}
+	if level >= 2 {
 		out["workspaceBaseManifestRef"] = p.BaseManifest
-	}
-	if p.BoxWorkspace != "" {
 		out["remoteWorkspaceDir"] = p.BoxWorkspace
 	}
-	if p.OwnerEpoch > 0 && (p.State == "active" || p.State == "draining" || p.State == "reconciling" || p.State == "failed") {
+	if level >= 3 {
 		out["activeOwnerEpoch"] = p.OwnerEpoch
 	}
-	if p.State == "failed" {
-		out["recoveryError"] = orDefault(truncate(p.Error, 500), "placement failed")
-	}
 	return out
+}
+
+// bundleHashRe is the protocol's WorkerBundleHash: 64 lower-case hex digits.
+var bundleHashRe = regexp.MustCompile(`^[a-f0-9]{64}$`)
+
+func putIf(m map[string]any, key, value string) {
+	if value != "" {
+		m[key] = value
+	}
 }
 
 func (c *conn) listPayload(ctx context.Context, limit, offset int) (map[string]any, *errorShape) {

@@ -2,6 +2,7 @@ package openclaw
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -45,7 +46,7 @@ func (f *fakePlacements) dispatch(_ context.Context, id, profile, class string) 
 	if profile == "nope" {
 		return &EnvironmentError{Invalid: true, Code: "profile_not_found", Message: "profile nope: not found"}
 	}
-	on := Placement{ProfileID: profile, EnvironmentID: "env_1", ProviderID: "local", BundleHash: "sha256:b", BaseManifest: "m1", BoxWorkspace: "/w", OwnerEpoch: 2}
+	on := Placement{ProfileID: profile, EnvironmentID: "env_1", ProviderID: "local", BundleHash: strings.Repeat("b", 64), BaseManifest: "m1", BoxWorkspace: "/w", OwnerEpoch: 2}
 	last := on
 	last.State = "active"
 	if profile == f.fail {
@@ -224,5 +225,89 @@ func TestEnvironmentSessionLifecycle(t *testing.T) {
 	defer fp.mu.Unlock()
 	if len(fp.destroyed) != 1 || fp.destroyed[0] != "env_1" {
 		t.Fatalf("destroyed %v, want env_1", fp.destroyed)
+	}
+}
+
+// TestPlacementShapeKeepsEachStateClosed follows the pinned package's SessionPlacement union:
+// each state is a closed object with its own required fields. The engine can hold a state
+// before all its facts are recorded (syncing before the bundle hash is known); such a
+// placement must still be one a client accepts, so it is shown as the latest state its facts
+// support, and no state carries a field it does not allow.
+func TestPlacementShapeKeepsEachStateClosed(t *testing.T) {
+	hash := strings.Repeat("ab", 32)
+	timing := []string{"state", "generation", "createdAtMs", "updatedAtMs", "stateChangedAtMs"}
+	identity := []string{"profileId", "providerId"}
+	// allowed and required fields per state, as the package's schema declares them
+	allowed := map[string][]string{
+		"local": nil, "requested": nil, "reclaimed": nil,
+		"provisioning": {"environmentId"},
+		"syncing":      {"environmentId", "workerBundleHash"},
+		"starting":     {"environmentId", "workerBundleHash", "workspaceBaseManifestRef", "remoteWorkspaceDir"},
+		"active":       {"environmentId", "workerBundleHash", "workspaceBaseManifestRef", "remoteWorkspaceDir", "activeOwnerEpoch"},
+		"failed":       {"environmentId", "workerBundleHash", "workspaceBaseManifestRef", "remoteWorkspaceDir", "activeOwnerEpoch", "recoveryError"},
+	}
+	allowed["draining"], allowed["reconciling"] = allowed["active"], allowed["active"]
+	required := map[string][]string{
+		"syncing": allowed["syncing"], "starting": allowed["starting"], "active": allowed["active"],
+		"draining": allowed["active"], "reconciling": allowed["active"], "failed": {"recoveryError"},
+	}
+	full := Placement{EnvironmentID: "env_1", ProfileID: "p", ProviderID: "local", BundleHash: hash,
+		BaseManifest: "man_1", BoxWorkspace: "/w", OwnerEpoch: 3, Generation: 2}
+	strip := map[string]func(*Placement){
+		"nothing":     func(*Placement) {},
+		"environment": func(p *Placement) { p.EnvironmentID = "" },
+		"bundle":      func(p *Placement) { p.BundleHash = "" },
+		"bad bundle":  func(p *Placement) { p.BundleHash = "sha256:" + hash },
+		"manifest":    func(p *Placement) { p.BaseManifest = "" },
+		"box dir":     func(p *Placement) { p.BoxWorkspace = "" },
+		"epoch":       func(p *Placement) { p.OwnerEpoch = 0 },
+	}
+	c := &conn{}
+	s := sessions.Session{ID: "ses_1", CreatedAt: time.Unix(10, 0), UpdatedAt: time.Unix(20, 0)}
+	order := map[string]int{"provisioning": 0, "syncing": 1, "starting": 2, "active": 3, "draining": 3, "reconciling": 3}
+	for _, state := range []string{"local", "requested", "provisioning", "syncing", "starting", "active", "draining", "reconciling", "reclaimed", "failed", "bootstrapping"} {
+		for what, f := range strip {
+			p := full
+			p.State = state
+			f(&p)
+			out := c.placementShape(s, p)
+			got, _ := out["state"].(string)
+			ok := slices.Concat(timing, allowed[got])
+			if got != "local" && got != "requested" && got != "reclaimed" {
+				ok = append(ok, identity...)
+			}
+			for k := range out {
+				if !slices.Contains(ok, k) {
+					t.Errorf("%s without %s: shown as %s with field %s it does not allow: %v", state, what, got, k, out)
+				}
+			}
+			for _, k := range required[got] {
+				if _, has := out[k]; !has {
+					t.Errorf("%s without %s: shown as %s without required %s: %v", state, what, got, k, out)
+				}
+			}
+			if h, has := out["workerBundleHash"]; has && h != hash {
+				t.Errorf("%s: bundle hash %v is not the protocol's 64 hex digits", state, h)
+			}
+			want, known := order[state]
+			if state == "bootstrapping" {
+				want, known = 0, true
+			}
+			if known && what == "nothing" && order[got] != want {
+				t.Errorf("%s with every fact: shown as %s", state, got)
+			}
+			if known && order[got] > want {
+				t.Errorf("%s without %s: shown as the later state %s", state, what, got)
+			}
+			if !known && got != state {
+				t.Errorf("%s: shown as %s", state, got)
+			}
+		}
+	}
+	// a syncing placement whose bundle hash is not yet known is shown as provisioning
+	p := full
+	p.State, p.BundleHash = "syncing", ""
+	if got := c.placementShape(s, p)["state"]; got != "provisioning" {
+		t.Errorf("syncing without a bundle hash: shown as %v, want provisioning", got)
 	}
 }
