@@ -136,10 +136,13 @@ func TestOpenClawControlUI(t *testing.T) {
 	}
 	p.Do("open New session", chromedp.Navigate("http://"+g.addr+"/openclaw/new?agent=main"))
 	waitPage(p, "the Where picker", `!!document.querySelector('button[aria-label="Where: Local"]')`)
-	p.Do("open Where", chromedp.Click(`button[aria-label="Where: Local"]`))
-	waitPage(p, "the cloud profile local in the picker", `[...document.querySelectorAll('button')].some(b => b.innerText.trim() === "local")`)
-	p.Do("choose Cloud · local", chromedp.Click(`//button[normalize-space()="local"]`), chromedp.KeyEvent("\x1b"))
-	waitPage(p, "Where: local", `!!document.querySelector('button[aria-label="Where: local"]')`)
+	// The picker re-renders when the profile catalog arrives, which can swallow a click made
+	// just before: choose again until the choice shows (bounded by waitPageDoing's deadline).
+	waitPageDoing(p, "Where: local", `!!document.querySelector('button[aria-label="Where: local"]')`, func() {
+		p.Do("open Where", chromedp.Click(`button[aria-label="Where: Local"]`))
+		waitPage(p, "the cloud profile local in the picker", `[...document.querySelectorAll('button')].some(b => b.innerText.trim() === "local")`)
+		p.Do("choose Cloud · local", chromedp.Click(`//button[normalize-space()="local"]`), chromedp.KeyEvent("\x1b"))
+	})
 	p.Do("type and start", chromedp.SendKeys(`textarea`, "What does the README say?"), chromedp.Click(`button[aria-label="Start session"]`))
 	waitPage(p, "the dispatched session's reply", `document.body.innerText.includes("The README says hello.")`)
 	var newID string
@@ -207,6 +210,29 @@ func TestOpenClawControlUI(t *testing.T) {
 // waitPage waits for a JavaScript predicate to hold, reading it again every 100ms across the
 // page's own navigations (the UI moves to the chat's route after a send, which ends a DOM
 // observer).
+// waitPageDoing does act, then waits up to 10 s for predicate, and does act again while it
+// does not hold, for at most 60 s.
+func waitPageDoing(p *browsertest.Page, what, predicate string, act func()) {
+	p.T.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		act()
+		until := time.Now().Add(10 * time.Second)
+		for time.Now().Before(until) {
+			ctx, cancel := context.WithTimeout(p.Ctx, 5*time.Second)
+			ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](predicate))
+			cancel()
+			if err == nil && ok {
+				return
+			}
+			time.Sleep(100 * time.Millisecond) // polling the page: see waitPage
+		}
+		if time.Now().After(deadline) {
+			p.T.Fatalf("waiting for %s (%s)", what, predicate)
+		}
+	}
+}
+
 func waitPage(p *browsertest.Page, what, predicate string) {
 	p.T.Helper()
 	deadline := time.Now().Add(60 * time.Second)
