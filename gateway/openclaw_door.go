@@ -255,22 +255,10 @@ func applyCloudProfiles(ctx context.Context, ps *profiles.Store, ch openclaw.Pro
 		}
 		p.Provider = cp.Provider
 		p.Settings, _ = json.Marshal(settings)
-		if err := ps.Prepare(&p); err != nil {
-			return fmt.Errorf("profile %s: %w", cp.ID, err)
-		}
 		puts = append(puts, &p)
 	}
-	for _, id := range ch.Delete {
-		if err := ps.Delete(ctx, id); err != nil {
-			return err
-		}
-	}
-	for _, p := range puts {
-		if _, err := ps.Put(ctx, p); err != nil {
-			return fmt.Errorf("profile %s: %w", p.ID, err)
-		}
-	}
-	return nil
+	// All validated, then all written in one transaction: a refusal changes nothing.
+	return ps.Apply(ctx, puts, ch.Delete)
 }
 
 // placementRefusal is a refused dispatch or pull-back as the OpenClaw door reports it: bad input

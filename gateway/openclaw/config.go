@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 )
 
 // CloudProfile is a worker profile as OpenClaw's configuration shows it: cloudWorkers.profiles.<id>,
@@ -29,6 +30,10 @@ type ProfileChanges struct {
 
 // configPath names where this projection comes from (config.get's path).
 const configPath = "gateway profiles (openclaw profile list)"
+
+// configPatchTimeout bounds one config.patch, validation (which may run a lease program) and
+// writes included.
+const configPatchTimeout = 2 * time.Minute
 
 // maxPatchProfiles bounds the profiles one config.patch may touch.
 const maxPatchProfiles = 64
@@ -102,8 +107,17 @@ func (c *conn) configPatch(f inFrame) (any, *errorShape) {
 	if err := json.Unmarshal([]byte(p.Raw), &patch); err != nil || patch == nil {
 		return nil, errf(CodeInvalidRequest, "config.patch raw must be a JSON object")
 	}
-	ctx, cancel := c.callCtx()
+	// Validating a profile may run its lease program (crabbox --version), so this runs as a
+	// long method, bounded by configPatchTimeout. One patch at a time: the base hash checked
+	// below is the state the patch is applied to.
+	ctx, cancel := context.WithTimeout(c.ctx, configPatchTimeout)
 	defer cancel()
+	select {
+	case c.srv.configMu <- struct{}{}:
+		defer func() { <-c.srv.configMu }()
+	case <-ctx.Done():
+		return nil, errf(CodeUnavailable, "config.patch: another config change is still being applied; retry")
+	}
 	cur, hash, e := c.configView(ctx)
 	if e != nil {
 		return nil, e

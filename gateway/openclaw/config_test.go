@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // fakeProfiles keeps profiles as the gateway's store would, refusing a class with a space as its
@@ -14,6 +15,8 @@ type fakeProfiles struct {
 	mu    sync.Mutex
 	m     map[string]CloudProfile
 	calls int
+	// entered and gate, when set, hold an apply until the test lets it go
+	entered, gate chan struct{}
 }
 
 func (f *fakeProfiles) list(context.Context) ([]CloudProfile, error) {
@@ -27,6 +30,10 @@ func (f *fakeProfiles) list(context.Context) ([]CloudProfile, error) {
 }
 
 func (f *fakeProfiles) apply(_ context.Context, ch ProfileChanges) error {
+	if f.gate != nil {
+		f.entered <- struct{}{}
+		<-f.gate
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
@@ -142,5 +149,40 @@ func TestConfigPatchRefusals(t *testing.T) {
 	}
 	if m := call(w, "g", "config.get", map[string]any{}); m["ok"] != true {
 		t.Errorf("config.get with read scope: %v", m)
+	}
+}
+
+// Two patches made from the same config.get cannot both apply: the second is checked against the
+// state the first left, and refused as stale, not applied over it.
+func TestConfigPatchesApplyOneAtATime(t *testing.T) {
+	r, c, fp := configRig(t)
+	c2 := adminClient(t, r)
+	hash, _ := configHash(t, c)
+	fp.entered, fp.gate = make(chan struct{}, 2), make(chan struct{})
+	var release sync.Once
+	open := func() { release.Do(func() { close(fp.gate) }) }
+	defer open() // a failing test must not leave an apply held, or the server cannot stop
+	c.write(map[string]any{"type": "req", "id": "p1", "method": "config.patch", "params": map[string]any{
+		"raw": `{"cloudWorkers":{"profiles":{"cbx":{"settings":{"class":"cx32"}}}}}`, "baseHash": hash}})
+	<-fp.entered // the first patch has passed its check and is applying
+	c2.write(map[string]any{"type": "req", "id": "p2", "method": "config.patch", "params": map[string]any{
+		"raw": `{"cloudWorkers":{"profiles":{"cbx":null}}}`, "baseHash": hash}})
+	select {
+	case <-fp.entered:
+		t.Fatal("a second config.patch reached apply while the first was applying")
+	case <-time.After(200 * time.Millisecond):
+	}
+	open()
+	if m := c.res("p1"); m["ok"] != true {
+		t.Fatalf("first patch: %v", m)
+	}
+	m := c2.res("p2")
+	if _, msg, _ := errCode(m); m["ok"] == true || !strings.Contains(msg, "config changed since last load") {
+		t.Fatalf("second patch from the same base: %v, want refused as stale", m)
+	}
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	if got, ok := fp.m["cbx"]; !ok || got.Class != "cx32" {
+		t.Fatalf("profile cbx after both patches: %+v (present %v), want the first patch's class", got, ok)
 	}
 }

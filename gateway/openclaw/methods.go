@@ -72,7 +72,7 @@ var methods = map[string]method{
 	"sessions.reclaim":              {"operator.admin", true, (*conn).sessionsReclaim},
 	"question.list":                 {"operator.read", false, (*conn).questionList},
 	"config.get":                    {"operator.read", false, (*conn).configGet},
-	"config.patch":                  {"operator.admin", false, (*conn).configPatch},
+	"config.patch":                  {"operator.admin", true, (*conn).configPatch},
 	"tasks.list":                    {"operator.read", false, (*conn).tasksList},
 }
 

@@ -198,6 +198,8 @@ type Server struct {
 	cancel  context.CancelFunc
 
 	traceMu sync.Mutex
+	// configMu (a one-slot semaphore) lets one config.patch at a time check and apply.
+	configMu chan struct{}
 
 	mu        sync.Mutex
 	conns     map[*conn]struct{}
@@ -215,7 +217,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("openclaw endpoint: Token, Sessions and Turns are required")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, started: cfg.Now(), ctx: ctx, cancel: cancel, conns: map[*conn]struct{}{}, devices: map[string]int{}}, nil
+	return &Server{cfg: cfg, started: cfg.Now(), ctx: ctx, cancel: cancel, conns: map[*conn]struct{}{}, devices: map[string]int{},
+		configMu: make(chan struct{}, 1)}, nil
 }
 
 // IsUpgrade reports whether r asks for a WebSocket: the requests this endpoint serves.

@@ -56,6 +56,42 @@ func (s *Store) Put(ctx context.Context, p *providers.Profile) (created bool, er
 	if err := s.Prepare(p); err != nil {
 		return false, err
 	}
+	err = s.db.InTx(ctx, func(tx *sql.Tx) error {
+		created, err = s.putTx(ctx, tx, p)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("store profile %s: %w", p.ID, err)
+	}
+	return created, nil
+}
+
+// Apply deletes and creates or replaces profiles all at once: every profile to put is prepared
+// (validated) first, then the deletes and puts run in one transaction, so a refusal (a bad
+// profile, a profile in use) leaves every profile as it was.
+func (s *Store) Apply(ctx context.Context, puts []*providers.Profile, deletes []string) error {
+	for _, p := range puts {
+		if err := s.Prepare(p); err != nil {
+			return fmt.Errorf("profile %s: %w", p.ID, err)
+		}
+	}
+	return s.db.InTx(ctx, func(tx *sql.Tx) error {
+		for _, id := range deletes {
+			if err := s.deleteTx(ctx, tx, id); err != nil {
+				return err
+			}
+		}
+		for _, p := range puts {
+			if _, err := s.putTx(ctx, tx, p); err != nil {
+				return fmt.Errorf("store profile %s: %w", p.ID, err)
+			}
+		}
+		return nil
+	})
+}
+
+// putTx writes a prepared profile.
+func (s *Store) putTx(ctx context.Context, tx *sql.Tx, p *providers.Profile) (created bool, err error) {
 	for _, w := range p.Warnings {
 		s.log.Warn("profile warning", "profile", p.ID, "provider", p.Provider, "warning", w)
 	}
@@ -67,37 +103,31 @@ func (s *Store) Put(ctx context.Context, p *providers.Profile) (created bool, er
 	inc, _ := json.Marshal(nonNil(p.Sync.Include))
 	exc, _ := json.Marshal(nonNil(p.Sync.Exclude))
 	now := store.FormatTime(clock.Or(s.Clock).Now())
-	err = s.db.InTx(ctx, func(tx *sql.Tx) error {
-		var exists int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM profiles WHERE id=?`, p.ID).Scan(&exists); err != nil {
-			return err
-		}
-		created = exists == 0
-		_, err := tx.ExecContext(ctx, `INSERT INTO profiles(id, provider, settings, idle_timeout_ns, ttl_ns, sync_include, sync_exclude,
-			sync_max_delete_share, sync_max_inbound_bytes, sync_max_inbound_entries, sync_max_inbound_file_bytes, max_environments, hygiene, policy, created_at, updated_at)
-			VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
-			ON CONFLICT(id) DO UPDATE SET provider=excluded.provider, settings=excluded.settings,
-			idle_timeout_ns=excluded.idle_timeout_ns, ttl_ns=excluded.ttl_ns, sync_include=excluded.sync_include,
-			sync_exclude=excluded.sync_exclude, sync_max_delete_share=excluded.sync_max_delete_share,
-			sync_max_inbound_bytes=excluded.sync_max_inbound_bytes, sync_max_inbound_entries=excluded.sync_max_inbound_entries,
-			sync_max_inbound_file_bytes=excluded.sync_max_inbound_file_bytes, max_environments=excluded.max_environments, hygiene=excluded.hygiene,
-			policy=excluded.policy, updated_at=excluded.updated_at`,
-			p.ID, p.Provider, string(p.Settings), int64(p.Lifetime.IdleTimeout), int64(p.Lifetime.TTL),
-			string(inc), string(exc), p.Sync.MaxDeleteShare, p.Sync.MaxInboundBytes, p.Sync.MaxInboundEntries, p.Sync.MaxInboundFileBytes,
-			p.MaxEnvironments, string(hyg), string(policy), now, now)
-		if err != nil {
-			return err
-		}
-		verb := "profile.update"
-		if created {
-			verb = "profile.create"
-		}
-		return store.Audit(ctx, tx, clock.Or(s.Clock).Now(), verb, "", fmt.Sprintf("profile %s provider %s", p.ID, p.Provider))
-	})
-	if err != nil {
-		return false, fmt.Errorf("store profile %s: %w", p.ID, err)
+	var exists int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM profiles WHERE id=?`, p.ID).Scan(&exists); err != nil {
+		return false, err
 	}
-	return created, nil
+	created = exists == 0
+	_, err = tx.ExecContext(ctx, `INSERT INTO profiles(id, provider, settings, idle_timeout_ns, ttl_ns, sync_include, sync_exclude,
+		sync_max_delete_share, sync_max_inbound_bytes, sync_max_inbound_entries, sync_max_inbound_file_bytes, max_environments, hygiene, policy, created_at, updated_at)
+		VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+		ON CONFLICT(id) DO UPDATE SET provider=excluded.provider, settings=excluded.settings,
+		idle_timeout_ns=excluded.idle_timeout_ns, ttl_ns=excluded.ttl_ns, sync_include=excluded.sync_include,
+		sync_exclude=excluded.sync_exclude, sync_max_delete_share=excluded.sync_max_delete_share,
+		sync_max_inbound_bytes=excluded.sync_max_inbound_bytes, sync_max_inbound_entries=excluded.sync_max_inbound_entries,
+		sync_max_inbound_file_bytes=excluded.sync_max_inbound_file_bytes, max_environments=excluded.max_environments, hygiene=excluded.hygiene,
+		policy=excluded.policy, updated_at=excluded.updated_at`,
+		p.ID, p.Provider, string(p.Settings), int64(p.Lifetime.IdleTimeout), int64(p.Lifetime.TTL),
+		string(inc), string(exc), p.Sync.MaxDeleteShare, p.Sync.MaxInboundBytes, p.Sync.MaxInboundEntries, p.Sync.MaxInboundFileBytes,
+		p.MaxEnvironments, string(hyg), string(policy), now, now)
+	if err != nil {
+		return false, err
+	}
+	verb := "profile.update"
+	if created {
+		verb = "profile.create"
+	}
+	return created, store.Audit(ctx, tx, clock.Or(s.Clock).Now(), verb, "", fmt.Sprintf("profile %s provider %s", p.ID, p.Provider))
 }
 
 // EnsureBuiltin creates the profile if it does not exist yet, leaving an existing one alone.
@@ -167,23 +197,25 @@ func (s *Store) List(ctx context.Context) ([]providers.Profile, error) {
 
 // Delete removes a profile that has no live environment.
 func (s *Store) Delete(ctx context.Context, id string) error {
-	return s.db.InTx(ctx, func(tx *sql.Tx) error {
-		var live int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM environments WHERE profile_id=? AND state NOT IN ('destroyed','failed','orphaned')`, id).Scan(&live); err != nil {
-			return err
-		}
-		if live > 0 {
-			return fmt.Errorf("profile %q: %w (%d); destroy them first", id, ErrInUse, live)
-		}
-		res, err := tx.ExecContext(ctx, `DELETE FROM profiles WHERE id=?`, id)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return fmt.Errorf("profile %q: %w", id, store.ErrNotFound)
-		}
-		return store.Audit(ctx, tx, clock.Or(s.Clock).Now(), "profile.delete", "", "profile "+id)
-	})
+	return s.db.InTx(ctx, func(tx *sql.Tx) error { return s.deleteTx(ctx, tx, id) })
+}
+
+func (s *Store) deleteTx(ctx context.Context, tx *sql.Tx, id string) error {
+	var live int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM environments WHERE profile_id=? AND state NOT IN ('destroyed','failed','orphaned')`, id).Scan(&live); err != nil {
+		return err
+	}
+	if live > 0 {
+		return fmt.Errorf("profile %q: %w (%d); destroy them first", id, ErrInUse, live)
+	}
+	res, err := tx.ExecContext(ctx, `DELETE FROM profiles WHERE id=?`, id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("profile %q: %w", id, store.ErrNotFound)
+	}
+	return store.Audit(ctx, tx, clock.Or(s.Clock).Now(), "profile.delete", "", "profile "+id)
 }
 
 // File is the YAML shape of `openclaw profile apply -f`.

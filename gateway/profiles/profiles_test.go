@@ -8,6 +8,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/gateway/store/storetest"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/providers/command"
 	"github.com/openclaw/cloudworkers/providers/fake"
@@ -104,5 +105,55 @@ func TestValidateNamesBadInboundQuotas(t *testing.T) {
 		"maxInboundFileBytes: 8589934592":                          "",
 	} {
 		wantField(t, "sync: {"+in+"}", field)
+	}
+}
+
+// Apply changes every profile or none: a delete refused because the profile is in use, or a
+// put refused because it is invalid, leaves the other changes of the same call unwritten.
+func TestApplyIsAllOrNothing(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.Open(t)
+	s := profiles.New(db, providers.Registry{"fake": fake.New()}, nil)
+	for _, id := range []string{"busy", "idle"} {
+		if _, err := s.Put(ctx, &providers.Profile{ID: id, Provider: "fake"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.W.ExecContext(ctx, `INSERT INTO environments(id, profile_id, provider_id, operation_id, state, profile_snapshot, created_at, updated_at, last_activity_at)
+		VALUES('env_1','busy','fake','op_1','ready','{}','x','x','x')`); err != nil {
+		t.Fatal(err)
+	}
+	ids := func() []string {
+		list, err := s.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, p := range list {
+			out = append(out, p.ID)
+		}
+		return out
+	}
+	// idle's delete and new's put come first in the call; busy's delete is refused.
+	err := s.Apply(ctx, []*providers.Profile{{ID: "new", Provider: "fake"}}, []string{"idle", "busy"})
+	if !errors.Is(err, profiles.ErrInUse) {
+		t.Fatalf("Apply deleting a profile in use: %v, want ErrInUse", err)
+	}
+	if got := strings.Join(ids(), ","); got != "busy,idle" {
+		t.Fatalf("after a refused Apply the profiles are %s, want busy,idle unchanged", got)
+	}
+	// an invalid put refuses the whole call, deletes included
+	err = s.Apply(ctx, []*providers.Profile{{ID: "new", Provider: "fake"}, {ID: "bad", Provider: "no-such-provider"}}, []string{"idle"})
+	if err == nil || !strings.Contains(err.Error(), "bad") {
+		t.Fatalf("Apply with an invalid profile: %v, want an error naming it", err)
+	}
+	if got := strings.Join(ids(), ","); got != "busy,idle" {
+		t.Fatalf("after a refused Apply the profiles are %s, want busy,idle unchanged", got)
+	}
+	if err := s.Apply(ctx, []*providers.Profile{{ID: "new", Provider: "fake"}}, []string{"idle"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(ids(), ","); got != "busy,new" {
+		t.Fatalf("after Apply the profiles are %s, want busy,new", got)
 	}
 }
