@@ -93,19 +93,7 @@ func newOpenClawDoor(d openClawDeps) (*openclaw.Server, error) {
 			}
 			return out, nil
 		},
-		NewWorkspace: func(sessionID string) (string, error) {
-			// <data dir>/workspaces/<session> is where a session without a workspace runs on the
-			// gateway, and session rm removes it; mode 0700 like every area of the data dir
-			root := filepath.Join(d.dataDir, "workspaces")
-			if err := os.MkdirAll(root, 0o700); err != nil {
-				return "", err
-			}
-			dir := filepath.Join(root, sessionID)
-			if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-				return "", err
-			}
-			return dir, nil
-		},
+		NewWorkspace: func(sessionID string) (string, error) { return newSessionWorkspace(d.dataDir, sessionID) },
 		CloudProfiles: func(ctx context.Context) ([]openclaw.CloudProfile, error) {
 			list, err := d.profiles.List(ctx)
 			if err != nil {
@@ -314,4 +302,23 @@ func withOpenClaw(next http.Handler, oc *openclaw.Server, cui *openclaw.ControlU
 		}
 		cui.ServeHTTP(w, r)
 	})
+}
+
+// newSessionWorkspace makes <data dir>/workspaces/<session>, where a session without a workspace
+// runs on the gateway (session rm removes it), mode 0700 like every area of the data dir. It is
+// always a fresh directory: an existing one, or a workspaces area that is not a real directory
+// (a symlink planted there), is refused.
+func newSessionWorkspace(dataDir, sessionID string) (string, error) {
+	root := filepath.Join(dataDir, "workspaces")
+	if err := os.Mkdir(root, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", err
+	}
+	if fi, err := os.Lstat(root); err != nil || !fi.IsDir() {
+		return "", fmt.Errorf("%s is not a directory of the gateway's own", root)
+	}
+	dir := filepath.Join(root, sessionID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return "", err
+	}
+	return dir, nil
 }

@@ -46,7 +46,7 @@ type conn struct {
 	// set at connect
 	scopes   []string
 	client   client
-	deviceID string // the device this connection proved it holds, when it sent one
+	deviceID string // the device this connection proved it holds, when it sent one (written under srv.mu)
 	claimed  string // the device whose connection cap this connection counts against (under srv.mu)
 
 	mu      sync.Mutex
@@ -215,7 +215,7 @@ func (c *conn) handshake(data []byte, nonce string, challengeAt time.Time) bool 
 		return false
 	}
 	if !operator && p.Device != nil {
-		c.deviceID = strings.ToLower(p.Device.ID) // connected by its device token
+		c.srv.setDeviceID(c, strings.ToLower(p.Device.ID)) // connected by its device token
 	}
 	// A verified device that signed in with the operator's credential gets a device token of its
 	// own, for the scopes it was granted (revocable: openclaw devices revoke).
@@ -226,7 +226,7 @@ func (c *conn) handshake(data []byte, nonce string, challengeAt time.Time) bool 
 			c.srv.cfg.Log.Warn("openclaw device token", "err", err)
 		} else {
 			issued = tok
-			c.deviceID = strings.ToLower(p.Device.ID)
+			c.srv.setDeviceID(c, strings.ToLower(p.Device.ID))
 		}
 	}
 	c.scopes, c.client = granted, p.Client

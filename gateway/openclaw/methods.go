@@ -438,7 +438,15 @@ func (c *conn) sessionsCreate(f inFrame) (any, *errorShape) {
 			return nil, errf(CodeInvalidRequest, strings.Replace(err.Error(), "workspace", "cwd", 1))
 		}
 	}
-	fresh := p.Cwd == "" && p.WorktreeSource == "empty" && c.srv.cfg.NewWorkspace != nil
+	fresh := p.WorktreeSource == "empty"
+	switch {
+	case p.WorktreeSource != "" && !fresh:
+		return nil, errf(CodeInvalidRequest, "sessions.create: worktreeSource must be \"empty\"")
+	case fresh && p.Cwd != "":
+		return nil, errf(CodeInvalidRequest, "sessions.create: worktreeSource \"empty\" cannot be combined with cwd")
+	case fresh && c.srv.cfg.NewWorkspace == nil:
+		return nil, errf(CodeUnavailable, "sessions.create: this gateway cannot make new workspaces")
+	}
 	s, err := c.srv.cfg.Sessions.Create(ctx, sessions.CreateParams{Title: truncate(title, sessions.MaxTitleLen-4), Agent: p.AgentID, Model: p.Model, Workspace: p.Cwd})
 	if err != nil {
 		return nil, errf(CodeInvalidRequest, err.Error())
@@ -449,7 +457,13 @@ func (c *conn) sessionsCreate(f inFrame) (any, *errorShape) {
 			err = c.srv.cfg.Sessions.SetWorkspace(ctx, s.ID, dir)
 		}
 		if err != nil {
-			return nil, errf(CodeUnavailable, "session "+s.ID+" created, but its new workspace could not be made: "+err.Error())
+			// The reason (a path of the data dir) stays in the gateway's log; the half-made
+			// session is archived so it does not linger as a session without its workspace.
+			c.srv.cfg.Log.Warn("new workspace", "session", s.ID, "err", err)
+			if _, aerr := c.srv.cfg.Sessions.SetArchived(context.WithoutCancel(ctx), s.ID, true); aerr != nil {
+				c.srv.cfg.Log.Warn("archive session without workspace", "session", s.ID, "err", aerr)
+			}
+			return nil, errf(CodeUnavailable, "sessions.create: the new workspace could not be made (the gateway's log says why); retry")
 		}
 		s.Workspace = dir
 	}

@@ -3,6 +3,7 @@ package openclaw
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -171,12 +172,14 @@ func (c *conn) waitPlacement(ctx context.Context, s sessions.Session, done func(
 				return c.placementShape(s, p), nil
 			}
 			if !c.nextChangeOf(ctx, sub, s.ID) {
+				why := sub.Err() // (before Close, which records its own reason)
 				sub.Close()
-				if ctx.Err() != nil {
+				// ErrClosed: the feed is gone (the gateway is stopping); joining again would spin.
+				if ctx.Err() != nil || errors.Is(why, sessions.ErrClosed) {
 					return nil, &errorShape{Code: CodeUnavailable, Message: fmt.Sprintf("the placement is still %s; it goes on in the gateway (follow it in sessions.list)", p.State),
 						Retryable: true, RetryAfterMs: 5000}
 				}
-				break // the feed dropped this subscriber: join it again and read afresh
+				break // the feed dropped this lagging subscriber: join it again and read afresh
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package openclaw
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -54,6 +55,10 @@ func (f *fakePlacements) dispatch(_ context.Context, id, profile, class string) 
 	}
 	req, prov := on, on
 	req.State, prov.State = "requested", "provisioning"
+	if profile == "stuck" {
+		f.walk(id, req, prov) // a lease that never comes
+		return nil
+	}
 	f.walk(id, req, prov, last)
 	return nil
 }
@@ -309,5 +314,95 @@ func TestPlacementShapeKeepsEachStateClosed(t *testing.T) {
 	p.State, p.BundleHash = "syncing", ""
 	if got := c.placementShape(s, p)["state"]; got != "provisioning" {
 		t.Errorf("syncing without a bundle hash: shown as %v, want provisioning", got)
+	}
+}
+
+// sessions.create with worktreeSource: only "empty" (a new workspace the gateway makes), never
+// combined with cwd, refused before any session exists; when the workspace cannot be made the
+// half-made session is archived and the refusal does not show the gateway's paths.
+func TestCreateWithANewWorkspace(t *testing.T) {
+	var made []string
+	fail := false
+	r := newRig(t, func(c *Config) {
+		c.NewWorkspace = func(id string) (string, error) {
+			if fail {
+				return "", errors.New("mkdir /srv/secret-data/workspaces/" + id + ": permission denied")
+			}
+			dir := t.TempDir()
+			made = append(made, dir)
+			return dir, nil
+		}
+	})
+	c := adminClient(t, r)
+	count := func() int {
+		list, err := r.sess.List(testCtx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(list)
+	}
+	for _, tc := range []struct {
+		params map[string]any
+		msg    string
+	}{
+		{map[string]any{"worktreeSource": "repository"}, `worktreeSource must be "empty"`},
+		{map[string]any{"worktreeSource": "empty", "cwd": t.TempDir()}, "cannot be combined with cwd"},
+	} {
+		m := call(c, "x", "sessions.create", tc.params)
+		if _, msg, _ := errCode(m); m["ok"] == true || !strings.Contains(msg, tc.msg) {
+			t.Errorf("sessions.create %v: %v, want an error saying %q", tc.params, m, tc.msg)
+		}
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("refused creates left %d sessions", n)
+	}
+	m := call(c, "ok", "sessions.create", map[string]any{"worktreeSource": "empty", "label": "fresh"})
+	if m["ok"] != true || len(made) != 1 {
+		t.Fatalf("sessions.create empty: %v (made %v)", m, made)
+	}
+	s, err := r.sess.Get(testCtx(t), m["payload"].(map[string]any)["sessionId"].(string))
+	if err != nil || s.Workspace != made[0] {
+		t.Fatalf("new session %+v (%v), want workspace %s", s, err, made[0])
+	}
+	fail = true
+	m = call(c, "bad", "sessions.create", map[string]any{"worktreeSource": "empty"})
+	code, msg, _ := errCode(m)
+	if m["ok"] == true || code != CodeUnavailable || strings.Contains(msg, "/srv") {
+		t.Fatalf("sessions.create when the workspace cannot be made: %v", m)
+	}
+	list, _ := r.sess.List(testCtx(t))
+	if len(list) != 2 {
+		t.Fatalf("%d sessions, want the good one and the archived half-made one", len(list))
+	}
+	for _, s := range list {
+		if s.Workspace == "" && s.ArchivedAt == nil {
+			t.Fatalf("the session whose workspace could not be made is left live: %+v", s)
+		}
+	}
+}
+
+// A dispatch waiting on the sessions feed ends when the feed closes (the gateway stopping), with
+// a retryable refusal naming the state, instead of joining the closed feed again and again.
+func TestDispatchWaitEndsWhenTheFeedCloses(t *testing.T) {
+	r, fp := placementRig(t)
+	s, err := r.sess.Create(testCtx(t), sessions.CreateParams{Title: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := adminClient(t, r)
+	c.write(map[string]any{"type": "req", "id": "d", "method": "sessions.dispatch", "params": map[string]any{"key": sessionKeyFor(s.Agent, s.ID), "profileId": "stuck"}})
+	for {
+		if p, _ := fp.get(context.Background(), s.ID); p.State == "provisioning" {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // let the wait read provisioning and go back to the feed
+	if err := r.sess.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m := c.res("d")
+	if code, msg, _ := errCode(m); m["ok"] == true || code != CodeUnavailable || !strings.Contains(msg, "still provisioning") {
+		t.Fatalf("dispatch when the feed closed: %v", m)
 	}
 }

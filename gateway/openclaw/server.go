@@ -330,6 +330,13 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 }
 
+// setDeviceID records the device a connection proved, under the lock DropDevice reads it with.
+func (s *Server) setDeviceID(c *conn, id string) {
+	s.mu.Lock()
+	c.deviceID = id
+	s.mu.Unlock()
+}
+
 // DropDevice closes every connection of a device (after its token was revoked).
 func (s *Server) DropDevice(id string) int {
 	id = strings.ToLower(id)
