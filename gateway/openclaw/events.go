@@ -3,6 +3,7 @@ package openclaw
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,6 +24,10 @@ type follower struct {
 	key       string // the key the client named the session by
 	cancel    context.CancelFunc
 	runs      map[string]*runState // our run id → its relay state
+	// messages: sessions.messages.subscribe asked for session.message events; lastMsg is the
+	// transcript entry last announced (or the tail when it subscribed).
+	messages bool
+	lastMsg  string
 }
 
 // runState is what a run's events need: the client's run id, the event seq and the assistant
@@ -247,15 +252,19 @@ func raw(m json.RawMessage) any {
 	return m
 }
 
-// watchChanges relays the gateway-wide change feed as sessions.changed events (once per
-// connection).
+// watchChanges turns on sessions.changed events (sessions.subscribe).
 func (c *conn) watchChanges() {
 	c.mu.Lock()
-	if c.changes {
-		c.mu.Unlock()
-		return
-	}
 	c.changes = true
+	c.mu.Unlock()
+	c.relayChanges()
+}
+
+// relayChanges runs, once per connection, the relay of the gateway-wide change feed: as
+// sessions.changed events when the client subscribed to them, and as session.message events for
+// the sessions whose messages it subscribed to.
+func (c *conn) relayChanges() {
+	c.mu.Lock()
 	started := c.changesStarted
 	c.changesStarted = true
 	c.mu.Unlock()
@@ -275,16 +284,90 @@ func (c *conn) watchChanges() {
 				if !ok {
 					return
 				}
-				c.mu.Lock()
-				on := c.changes
-				c.mu.Unlock()
-				if !on || ch == nil {
+				if ch == nil {
 					continue
 				}
-				c.event("sessions.changed", map[string]any{"reason": ch.Kind, "sessionId": ch.ID, "ts": ch.At.UnixMilli()})
+				c.mu.Lock()
+				on := c.changes
+				f := c.subs[ch.ID]
+				msgs := f != nil && f.messages
+				c.mu.Unlock()
+				if on {
+					c.event("sessions.changed", map[string]any{"reason": ch.Kind, "sessionId": ch.ID, "ts": ch.At.UnixMilli()})
+				}
+				if msgs && ch.Kind == sessions.ChangeSessionUpdated {
+					c.announceMessages(f)
+				}
 			}
 		}
 	}()
+}
+
+// maxMessagesPerUpdate bounds the session.message events one transcript change sends; a client
+// further behind reads chat.history.
+const maxMessagesPerUpdate = 64
+
+// transcriptTail is a session's messages with their entry ids.
+func (c *conn) transcriptTail(ctx context.Context, sessionID string) ([]json.RawMessage, []string, error) {
+	t, err := c.srv.cfg.Sessions.Transcript(ctx, sessionID)
+	if err != nil {
+		return nil, nil, err
+	}
+	msgs, ids := messagesOf(t)
+	return msgs, ids, nil
+}
+
+// announceMessages sends the messages a session's transcript gained since the last announced
+// one as session.message events (the shape OpenClaw's gateway sends: the message with its
+// entry id and position).
+func (c *conn) announceMessages(f *follower) {
+	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	defer cancel()
+	msgs, ids, err := c.transcriptTail(ctx, f.sessionID)
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	last, key, agent := f.lastMsg, f.key, f.agent
+	c.mu.Unlock()
+	from := 0
+	if last != "" {
+		i := slices.Index(ids, last)
+		if i < 0 {
+			// the branch changed under the client (a rewind): it reloads on sessions.changed
+			from = len(ids)
+		} else {
+			from = i + 1
+		}
+	}
+	from = max(from, len(ids)-maxMessagesPerUpdate)
+	for i := from; i < len(ids); i++ {
+		var m map[string]any
+		if json.Unmarshal(msgs[i], &m) != nil || m == nil {
+			continue
+		}
+		m["__openclaw"] = map[string]any{"id": ids[i], "seq": i + 1}
+		c.event("session.message", map[string]any{"sessionKey": key, "agentId": agent, "message": m, "messageId": ids[i], "messageSeq": i + 1})
+	}
+	c.mu.Lock()
+	if len(ids) > 0 {
+		f.lastMsg = ids[len(ids)-1]
+	}
+	c.mu.Unlock()
+}
+
+// watchMessages marks a followed session for session.message events from its current tail on.
+func (c *conn) watchMessages(ctx context.Context, sessionID string) {
+	_, ids, err := c.transcriptTail(ctx, sessionID)
+	c.mu.Lock()
+	if f := c.subs[sessionID]; f != nil && !f.messages {
+		f.messages = true
+		if err == nil && len(ids) > 0 {
+			f.lastMsg = ids[len(ids)-1]
+		}
+	}
+	c.mu.Unlock()
+	c.relayChanges()
 }
 
 func itoa(n int) string {

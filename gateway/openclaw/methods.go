@@ -77,7 +77,7 @@ var methods = map[string]method{
 }
 
 // eventNames are the events this endpoint sends.
-var eventNames = []string{"connect.challenge", "tick", "shutdown", "chat", "agent", "sessions.changed"}
+var eventNames = []string{"connect.challenge", "tick", "shutdown", "chat", "agent", "sessions.changed", "session.message"}
 
 func methodNames() []string {
 	out := make([]string, 0, len(methods))
@@ -365,6 +365,7 @@ func (c *conn) messagesSubscribe(f inFrame) (any, *errorShape) {
 		if err := c.follow(ctx, s, p.key(), 0, false); err != nil {
 			return nil, err
 		}
+		c.watchMessages(ctx, s.ID)
 	}
 	return map[string]any{"subscribed": true, "key": p.key()}, nil
 }

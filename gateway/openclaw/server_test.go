@@ -632,3 +632,64 @@ func TestConnectionsPerDevice(t *testing.T) {
 		return ok
 	})
 }
+
+// sessions.messages.subscribe delivers each message a session's transcript gains afterwards as
+// a session.message event (entry id and position), not the messages it already had, and a
+// session nobody subscribed to sends none.
+func TestSessionMessageEvents(t *testing.T) {
+	r := newRig(t, nil)
+	ctx := testCtx(t)
+	text := func(role, s string) protocol.Message {
+		return protocol.Message{Role: role, Content: []protocol.Content{{Type: protocol.ContentText, Text: s}}, Timestamp: 1}
+	}
+	s, err := r.sess.Create(ctx, sessions.CreateParams{Title: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := r.sess.Create(ctx, sessions.CreateParams{Title: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := r.sess.Commit(ctx, sessions.CommitParams{SessionID: s.ID, OwnerEpoch: s.OwnerEpoch, RunEpoch: 1, Seq: 1,
+		Messages: []protocol.Message{text(protocol.RoleUser, "before")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, r)
+	if m := c.connect(connectBody(testToken)); m["ok"] != true {
+		t.Fatalf("connect: %v", m)
+	}
+	key := sessionKeyFor(s.Agent, s.ID)
+	if m := call(c, "sub", "sessions.messages.subscribe", map[string]any{"key": key}); m["ok"] != true {
+		t.Fatalf("subscribe: %v", m)
+	}
+	if _, err := r.sess.Commit(ctx, sessions.CommitParams{SessionID: other.ID, OwnerEpoch: other.OwnerEpoch, RunEpoch: 1, Seq: 1,
+		Messages: []protocol.Message{text(protocol.RoleUser, "elsewhere")}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.sess.Commit(ctx, sessions.CommitParams{SessionID: s.ID, OwnerEpoch: s.OwnerEpoch, RunEpoch: 2, Seq: 1, BaseLeafID: first.NewLeafID,
+		Messages: []protocol.Message{text(protocol.RoleUser, "hello"), text(protocol.RoleAssistant, "hi there")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []map[string]any
+	for len(got) < 2 {
+		m := c.read()
+		if m["type"] != "event" || m["event"] != "session.message" {
+			continue
+		}
+		got = append(got, m["payload"].(map[string]any))
+	}
+	for i, want := range []struct{ text string }{{"hello"}, {"hi there"}} {
+		p := got[i]
+		msg, _ := p["message"].(map[string]any)
+		content, _ := msg["content"].([]any)
+		var txt string
+		if len(content) == 1 {
+			txt, _ = content[0].(map[string]any)["text"].(string)
+		}
+		if p["sessionKey"] != key || p["messageId"] != res.EntryIDs[i] || p["messageSeq"] != float64(i+2) || txt != want.text {
+			t.Fatalf("session.message %d: %v, want %q as entry %s at position %d of %s", i, p, want.text, res.EntryIDs[i], i+2, key)
+		}
+	}
+}
