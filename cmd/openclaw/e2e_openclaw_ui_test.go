@@ -60,8 +60,8 @@ func chromiumIn(t *testing.T, ns string) context.Context {
 
 // OpenClaw's own Control UI (from the pinned package), served by this gateway behind its sign-in,
 // in Chromium inside a network namespace with only loopback: it signs in with a one-time code,
-// lists our sessions with their placement, renders a worker session's history with its tool
-// call, streams a sent message to its final answer, stops a running turn, dispatches a new
+// lists our sessions with their placement, renders the history (with its tool call) of a worker
+// session on the local box and of one on a netns sshd box, streams a sent message to its final answer, stops a running turn, dispatches a new
 // session with Where → Cloud · local, lists and adds profiles in Settings → Cloud workers, lists
 // the worker environments in Systems, and throws no exception.
 func TestOpenClawControlUI(t *testing.T) {
@@ -72,10 +72,16 @@ func TestOpenClawControlUI(t *testing.T) {
 	root := t.TempDir()
 	ws := filepath.Join(root, "repo")
 	userWorkspace(t, ws, true)
+	// a second worker session on a netns sshd box (real OpenSSH in a namespace of its own)
+	netns, _ := netnsProfile(t)
 	cfg := fastWorkerConfig + scriptedModels(t, root, map[string]string{"chat": clientsChatScript, "slow": clientsSlowScript}) +
-		fmt.Sprintf("controlUi: {openclawRoot: %q}\nopenclawClients: {traceFile: %q}\n", filepath.Join(dir, "node_modules", "openclaw"), filepath.Join(root, "trace.jsonl"))
+		fmt.Sprintf("controlUi: {openclawRoot: %q}\nopenclawClients: {traceFile: %q}\n", filepath.Join(dir, "node_modules", "openclaw"), filepath.Join(root, "trace.jsonl")) + netns
 	g := startGatewayIn(t, ns, filepath.Join(root, "data"), cfg)
 	t.Cleanup(func() { destroyAll(g) })
+	sshdWS := filepath.Join(root, "sshd-repo")
+	userWorkspace(t, sshdWS, true)
+	sshdID, sshdEnvID := g.activeSession(sshdWS, "chat/m", "netns")
+	g.runTurn(sshdID, "What does the README say?", "worker")
 	slowID := g.newSession(ws, "slow/m") // older than the worker session: the home chat shows the newest
 	workerID, envID := g.activeSession(ws, "chat/m", "local")
 	g.runTurn(workerID, "What does the README say?", "worker")
@@ -112,6 +118,10 @@ func TestOpenClawControlUI(t *testing.T) {
 	if len(ts) != 2 || ts[1].Status != turns.TurnDone || ts[1].Placement != "worker" {
 		t.Errorf("the worker session's turns after the UI's send: %+v, want a second one done on the worker", ts)
 	}
+
+	// The session on the netns sshd box opens with its history like the other.
+	p.Do("open the sshd box's session", chromedp.Navigate("http://"+g.addr+"/openclaw/chat/main/"+sshdID))
+	waitPage(p, "the sshd box session's history with its tool call", `document.body.innerText.includes("The README says hello.") && document.body.innerText.includes("README.md")`)
 
 	// Stop generating ends a running turn: the tool's sleep is cut and the turn is canceled.
 	p.Do("open the slow session", chromedp.Navigate("http://"+g.addr+"/openclaw/chat/main/"+slowID))
@@ -191,7 +201,7 @@ func TestOpenClawControlUI(t *testing.T) {
 	}
 	// Systems lists the worker environments.
 	p.Do("open Systems", chromedp.Navigate("http://"+g.addr+"/openclaw/systems"))
-	waitPage(p, "the worker environment", fmt.Sprintf(`document.body.innerText.includes("Workers") && document.body.innerText.includes(%q)`, envID[:6]))
+	waitPage(p, "both worker environments", fmt.Sprintf(`document.body.innerText.includes("Workers") && document.body.innerText.includes(%q) && document.body.innerText.includes(%q)`, envID[:6], sshdEnvID[:6]))
 
 	mu.Lock()
 	if len(exceptions) > 0 {
@@ -207,9 +217,6 @@ func TestOpenClawControlUI(t *testing.T) {
 	validateTrace(t, ns, dir, filepath.Join(root, "trace.jsonl"))
 }
 
-// waitPage waits for a JavaScript predicate to hold, reading it again every 100ms across the
-// page's own navigations (the UI moves to the chat's route after a send, which ends a DOM
-// observer).
 // waitPageDoing does act, then waits up to 10 s for predicate, and does act again while it
 // does not hold, for at most 60 s.
 func waitPageDoing(p *browsertest.Page, what, predicate string, act func()) {
@@ -233,6 +240,9 @@ func waitPageDoing(p *browsertest.Page, what, predicate string, act func()) {
 	}
 }
 
+// waitPage waits for a JavaScript predicate to hold, reading it again every 100ms across the
+// page's own navigations (the UI moves to the chat's route after a send, which ends a DOM
+// observer).
 func waitPage(p *browsertest.Page, what, predicate string) {
 	p.T.Helper()
 	deadline := time.Now().Add(60 * time.Second)
