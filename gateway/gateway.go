@@ -46,6 +46,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/websearch"
 	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/internal/shutdown"
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"github.com/openclaw/cloudworkers/internal/version"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/sync/gitsync"
@@ -676,7 +677,7 @@ func readWorkerLog(ctx context.Context, boot *bootstrap.Bootstrapper, env envs.E
 	}
 	defer c.Close()
 	logPath := path.Join(env.WorkerHome, bootstrap.StateDir(env.ID), "worker.log")
-	res, err := bootstrap.Run(ctx, c, fmt.Sprintf("tail -c %d %s 2>/dev/null || true", maxBytes, bootstrap.Quote(logPath)))
+	res, err := bootstrap.Run(ctx, c, fmt.Sprintf("tail -c %d %s 2>/dev/null || true", maxBytes, untrusted.Quote(logPath)))
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/openclaw/cloudworkers/internal/fielderr"
 )
 
 // Labels every lease carries so the orphan sweep can recognise leases of this gateway.
@@ -109,18 +111,12 @@ type LeaseStatus struct {
 	Labels map[string]string `json:"labels,omitempty"`
 }
 
-// FieldError names the field of a profile or request that is wrong.
-type FieldError struct {
-	Field   string
-	Message string
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
+// FieldError names the field of a profile or request that is wrong (internal/fielderr's error,
+// which the layers below the providers return too).
+type FieldError = fielderr.Error
 
 // Fieldf returns a *FieldError.
-func Fieldf(field, format string, args ...any) error {
-	return &FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
-}
+func Fieldf(field, format string, args ...any) error { return fielderr.Errorf(field, format, args...) }
 
 // Field is a named value of a config section, for FirstBad.
 type Field[T any] struct {

@@ -23,6 +23,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
 	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/internal/shutdown"
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"github.com/openclaw/cloudworkers/internal/version"
 	"github.com/openclaw/cloudworkers/protocol"
 )
@@ -296,7 +297,7 @@ func (b *Bootstrapper) Bootstrap(ctx context.Context, env envs.Environment) (err
 	actx, cancel := context.WithTimeout(ctx, b.cfg.AdmitTimeout)
 	defer cancel()
 	if err := b.cfg.Workers.WaitAdmitted(actx, env.ID); err != nil {
-		tail, _ := b.runOK(ctx, c, "worker log", "tail -c 600 "+Quote(path.Join(home, StateDir(env.ID), "worker.log"))+" 2>/dev/null || true")
+		tail, _ := b.runOK(ctx, c, "worker log", "tail -c 600 "+untrusted.Quote(path.Join(home, StateDir(env.ID), "worker.log"))+" 2>/dev/null || true")
 		return fmt.Errorf("worker not admitted within %s: %v; worker log: %s", b.cfg.AdmitTimeout, err, strings.TrimSpace(tail))
 	}
 	note("worker: admitted")
@@ -330,10 +331,10 @@ func (b *Bootstrapper) launch(ctx context.Context, c *ssh.Client, env envs.Envir
 		return fmt.Errorf("write launch descriptor: %w", err)
 	}
 	script := `set -e
-state=` + Quote(state) + `
+state=` + untrusted.Quote(state) + `
 cd "$state"
 S=; command -v setsid >/dev/null 2>&1 && S=setsid
-$S env -i PATH=` + WorkerPath + ` HOME="$HOME" LANG=C.UTF-8 ` + Quote(bundlePath) + ` worker --descriptor "$state/launch.json" --log-file "$state/worker.log" </dev/null >"$state/worker.out" 2>&1 &
+$S env -i PATH=` + WorkerPath + ` HOME="$HOME" LANG=C.UTF-8 ` + untrusted.Quote(bundlePath) + ` worker --descriptor "$state/launch.json" --log-file "$state/worker.log" </dev/null >"$state/worker.out" 2>&1 &
 echo $! > "$state/worker.pid"
 echo $!`
 	out, err := b.runOK(ctx, c, "launch worker", script)
@@ -529,7 +530,7 @@ func (b *Bootstrapper) removeSocketDir(ctx context.Context, c *ssh.Client, env e
 	if dir == "" || env.WorkerSocket != dir+"/gateway.sock" {
 		return nil
 	}
-	out, err := RunOK(ctx, c, "remove socket directory", `d=`+Quote(dir)+`
+	out, err := RunOK(ctx, c, "remove socket directory", `d=`+untrusted.Quote(dir)+`
 if [ -L "$d" ] || { [ -e "$d" ] && { [ ! -d "$d" ] || [ ! -O "$d" ]; }; }; then echo not-ours; exit 0; fi
 [ ! -e "$d" ] || { rm -f -- "$d/gateway.sock" && rmdir -- "$d"; }`)
 	switch {

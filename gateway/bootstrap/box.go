@@ -104,6 +104,3 @@ func RunOK(ctx context.Context, c *ssh.Client, what, cmd string) (string, error)
 	}
 	return res.Stdout, nil
 }
-
-// Quote quotes s for a POSIX shell.
-func Quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

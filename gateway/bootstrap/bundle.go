@@ -16,6 +16,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"github.com/openclaw/cloudworkers/internal/version"
 )
 
@@ -127,7 +128,7 @@ func Install(ctx context.Context, c *ssh.Client, home string, b Bundle, keep int
 		return res, fmt.Errorf("chmod bundle: %w", err)
 	}
 	if err := sc.PosixRename(tmp, final); err != nil {
-		if _, err2 := RunOK(ctx, c, "install bundle", "mv -f "+Quote(tmp)+" "+Quote(final)); err2 != nil {
+		if _, err2 := RunOK(ctx, c, "install bundle", "mv -f "+untrusted.Quote(tmp)+" "+untrusted.Quote(final)); err2 != nil {
 			return res, err2
 		}
 	}
@@ -168,7 +169,7 @@ func upload(ctx context.Context, sc *sftp.Client, local, remote string) (int64, 
 }
 
 func remoteSHA256(ctx context.Context, c *ssh.Client, p string) (string, error) {
-	out, err := RunOK(ctx, c, "hash "+p, "sha256sum "+Quote(p))
+	out, err := RunOK(ctx, c, "hash "+p, "sha256sum "+untrusted.Quote(p))
 	if err != nil {
 		return "", err
 	}
@@ -184,7 +185,7 @@ func prune(ctx context.Context, c *ssh.Client, dir, current string, keep int) ([
 	if keep < 1 {
 		keep = 1
 	}
-	out, err := RunOK(ctx, c, "list bundles", "cd "+Quote(dir)+" && ls -1t")
+	out, err := RunOK(ctx, c, "list bundles", "cd "+untrusted.Quote(dir)+" && ls -1t")
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +201,7 @@ func prune(ctx context.Context, c *ssh.Client, dir, current string, keep int) ([
 	old := names[keep-1:]
 	args := make([]string, len(old))
 	for i, n := range old {
-		args[i] = Quote(path.Join(dir, n))
+		args[i] = untrusted.Quote(path.Join(dir, n))
 	}
 	_, err = RunOK(ctx, c, "prune bundles", "rm -rf "+strings.Join(args, " "))
 	return old, err

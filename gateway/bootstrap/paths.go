@@ -1,6 +1,10 @@
 package bootstrap
 
-import "path"
+import (
+	"path"
+
+	"github.com/openclaw/cloudworkers/internal/untrusted"
+)
 
 // WorkerPIDPath is the pidfile of the worker of environment envID on a box whose HOME is home:
 // the worker's pid while it runs (the demo and teardown end a worker by it).
@@ -14,7 +18,7 @@ func WorkerPIDPath(home, envID string) string { return path.Join(home, StateDir(
 // (a process that only mentions them, this check's own shell included, is not the worker); where
 // there is no /proc (macOS), ps's joined arguments must contain them.
 func liveWorkerPID(home, envID string) string {
-	return `d=` + Quote(path.Join(home, StateDir(envID))) + `
+	return `d=` + untrusted.Quote(path.Join(home, StateDir(envID))) + `
 p=$(cat "$d/worker.pid" 2>/dev/null) && case $p in ''|*[!0-9]*) false;; esac &&
 if [ -d /proc/self ]; then
 	[ "$(tr '\0' '\n' 2>/dev/null <"/proc/$p/cmdline" | sed -n '2,4p')" = "worker

@@ -14,6 +14,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
 	"github.com/openclaw/cloudworkers/internal/capbuf"
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -143,9 +144,9 @@ func (b *Bootstrapper) runSetup(ctx context.Context, env envs.Environment, workd
 // session's environment, killed when its timeout passes (where the box has timeout(1)).
 func setupScript(workdir, run string, timeout time.Duration) string {
 	secs := strconv.Itoa(int(timeout.Round(time.Second) / time.Second))
-	return `cd ` + Quote(workdir) + ` 2>/dev/null || cd "$HOME" || exit 97
+	return `cd ` + untrusted.Quote(workdir) + ` 2>/dev/null || cd "$HOME" || exit 97
 T=; command -v timeout >/dev/null 2>&1 && T="timeout -s KILL ` + secs + `"
-$T env -i PATH=` + WorkerPath + ` HOME="$HOME" LANG=C.UTF-8 TERM=dumb CI=1 sh -c ` + Quote(run) + ` </dev/null 2>&1
+$T env -i PATH=` + WorkerPath + ` HOME="$HOME" LANG=C.UTF-8 TERM=dumb CI=1 sh -c ` + untrusted.Quote(run) + ` </dev/null 2>&1
 s=$?; [ "$s" = 137 ] && [ -n "$T" ] && exit ` + strconv.Itoa(setupExitTimeout) + `; exit $s`
 }
 

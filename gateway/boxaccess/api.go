@@ -16,6 +16,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/bootstrap"
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/internal/jsonbody"
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -119,9 +120,9 @@ func (s *Service) serveLogs(c echo.Context) error {
 	}
 	var stderr bytes.Buffer
 	sess.Stderr = &limitedBuffer{b: &stderr, n: 4096}
-	cmd := fmt.Sprintf("tail -n %d -- %s | tail -c %d", tail, quote(logPath), s.cfg.LogTailBytes)
+	cmd := fmt.Sprintf("tail -n %d -- %s | tail -c %d", tail, untrusted.Quote(logPath), s.cfg.LogTailBytes)
 	if follow {
-		cmd = fmt.Sprintf("exec tail -n %d -F -- %s 2>/dev/null", tail, quote(logPath))
+		cmd = fmt.Sprintf("exec tail -n %d -F -- %s 2>/dev/null", tail, untrusted.Quote(logPath))
 	}
 	if err := sess.Start(cmd); err != nil {
 		if !inTime() {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 )
 
 // The exec WebSocket (GET /api/v1/environments/:id/exec) carries one command or shell:
@@ -106,17 +108,10 @@ func validWindow(rows, cols int) error {
 	return nil
 }
 
-// quote quotes one argument for a POSIX shell.
-func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
 // shellCommand is the command line an exec request carries for argv: the box's shell execs it,
 // so that its exit status or signal is the command's own.
 func shellCommand(argv []string) string {
-	q := make([]string, len(argv))
-	for i, a := range argv {
-		q[i] = quote(a)
-	}
-	return "exec " + strings.Join(q, " ")
+	return "exec " + untrusted.QuoteAll(argv)
 }
 
 // nonInteractiveShell is the command of a shell without a terminal: the user's shell reading

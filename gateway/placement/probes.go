@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/bootstrap"
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 	"github.com/openclaw/cloudworkers/sync/stream"
@@ -61,7 +62,7 @@ func (d *Dispatcher) CheckSync(ctx context.Context, envID string) (string, error
 		// after a cancelled check too, but bounded: a box that stops answering cannot hold it
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		_, _ = bootstrap.RunOK(cctx, c, "remove sync check", "rm -rf "+bootstrap.Quote(dir))
+		_, _ = bootstrap.RunOK(cctx, c, "remove sync check", "rm -rf "+untrusted.Quote(dir))
 	}()
 	start := time.Now()
 	res, err := stream.PushTree(ctx, r, src, dir, stream.TreeOptions{})

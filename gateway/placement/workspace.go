@@ -19,6 +19,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/bootstrap"
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/internal/atomicfile"
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"github.com/openclaw/cloudworkers/sync/gitexec"
 	"github.com/openclaw/cloudworkers/sync/gitsync"
 	"github.com/openclaw/cloudworkers/sync/manifest"
@@ -66,7 +67,7 @@ func (d *Dispatcher) remote(ctx context.Context, e envs.Environment) (stream.Rem
 		return stream.Remote{}, nil, fmt.Errorf("sync connection: %w", err)
 	}
 	bin := filepath.Join(e.WorkerHome, bootstrap.BundlesDir, e.BundleHash, "openclaw")
-	return stream.Remote{Client: c, Command: bootstrap.Quote(bin) + " worker", Wire: d.sync.countWire}, c, nil
+	return stream.Remote{Client: c, Command: untrusted.Quote(bin) + " worker", Wire: d.sync.countWire}, c, nil
 }
 
 // syncOut builds the anchor (a managed worktree for git, a gateway-owned copy otherwise), records

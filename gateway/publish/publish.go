@@ -22,6 +22,7 @@ import (
 	"github.com/google/go-github/v89/github"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/sync/gitexec"
 )
@@ -285,7 +286,7 @@ func (p *Publisher) Publish(ctx context.Context, req Request) (_ Result, err err
 		helper, _ := json.Marshal(helperInput{Protocol: u.Scheme, Host: u.Host, Username: cred.Username, Token: cred.Token})
 		quoted := make([]string, len(p.cfg.Helper))
 		for i, a := range p.cfg.Helper {
-			quoted[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+			quoted[i] = untrusted.Quote(a)
 		}
 		transport = []string{"-c", "protocol.allow=never", "-c", "protocol.https.allow=always"}
 		if u.Scheme == "http" {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 )
@@ -192,7 +193,7 @@ func prepareSSH(ctx context.Context, tmp string, c GitCredential, r sshRemote) (
 // command is GIT_SSH_COMMAND: that key only, that host key only, no agent, no configuration
 // file (the user's or the system's), no prompt, no multiplexing, no forwarding.
 func (s *sshSession) command(r sshRemote, user string) string {
-	q := func(p string) string { return "'" + strings.ReplaceAll(p, "'", `'\''`) + "'" }
+	q := untrusted.Quote
 	args := []string{"ssh", "-F", "/dev/null", "-i", q(s.key)}
 	if r.user == "" {
 		args = append(args, "-o", "User="+user) // the URL names none: the credential's (default git)

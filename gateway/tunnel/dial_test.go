@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -127,8 +128,8 @@ func TestShellQuote(t *testing.T) {
 		"it's":      `'it'\''s'`,
 		"$(rm -rf)": `'$(rm -rf)'`,
 	} {
-		if got := shellQuote(in); got != want {
-			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
+		if got := untrusted.Quote(in); got != want {
+			t.Errorf("untrusted.Quote(%q) = %s, want %s", in, got, want)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/internal/backoff"
 	"github.com/openclaw/cloudworkers/internal/clock"
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 )
 
 // errKeepaliveTimeout ends a connection whose keepalive went unanswered.
@@ -194,11 +195,11 @@ func setupForward(client *ssh.Client, socketPath string) (net.Listener, error) {
 		cmd.WriteString("cd || exit 1\n")
 	}
 	if dir := path.Dir(rel); dir != "." && dir != "/" {
-		d := shellQuote(dir)
+		d := untrusted.Quote(dir)
 		cmd.WriteString("mkdir -p -m 0700 -- " + d + " && [ -d " + d + " ] && [ ! -L " + d + " ] && [ -O " + d + " ] && chmod 0700 -- " + d +
 			" || { echo 'the socket directory is not a directory of the box user (a symlink, or another user made it)' >&2; exit 1; }\n")
 	}
-	cmd.WriteString("rm -f -- " + shellQuote(rel))
+	cmd.WriteString("rm -f -- " + untrusted.Quote(rel))
 	if relative {
 		cmd.WriteString(" && pwd")
 	}
@@ -227,11 +228,6 @@ func setupForward(client *ssh.Client, socketPath string) (net.Listener, error) {
 		return nil, fmt.Errorf("forward %s: %w", abs, err)
 	}
 	return ln, nil
-}
-
-// shellQuote quotes s for a POSIX shell.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // boundedBuffer keeps the first max bytes written to it and discards the rest.

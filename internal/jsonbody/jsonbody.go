@@ -1,5 +1,5 @@
 // Package jsonbody decodes JSON request bodies strictly: one value, no unknown fields, and an
-// error that names the field that was wrong (a *providers.FieldError, answered 400 invalid-field).
+// error that names the field that was wrong (a *fielderr.Error, answered 400 invalid-field).
 package jsonbody
 
 import (
@@ -11,7 +11,7 @@ import (
 	"reflect"
 	"strings"
 
-	"github.com/openclaw/cloudworkers/providers"
+	"github.com/openclaw/cloudworkers/internal/fielderr"
 )
 
 // Decode decodes r into v; an empty body is refused. A body over the server's limit keeps its
@@ -32,7 +32,7 @@ func decode(r io.Reader, v any, optional bool) error {
 		if errors.As(err, &mbe) {
 			return err
 		}
-		return providers.Fieldf("body", "has data after the JSON object")
+		return fielderr.Errorf("body", "has data after the JSON object")
 	}
 	return nil
 }
@@ -48,21 +48,21 @@ func describe(err error, v any, optional bool) error {
 		if optional {
 			return nil
 		}
-		return providers.Fieldf("body", "is empty (expected a JSON object)")
+		return fielderr.Errorf("body", "is empty (expected a JSON object)")
 	case errors.As(err, &ute):
 		if ute.Field == "" {
-			return providers.Fieldf("body", "must be a JSON %s, got %s", kind(reflect.TypeOf(v)), ute.Value)
+			return fielderr.Errorf("body", "must be a JSON %s, got %s", kind(reflect.TypeOf(v)), ute.Value)
 		}
-		return providers.Fieldf(ute.Field, "must be %s, got %s", kind(ute.Type), ute.Value)
+		return fielderr.Errorf(ute.Field, "must be %s, got %s", kind(ute.Type), ute.Value)
 	case errors.As(err, &se):
-		return providers.Fieldf("body", "invalid JSON at byte %d: %v", se.Offset, se)
+		return fielderr.Errorf("body", "invalid JSON at byte %d: %v", se.Offset, se)
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return providers.Fieldf("body", "invalid JSON: it ends early")
+		return fielderr.Errorf("body", "invalid JSON: it ends early")
 	}
 	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return providers.Fieldf(strings.Trim(f, `"`), "unknown field")
+		return fielderr.Errorf(strings.Trim(f, `"`), "unknown field")
 	}
-	return providers.Fieldf("body", "invalid JSON: %v", err)
+	return fielderr.Errorf("body", "invalid JSON: %v", err)
 }
 
 // kind names a Go type as JSON sees it.

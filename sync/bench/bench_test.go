@@ -17,8 +17,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/openclaw/cloudworkers/gateway/bootstrap"
 	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"github.com/openclaw/cloudworkers/sync/internal/synctest"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 	"github.com/openclaw/cloudworkers/sync/stream"
@@ -104,7 +104,7 @@ func TestSyncVsRsync(t *testing.T) {
 	}
 
 	client := synctest.Dial(t, box)
-	remote := stream.Remote{Client: client, Command: bootstrap.Quote(bin) + " worker"}
+	remote := stream.Remote{Client: client, Command: untrusted.Quote(bin) + " worker"}
 	if v := os.Getenv(EnvChannels); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > stream.MaxParts {

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/openclaw/cloudworkers/internal/atomicfile"
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"github.com/openclaw/cloudworkers/sync/gitexec"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 )
@@ -248,7 +249,7 @@ func (a *Anchor) writeBasePack(ctx context.Context, w io.Writer) error {
 // so uncommitted changes stay uncommitted. The pack is removed. There is no remote and no
 // credential.
 func BoxRepoCommand(dir, packPath, name, base string) string {
-	q := func(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+	q := untrusted.Quote
 	initRepo := "git init -q"
 	if len(base) == 64 {
 		initRepo += " --object-format=sha256"
@@ -270,7 +271,7 @@ func BoxRepoCommand(dir, packPath, name, base string) string {
 // on the box in dir since base (`git bundle create - <base>..HEAD`), for Adopt. It prints
 // nothing and succeeds when HEAD is still base (git refuses an empty bundle).
 func BoxBundleCommand(dir, base string) string {
-	q := func(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+	q := untrusted.Quote
 	return strings.Join([]string{
 		"set -e",
 		"cd " + q(dir),

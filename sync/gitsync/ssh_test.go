@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openclaw/cloudworkers/gateway/bootstrap"
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"github.com/openclaw/cloudworkers/sync/internal/synctest"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 	"github.com/openclaw/cloudworkers/sync/mirror"
@@ -32,7 +32,7 @@ func TestGitRoundTripOverSSH(t *testing.T) {
 			}
 			bin := synctest.BuildBinary(t, "github.com/openclaw/cloudworkers/cmd/openclaw")
 			client := synctest.Dial(t, box)
-			remote := stream.Remote{Client: client, Command: bootstrap.Quote(bin) + " worker"}
+			remote := stream.Remote{Client: client, Command: untrusted.Quote(bin) + " worker"}
 			gitRoundTrip(t, remote, box)
 		})
 	}
@@ -73,7 +73,7 @@ func gitRoundTrip(t *testing.T, remote stream.Remote, box synctest.Box) {
 	if len(subs) != 1 || subs[0].Path != "third_party/lib" {
 		t.Fatalf("submodules sent: %+v", subs)
 	}
-	if got := synctest.Exec(t, remote.Client, "cat "+bootstrap.Quote(filepath.Join(ws, "third_party", "lib", "lib.go"))); got != "package lib // v1" {
+	if got := synctest.Exec(t, remote.Client, "cat "+untrusted.Quote(filepath.Join(ws, "third_party", "lib", "lib.go"))); got != "package lib // v1" {
 		t.Fatalf("submodule on the box: %q, want the recorded v1", got)
 	}
 	pdir := filepath.Join(tmp, "base-pack")
@@ -86,22 +86,22 @@ func gitRoundTrip(t *testing.T, remote stream.Remote, box synctest.Box) {
 	}
 	client := remote.Client
 	synctest.Exec(t, client, BoxRepoCommand(ws, filepath.Join(inbox, "base.pack"), a.Name, a.Base))
-	if head := synctest.Exec(t, client, "cd "+bootstrap.Quote(ws)+" && git rev-parse HEAD && git rev-list --count HEAD && git status --porcelain"); head != a.Base+"\n1" {
+	if head := synctest.Exec(t, client, "cd "+untrusted.Quote(ws)+" && git rev-parse HEAD && git rev-list --count HEAD && git status --porcelain"); head != a.Base+"\n1" {
 		t.Fatalf("box repository: %q, want one commit, clean at %s", head, a.Base)
 	}
-	if got := synctest.Exec(t, client, "cat "+bootstrap.Quote(filepath.Join(ws, ".env"))); got != "TOKEN=local" {
+	if got := synctest.Exec(t, client, "cat "+untrusted.Quote(filepath.Join(ws, ".env"))); got != "TOKEN=local" {
 		t.Fatalf(".worktreeinclude file on the box: %q", got)
 	}
 
 	// The worker's turn, through ssh exec.
-	synctest.Exec(t, client, "set -e; cd "+bootstrap.Quote(ws)+`
+	synctest.Exec(t, client, "set -e; cd "+untrusted.Quote(ws)+`
 g() { git -c user.name=worker -c user.email=worker@box.invalid "$@"; }
 printf 'package main // changed\n' > main.go; printf 'package main // new\n' > feature.go
 g add -A; g commit -q -m 'worker: feature'
 printf 'package lib // second\n' > lib/more.go; g add -A; g commit -q -m 'worker: more'
 mkdir -p notes; printf artifact > notes/untracked.md
 printf 'package lib // edited on the box\n' > third_party/lib/lib.go; printf out > third_party/lib/build.out; g add -A`)
-	boxTip := synctest.Exec(t, client, "cd "+bootstrap.Quote(ws)+" && git rev-parse HEAD")
+	boxTip := synctest.Exec(t, client, "cd "+untrusted.Quote(ws)+" && git rev-parse HEAD")
 
 	// In: the commits as a bundle made on the box, adopted by fast-forward.
 	bundle := filepath.Join(tmp, "result.bundle")

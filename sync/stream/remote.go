@@ -20,9 +20,8 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/openclaw/cloudworkers/gateway/bootstrap"
-	"github.com/openclaw/cloudworkers/gateway/tunnel"
 	"github.com/openclaw/cloudworkers/internal/capbuf"
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 )
 
@@ -67,7 +66,7 @@ func (r Remote) command(sub string, args ...string) string {
 	}
 	parts := []string{c, sub}
 	for _, a := range args {
-		parts = append(parts, bootstrap.Quote(a))
+		parts = append(parts, untrusted.Quote(a))
 	}
 	return strings.Join(parts, " ")
 }
@@ -98,7 +97,7 @@ func (r Remote) newSession(ctx context.Context) (*ssh.Session, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("open sync channel: %w", err)
 	}
-	stop := tunnel.CloseOnDone(ctx, r.Client)
+	stop := context.AfterFunc(ctx, func() { _ = r.Client.Close() })
 	defer stop()
 	sess, err := r.Client.NewSession()
 	if err != nil {

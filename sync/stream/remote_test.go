@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openclaw/cloudworkers/gateway/bootstrap"
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"github.com/openclaw/cloudworkers/providers/local/localtest"
 	"github.com/openclaw/cloudworkers/sync/internal/synctest"
 	"github.com/openclaw/cloudworkers/sync/manifest"
@@ -36,7 +36,7 @@ func startBox(t *testing.T) (string, Remote) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b.Dir, Remote{Client: c, Command: bootstrap.Quote(exe) + " worker"}
+	return b.Dir, Remote{Client: c, Command: untrusted.Quote(exe) + " worker"}
 }
 
 func TestPushOverSSHColdThenWarm(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openclaw/cloudworkers/gateway/bootstrap"
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"github.com/openclaw/cloudworkers/sync/internal/synctest"
 )
 
@@ -22,11 +22,11 @@ func TestPartsOverOpenSSH(t *testing.T) {
 	box := synctest.NetnsBox(t, "ocl_syncparts1")
 	bin := synctest.BuildBinary(t, "github.com/openclaw/cloudworkers/cmd/openclaw")
 	ctx := synctest.Context(t)
-	exe := bootstrap.Quote(bin) + " worker"
+	exe := untrusted.Quote(bin) + " worker"
 	// Every box command logs its subcommand, so that the test sees the sync went in parts.
 	logFile := filepath.Join(box.Home, "commands.log")
 	remote := Remote{Client: synctest.Dial(t, box), Channels: 3,
-		Command: `f() { echo "$1" >> ` + bootstrap.Quote(logFile) + `; exec ` + exe + ` "$@"; }; f`}
+		Command: `f() { echo "$1" >> ` + untrusted.Quote(logFile) + `; exec ` + exe + ` "$@"; }; f`}
 	src := partsTree(t)
 
 	t.Run("lands", func(t *testing.T) {
