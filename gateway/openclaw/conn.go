@@ -55,14 +55,18 @@ type conn struct {
 	// changesStarted: the change feed's relay runs (it stops with the connection)
 	changesStarted bool
 	aliases        map[string]string // our run id → the client's (its idempotency key)
-	inflight       int
+	// pending: message-subscribed sessions that changed, for messageLoop (kick wakes it)
+	pending  map[string]struct{}
+	kick     chan struct{}
+	inflight int
 }
 
 func newConn(s *Server, ws *websocket.Conn, r *http.Request) *conn {
 	ctx, cancel := context.WithCancel(s.ctx)
 	browser := s.cfg.SignedIn != nil && s.cfg.SignedIn(r)
 	return &conn{srv: s, ws: ws, req: r, browser: browser, remote: r.RemoteAddr, connID: randomHex(8), ctx: ctx, cancel: cancel,
-		out: make(chan outMsg, 1024), subs: map[string]*follower{}}
+		out: make(chan outMsg, 1024), subs: map[string]*follower{},
+		pending: map[string]struct{}{}, kick: make(chan struct{}, 1)}
 }
 
 // run serves the connection: the challenge, the connect handshake, then requests until the client

@@ -3,6 +3,7 @@ package openclaw
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -28,6 +29,7 @@ type follower struct {
 	// transcript entry last announced (or the tail when it subscribed).
 	messages bool
 	lastMsg  string
+	lastLeaf string // the session's leaf when lastMsg was read (unchanged: nothing to read)
 }
 
 // runState is what a run's events need: the client's run id, the event seq and the assistant
@@ -262,7 +264,11 @@ func (c *conn) watchChanges() {
 
 // relayChanges runs, once per connection, the relay of the gateway-wide change feed: as
 // sessions.changed events when the client subscribed to them, and as session.message events for
-// the sessions whose messages it subscribed to.
+// the sessions whose messages it subscribed to. The feed's reader never waits on the store: it
+// marks a changed session pending and messageLoop reads what the transcript gained, so a burst of
+// changes cannot make the feed drop the reader. A reader dropped all the same (it lagged) joins
+// the feed again, tells the client to reload (sessions.changed "resync") and looks at every
+// subscribed session afresh.
 func (c *conn) relayChanges() {
 	c.mu.Lock()
 	started := c.changesStarted
@@ -271,36 +277,97 @@ func (c *conn) relayChanges() {
 	if started {
 		return
 	}
-	sub := c.srv.cfg.Sessions.SubscribeChanges(c.srv.cfg.Sessions.ChangesCursor())
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		defer sub.Close()
-		for {
-			select {
-			case <-c.ctx.Done():
-				return
-			case ch, ok := <-sub.C():
-				if !ok {
-					return
-				}
-				if ch == nil {
-					continue
-				}
-				c.mu.Lock()
-				on := c.changes
-				f := c.subs[ch.ID]
-				msgs := f != nil && f.messages
-				c.mu.Unlock()
-				if on {
-					c.event("sessions.changed", map[string]any{"reason": ch.Kind, "sessionId": ch.ID, "ts": ch.At.UnixMilli()})
-				}
-				if msgs && ch.Kind == sessions.ChangeSessionUpdated {
-					c.announceMessages(f)
-				}
+	c.wg.Add(2)
+	go c.changeLoop()
+	go c.messageLoop()
+}
+
+func (c *conn) changeLoop() {
+	defer c.wg.Done()
+	for {
+		sub := c.srv.cfg.Sessions.SubscribeChanges(c.srv.cfg.Sessions.ChangesCursor())
+		if !c.readChanges(sub) {
+			return
+		}
+		c.mu.Lock()
+		on := c.changes
+		c.mu.Unlock()
+		if on {
+			c.event("sessions.changed", map[string]any{"reason": "resync", "ts": c.srv.nowMs()})
+		}
+		c.markPending("")
+	}
+}
+
+// readChanges relays sub until it ends; true when it ended because this reader lagged (join
+// again), false when the connection or the feed is closing.
+func (c *conn) readChanges(sub *sessions.Subscription[*sessions.Change]) bool {
+	defer sub.Close()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return false
+		case ch, ok := <-sub.C():
+			if !ok {
+				return errors.Is(sub.Err(), sessions.ErrLagged) && c.ctx.Err() == nil
+			}
+			if ch == nil {
+				continue
+			}
+			c.mu.Lock()
+			on := c.changes
+			c.mu.Unlock()
+			if on {
+				c.event("sessions.changed", map[string]any{"reason": ch.Kind, "sessionId": ch.ID, "ts": ch.At.UnixMilli()})
+			}
+			if ch.Kind == sessions.ChangeSessionUpdated {
+				c.markPending(ch.ID)
 			}
 		}
-	}()
+	}
+}
+
+// markPending queues a message-subscribed session ("": every one) for messageLoop.
+func (c *conn) markPending(id string) {
+	c.mu.Lock()
+	for sid, f := range c.subs {
+		if f.messages && (id == "" || sid == id) {
+			c.pending[sid] = struct{}{}
+		}
+	}
+	n := len(c.pending)
+	c.mu.Unlock()
+	if n > 0 {
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// messageLoop announces the new messages of the pending sessions, each once however many
+// changes marked it meanwhile.
+func (c *conn) messageLoop() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-c.kick:
+		}
+		c.mu.Lock()
+		var todo []*follower
+		for id := range c.pending {
+			if f := c.subs[id]; f != nil && f.messages {
+				todo = append(todo, f)
+			}
+		}
+		clear(c.pending)
+		c.mu.Unlock()
+		for _, f := range todo {
+			c.announceMessages(f)
+		}
+	}
 }
 
 // maxMessagesPerUpdate bounds the session.message events one transcript change sends; a client
@@ -317,19 +384,30 @@ func (c *conn) transcriptTail(ctx context.Context, sessionID string) ([]json.Raw
 	return msgs, ids, nil
 }
 
+// current reports whether f still follows its session's messages (not unsubscribed or replaced).
+func (c *conn) current(f *follower) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.subs[f.sessionID] == f && f.messages
+}
+
 // announceMessages sends the messages a session's transcript gained since the last announced
 // one as session.message events (the shape OpenClaw's gateway sends: the message with its
-// entry id and position).
+// entry id and position). The transcript is read only when its leaf moved.
 func (c *conn) announceMessages(f *follower) {
 	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
 	defer cancel()
+	s, err := c.srv.cfg.Sessions.Get(ctx, f.sessionID)
+	c.mu.Lock()
+	last, leaf, key, agent := f.lastMsg, f.lastLeaf, f.key, f.agent
+	c.mu.Unlock()
+	if err != nil || s.LeafID == leaf {
+		return
+	}
 	msgs, ids, err := c.transcriptTail(ctx, f.sessionID)
 	if err != nil {
 		return
 	}
-	c.mu.Lock()
-	last, key, agent := f.lastMsg, f.key, f.agent
-	c.mu.Unlock()
 	from := 0
 	if last != "" {
 		i := slices.Index(ids, last)
@@ -346,24 +424,34 @@ func (c *conn) announceMessages(f *follower) {
 		if json.Unmarshal(msgs[i], &m) != nil || m == nil {
 			continue
 		}
+		if !c.current(f) {
+			return
+		}
 		m["__openclaw"] = map[string]any{"id": ids[i], "seq": i + 1}
 		c.event("session.message", map[string]any{"sessionKey": key, "agentId": agent, "message": m, "messageId": ids[i], "messageSeq": i + 1})
 	}
 	c.mu.Lock()
-	if len(ids) > 0 {
-		f.lastMsg = ids[len(ids)-1]
+	if c.subs[f.sessionID] == f {
+		f.lastLeaf = s.LeafID
+		if len(ids) > 0 {
+			f.lastMsg = ids[len(ids)-1]
+		}
 	}
 	c.mu.Unlock()
 }
 
 // watchMessages marks a followed session for session.message events from its current tail on.
 func (c *conn) watchMessages(ctx context.Context, sessionID string) {
+	s, serr := c.srv.cfg.Sessions.Get(ctx, sessionID)
 	_, ids, err := c.transcriptTail(ctx, sessionID)
 	c.mu.Lock()
 	if f := c.subs[sessionID]; f != nil && !f.messages {
 		f.messages = true
-		if err == nil && len(ids) > 0 {
-			f.lastMsg = ids[len(ids)-1]
+		if err == nil && serr == nil {
+			f.lastLeaf = s.LeafID
+			if len(ids) > 0 {
+				f.lastMsg = ids[len(ids)-1]
+			}
 		}
 	}
 	c.mu.Unlock()

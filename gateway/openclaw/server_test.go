@@ -692,4 +692,42 @@ func TestSessionMessageEvents(t *testing.T) {
 			t.Fatalf("session.message %d: %v, want %q as entry %s at position %d of %s", i, p, want.text, res.EntryIDs[i], i+2, key)
 		}
 	}
+	// After unsubscribe the session's messages stop; the other session's, subscribed now, come.
+	if m := call(c, "unsub", "sessions.messages.unsubscribe", map[string]any{"key": key}); m["ok"] != true {
+		t.Fatalf("unsubscribe: %v", m)
+	}
+	otherKey := sessionKeyFor(other.Agent, other.ID)
+	if m := call(c, "sub2", "sessions.messages.subscribe", map[string]any{"key": otherKey}); m["ok"] != true {
+		t.Fatalf("subscribe: %v", m)
+	}
+	if _, err := r.sess.Commit(ctx, sessions.CommitParams{SessionID: s.ID, OwnerEpoch: s.OwnerEpoch, RunEpoch: 3, Seq: 1, BaseLeafID: res.NewLeafID,
+		Messages: []protocol.Message{text(protocol.RoleUser, "after unsubscribe")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.sess.Commit(ctx, sessions.CommitParams{SessionID: other.ID, OwnerEpoch: other.OwnerEpoch, RunEpoch: 2, Seq: 1,
+		BaseLeafID: mustLeaf(t, r, other.ID), Messages: []protocol.Message{text(protocol.RoleUser, "to the other")}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m := c.read()
+		if m["type"] != "event" || m["event"] != "session.message" {
+			continue
+		}
+		p := m["payload"].(map[string]any)
+		if p["sessionKey"] == key {
+			t.Fatalf("a session.message after unsubscribe: %v", p)
+		}
+		if p["sessionKey"] == otherKey {
+			break
+		}
+	}
+}
+
+func mustLeaf(t *testing.T, r *rig, id string) string {
+	t.Helper()
+	s, err := r.sess.Get(testCtx(t), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.LeafID
 }
