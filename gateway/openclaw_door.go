@@ -99,14 +99,7 @@ func newOpenClawDoor(d openClawDeps) (*openclaw.Server, error) {
 			if err != nil {
 				return nil, err
 			}
-			out := make([]openclaw.CloudProfile, 0, len(list))
-			for _, p := range list {
-				var st cloudSettings
-				_ = json.Unmarshal(p.Settings, &st) // settings of other shapes show as empty
-				out = append(out, openclaw.CloudProfile{ID: p.ID, Provider: p.Provider, Backend: st.Provider, Class: st.Class,
-					TTL: st.TTL, IdleTimeout: st.IdleTimeout, Binary: st.Binary})
-			}
-			return out, nil
+			return cloudProfiles(list), nil
 		},
 		ApplyProfiles: func(ctx context.Context, ch openclaw.ProfileChanges) error {
 			return applyCloudProfiles(ctx, d.profiles, ch)
@@ -245,8 +238,26 @@ func applyCloudProfiles(ctx context.Context, ps *profiles.Store, ch openclaw.Pro
 		p.Settings, _ = json.Marshal(settings)
 		puts = append(puts, &p)
 	}
-	// All validated, then all written in one transaction: a refusal changes nothing.
-	return ps.Apply(ctx, puts, ch.Delete)
+	// All validated, then all written in one transaction: a refusal changes nothing, and so does
+	// a change made meanwhile by another door (the CLI, the API) that the client has not seen.
+	return ps.Apply(ctx, puts, ch.Delete, func(now []providers.Profile) error {
+		if ch.BaseHash != "" && openclaw.ConfigHash(cloudProfiles(now)) != ch.BaseHash {
+			return openclaw.ErrConfigChanged
+		}
+		return nil
+	})
+}
+
+// cloudProfiles is our profiles as OpenClaw's cloudWorkers.profiles shows them.
+func cloudProfiles(list []providers.Profile) []openclaw.CloudProfile {
+	out := make([]openclaw.CloudProfile, 0, len(list))
+	for _, p := range list {
+		var st cloudSettings
+		_ = json.Unmarshal(p.Settings, &st) // settings of other shapes show as empty
+		out = append(out, openclaw.CloudProfile{ID: p.ID, Provider: p.Provider, Backend: st.Provider, Class: st.Class,
+			TTL: st.TTL, IdleTimeout: st.IdleTimeout, Binary: st.Binary})
+	}
+	return out
 }
 
 // placementRefusal is a refused dispatch or pull-back as the OpenClaw door reports it: bad input

@@ -161,6 +161,12 @@ func (r Registry) Names() []string {
 
 // ValidateProfile checks the profile's common fields and, when the provider supports it, its settings.
 func (r Registry) ValidateProfile(p *Profile) error {
+	return r.ValidateProfileContext(context.Background(), p)
+}
+
+// ValidateProfileContext is ValidateProfile bounded by ctx where the provider's validation runs
+// something (a ContextValidator).
+func (r Registry) ValidateProfileContext(ctx context.Context, p *Profile) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
@@ -168,12 +174,21 @@ func (r Registry) ValidateProfile(p *Profile) error {
 	if err != nil {
 		return err
 	}
+	if v, ok := prov.(ContextValidator); ok {
+		return v.ValidateSettingsContext(ctx, p.Settings)
+	}
 	if v, ok := prov.(Validator); ok {
 		if err := v.ValidateSettings(p.Settings); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// ContextValidator is a Validator whose validation runs a program (a lease CLI's --version),
+// bounded by the caller's context as well as its own timeout.
+type ContextValidator interface {
+	ValidateSettingsContext(ctx context.Context, settings json.RawMessage) error
 }
 
 // Warner is implemented by providers that attach operator warnings to their profiles.

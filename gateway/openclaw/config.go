@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -26,7 +27,13 @@ type CloudProfile struct {
 type ProfileChanges struct {
 	Put    []CloudProfile
 	Delete []string
+	// BaseHash is the config hash the patch was made against: the apply is refused with
+	// ErrConfigChanged if the profiles no longer hash to it when they are written.
+	BaseHash string
 }
+
+// ErrConfigChanged refuses a patch made against profiles that changed since.
+var ErrConfigChanged = errors.New("config changed since last load; re-run config.get and retry")
 
 // configPath names where this projection comes from (config.get's path).
 const configPath = "gateway profiles (openclaw profile list)"
@@ -35,26 +42,42 @@ const configPath = "gateway profiles (openclaw profile list)"
 // writes included.
 const configPatchTimeout = 2 * time.Minute
 
+// configSlotWait bounds how long a config.patch waits for the one before it.
+const configSlotWait = 30 * time.Second
+
 // maxPatchProfiles bounds the profiles one config.patch may touch.
 const maxPatchProfiles = 64
 
 // configView is the projection of this gateway's state that OpenClaw's configuration editor reads:
 // only cloudWorkers.profiles, which maps onto our profiles; everything else is absent.
 func (c *conn) configView(ctx context.Context) (map[string]any, string, *errorShape) {
-	profiles := map[string]any{}
+	var list []CloudProfile
 	if c.srv.cfg.CloudProfiles != nil {
-		list, err := c.srv.cfg.CloudProfiles(ctx)
-		if err != nil {
+		var err error
+		if list, err = c.srv.cfg.CloudProfiles(ctx); err != nil {
 			return nil, "", errf(CodeUnavailable, err.Error())
 		}
-		for _, p := range list {
-			profiles[p.ID] = profileView(p)
-		}
+	}
+	cfg, hash := configOf(list)
+	return cfg, hash, nil
+}
+
+// configOf is the projection of profiles and its hash.
+func configOf(list []CloudProfile) (map[string]any, string) {
+	profiles := map[string]any{}
+	for _, p := range list {
+		profiles[p.ID] = profileView(p)
 	}
 	cfg := map[string]any{"cloudWorkers": map[string]any{"profiles": profiles}}
 	b, _ := json.Marshal(cfg) // map keys sorted: the same state gives the same hash
 	sum := sha256.Sum256(b)
-	return cfg, "sha256:" + hex.EncodeToString(sum[:16]), nil
+	return cfg, "sha256:" + hex.EncodeToString(sum[:16])
+}
+
+// ConfigHash is config.get's hash of these profiles (what a patch's baseHash names).
+func ConfigHash(list []CloudProfile) string {
+	_, h := configOf(list)
+	return h
 }
 
 func profileView(p CloudProfile) map[string]any {
@@ -110,14 +133,16 @@ func (c *conn) configPatch(f inFrame) (any, *errorShape) {
 	// Validating a profile may run its lease program (crabbox --version), so this runs as a
 	// long method, bounded by configPatchTimeout. One patch at a time: the base hash checked
 	// below is the state the patch is applied to.
-	ctx, cancel := context.WithTimeout(c.ctx, configPatchTimeout)
-	defer cancel()
+	wait, stopWaiting := context.WithTimeout(c.ctx, configSlotWait)
+	defer stopWaiting()
 	select {
 	case c.srv.configMu <- struct{}{}:
 		defer func() { <-c.srv.configMu }()
-	case <-ctx.Done():
-		return nil, errf(CodeUnavailable, "config.patch: another config change is still being applied; retry")
+	case <-wait.Done():
+		return nil, &errorShape{Code: CodeUnavailable, Message: "config.patch: another config change is still being applied; retry", Retryable: true, RetryAfterMs: 5000}
 	}
+	ctx, cancel := context.WithTimeout(c.ctx, configPatchTimeout)
+	defer cancel()
 	cur, hash, e := c.configView(ctx)
 	if e != nil {
 		return nil, e
@@ -182,7 +207,14 @@ func (c *conn) configPatch(f inFrame) (any, *errorShape) {
 		}
 		ch.Put = append(ch.Put, cp)
 	}
+	ch.BaseHash = hash
 	if err := c.srv.cfg.ApplyProfiles(ctx, ch); err != nil {
+		if errors.Is(err, ErrConfigChanged) {
+			return nil, errf(CodeInvalidRequest, ErrConfigChanged.Error())
+		}
+		if ctx.Err() != nil {
+			return nil, errf(CodeUnavailable, "config.patch: validating and writing the profiles took longer than "+configPatchTimeout.String()+"; nothing was changed")
+		}
 		return nil, errf(CodeInvalidRequest, "config.patch: "+truncate(err.Error(), 1000))
 	}
 	cfg, hash, e := c.configView(ctx)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"slices"
 	"sort"
@@ -455,13 +456,17 @@ func (c *conn) sessionsCreate(f inFrame) (any, *errorShape) {
 	if fresh {
 		dir, err := c.srv.cfg.NewWorkspace(s.ID)
 		if err == nil {
-			err = c.srv.cfg.Sessions.SetWorkspace(ctx, s.ID, dir)
+			if err = c.srv.cfg.Sessions.SetWorkspace(ctx, s.ID, dir); err != nil {
+				_ = os.Remove(dir) // made a moment ago, still empty
+			}
 		}
 		if err != nil {
 			// The reason (a path of the data dir) stays in the gateway's log; the half-made
 			// session is archived so it does not linger as a session without its workspace.
 			c.srv.cfg.Log.Warn("new workspace", "session", s.ID, "err", err)
-			if _, aerr := c.srv.cfg.Sessions.SetArchived(context.WithoutCancel(ctx), s.ID, true); aerr != nil {
+			actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer acancel()
+			if _, aerr := c.srv.cfg.Sessions.SetArchived(actx, s.ID, true); aerr != nil {
 				c.srv.cfg.Log.Warn("archive session without workspace", "session", s.ID, "err", aerr)
 			}
 			return nil, errf(CodeUnavailable, "sessions.create: the new workspace could not be made (the gateway's log says why); retry")

@@ -40,8 +40,13 @@ func New(db *store.DB, registry providers.Registry, log *slog.Logger) *Store {
 
 // Prepare fills defaults, validates and attaches provider warnings.
 func (s *Store) Prepare(p *providers.Profile) error {
+	return s.PrepareContext(context.Background(), p)
+}
+
+// PrepareContext is Prepare with the provider's validation bounded by ctx.
+func (s *Store) PrepareContext(ctx context.Context, p *providers.Profile) error {
 	p.SetDefaults()
-	if err := s.registry.ValidateProfile(p); err != nil {
+	if err := s.registry.ValidateProfileContext(ctx, p); err != nil {
 		return err
 	}
 	p.Warnings = nil
@@ -63,19 +68,33 @@ func (s *Store) Put(ctx context.Context, p *providers.Profile) (created bool, er
 	if err != nil {
 		return false, fmt.Errorf("store profile %s: %w", p.ID, err)
 	}
+	s.logWarnings(p)
 	return created, nil
 }
 
 // Apply deletes and creates or replaces profiles all at once: every profile to put is prepared
 // (validated) first, then the deletes and puts run in one transaction, so a refusal (a bad
 // profile, a profile in use) leaves every profile as it was.
-func (s *Store) Apply(ctx context.Context, puts []*providers.Profile, deletes []string) error {
+//
+// guard, when not nil, is called inside the transaction with every profile as it is there,
+// before any change: an error from it (the profiles changed since the caller read them) refuses
+// the whole call.
+func (s *Store) Apply(ctx context.Context, puts []*providers.Profile, deletes []string, guard func([]providers.Profile) error) error {
 	for _, p := range puts {
-		if err := s.Prepare(p); err != nil {
+		if err := s.PrepareContext(ctx, p); err != nil {
 			return fmt.Errorf("profile %s: %w", p.ID, err)
 		}
 	}
-	return s.db.InTx(ctx, func(tx *sql.Tx) error {
+	err := s.db.InTx(ctx, func(tx *sql.Tx) error {
+		if guard != nil {
+			now, err := store.Query(ctx, tx, s.scan, `SELECT `+cols+` FROM profiles ORDER BY id`)
+			if err != nil {
+				return err
+			}
+			if err := guard(now); err != nil {
+				return err
+			}
+		}
 		for _, id := range deletes {
 			if err := s.deleteTx(ctx, tx, id); err != nil {
 				return err
@@ -88,13 +107,23 @@ func (s *Store) Apply(ctx context.Context, puts []*providers.Profile, deletes []
 		}
 		return nil
 	})
+	if err == nil {
+		for _, p := range puts {
+			s.logWarnings(p)
+		}
+	}
+	return err
+}
+
+// logWarnings logs a stored profile's provider warnings.
+func (s *Store) logWarnings(p *providers.Profile) {
+	for _, w := range p.Warnings {
+		s.log.Warn("profile warning", "profile", p.ID, "provider", p.Provider, "warning", w)
+	}
 }
 
 // putTx writes a prepared profile.
 func (s *Store) putTx(ctx context.Context, tx *sql.Tx, p *providers.Profile) (created bool, err error) {
-	for _, w := range p.Warnings {
-		s.log.Warn("profile warning", "profile", p.ID, "provider", p.Provider, "warning", w)
-	}
 	hyg, _ := json.Marshal(p.Hygiene)
 	if p.Hygiene == nil {
 		hyg = []byte("{}")

@@ -135,7 +135,7 @@ func TestApplyIsAllOrNothing(t *testing.T) {
 		return out
 	}
 	// idle's delete and new's put come first in the call; busy's delete is refused.
-	err := s.Apply(ctx, []*providers.Profile{{ID: "new", Provider: "fake"}}, []string{"idle", "busy"})
+	err := s.Apply(ctx, []*providers.Profile{{ID: "new", Provider: "fake"}}, []string{"idle", "busy"}, nil)
 	if !errors.Is(err, profiles.ErrInUse) {
 		t.Fatalf("Apply deleting a profile in use: %v, want ErrInUse", err)
 	}
@@ -143,14 +143,29 @@ func TestApplyIsAllOrNothing(t *testing.T) {
 		t.Fatalf("after a refused Apply the profiles are %s, want busy,idle unchanged", got)
 	}
 	// an invalid put refuses the whole call, deletes included
-	err = s.Apply(ctx, []*providers.Profile{{ID: "new", Provider: "fake"}, {ID: "bad", Provider: "no-such-provider"}}, []string{"idle"})
+	err = s.Apply(ctx, []*providers.Profile{{ID: "new", Provider: "fake"}, {ID: "bad", Provider: "no-such-provider"}}, []string{"idle"}, nil)
 	if err == nil || !strings.Contains(err.Error(), "bad") {
 		t.Fatalf("Apply with an invalid profile: %v, want an error naming it", err)
 	}
 	if got := strings.Join(ids(), ","); got != "busy,idle" {
 		t.Fatalf("after a refused Apply the profiles are %s, want busy,idle unchanged", got)
 	}
-	if err := s.Apply(ctx, []*providers.Profile{{ID: "new", Provider: "fake"}}, []string{"idle"}); err != nil {
+	// a guard that sees the profiles changed refuses the whole call too
+	stale := errors.New("changed meanwhile")
+	var seen []string
+	err = s.Apply(ctx, []*providers.Profile{{ID: "new", Provider: "fake"}}, []string{"idle"}, func(now []providers.Profile) error {
+		for _, p := range now {
+			seen = append(seen, p.ID)
+		}
+		return stale
+	})
+	if !errors.Is(err, stale) || strings.Join(seen, ",") != "busy,idle" {
+		t.Fatalf("Apply with a refusing guard: %v (the guard saw %v)", err, seen)
+	}
+	if got := strings.Join(ids(), ","); got != "busy,idle" {
+		t.Fatalf("after a guard's refusal the profiles are %s, want busy,idle unchanged", got)
+	}
+	if err := s.Apply(ctx, []*providers.Profile{{ID: "new", Provider: "fake"}}, []string{"idle"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.Join(ids(), ","); got != "busy,new" {

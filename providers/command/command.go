@@ -58,12 +58,18 @@ func LeaseIDFor(prefix, opID string) string {
 
 // ValidateSettings checks a profile's settings and names the first bad field.
 func (p *Provider) ValidateSettings(raw json.RawMessage) error {
+	return p.ValidateSettingsContext(context.Background(), raw)
+}
+
+// ValidateSettingsContext is ValidateSettings whose program runs (a Crabbox binary's --version)
+// end with ctx as well as at the profile's timeout.
+func (p *Provider) ValidateSettingsContext(ctx context.Context, raw json.RawMessage) error {
 	c, err := p.compile(raw)
 	if err != nil || p.validate == nil {
 		return err
 	}
 	c.workDir = p.cfg.WorkRoot
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	return p.validate(ctx, c)
 }

@@ -493,3 +493,26 @@ func TestFormatDurationAndLeaseID(t *testing.T) {
 		t.Fatalf("lease ids %q %q", a, b)
 	}
 }
+
+// A Crabbox binary that never answers --version is cut when the caller's context ends (a
+// config.patch's deadline), not only at the profile's own timeout.
+func TestValidateSettingsEndsWithTheCallersContext(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "crabbox")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\nexec sleep 600\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	settings, _ := json.Marshal(map[string]any{"binary": bin, "timeout": "10m"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- NewCrabbox(testConfig(t)).ValidateSettingsContext(ctx, settings) }()
+	cancel()
+	select {
+	case err := <-done:
+		var fe *providers.FieldError
+		if !errors.As(err, &fe) || fe.Field != "settings.binary" {
+			t.Fatalf("validation cut by its context: %v, want a settings.binary error", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("validation went on after its context ended")
+	}
+}
