@@ -161,6 +161,9 @@ func Strings(ctx context.Context, q Querier, query string, args ...any) ([]strin
 	}, query, args...)
 }
 
+// Reader is the pool reads go through (R), for packages that take the database as an interface.
+func (db *DB) Reader() *sql.DB { return db.R }
+
 // InTx runs fn in one write transaction, committing when fn returns nil.
 func (db *DB) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := db.W.BeginTx(ctx, nil)

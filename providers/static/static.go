@@ -16,7 +16,6 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/providers"
 )
@@ -50,9 +49,20 @@ type Settings struct {
 	Hosts []Host `json:"hosts"`
 }
 
+// DB is what the provider needs of the gateway's database (gateway/store.DB has it): reads and
+// transactions over its static_claims table. An interface, so that a provider, on a lower floor
+// than the gateway, does not import the gateway's store.
+type DB interface {
+	Reader() *sql.DB
+	InTx(ctx context.Context, fn func(*sql.Tx) error) error
+}
+
+// timeFormat is how the gateway's database writes times (gateway/store.TimeFormat).
+const timeFormat = "2006-01-02T15:04:05.000Z07:00"
+
 // Provider claims hosts of static profiles durably in the gateway database.
 type Provider struct {
-	db *store.DB
+	db DB
 	// Clock dates the claims (the real clock when nil).
 	Clock clock.Clock
 }
@@ -66,7 +76,7 @@ var (
 )
 
 // New returns a static provider that keeps its claims in db.
-func New(db *store.DB) *Provider { return &Provider{db: db} }
+func New(db DB) *Provider { return &Provider{db: db} }
 
 // LeaseIDFor derives the lease id of an operation: "st_" + the first 12 hex digits of sha256(opID).
 func LeaseIDFor(opID string) string {
@@ -221,7 +231,7 @@ func (p *Provider) Provision(ctx context.Context, prof providers.Profile, opID s
 			c = claim{leaseID: leaseID, addr: h.addr(), envID: req.EnvironmentID, gatewayID: req.GatewayID}
 			_, err := tx.ExecContext(ctx, `INSERT INTO static_claims
 				(profile_id, host_index, host_addr, lease_id, operation_id, environment_id, gateway_id, claimed_at)
-				VALUES (?,?,?,?,?,?,?,?)`, prof.ID, i, c.addr, c.leaseID, opID, c.envID, c.gatewayID, store.FormatTime(clock.Or(p.Clock).Now()))
+				VALUES (?,?,?,?,?,?,?,?)`, prof.ID, i, c.addr, c.leaseID, opID, c.envID, c.gatewayID, clock.Or(p.Clock).Now().UTC().Format(timeFormat))
 			if err != nil {
 				return fmt.Errorf("claim %s: %w", c.addr, err)
 			}
@@ -242,7 +252,7 @@ func (p *Provider) Provision(ctx context.Context, prof providers.Profile, opID s
 // Inspect reports a claimed lease as ready and a released one as gone.
 func (p *Provider) Inspect(ctx context.Context, prof providers.Profile, l providers.Lease) (providers.LeaseStatus, error) {
 	c := claim{leaseID: l.ID}
-	err := p.db.R.QueryRowContext(ctx, `SELECT host_addr, environment_id, gateway_id FROM static_claims WHERE lease_id = ?`,
+	err := p.db.Reader().QueryRowContext(ctx, `SELECT host_addr, environment_id, gateway_id FROM static_claims WHERE lease_id = ?`,
 		l.ID).Scan(&c.addr, &c.envID, &c.gatewayID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return providers.LeaseStatus{LeaseID: l.ID, State: StateReleased, Gone: true}, nil
@@ -277,7 +287,7 @@ func (p *Provider) Destroy(ctx context.Context, _ providers.Profile, l providers
 
 // List returns the profile's claimed hosts.
 func (p *Provider) List(ctx context.Context, prof providers.Profile) ([]providers.LeaseStatus, error) {
-	rows, err := p.db.R.QueryContext(ctx, `SELECT lease_id, host_addr, environment_id, gateway_id
+	rows, err := p.db.Reader().QueryContext(ctx, `SELECT lease_id, host_addr, environment_id, gateway_id
 		FROM static_claims WHERE profile_id = ? ORDER BY host_index, lease_id`, prof.ID)
 	if err != nil {
 		return nil, fmt.Errorf("list static claims of %s: %w", prof.ID, err)

@@ -178,3 +178,10 @@ func TestValidateSettingsNamesTheField(t *testing.T) {
 		t.Fatalf("warnings = %q", w)
 	}
 }
+
+// Claims are dated as the rest of the gateway's database dates its rows (sortable as text).
+func TestClaimTimesAreTheStoresFormat(t *testing.T) {
+	if timeFormat != store.TimeFormat {
+		t.Fatalf("static claims are dated %q, the store writes %q", timeFormat, store.TimeFormat)
+	}
+}
