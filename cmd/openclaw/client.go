@@ -12,9 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/openclaw/cloudworkers/cmd/openclaw/internal/console"
 	"github.com/openclaw/cloudworkers/gateway"
 	"github.com/openclaw/cloudworkers/gateway/api"
-	"github.com/openclaw/cloudworkers/internal/console"
 )
 
 // client builds an API client from the global flags (and the context they did not override).

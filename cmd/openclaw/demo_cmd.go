@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/openclaw/cloudworkers/internal/demo"
+	"github.com/openclaw/cloudworkers/cmd/openclaw/internal/demo"
 )
 
 func newDemoCmd(g *globals) *cobra.Command {

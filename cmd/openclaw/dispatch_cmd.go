@@ -8,10 +8,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/openclaw/cloudworkers/cmd/openclaw/internal/console"
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/placement"
-	"github.com/openclaw/cloudworkers/internal/console"
 )
 
 // watchPlacement prints each placement step after the first skip as it happens, until the

@@ -12,9 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/openclaw/cloudworkers/cmd/openclaw/internal/console"
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/turns"
-	"github.com/openclaw/cloudworkers/internal/console"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 

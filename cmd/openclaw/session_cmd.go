@@ -13,9 +13,9 @@ import (
 	"github.com/coder/websocket"
 	"github.com/spf13/cobra"
 
+	"github.com/openclaw/cloudworkers/cmd/openclaw/internal/console"
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
-	"github.com/openclaw/cloudworkers/internal/console"
 )
 
 func newSessionCmd(g *globals) *cobra.Command {

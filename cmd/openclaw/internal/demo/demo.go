@@ -18,9 +18,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/openclaw/cloudworkers/cmd/openclaw/internal/console"
 	"github.com/openclaw/cloudworkers/gateway"
 	"github.com/openclaw/cloudworkers/gateway/api"
-	"github.com/openclaw/cloudworkers/internal/console"
 	"github.com/openclaw/cloudworkers/internal/gitforge"
 	"github.com/openclaw/cloudworkers/providers/local"
 )

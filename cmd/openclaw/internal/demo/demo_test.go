@@ -10,7 +10,7 @@ import (
 // TestBuiltinScriptIsTheExample: `openclaw demo` without --script runs the same turns as
 // `make demo`, which passes examples/demo/script.json.
 func TestBuiltinScriptIsTheExample(t *testing.T) {
-	b, err := os.ReadFile("../../examples/demo/script.json")
+	b, err := os.ReadFile("../../../../examples/demo/script.json")
 	if err != nil {
 		t.Fatal(err)
 	}

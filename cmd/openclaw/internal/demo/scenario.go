@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/openclaw/cloudworkers/cmd/openclaw/internal/console"
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/bootstrap"
 	"github.com/openclaw/cloudworkers/gateway/envs"
@@ -20,7 +21,6 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/internal/clock"
-	"github.com/openclaw/cloudworkers/internal/console"
 	"github.com/openclaw/cloudworkers/internal/gitforge"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/providers/local"

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/openclaw/cloudworkers/cmd/openclaw/internal/console"
 	"github.com/openclaw/cloudworkers/gateway/agents"
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/internal/clock"
-	"github.com/openclaw/cloudworkers/internal/console"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/providers/local"
 )
