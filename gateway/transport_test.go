@@ -28,7 +28,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/auth"
 	"github.com/openclaw/cloudworkers/gateway/occ"
 	"github.com/openclaw/cloudworkers/gateway/store"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/providers/fake"
 )

@@ -20,7 +20,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/openclaw/cloudworkers/gateway/api"
-	"github.com/openclaw/cloudworkers/internal/browsertest"
+	"github.com/openclaw/cloudworkers/internal/testrig/browsertest"
 	"github.com/openclaw/cloudworkers/ui"
 )
 

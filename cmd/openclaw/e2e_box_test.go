@@ -21,7 +21,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/boxaccess"
 	"github.com/openclaw/cloudworkers/gateway/envs"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 )
 
 // boxCmd is the CLI against g with the global flags first, so that nothing is appended after an

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 )
 
 // `openclaw demo --keep` passes, leaves its gateway running and prints the Control UI's sign-in

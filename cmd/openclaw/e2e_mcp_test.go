@@ -16,7 +16,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/openclaw/cloudworkers/gateway/mcp"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 )
 
 // mcpScript is one worker turn: edit a tracked file, commit it, answer.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 )
 
 // TestGatewayMCPSessionCap: the gateway's mcp.maxSessionsPerToken reaches /mcp: with a cap of 2 a

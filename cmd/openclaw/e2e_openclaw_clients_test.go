@@ -20,7 +20,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/turns"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 )
 
 // The scripts of the OpenClaw-clients suite: a turn that reads a file with a tool, and one whose

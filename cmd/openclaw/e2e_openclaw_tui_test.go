@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 )
 
 // tuiScript is the model of the TUI test: the reply of the turn already in the session's history,

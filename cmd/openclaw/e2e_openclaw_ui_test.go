@@ -17,8 +17,8 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/inference/scripted"
 	"github.com/openclaw/cloudworkers/gateway/turns"
-	"github.com/openclaw/cloudworkers/internal/browsertest"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/browsertest"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 )
 
 // chromiumIn starts headless Chromium inside ns (OpenClaw's Control UI reaches for icons and a

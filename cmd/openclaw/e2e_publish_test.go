@@ -12,9 +12,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/openclaw/cloudworkers/gateway/placement"
-	"github.com/openclaw/cloudworkers/internal/browsertest"
 	"github.com/openclaw/cloudworkers/internal/gitforge"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/browsertest"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 )
 
 const forgeToken = "ghs_e2ePublishToken0123456789abcdefXYZ"

@@ -9,7 +9,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/store"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 )
 
 // modelKey is the gateway's own model key in TestPullBackSecretScan: no pattern rule matches

@@ -18,7 +18,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/tunnel/tunneltest"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 	"github.com/openclaw/cloudworkers/providers/local"
 )
 

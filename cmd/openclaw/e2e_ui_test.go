@@ -13,8 +13,8 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/tunnel/tunneltest"
 	"github.com/openclaw/cloudworkers/gateway/turns"
-	"github.com/openclaw/cloudworkers/internal/browsertest"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/browsertest"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 )
 
 // rootRel is the repository root seen from this package (screenshots go to docs/ there).

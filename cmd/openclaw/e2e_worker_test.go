@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/envs"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 	"github.com/openclaw/cloudworkers/providers/local"
 )
 

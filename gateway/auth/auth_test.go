@@ -18,7 +18,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/gateway/store/storetest"
 	"github.com/openclaw/cloudworkers/internal/clock"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 )
 
 const token = "operator-token-0123456789abcdef0123"

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"text/tabwriter"
 
-	"github.com/openclaw/cloudworkers/internal/netnsbox"
+	"github.com/openclaw/cloudworkers/internal/testrig/netnsbox"
 )
 
 // EnvBench turns the benchmarks on; without it every test here skips at once (`make test`).

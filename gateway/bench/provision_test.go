@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
-	"github.com/openclaw/cloudworkers/internal/netnsbox"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/netnsbox"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/providers/local"
 )

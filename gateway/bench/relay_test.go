@@ -14,8 +14,8 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/inference"
 	"github.com/openclaw/cloudworkers/gateway/inference/openai"
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
-	"github.com/openclaw/cloudworkers/internal/netnsbox"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/netnsbox"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/worker/remote"
 )

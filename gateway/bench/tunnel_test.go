@@ -19,8 +19,8 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
-	"github.com/openclaw/cloudworkers/internal/netnsbox"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/netnsbox"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 )
 
 // bulkBytes and bulkReps size section 3: each direction, each forward.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
 	"github.com/openclaw/cloudworkers/gateway/tunnel/tunneltest"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 )
 
 // TestRunHonoursContextOnSilentBox: a box that completes the handshake and never answers a

@@ -15,7 +15,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/hub"
 	"github.com/openclaw/cloudworkers/gateway/store/storetest"
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 	"github.com/openclaw/cloudworkers/providers/local"
 	"github.com/openclaw/cloudworkers/providers/local/localtest"
 )

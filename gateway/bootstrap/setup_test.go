@@ -11,7 +11,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/gateway/store/storetest"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/providers/fake"
 	"github.com/openclaw/cloudworkers/providers/local/localtest"

@@ -24,7 +24,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/gateway/store/storetest"
 	"github.com/openclaw/cloudworkers/gateway/tunnel/tunneltest"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/providers/fake"
 )

@@ -12,7 +12,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/credentials"
 	"github.com/openclaw/cloudworkers/gateway/credentials/credentialstest"
 	"github.com/openclaw/cloudworkers/gateway/store"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 )
 
 func TestSetGetListDelete(t *testing.T) {

@@ -25,7 +25,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/inference/inferencetest"
 	"github.com/openclaw/cloudworkers/gateway/occ"
 	"github.com/openclaw/cloudworkers/gateway/store"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/internal/clock"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/providers/fake"
 )

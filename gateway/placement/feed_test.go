@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/sessions"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 )
 
 // TestPlacementChangesAreOnTheFeed: every committed change of a placement (a transition, a turn

@@ -17,7 +17,7 @@ import (
 	"github.com/google/go-github/v89/github"
 
 	"github.com/openclaw/cloudworkers/internal/gitforge"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 	"github.com/openclaw/cloudworkers/providers"
 )
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/internal/gitforge"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 	"github.com/openclaw/cloudworkers/providers"
 )
 

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/sessions"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 )
 
 // TestAdmissionReadsThePlacementRow: where a turn runs is the placement's, its one copy. A session

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/sessions"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/store/storetest"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 )
 
 // TestCloseIsBoundedByItsContext: a turn that does not stop when cancelled cannot hold the

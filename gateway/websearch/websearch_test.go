@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/websearch"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/worker/tools"
 )

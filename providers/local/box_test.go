@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/tunnel/tunneltest"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 )

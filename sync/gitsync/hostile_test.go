@@ -17,7 +17,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 	"github.com/openclaw/cloudworkers/sync/gitexec"
 	"github.com/openclaw/cloudworkers/sync/internal/synctest"
 	"github.com/openclaw/cloudworkers/sync/stream"

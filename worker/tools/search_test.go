@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 )
 
 func searchTree(t *testing.T) (*Set, string) {

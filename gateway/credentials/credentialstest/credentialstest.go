@@ -8,7 +8,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/credentials"
 	"github.com/openclaw/cloudworkers/gateway/store"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 )
 
 // Open opens (and migrates) a gateway database in dir, closed when t ends, and the credential

@@ -5,7 +5,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/openclaw/cloudworkers/internal/netnsbox"
+	"github.com/openclaw/cloudworkers/internal/testrig/netnsbox"
 )
 
 // Box is a machine reachable over SSH for sync tests: an in-process local box or a network

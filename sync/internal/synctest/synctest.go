@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 	"github.com/openclaw/cloudworkers/sync/gitexec"
 )
 

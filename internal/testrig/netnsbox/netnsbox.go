@@ -19,7 +19,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
-	"github.com/openclaw/cloudworkers/internal/testenv"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 	"github.com/openclaw/cloudworkers/providers/local/localtest"
 )
 
