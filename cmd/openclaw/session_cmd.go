@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/openclaw/cloudworkers/cmd/openclaw/internal/console"
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/internal/atomicfile"
 )
 
 func newSessionCmd(g *globals) *cobra.Command {
@@ -231,36 +231,12 @@ whole or not at all (temp file, fsync, rename).`,
 			if file == "" || file == "-" {
 				return sessions.WriteJSONL(stdout, t)
 			}
-			return writeFileAtomic(file, func(w io.Writer) error { return sessions.WriteJSONL(w, t) })
+			return atomicfile.WriteFunc(file, 0o644, func(w io.Writer) error { return sessions.WriteJSONL(w, t) })
 		}),
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "file to write (default stdout)")
 	cmd.Flags().StringVarP(&format, "output", "o", "jsonl", "output format: jsonl (the only one)")
 	return cmd
-}
-
-// writeFileAtomic writes path through a temp file that is fsynced and renamed into place.
-func writeFileAtomic(path string, write func(io.Writer) error) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if err := write(f); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Chmod(f.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }
 
 func newSessionWatchCmd(g *globals) *cobra.Command {

@@ -33,11 +33,50 @@ func WriteUnsynced(path string, data []byte, mode fs.FileMode) error {
 	})
 }
 
-func write(path string, mode fs.FileMode, durable bool, fn func(io.Writer) error) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+func write(path string, mode fs.FileMode, durable bool, fn func(io.Writer) error) error {
+	st, err := stage(path, mode, durable, fn)
 	if err != nil {
 		return err
+	}
+	return st.Commit()
+}
+
+// Staged is new content written and synced beside its path, not yet in place: several files
+// can be staged first and put in place one after the other only once all of them were written
+// (a multi-file patch).
+type Staged struct {
+	path, tmp string
+	durable   bool
+}
+
+// Stage writes data beside path as Write does, without renaming it over path yet.
+func Stage(path string, data []byte, mode fs.FileMode) (*Staged, error) {
+	return stage(path, mode, true, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// Commit renames the staged content over its path and fsyncs the directory; on error the
+// staged file is removed and path keeps what it had.
+func (s *Staged) Commit() error {
+	if err := os.Rename(s.tmp, s.path); err != nil {
+		_ = os.Remove(s.tmp)
+		return err
+	}
+	if s.durable {
+		syncDir(filepath.Dir(s.path))
+	}
+	return nil
+}
+
+// Discard removes the staged content (after a Commit, it does nothing).
+func (s *Staged) Discard() { _ = os.Remove(s.tmp) }
+
+func stage(path string, mode fs.FileMode, durable bool, fn func(io.Writer) error) (_ *Staged, err error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return nil, err
 	}
 	tmp := f.Name()
 	defer func() {
@@ -56,15 +95,9 @@ func write(path string, mode fs.FileMode, durable bool, fn func(io.Writer) error
 		err = cerr
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if durable {
-		syncDir(dir)
-	}
-	return nil
+	return &Staged{path: path, tmp: tmp, durable: durable}, nil
 }
 
 // syncDir fsyncs a directory so a rename in it survives a crash. Its error is not returned: the

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/openclaw/cloudworkers/internal/atomicfile"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
@@ -397,10 +398,10 @@ func (t *patchTool) Run(ctx context.Context, args json.RawMessage) (Result, erro
 // commitFiles writes the patched state: every new content is staged in a temp file first, then
 // renamed into place, then deletions run. A failure while renaming restores what was replaced.
 func commitFiles(state map[string]*vfile, order []string) error {
-	staged := map[string]string{}
+	staged := map[string]*atomicfile.Staged{}
 	cleanup := func() {
-		for _, tmp := range staged {
-			os.Remove(tmp)
+		for _, st := range staged {
+			st.Discard()
 		}
 	}
 	for _, abs := range order {
@@ -408,12 +409,12 @@ func commitFiles(state map[string]*vfile, order []string) error {
 		if !f.exists || (f.existed && f.content == f.orig) {
 			continue
 		}
-		tmp, err := stageFile(abs, []byte(f.content), 0o644)
+		st, err := stageFile(abs, []byte(f.content), 0o644)
 		if err != nil {
 			cleanup()
 			return fmt.Errorf("write %s: %w. No file was changed", abs, err)
 		}
-		staged[abs] = tmp
+		staged[abs] = st
 	}
 	var done []string
 	rollback := func() {
@@ -427,11 +428,11 @@ func commitFiles(state map[string]*vfile, order []string) error {
 		}
 	}
 	for _, abs := range order {
-		tmp, ok := staged[abs]
+		st, ok := staged[abs]
 		if !ok {
 			continue
 		}
-		if err := os.Rename(tmp, abs); err != nil {
+		if err := st.Commit(); err != nil {
 			cleanup()
 			rollback()
 			return fmt.Errorf("write %s: %w; changes were rolled back", abs, err)

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/openclaw/cloudworkers/internal/atomicfile"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
@@ -446,52 +447,30 @@ func lockFiles(paths ...string) func() {
 	}
 }
 
-// writeFileAtomic writes data to a temp file beside path, fsyncs it and renames it over path,
-// keeping the mode of an existing file.
+// writeFileAtomic writes data to path through internal/atomicfile (a synced temp file renamed
+// over it, the directory synced), creating its directory and keeping the mode of an existing
+// file.
 func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp, err := stageFile(path, data, perm)
+	st, err := stageFile(path, data, perm)
 	if err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	return st.Commit()
 }
 
-// stageFile writes data to a synced temp file in path's directory (created if missing) and
-// returns its name.
-func stageFile(path string, data []byte, perm os.FileMode) (string, error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
+// stageFile stages data for path (atomicfile.Stage) in path's directory, created if missing,
+// with the mode of an existing file at path.
+func stageFile(path string, data []byte, perm os.FileMode) (*atomicfile.Staged, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
 	}
 	if fi, err := os.Stat(path); err == nil {
 		if fi.IsDir() {
-			return "", &os.PathError{Op: "write", Path: path, Err: errors.New("is a directory")}
+			return nil, &os.PathError{Op: "write", Path: path, Err: errors.New("is a directory")}
 		}
 		perm = fi.Mode().Perm()
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return "", err
-	}
-	_, werr := f.Write(data)
-	if werr == nil {
-		werr = f.Chmod(perm)
-	}
-	if werr == nil {
-		werr = f.Sync()
-	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		os.Remove(f.Name())
-		return "", werr
-	}
-	return f.Name(), nil
+	return atomicfile.Stage(path, data, perm)
 }
 
 func truncateBytes(b []byte, n int) []byte {
