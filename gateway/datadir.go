@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -100,10 +98,4 @@ func ReadToken(dir string) (string, error) {
 		return "", fmt.Errorf("read API token: %w (is a gateway using --data-dir %s? pass --token otherwise)", err, dir)
 	}
 	return strings.TrimSpace(string(b)), nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

@@ -45,6 +45,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/gateway/websearch"
 	"github.com/openclaw/cloudworkers/internal/clock"
+	"github.com/openclaw/cloudworkers/internal/ids"
 	"github.com/openclaw/cloudworkers/internal/shutdown"
 	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"github.com/openclaw/cloudworkers/internal/version"
@@ -657,7 +658,7 @@ func EnsureGatewayID(ctx context.Context, db *store.DB) (string, error) {
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		id = "gw_" + randomHex(6)
+		id = "gw_" + ids.Hex(6)
 		_, err = tx.ExecContext(ctx, `INSERT INTO gateway_meta(key, value) VALUES('gateway_id', ?)`, id)
 		return err
 	})

@@ -2,9 +2,7 @@ package agents
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +19,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/internal/clock"
+	"github.com/openclaw/cloudworkers/internal/ids"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/sync/gitexec"
@@ -37,12 +36,6 @@ const pollInterval = 200 * time.Millisecond
 
 // cancelWait bounds how long a canceled child's turn is given to end.
 const cancelWait = 30 * time.Second
-
-func randHex() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
 
 // check validates a request and fills its defaults; it names the argument that is wrong.
 func (s *Spawner) check(req *SpawnRequest) error {
@@ -178,7 +171,7 @@ func (s *Spawner) spawn(ctx context.Context, parentID string, req SpawnRequest) 
 	}
 	defer unclaim()
 
-	ws := filepath.Join(d.DataDir, "agents", randHex(), "workspace")
+	ws := filepath.Join(d.DataDir, "agents", ids.Hex(8), "workspace")
 	if req.Workspace == WorkspaceFork {
 		mode, err := fork(ctx, srcDir, ws)
 		if mode == "git" && parentID != "" && srcDir == parent.Workspace {

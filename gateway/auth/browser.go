@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/internal/clock"
+	"github.com/openclaw/cloudworkers/internal/ids"
 )
 
 // Lifetimes and bounds of sign-in codes and browser sessions.
@@ -185,7 +185,7 @@ func (b *Browser) Redeem(ctx context.Context, code, remote, userAgent string) (s
 	if len(userAgent) > maxUserAgent {
 		userAgent = userAgent[:maxUserAgent]
 	}
-	s := Session{ID: "bs_" + randomHex(8), CreatedAt: now, LastSeenAt: now, ExpiresAt: now.Add(b.cfg.Lifetime),
+	s := Session{ID: "bs_" + ids.Hex(8), CreatedAt: now, LastSeenAt: now, ExpiresAt: now.Add(b.cfg.Lifetime),
 		Remote: remote, UserAgent: userAgent}
 	sec := secret()
 	err := b.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
@@ -361,10 +361,4 @@ func (b *Browser) revoke(ctx context.Context, where, arg, name, reason string) (
 	}
 	b.cfg.Log.Info("browser session ended", "session", s.ID, "reason", reason)
 	return b.derive(s), nil
-}
-
-func randomHex(n int) string {
-	p := make([]byte, n)
-	_, _ = rand.Read(p)
-	return hex.EncodeToString(p)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/hub"
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
 	"github.com/openclaw/cloudworkers/internal/clock"
+	"github.com/openclaw/cloudworkers/internal/ids"
 	"github.com/openclaw/cloudworkers/internal/shutdown"
 	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"github.com/openclaw/cloudworkers/internal/version"
@@ -376,7 +377,7 @@ func writeRemote(ctx context.Context, c *ssh.Client, dir, name string, data []by
 		return err
 	}
 	_ = sc.Chmod(dir, 0o700)
-	tmp := path.Join(dir, "."+name+".tmp-"+randHex(4))
+	tmp := path.Join(dir, "."+name+".tmp-"+ids.Hex(4))
 	f, err := sc.OpenFile(tmp, 0x1|0x40|0x200) // O_WRONLY|O_CREATE|O_TRUNC
 	if err != nil {
 		return err

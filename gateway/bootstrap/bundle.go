@@ -2,8 +2,6 @@ package bootstrap
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -16,6 +14,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
+	"github.com/openclaw/cloudworkers/internal/ids"
 	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"github.com/openclaw/cloudworkers/internal/version"
 )
@@ -109,7 +108,7 @@ func Install(ctx context.Context, c *ssh.Client, home string, b Bundle, keep int
 	if err := sc.MkdirAll(dir); err != nil {
 		return res, fmt.Errorf("create %s: %w", dir, err)
 	}
-	tmp := path.Join(dir, ".openclaw.tmp-"+randHex(6))
+	tmp := path.Join(dir, ".openclaw.tmp-"+ids.Hex(6))
 	n, err := upload(ctx, sc, b.Path, tmp)
 	res.Uploaded = n
 	if err != nil {
@@ -205,10 +204,4 @@ func prune(ctx context.Context, c *ssh.Client, dir, current string, keep int) ([
 	}
 	_, err = RunOK(ctx, c, "prune bundles", "rm -rf "+strings.Join(args, " "))
 	return old, err
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

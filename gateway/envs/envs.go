@@ -2,7 +2,6 @@ package envs
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
@@ -162,12 +161,6 @@ func (m *Manager) transition(ctx context.Context, tx *sql.Tx, id string, from, t
 		return fmt.Errorf("environment %s event: %w", id, err)
 	}
 	return nil
-}
-
-func newID(prefix string) string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return prefix + hex.EncodeToString(b[:])
 }
 
 // OperationID is the deterministic operation id of an environment's provisioning.

@@ -16,6 +16,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/internal/clock"
+	"github.com/openclaw/cloudworkers/internal/ids"
 	"github.com/openclaw/cloudworkers/internal/shutdown"
 	"github.com/openclaw/cloudworkers/providers"
 )
@@ -380,7 +381,7 @@ func (m *Manager) CreateClass(ctx context.Context, profileID, idempotencyKey, cl
 		if live >= prof.MaxEnvironments {
 			return fmt.Errorf("profile %q has %d live environments: %w", profileID, live, ErrCapacity)
 		}
-		id = newID("env_")
+		id = ids.New("env_", 8)
 		created = true
 		now := store.FormatTime(m.cfg.Clock.Now())
 		var key any

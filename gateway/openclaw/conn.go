@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/openclaw/cloudworkers/internal/ids"
 )
 
 // operatorScopes are the scopes the operator token can grant: all of the protocol's operator scopes.
@@ -64,7 +65,7 @@ type conn struct {
 func newConn(s *Server, ws *websocket.Conn, r *http.Request) *conn {
 	ctx, cancel := context.WithCancel(s.ctx)
 	browser := s.cfg.SignedIn != nil && s.cfg.SignedIn(r)
-	return &conn{srv: s, ws: ws, req: r, browser: browser, remote: r.RemoteAddr, connID: randomHex(8), ctx: ctx, cancel: cancel,
+	return &conn{srv: s, ws: ws, req: r, browser: browser, remote: r.RemoteAddr, connID: ids.Hex(8), ctx: ctx, cancel: cancel,
 		out: make(chan outMsg, 1024), subs: map[string]*follower{},
 		pending: map[string]struct{}{}, kick: make(chan struct{}, 1)}
 }
@@ -78,7 +79,7 @@ func (c *conn) run() {
 	c.ws.SetReadLimit(PreConnectMaxBytes)
 	c.wg.Add(1)
 	go c.writer()
-	nonce := randomHex(16)
+	nonce := ids.Hex(16)
 	challengeAt := c.srv.cfg.Now()
 	c.event("connect.challenge", map[string]any{"nonce": nonce, "ts": challengeAt.UnixMilli()})
 	// A read whose context ends closes the WebSocket without a close frame: the handshake's

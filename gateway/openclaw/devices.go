@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/ids"
 )
 
 // MaxDevices bounds the devices remembered (live and revoked); past it the device seen longest
@@ -58,7 +59,7 @@ func hashToken(tok string) string {
 // Issue records a verified device and returns a new token for it (the previous one stops
 // working): the client keeps it to connect as this device without the operator token.
 func (d *Devices) Issue(ctx context.Context, dev *device, cl client, scopes []string) (string, error) {
-	tok := DeviceTokenPrefix + randomHex(32)
+	tok := DeviceTokenPrefix + ids.Hex(32)
 	now := store.FormatTime(d.now())
 	err := d.db.InTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO openclaw_devices(id, public_key, client_id, client_mode, platform, scopes, token_hash, created_at, last_seen_at)

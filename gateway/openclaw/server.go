@@ -2,9 +2,7 @@ package openclaw
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -399,12 +397,6 @@ func (s *Server) trace(method string, b []byte) {
 }
 
 func (s *Server) nowMs() int64 { return s.cfg.Now().UnixMilli() }
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
 
 func headerHas(h http.Header, name, token string) bool {
 	for _, v := range h.Values(name) {

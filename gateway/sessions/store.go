@@ -2,9 +2,7 @@ package sessions
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/ids"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -210,12 +209,6 @@ func (s *Store) Close(context.Context) error {
 	return nil
 }
 
-func newID(prefix string) string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return prefix + hex.EncodeToString(b[:])
-}
-
 func (s *Store) now() time.Time { return s.cfg.Now().UTC() }
 
 // agentIDPattern is the form of an agent id: a name, never a path.
@@ -251,7 +244,7 @@ func (s *Store) Create(ctx context.Context, p CreateParams) (Session, error) {
 	}
 	now := store.ParseTime(store.FormatTime(s.now()))
 	ses := Session{
-		ID: newID("ses_"), Title: p.Title, Agent: p.Agent, Model: p.Model, Workspace: p.Workspace,
+		ID: ids.New("ses_", 12), Title: p.Title, Agent: p.Agent, Model: p.Model, Workspace: p.Workspace,
 		Placement: PlacementLocal, OwnerEpoch: 1, CreatedAt: now, UpdatedAt: now,
 		ParentSessionID: p.Parent, SpawnToolCallID: p.ToolCallID, SpawnDepth: p.Depth,
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/ids"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
@@ -165,7 +166,7 @@ func insertEntry(ctx context.Context, tx *sql.Tx, sessionID, parent string, typ 
 	if err != nil {
 		return "", fmt.Errorf("encode %s entry: %w", typ, err)
 	}
-	id := newID("ent_")
+	id := ids.New("ent_", 12)
 	_, err = tx.ExecContext(ctx, `INSERT INTO transcript_entries(id, session_id, parent_id, type, content, run_epoch, created_at)
 		VALUES(?,?,?,?,?,?,?)`, id, sessionID, parent, string(typ), string(b), runEpoch, store.FormatTime(at))
 	if err != nil {

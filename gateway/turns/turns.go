@@ -4,9 +4,7 @@ package turns
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +18,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/internal/clock"
+	"github.com/openclaw/cloudworkers/internal/ids"
 	"github.com/openclaw/cloudworkers/internal/shutdown"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/worker/runner"
@@ -157,12 +156,6 @@ func (s *Service) Close(ctx context.Context) error {
 	return shutdown.Wait(ctx, &s.wg, "turns")
 }
 
-func randID(prefix string) string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return prefix + hex.EncodeToString(b)
-}
-
 // Send admits a turn for the session and starts it. A repeated idempotency key returns the turn it
 // started. A session that is already running a turn is refused with placement.ErrBusy.
 func (s *Service) Send(ctx context.Context, sessionID, text, idempotencyKey string) (Turn, error) {
@@ -171,7 +164,7 @@ func (s *Service) Send(ctx context.Context, sessionID, text, idempotencyKey stri
 			return s.queueAfterRedispatch(ctx, sessionID, text, idempotencyKey)
 		}
 	}
-	return s.send(ctx, sessionID, text, idempotencyKey, randID("run_"))
+	return s.send(ctx, sessionID, text, idempotencyKey, ids.New("run_", 8))
 }
 
 // queueAfterRedispatch brings a reclaimed session back onto a fresh worker (restored from its
@@ -184,7 +177,7 @@ func (s *Service) queueAfterRedispatch(ctx context.Context, sessionID, text, key
 	if err != nil {
 		return Turn{}, err
 	}
-	runID := randID("run_")
+	runID := ids.New("run_", 8)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
