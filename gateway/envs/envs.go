@@ -8,12 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -179,21 +177,4 @@ func DefaultLeaseID(opID string) string {
 const maxReasonBytes = 512
 
 // Sanitize bounds provider output for display: control characters removed, at most maxReasonBytes.
-func Sanitize(s string) string {
-	s = strings.ToValidUTF8(s, "?")
-	var b strings.Builder
-	for _, r := range s {
-		if r == '\n' || r == '\t' {
-			r = ' '
-		}
-		if unicode.IsControl(r) {
-			continue
-		}
-		if b.Len()+utf8.RuneLen(r) > maxReasonBytes {
-			b.WriteString("…")
-			break
-		}
-		b.WriteRune(r)
-	}
-	return strings.TrimSpace(b.String())
-}
+func Sanitize(s string) string { return untrusted.Line(s, maxReasonBytes) }

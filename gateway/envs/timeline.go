@@ -4,13 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 )
 
 // Step kinds of an environment's timeline.
@@ -106,36 +104,10 @@ func (m *Manager) Timeline(ctx context.Context, id string) ([]Step, error) {
 	return out, nil
 }
 
-var ansiEscape = regexp.MustCompile(`\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[@-Z\\-_])`)
-
 // SanitizeOutput makes command output safe to store and show: invalid UTF-8 replaced, terminal
 // escape sequences and control characters other than newline and tab removed, carriage returns
 // turned into newlines, and only the last max bytes kept (on a rune boundary).
-func SanitizeOutput(s string, max int) string {
-	s = strings.ToValidUTF8(s, "?")
-	s = ansiEscape.ReplaceAllString(s, "")
-	s = strings.ReplaceAll(s, "\r\n", "\n")
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case r == '\r':
-			r = '\n'
-		case r == '\n' || r == '\t':
-		case unicode.IsControl(r):
-			continue
-		}
-		b.WriteRune(r)
-	}
-	out := b.String()
-	if len(out) > max {
-		cut := len(out) - max
-		for cut < len(out) && !utf8.RuneStart(out[cut]) {
-			cut++
-		}
-		out = out[cut:]
-	}
-	return strings.TrimRight(out, "\n")
-}
+func SanitizeOutput(s string, max int) string { return untrusted.Output(s, max) }
 
 // SetSetupKey records the cache key of a setup phase that succeeded on the environment's box.
 func (m *Manager) SetSetupKey(ctx context.Context, id, key string) error {

@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
@@ -129,27 +129,7 @@ const maxErrorMessage = 512
 
 // Sanitize bounds s, removes control characters and every occurrence of secret.
 func Sanitize(s, secret string) string {
-	if secret != "" {
-		s = strings.ReplaceAll(s, secret, "[redacted]")
-	}
-	s = strings.Map(func(r rune) rune {
-		if r == '\n' || r == '\r' || r == '\t' {
-			return ' '
-		}
-		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
-			return -1
-		}
-		return r
-	}, s)
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > maxErrorMessage {
-		cut := maxErrorMessage
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut] + "…"
-	}
-	return s
+	return untrusted.Line(untrusted.Redact(s, secret), maxErrorMessage)
 }
 
 // ApplyCost fills TotalTokens and Cost of u from per-million prices.

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"strings"
 	"time"
-	"unicode"
 
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
@@ -81,16 +81,4 @@ func (c *Catalog) Probe(ctx context.Context, ref string) (Probe, error) {
 
 // printable is s with whitespace runs as single spaces and other control characters dropped,
 // bounded to n runes.
-func printable(s string, n int) string {
-	s = strings.Join(strings.FieldsFunc(s, unicode.IsSpace), " ")
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return -1
-		}
-		return r
-	}, s)
-	if r := []rune(s); len(r) > n {
-		return string(r[:n]) + "…"
-	}
-	return s
-}
+func printable(s string, n int) string { return untrusted.Line(s, n) }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 )
 
 // CredentialSource resolves a credential name to its value; *credentials.Store is one.
@@ -244,18 +246,7 @@ func plain(s string) string {
 }
 
 // sanitize removes the key and control characters and bounds s.
-func sanitize(s, key string) string {
-	if key != "" {
-		s = strings.ReplaceAll(s, key, "[redacted]")
-	}
-	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
-			return ' '
-		}
-		return r
-	}, s)
-	return bound(strings.Join(strings.Fields(s), " "), maxMessage)
-}
+func sanitize(s, key string) string { return untrusted.Line(untrusted.Redact(s, key), maxMessage) }
 
 // bound cuts s to at most n bytes on a rune boundary, marking the cut with "…".
 func bound(s string, n int) string {

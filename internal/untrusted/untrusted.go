@@ -1,5 +1,6 @@
 // Package untrusted holds the one way each kind of untrusted text is made safe to pass on:
-// quoted for a POSIX shell.
+// quoted for a POSIX shell (Quote), shown on one bounded line (Line, after Redact of a secret),
+// kept as bounded command output (Output), printed as a file name (Path).
 package untrusted
 
 import "strings"

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // A quoted word reaches the program as exactly itself, whatever shell syntax it holds.
@@ -20,5 +21,44 @@ func TestQuoteKeepsEveryWordLiteral(t *testing.T) {
 	got := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
 	if !slices.Equal(got, words) {
 		t.Fatalf("the shell saw %q, want %q", got, words)
+	}
+}
+
+// Hostile text becomes one bounded printable line: no control character, no escape sequence's
+// ESC, valid UTF-8, never longer than asked (plus the mark of the cut).
+func TestLineIsBoundedAndPrintable(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		max  int
+		want string
+	}{
+		{"plain", 100, "plain"},
+		{"  two\n\nlines\t here  ", 100, "two lines here"},
+		{"bell\x07 and \x1b[31mred\x1b[0m", 100, "bell and [31mred[0m"},
+		{"bad \xff utf8", 100, "bad ? utf8"},
+		{"é" + strings.Repeat("x", 20), 10, "éxxxxxxxx…"},
+	} {
+		if got := Line(tc.in, tc.max); got != tc.want {
+			t.Errorf("Line(%q, %d) = %q, want %q", tc.in, tc.max, got, tc.want)
+		}
+	}
+	long := Line(strings.Repeat("ü", 1000), 64)
+	if !strings.HasSuffix(long, "…") || len(strings.TrimSuffix(long, "…")) > 64 || !utf8.ValidString(long) {
+		t.Errorf("Line of 2000 bytes bounded to 64: %q", long)
+	}
+	if got := Redact("key sk-123 and sk-123", "sk-123"); got != "key [redacted] and [redacted]" {
+		t.Errorf("Redact: %q", got)
+	}
+}
+
+// Command output keeps its lines and its tail, without terminal escapes or carriage-return
+// overwrites.
+func TestOutputKeepsLinesAndTail(t *testing.T) {
+	in := "step 1\r\nprogress 10%\rprogress 100%\n\x1b[1mbold\x1b[0m\x1b]0;title\x07 done\n"
+	if got, want := Output(in, 1000), "step 1\nprogress 10%\nprogress 100%\nbold done"; got != want {
+		t.Errorf("Output = %q, want %q", got, want)
+	}
+	if got := Output(strings.Repeat("a", 100)+"\nlast line", 9); got != "last line" {
+		t.Errorf("the tail of long output: %q", got)
 	}
 }

@@ -8,10 +8,9 @@ import (
 	"os/exec"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/openclaw/cloudworkers/internal/capbuf"
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 )
 
 // Output limits: what a lease CLI prints is hostile input.
@@ -166,29 +165,4 @@ func (c *config) environ() []string {
 }
 
 // sanitize makes provider output safe to show: valid UTF-8, no control characters, at most max bytes.
-func sanitize(s string, max int) string {
-	s = strings.ToValidUTF8(s, "?")
-	var b strings.Builder
-	space := false
-	for _, r := range s {
-		if r == '\n' || r == '\t' || r == '\r' {
-			r = ' '
-		}
-		if unicode.IsControl(r) {
-			continue
-		}
-		if r == ' ' {
-			if space {
-				continue
-			}
-			space = true
-		} else {
-			space = false
-		}
-		if b.Len()+utf8.RuneLen(r) > max {
-			return strings.TrimSpace(b.String()) + "…"
-		}
-		b.WriteRune(r)
-	}
-	return strings.TrimSpace(b.String())
-}
+func sanitize(s string, max int) string { return untrusted.Line(s, max) }

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -292,16 +293,7 @@ func logTail(dir string) string {
 	if len(b) > max {
 		b = b[len(b)-max:]
 	}
-	s := strings.Map(func(r rune) rune {
-		if r == '\n' || r == '\t' {
-			return ' '
-		}
-		if r < 0x20 || r == 0x7f {
-			return -1
-		}
-		return r
-	}, string(b))
-	return ": box log: " + strings.TrimSpace(s)
+	return ": box log: " + untrusted.Line(string(b), max)
 }
 
 func (p *Provider) leaseFromState(id string, st State) providers.Lease {

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/openclaw/cloudworkers/internal/untrusted"
 )
 
 // Version is the manifest format version.
@@ -490,18 +492,7 @@ func Carriable(p string) bool { return utf8.ValidString(p) && !HasControl(p) }
 
 // Printable is p as Build lists it among the names it skipped: invalid UTF-8 and control
 // characters replaced by '?'.
-func Printable(p string) string {
-	p = strings.ToValidUTF8(p, "?")
-	if !HasControl(p) {
-		return p
-	}
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || (r >= 0x7f && r <= 0x9f) {
-			return '?'
-		}
-		return r
-	}, p)
-}
+func Printable(p string) string { return untrusted.Path(p) }
 
 // SymlinkInside reports whether a symlink at linkPath with target stays inside the root whatever
 // the tree holds: the target is relative, and its ".." components all come first and climb no
