@@ -358,18 +358,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		Clock:    clk,
 	})
 	closers.Push("dispatcher", dispatcher.Close)
-	envBusy = func(envID string) bool {
-		ps, err := placements.ServedBy(context.Background(), envID)
-		if err != nil {
-			return false
-		}
-		for _, p := range ps {
-			if turnSvc.Busy(p.SessionID) || p.TurnRunID != "" {
-				return true
-			}
-		}
-		return false
-	}
+	envBusy = func(envID string) bool { return envInUse(placements.ServedBy, turnSvc.Busy, envID) }
 	spawner.Start(agents.Deps{DB: db, Sessions: sess, Turns: turnSvc, Dispatcher: dispatcher, Placements: placements,
 		Envs: mgr, Admitted: workers.Admitted, DataDir: dataDir, Log: log.With("subsystem", "agents"), Clock: clk})
 
@@ -683,4 +672,21 @@ func readWorkerLog(ctx context.Context, boot *bootstrap.Bootstrapper, env envs.E
 		return nil, err
 	}
 	return []byte(res.Stdout), nil
+}
+
+// envInUse reports whether an environment is in use by a session, so that the lifetime policy
+// does not stop it for idleness: a session on it runs a turn, or a session is moving onto it or
+// off it (provisioning, syncing, starting, draining, reconciling: the environment is ready but not
+// yet attached, or no longer, while the move works on its box).
+func envInUse(servedBy func(context.Context, string) ([]placement.Placement, error), turnBusy func(string) bool, envID string) bool {
+	ps, err := servedBy(context.Background(), envID)
+	if err != nil {
+		return false
+	}
+	for _, p := range ps {
+		if turnBusy(p.SessionID) || p.TurnRunID != "" || p.State != placement.Active {
+			return true
+		}
+	}
+	return false
 }
