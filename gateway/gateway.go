@@ -162,7 +162,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		}
 	}
 	var mgr *envs.Manager
-	tunnels := tunnel.NewHub(tunnel.Config{
+	tunnels := tunnel.NewMux(tunnel.Config{
 		Log:               log.With("subsystem", "tunnel"),
 		KeepaliveInterval: cfg.Tunnel.KeepaliveInterval.D(),
 		KeepaliveTimeout:  cfg.Tunnel.KeepaliveTimeout.D(),

@@ -17,7 +17,7 @@ import (
 	"github.com/openclaw/cloudworkers/internal/version"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/worker/remote"
-	"github.com/openclaw/cloudworkers/worker/turns"
+	"github.com/openclaw/cloudworkers/worker/turnrun"
 )
 
 // maxDescriptorBytes bounds the launch descriptor.
@@ -93,7 +93,7 @@ through the gateway. It exits non-zero when admission is refused.`,
 			}
 			// Turns the gateway assigns (worker.turn.start) run here, one at a time; each opens its own
 			// connection for its session.
-			exec := turns.New(turns.Config{Remote: rcfg, StateDir: d.StateDir, Log: log})
+			exec := turnrun.New(turnrun.Config{Remote: rcfg, StateDir: d.StateDir, Log: log})
 			defer exec.Close()
 			rcfg.Handler = exec.Handle
 			err = remote.Run(ctx, rcfg)

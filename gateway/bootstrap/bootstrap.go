@@ -45,7 +45,7 @@ type Recorder interface {
 
 // Config configures a Bootstrapper.
 type Config struct {
-	Tunnels     *tunnel.Hub
+	Tunnels     *tunnel.Mux
 	Workers     *hub.Server
 	Credentials *hub.Credentials
 	Envs        Recorder

@@ -24,7 +24,7 @@ import (
 // a local box.
 type releaseRig struct {
 	boot    *Bootstrapper
-	tunnels *tunnel.Hub
+	tunnels *tunnel.Mux
 	box     localtest.Box
 }
 
@@ -42,7 +42,7 @@ func newReleaseRig(t *testing.T, home string) releaseRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = workers.Close(testenv.Context(t, 10*time.Second)) })
-	tunnels := tunnel.NewHub(tunnel.Config{BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond, DialTimeout: 15 * time.Second})
+	tunnels := tunnel.NewMux(tunnel.Config{BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond, DialTimeout: 15 * time.Second})
 	t.Cleanup(func() { _ = tunnels.Close(testenv.Context(t, 10*time.Second)) })
 	boot := New(Config{Tunnels: tunnels, Workers: workers, Credentials: workers.Credentials(), CommandTimeout: 10 * time.Second})
 	return releaseRig{boot: boot, tunnels: tunnels, box: box}

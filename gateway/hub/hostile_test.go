@@ -643,7 +643,7 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// taggedListener marks every connection as coming through env's tunnel, like tunnel.Hub does.
+// taggedListener marks every connection as coming through env's tunnel, like tunnel.Mux does.
 type taggedListener struct {
 	net.Listener
 	env string

@@ -69,7 +69,7 @@ func dialSocket(t *testing.T, path string) net.Conn {
 }
 
 // acceptOne accepts one connection from the hub within waitLong.
-func acceptOne(t *testing.T, h *Hub) *Conn {
+func acceptOne(t *testing.T, h *Mux) *Conn {
 	t.Helper()
 	type result struct {
 		c   net.Conn
@@ -137,7 +137,7 @@ func (l *statusLog) get(env string) []Status {
 }
 
 // testHub returns a hub with quick backoff and a status log; it is closed when the test ends.
-func testHub(t *testing.T, mod func(*Config)) (*Hub, *statusLog) {
+func testHub(t *testing.T, mod func(*Config)) (*Mux, *statusLog) {
 	t.Helper()
 	log := &statusLog{}
 	cfg := Config{
@@ -152,7 +152,7 @@ func testHub(t *testing.T, mod func(*Config)) (*Hub, *statusLog) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	h := NewHub(cfg)
+	h := NewMux(cfg)
 	t.Cleanup(func() { _ = h.Close(context.Background()) })
 	return h, log
 }

@@ -31,7 +31,7 @@ const maxSetupOutput = 512
 
 // tunnel is the supervised control connection of one environment.
 type tunnel struct {
-	hub    *Hub
+	hub    *Mux
 	target Target
 	log    *slog.Logger
 	ctx    context.Context
@@ -48,7 +48,7 @@ type tunnel struct {
 	epoch  uint64
 }
 
-func newTunnel(h *Hub, t Target, prev *tunnel) *tunnel {
+func newTunnel(h *Mux, t Target, prev *tunnel) *tunnel {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &tunnel{
 		hub:    h,

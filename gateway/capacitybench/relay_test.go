@@ -1,4 +1,4 @@
-package bench
+package capacitybench
 
 import (
 	"context"
@@ -175,7 +175,7 @@ func TestTokenRelayLatency(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.close(context.Background()) })
-	th := tunnel.NewHub(tunnel.Config{})
+	th := tunnel.NewMux(tunnel.Config{})
 	t.Cleanup(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

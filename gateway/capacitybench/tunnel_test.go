@@ -1,4 +1,4 @@
-package bench
+package capacitybench
 
 import (
 	"bufio"
@@ -41,7 +41,7 @@ func TestTunnelThroughput(t *testing.T) {
 	ctx := testenv.Context(t, 10*time.Minute)
 
 	// Ours: the tunnel hub forwards ~/ocw/bulk.sock on the box and hands each connection over.
-	th := tunnel.NewHub(tunnel.Config{})
+	th := tunnel.NewMux(tunnel.Config{})
 	t.Cleanup(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

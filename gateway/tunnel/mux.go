@@ -56,7 +56,7 @@ func (s Status) canMoveTo(next Status) bool {
 	return false
 }
 
-// Config configures a Hub. Zero values take the defaults noted on each field.
+// Config configures a Mux. Zero values take the defaults noted on each field.
 type Config struct {
 	Log *slog.Logger
 	// KeepaliveInterval is the pause between keepalive@openssh.com requests (10s).
@@ -79,7 +79,7 @@ type Config struct {
 	// that is not pinned. The tunnel is then stopped for good.
 	OnHostKeyMismatch func(envID string, err *HostKeyMismatchError)
 	// OnStatus is called, from the tunnel's goroutine and in order for one environment, on every
-	// status change. It must not block or call back into the Hub's Open, CloseEnv or Close.
+	// status change. It must not block or call back into the Mux's Open, CloseEnv or Close.
 	OnStatus func(envID string, status Status)
 	// Clock drives keepalives and backoff; the real clock when nil.
 	Clock clock.Clock
@@ -113,7 +113,7 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate reports settings that make no sense; NewHub replaces zero values with defaults.
+// Validate reports settings that make no sense; NewMux replaces zero values with defaults.
 func (c Config) Validate() error {
 	for name, d := range map[string]time.Duration{
 		"keepalive interval": c.KeepaliveInterval, "keepalive timeout": c.KeepaliveTimeout,
@@ -147,9 +147,9 @@ type Conn struct {
 // on it only a credential of that environment.
 func (c *Conn) TunnelEnvironment() string { return c.EnvironmentID }
 
-// Hub receives the forwarded connections of all environments (Accept, or Listener for a server).
+// Mux receives the forwarded connections of all environments (Accept, or Listener for a server).
 // It owns one supervised tunnel per environment.
-type Hub struct {
+type Mux struct {
 	cfg    Config
 	log    *slog.Logger
 	queue  chan *Conn
@@ -167,12 +167,12 @@ type Hub struct {
 }
 
 // Collectors are the hub's metrics, for the gateway's registry.
-func (h *Hub) Collectors() []prometheus.Collector { return []prometheus.Collector{h.reconnects} }
+func (h *Mux) Collectors() []prometheus.Collector { return []prometheus.Collector{h.reconnects} }
 
-// NewHub returns a hub with no tunnels.
-func NewHub(cfg Config) *Hub {
+// NewMux returns a hub with no tunnels.
+func NewMux(cfg Config) *Mux {
 	cfg.setDefaults()
-	return &Hub{
+	return &Mux{
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "openclaw_tunnel_reconnects_total",
 			Help: "Tunnels to boxes connected again after their connection was lost."}),
 		cfg:    cfg,
@@ -186,10 +186,10 @@ func NewHub(cfg Config) *Hub {
 }
 
 // Accept returns the next forwarded connection of any environment, as a *Conn.
-func (h *Hub) Accept() (net.Conn, error) { return h.accept(nil) }
+func (h *Mux) Accept() (net.Conn, error) { return h.accept(nil) }
 
 // accept is Accept that also gives up when stop is closed.
-func (h *Hub) accept(stop <-chan struct{}) (net.Conn, error) {
+func (h *Mux) accept(stop <-chan struct{}) (net.Conn, error) {
 	select {
 	case <-h.closed:
 		return nil, ErrHubClosed
@@ -212,11 +212,11 @@ func (h *Hub) accept(stop <-chan struct{}) (net.Conn, error) {
 var ErrListenerClosed = fmt.Errorf("tunnel hub listener closed: %w", net.ErrClosed)
 
 // Listener returns a net.Listener of the hub's forwarded connections, for a server to Serve.
-// Closing it ends its Accept only: the tunnels run until the Hub's Close.
-func (h *Hub) Listener() net.Listener { return &listener{h: h, stop: make(chan struct{})} }
+// Closing it ends its Accept only: the tunnels run until the Mux's Close.
+func (h *Mux) Listener() net.Listener { return &listener{h: h, stop: make(chan struct{})} }
 
 type listener struct {
-	h    *Hub
+	h    *Mux
 	stop chan struct{}
 	once sync.Once
 }
@@ -230,7 +230,7 @@ func (l *listener) Close() error {
 	return nil
 }
 
-func (h *Hub) dequeued(envID string) {
+func (h *Mux) dequeued(envID string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.queued[envID]--; h.queued[envID] <= 0 {
@@ -239,7 +239,7 @@ func (h *Hub) dequeued(envID string) {
 }
 
 // Addr names the hub; it is not a network address.
-func (h *Hub) Addr() net.Addr { return hubAddr{} }
+func (h *Mux) Addr() net.Addr { return hubAddr{} }
 
 type hubAddr struct{}
 
@@ -248,7 +248,7 @@ func (hubAddr) String() string  { return "tunnel-hub" }
 
 // Close stops every tunnel, waits for them until ctx ends, and closes connections nobody
 // accepted. It is safe to call more than once.
-func (h *Hub) Close(ctx context.Context) error {
+func (h *Mux) Close(ctx context.Context) error {
 	h.mu.Lock()
 	first := !h.isClosed
 	h.isClosed = true
@@ -277,7 +277,7 @@ func (h *Hub) Close(ctx context.Context) error {
 // key mismatch or an invalid target is permanent: the tunnel is stopped before Open returns. On
 // other errors the tunnel keeps redialling in the background until CloseEnv or Close. ctx bounds
 // only the wait, not the tunnel's life.
-func (h *Hub) Open(ctx context.Context, t Target) error {
+func (h *Mux) Open(ctx context.Context, t Target) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
@@ -306,7 +306,7 @@ func (h *Hub) Open(ctx context.Context, t Target) error {
 
 // CloseEnv stops the tunnel of envID, cancels its forward and waits for it. Connections already
 // accepted end with the control connection.
-func (h *Hub) CloseEnv(envID string) {
+func (h *Mux) CloseEnv(envID string) {
 	h.mu.Lock()
 	tn := h.envs[envID]
 	delete(h.envs, envID)
@@ -318,7 +318,7 @@ func (h *Hub) CloseEnv(envID string) {
 }
 
 // Status reports the tunnel status of envID; stopped when the hub has no tunnel for it.
-func (h *Hub) Status(envID string) Status {
+func (h *Mux) Status(envID string) Status {
 	if tn := h.tunnel(envID); tn != nil {
 		return tn.getStatus()
 	}
@@ -327,7 +327,7 @@ func (h *Hub) Status(envID string) Status {
 
 // Client returns the current control connection of envID, or nil when it is not connected.
 // Callers may run sessions on it but must not close it.
-func (h *Hub) Client(envID string) *ssh.Client {
+func (h *Mux) Client(envID string) *ssh.Client {
 	if tn := h.tunnel(envID); tn != nil {
 		c, _ := tn.current()
 		return c
@@ -336,7 +336,7 @@ func (h *Hub) Client(envID string) *ssh.Client {
 }
 
 // Epoch returns the tunnel epoch of envID's current connection, or 0 when it is not connected.
-func (h *Hub) Epoch(envID string) uint64 {
+func (h *Mux) Epoch(envID string) uint64 {
 	if tn := h.tunnel(envID); tn != nil {
 		_, e := tn.current()
 		return e
@@ -344,14 +344,14 @@ func (h *Hub) Epoch(envID string) uint64 {
 	return 0
 }
 
-func (h *Hub) tunnel(envID string) *tunnel {
+func (h *Mux) tunnel(envID string) *tunnel {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.envs[envID]
 }
 
 // forget removes tn from the hub unless it was replaced already.
-func (h *Hub) forget(tn *tunnel) {
+func (h *Mux) forget(tn *tunnel) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.envs[tn.target.EnvironmentID] == tn {
@@ -360,7 +360,7 @@ func (h *Hub) forget(tn *tunnel) {
 }
 
 // nextEpoch hands out the next epoch of envID, above base and every epoch handed out before.
-func (h *Hub) nextEpoch(envID string, base uint64) uint64 {
+func (h *Mux) nextEpoch(envID string, base uint64) uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	e := max(h.epochs[envID], base) + 1
@@ -370,7 +370,7 @@ func (h *Hub) nextEpoch(envID string, base uint64) uint64 {
 
 // deliver queues a forwarded connection for Accept, or closes it when the backlog, or its tunnel's
 // share of it, is full.
-func (h *Hub) deliver(c *Conn) {
+func (h *Mux) deliver(c *Conn) {
 	select {
 	case <-h.closed:
 		c.Close()

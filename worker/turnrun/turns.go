@@ -1,6 +1,6 @@
-// Package turns runs the turns a gateway assigns to this worker: the agent loop with its transcript,
+// Package turnrun runs the turns a gateway assigns to this worker: the agent loop with its transcript,
 // live events and model calls going through the worker protocol, and its tools on this box.
-package turns
+package turnrun
 
 import (
 	"context"

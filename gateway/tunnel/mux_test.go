@@ -378,7 +378,7 @@ func TestHubBacklogFull(t *testing.T) {
 func TestCloseEnvStopsEverything(t *testing.T) {
 	b := startBox(t)
 	baseline := runtime.NumGoroutine()
-	h := NewHub(Config{KeepaliveInterval: 20 * time.Millisecond, BackoffMin: 10 * time.Millisecond})
+	h := NewMux(Config{KeepaliveInterval: 20 * time.Millisecond, BackoffMin: 10 * time.Millisecond})
 	if err := h.Open(testContext(t), b.target("env-a", "")); err != nil {
 		t.Fatal(err)
 	}
@@ -411,7 +411,7 @@ func TestCloseEnvStopsEverything(t *testing.T) {
 func TestHubCloseStopsEverything(t *testing.T) {
 	ba, bb := startBox(t), startBox(t)
 	baseline := runtime.NumGoroutine()
-	h := NewHub(Config{KeepaliveInterval: 20 * time.Millisecond, BackoffMin: 10 * time.Millisecond})
+	h := NewMux(Config{KeepaliveInterval: 20 * time.Millisecond, BackoffMin: 10 * time.Millisecond})
 	ctx := testContext(t)
 	for env, b := range map[string]box{"env-a": ba, "env-b": bb} {
 		if err := h.Open(ctx, b.target(env, "")); err != nil {
@@ -460,7 +460,7 @@ func TestHubCloseStopsEverything(t *testing.T) {
 }
 
 // TestListenerCloseLeavesTunnelsUp: the worker endpoint closing its listener (it closes first at
-// shutdown) stops that listener's Accept; the tunnels stay up until the Hub itself is closed.
+// shutdown) stops that listener's Accept; the tunnels stay up until the Mux itself is closed.
 func TestListenerCloseLeavesTunnelsUp(t *testing.T) {
 	b := startBox(t)
 	h, _ := testHub(t, nil)
@@ -494,7 +494,7 @@ func TestListenerCloseLeavesTunnelsUp(t *testing.T) {
 }
 
 // reconnects reads openclaw_tunnel_reconnects_total.
-func reconnects(t *testing.T, h *Hub) float64 {
+func reconnects(t *testing.T, h *Mux) float64 {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(h.Collectors()...)
