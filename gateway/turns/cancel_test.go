@@ -30,6 +30,8 @@ type fakeWorker struct {
 
 func (f *fakeWorker) Admitted(string) bool { return true }
 
+func (f *fakeWorker) WaitAdmitted(context.Context, string) error { return nil }
+
 func (f *fakeWorker) Request(ctx context.Context, _, method string, params any) (json.RawMessage, error) {
 	switch method {
 	case protocol.MethodTurnStart:

@@ -84,6 +84,8 @@ type Config struct {
 // Workers is the worker endpoint as turn placement uses it; *hub.Server implements it.
 type Workers interface {
 	Admitted(envID string) bool
+	// WaitAdmitted returns once the environment's worker is admitted (nil), or with ctx's error.
+	WaitAdmitted(ctx context.Context, envID string) error
 	Request(ctx context.Context, envID, method string, params any) (json.RawMessage, error)
 }
 
@@ -92,19 +94,11 @@ type Workers interface {
 const workerWait = 30 * time.Second
 
 // waitAdmitted reports whether the environment's worker is (or becomes, within workerWait) admitted.
+// It waits on the hub's admission events, not by polling.
 func (s *Service) waitAdmitted(ctx context.Context, envID string) bool {
-	deadline := time.Now().Add(workerWait)
-	for !s.cfg.Workers.Admitted(envID) {
-		if time.Now().After(deadline) {
-			return false
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return true
+	ctx, cancel := context.WithTimeout(ctx, workerWait)
+	defer cancel()
+	return s.cfg.Workers.WaitAdmitted(ctx, envID) == nil
 }
 
 // ErrWorkerOnly refuses a message to a session whose turns run only on a worker (an OCC agent's
