@@ -358,7 +358,11 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		Clock:    clk,
 	})
 	closers.Push("dispatcher", dispatcher.Close)
-	envBusy = func(envID string) bool { return envInUse(placements.ServedBy, turnSvc.Busy, envID) }
+	// a move holds its environment at most as long as its longest step may take, and then some
+	moveHold := max(orDefault(cfg.Box.SyncTimeout, 30*time.Minute), orDefault(cfg.Box.ReconcileTimeout, 10*time.Minute)) + 10*time.Minute
+	envBusy = func(envID string) bool {
+		return envInUse(placements.ServedBy, turnSvc.Busy, envID, clk.Now(), moveHold)
+	}
 	spawner.Start(agents.Deps{DB: db, Sessions: sess, Turns: turnSvc, Dispatcher: dispatcher, Placements: placements,
 		Envs: mgr, Admitted: workers.Admitted, DataDir: dataDir, Log: log.With("subsystem", "agents"), Clock: clk})
 
@@ -677,14 +681,18 @@ func readWorkerLog(ctx context.Context, boot *bootstrap.Bootstrapper, env envs.E
 // envInUse reports whether an environment is in use by a session, so that the lifetime policy
 // does not stop it for idleness: a session on it runs a turn, or a session is moving onto it or
 // off it (provisioning, syncing, starting, draining, reconciling: the environment is ready but not
-// yet attached, or no longer, while the move works on its box).
-func envInUse(servedBy func(context.Context, string) ([]placement.Placement, error), turnBusy func(string) bool, envID string) bool {
+// yet attached, or no longer, while the move works on its box). A move counts for moveHold after
+// its last transition: one stuck past its longest step does not keep a paid machine forever.
+func envInUse(servedBy func(context.Context, string) ([]placement.Placement, error), turnBusy func(string) bool, envID string, now time.Time, moveHold time.Duration) bool {
 	ps, err := servedBy(context.Background(), envID)
 	if err != nil {
 		return false
 	}
 	for _, p := range ps {
-		if turnBusy(p.SessionID) || p.TurnRunID != "" || p.State != placement.Active {
+		if turnBusy(p.SessionID) || p.TurnRunID != "" {
+			return true
+		}
+		if p.State != placement.Active && now.Sub(store.ParseTime(p.UpdatedAt)) < moveHold {
 			return true
 		}
 	}

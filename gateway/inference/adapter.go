@@ -129,7 +129,7 @@ const maxErrorMessage = 512
 
 // Sanitize bounds s, removes control characters and every occurrence of secret.
 func Sanitize(s, secret string) string {
-	return untrusted.Line(untrusted.Redact(s, secret), maxErrorMessage)
+	return untrusted.RedactedLine(s, secret, maxErrorMessage)
 }
 
 // ApplyCost fills TotalTokens and Cost of u from per-million prices.

@@ -79,6 +79,5 @@ func (c *Catalog) Probe(ctx context.Context, ref string) (Probe, error) {
 	return p, nil
 }
 
-// printable is s with whitespace runs as single spaces and other control characters dropped,
-// bounded to n runes.
+// printable is s as one printable line (untrusted.Line), bounded to n bytes.
 func printable(s string, n int) string { return untrusted.Line(s, n) }

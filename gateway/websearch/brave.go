@@ -246,7 +246,7 @@ func plain(s string) string {
 }
 
 // sanitize removes the key and control characters and bounds s.
-func sanitize(s, key string) string { return untrusted.Line(untrusted.Redact(s, key), maxMessage) }
+func sanitize(s, key string) string { return untrusted.RedactedLine(s, key, maxMessage) }
 
 // bound cuts s to at most n bytes on a rune boundary, marking the cut with "…".
 func bound(s string, n int) string {

@@ -11,12 +11,30 @@ import (
 // show on one line and store: invalid UTF-8 becomes "?", newlines and tabs become spaces, other
 // control characters are dropped, runs of spaces become one, and at most max bytes are kept
 // (cut on a rune boundary and marked with "…").
-func Line(s string, max int) string {
+func Line(s string, max int) string { return cut(clean(s), max) }
+
+// RedactedLine is Line with every occurrence of secret replaced by "[redacted]", before and after
+// the cleaning (a secret split by a control character that the cleaning drops is caught too) and
+// before the cut (no prefix of it survives a cut).
+func RedactedLine(s, secret string, max int) string {
+	return cut(Redact(clean(Redact(s, secret)), secret), max)
+}
+
+// Redact replaces every occurrence of secret in s with "[redacted]" (nothing when secret is "").
+func Redact(s, secret string) string {
+	if secret == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, secret, "[redacted]")
+}
+
+// clean is s as one printable line, unbounded.
+func clean(s string) string {
 	s = strings.ToValidUTF8(s, "?")
 	var b strings.Builder
 	space := true // drops leading spaces
 	for _, r := range s {
-		if r == '\n' || r == '\t' || r == '\r' || unicode.IsSpace(r) {
+		if unicode.IsSpace(r) {
 			r = ' '
 		}
 		if unicode.IsControl(r) {
@@ -30,20 +48,21 @@ func Line(s string, max int) string {
 		} else {
 			space = false
 		}
-		if b.Len()+utf8.RuneLen(r) > max {
-			return strings.TrimRight(b.String(), " ") + "…"
-		}
 		b.WriteRune(r)
 	}
 	return strings.TrimRight(b.String(), " ")
 }
 
-// Redact replaces every occurrence of secret in s with "[redacted]" (nothing when secret is "").
-func Redact(s, secret string) string {
-	if secret == "" {
+// cut bounds s to max bytes on a rune boundary, marking a cut with "…".
+func cut(s string, max int) string {
+	if len(s) <= max {
 		return s
 	}
-	return strings.ReplaceAll(s, secret, "[redacted]")
+	n := max
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return strings.TrimRight(s[:n], " ") + "…"
 }
 
 // ansiEscape matches terminal escape sequences (CSI, OSC, and two-byte ones).

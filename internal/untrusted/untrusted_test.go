@@ -62,3 +62,25 @@ func TestOutputKeepsLinesAndTail(t *testing.T) {
 		t.Errorf("the tail of long output: %q", got)
 	}
 }
+
+// A secret is redacted even when a control character the cleaning drops splits it (the halves
+// would be joined), and no part of it is left by the cut.
+func TestRedactedLineLeavesNoSecret(t *testing.T) {
+	const key = "sk-SECRET123"
+	for _, in := range []string{
+		"bad key sk-SECRET123",
+		"bad key sk-\x07SECRET123",
+		"bad key sk-\u0080SECRET123 and sk-\x7fSECRET123",
+	} {
+		got := RedactedLine(in, key, 100)
+		if strings.Contains(got, "SECRET123") || !strings.Contains(got, "[redacted]") {
+			t.Errorf("RedactedLine(%q) = %q", in, got)
+		}
+	}
+	if got := RedactedLine(strings.Repeat("x", 95)+key, key, 100); strings.Contains(got, "sk-") {
+		t.Errorf("a cut left a prefix of the secret: %q", got)
+	}
+	if got := Line("abc   ", 3); got != "abc" {
+		t.Errorf("Line(%q, 3) = %q: trailing spaces are not content to cut", "abc   ", got)
+	}
+}
