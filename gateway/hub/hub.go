@@ -298,6 +298,14 @@ func (s *Server) Admitted(envID string) bool {
 	return ok
 }
 
+// AdmissionChanged is closed at the next admission or departure of any worker: a caller reads it
+// before it checks Admitted, then waits on it for the next change.
+func (s *Server) AdmissionChanged() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
 // WaitAdmitted waits until envID has an admitted worker.
 func (s *Server) WaitAdmitted(ctx context.Context, envID string) error {
 	for {

@@ -26,11 +26,37 @@ type fakeWorker struct {
 	start    protocol.TurnStartParams
 	gotStart chan struct{}
 	cancels  int
+	down     bool          // the worker left (setDown)
+	changed  chan struct{} // closed at each admission change
 }
 
-func (f *fakeWorker) Admitted(string) bool { return true }
+func (f *fakeWorker) Admitted(string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.down
+}
 
 func (f *fakeWorker) WaitAdmitted(context.Context, string) error { return nil }
+
+func (f *fakeWorker) AdmissionChanged() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.changed == nil {
+		f.changed = make(chan struct{})
+	}
+	return f.changed
+}
+
+// setDown makes the worker leave (or come back) and announces the change as the hub does.
+func (f *fakeWorker) setDown(down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down = down
+	if f.changed != nil {
+		close(f.changed)
+	}
+	f.changed = make(chan struct{})
+}
 
 func (f *fakeWorker) Request(ctx context.Context, _, method string, params any) (json.RawMessage, error) {
 	switch method {
@@ -190,5 +216,39 @@ func TestAWorkersErrorIsRecordedPrintableAndBounded(t *testing.T) {
 	})
 	if last.Status != TurnFailed || strings.ContainsAny(last.Error, "\x1b\x07") || len(last.Error) > 1024 || !strings.HasPrefix(last.Error, "]0;owned") {
 		t.Fatalf("turn %s with error of %d bytes %.60q, want failed with the worker's words printable and bounded", last.Status, len(last.Error), last.Error)
+	}
+}
+
+// A worker turn whose worker leaves and stays gone past the grace fails with the reason, noticed
+// from the hub's admission change (not a poll); a worker back within the grace keeps its turn.
+func TestWorkerTurnFailsWhenItsWorkerStaysGone(t *testing.T) {
+	ctx := testenv.Context(t, 60*time.Second)
+	db, st, ps, cat := testDeps(t)
+	w := &fakeWorker{st: st, started: make(chan struct{}), gotStart: make(chan struct{})}
+	close(w.started)
+	svc := startService(ctx, t, Config{DB: db, Sessions: st, Catalog: cat, DataDir: t.TempDir(), Placements: ps, Workers: w,
+		WorkerGoneGrace: 200 * time.Millisecond})
+	sess, err := st.Create(ctx, sessions.CreateParams{Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Attach(ctx, sess.ID, "env_1"); err != nil {
+		t.Fatal(err)
+	}
+	activate(ctx, t, ps, sess.ID, "env_1")
+	turn, err := svc.Send(ctx, sess.ID, "go", "")
+	if err != nil || turn.Placement != "worker" {
+		t.Fatalf("send: %+v, %v", turn, err)
+	}
+	w.setDown(true)
+	w.setDown(false) // a blip: back at once
+	w.setDown(true)  // and gone for good
+	var last Turn
+	testenv.Eventually(t, "the turn to fail once its worker stayed gone", func() bool {
+		last, err = svc.Get(ctx, turn.RunID)
+		return err == nil && last.Status.Terminal()
+	})
+	if last.Status != TurnFailed || !strings.Contains(last.Error, "disconnected during the turn") {
+		t.Fatalf("turn %s (%s), want failed: its worker disconnected", last.Status, last.Error)
 	}
 }

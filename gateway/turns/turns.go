@@ -79,6 +79,8 @@ type Config struct {
 	// WorkerOnly reports sessions whose turns never run on the gateway (an OCC agent's session:
 	// its model calls go only through its revision's credentials); nil: none.
 	WorkerOnly func(ctx context.Context, sessionID string) (bool, error)
+	// WorkerGoneGrace fails a worker turn whose worker stays disconnected this long (default 2m).
+	WorkerGoneGrace time.Duration
 }
 
 // Workers is the worker endpoint as turn placement uses it; *hub.Server implements it.
@@ -86,6 +88,8 @@ type Workers interface {
 	Admitted(envID string) bool
 	// WaitAdmitted returns once the environment's worker is admitted (nil), or with ctx's error.
 	WaitAdmitted(ctx context.Context, envID string) error
+	// AdmissionChanged is closed at the next admission or departure of a worker.
+	AdmissionChanged() <-chan struct{}
 	Request(ctx context.Context, envID, method string, params any) (json.RawMessage, error)
 }
 

@@ -151,22 +151,43 @@ const (
 func (s *Service) follow(ctx context.Context, sub *sessions.Subscription[*sessions.LiveRecord], t Turn, envID string) (status TurnStatus, msg string) {
 	cursor := t.Cursor
 	defer func() { sub.Close() }()
-	tick := time.NewTicker(workerGoneGrace / 8)
-	defer tick.Stop()
-	var goneSince time.Time
+	// The worker's departures come from the hub's admission changes: gone, a grace timer starts;
+	// back before it fires, the timer stops.
+	grace := s.cfg.WorkerGoneGrace
+	if grace <= 0 {
+		grace = workerGoneGrace
+	}
+	var gone *time.Timer
+	var graceC <-chan time.Time
+	defer func() {
+		if gone != nil {
+			gone.Stop()
+		}
+	}()
+	changed := s.cfg.Workers.AdmissionChanged()
+	check := func() {
+		switch admitted := s.cfg.Workers.Admitted(envID); {
+		case admitted && gone != nil:
+			gone.Stop()
+			gone, graceC = nil, nil
+		case !admitted && gone == nil:
+			gone = time.NewTimer(grace)
+			graceC = gone.C
+		}
+	}
+	check()
 	for {
 		select {
 		case <-ctx.Done():
 			return "", ""
-		case now := <-tick.C:
-			switch {
-			case s.cfg.Workers.Admitted(envID):
-				goneSince = time.Time{}
-			case goneSince.IsZero():
-				goneSince = now
-			case now.Sub(goneSince) >= workerGoneGrace:
+		case <-changed:
+			changed = s.cfg.Workers.AdmissionChanged()
+			check()
+		case <-graceC:
+			if !s.cfg.Workers.Admitted(envID) {
 				return TurnFailed, "the worker of " + envID + " disconnected during the turn; send the message again to retry"
 			}
+			gone, graceC = nil, nil
 		case r, ok := <-sub.C():
 			if !ok {
 				if !errors.Is(sub.Err(), sessions.ErrLagged) {
