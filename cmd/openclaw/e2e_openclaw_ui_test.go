@@ -224,15 +224,9 @@ func waitPageDoing(p *browsertest.Page, what, predicate string, act func()) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		act()
-		until := time.Now().Add(10 * time.Second)
-		for time.Now().Before(until) {
-			ctx, cancel := context.WithTimeout(p.Ctx, 5*time.Second)
-			ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](predicate))
-			cancel()
-			if err == nil && ok {
-				return
-			}
-			time.Sleep(100 * time.Millisecond) // polling the page: see waitPage
+		ok, _ := pageHolds(p, predicate, time.Now().Add(10*time.Second))
+		if ok {
+			return
 		}
 		if time.Now().After(deadline) {
 			p.T.Fatalf("waiting for %s (%s)", what, predicate)
@@ -245,17 +239,24 @@ func waitPageDoing(p *browsertest.Page, what, predicate string, act func()) {
 // observer).
 func waitPage(p *browsertest.Page, what, predicate string) {
 	p.T.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	if ok, err := pageHolds(p, predicate, time.Now().Add(60*time.Second)); !ok {
+		p.T.Fatalf("waiting for %s (%s): %v", what, predicate, err)
+	}
+}
+
+// pageHolds reads predicate every 100ms until it holds (true) or until passes (false, with the
+// last read's error).
+func pageHolds(p *browsertest.Page, predicate string, until time.Time) (bool, error) {
 	for {
 		ctx, cancel := context.WithTimeout(p.Ctx, 5*time.Second)
 		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](predicate))
 		cancel()
 		if err == nil && ok {
-			return
+			return true, nil
 		}
-		if time.Now().After(deadline) {
-			p.T.Fatalf("waiting for %s (%s): %v", what, predicate, err)
+		if time.Now().After(until) {
+			return false, err
 		}
-		time.Sleep(100 * time.Millisecond) // polling the page: see above
+		time.Sleep(100 * time.Millisecond) // polling the page: see waitPage
 	}
 }

@@ -564,11 +564,10 @@ func (c *conn) chatHistory(f inFrame) (any, *errorShape) {
 	if s.Model != "" {
 		out["model"] = s.Model
 	}
-	t, err := c.srv.cfg.Sessions.Transcript(ctx, s.ID)
+	msgs, ids, err := c.transcriptTail(ctx, s.ID)
 	if err != nil {
 		return nil, errf(CodeUnavailable, err.Error())
 	}
-	msgs, ids := messagesOf(t)
 	if p.Cursor != "" {
 		i := slices.Index(ids, p.Cursor)
 		if i < 0 {

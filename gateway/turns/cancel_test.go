@@ -182,52 +182,17 @@ func TestWorkerTurnCancelIsNotLost(t *testing.T) {
 
 // A worker turn that ends with a lifecycle error records the worker's words printable and
 // bounded: they go to the turn's row, its event and the gateway's log.
-func TestAWorkersErrorIsRecordedPrintableAndBounded(t *testing.T) {
-	ctx := testenv.Context(t, 60*time.Second)
+// workerTurn starts a turn on a session active on env_1, whose fakeWorker acknowledges at once.
+func workerTurn(ctx context.Context, t *testing.T, mod func(*Config)) (*Service, *sessions.Store, *fakeWorker, sessions.Session, Turn) {
+	t.Helper()
 	db, st, ps, cat := testDeps(t)
 	w := &fakeWorker{st: st, started: make(chan struct{}), gotStart: make(chan struct{})}
 	close(w.started)
-	svc := startService(ctx, t, Config{DB: db, Sessions: st, Catalog: cat, DataDir: t.TempDir(), Placements: ps, Workers: w})
-	sess, err := st.Create(ctx, sessions.CreateParams{Workspace: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
+	cfg := Config{DB: db, Sessions: st, Catalog: cat, DataDir: t.TempDir(), Placements: ps, Workers: w}
+	if mod != nil {
+		mod(&cfg)
 	}
-	if _, err := st.Attach(ctx, sess.ID, "env_1"); err != nil {
-		t.Fatal(err)
-	}
-	activate(ctx, t, ps, sess.ID, "env_1")
-	turn, err := svc.Send(ctx, sess.ID, "go", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostile := "\x1b]0;owned\x07\x1b[2J" + strings.Repeat("B", 60<<10)
-	w.mu.Lock()
-	start := w.start
-	w.mu.Unlock()
-	if _, err := st.PublishLive(ctx, sessions.LiveParams{SessionID: sess.ID, OwnerEpoch: start.OwnerEpoch,
-		RunEpoch: start.RunEpoch, RunID: turn.RunID, Seq: 1,
-		Event: protocol.LiveEvent{Type: protocol.LiveLifecycleError, Error: hostile}}); err != nil {
-		t.Fatal(err)
-	}
-	var last Turn
-	testenv.Eventually(t, "the turn to end", func() bool {
-		last, err = svc.Get(ctx, turn.RunID)
-		return err == nil && last.Status.Terminal()
-	})
-	if last.Status != TurnFailed || strings.ContainsAny(last.Error, "\x1b\x07") || len(last.Error) > 1024 || !strings.HasPrefix(last.Error, "]0;owned") {
-		t.Fatalf("turn %s with error of %d bytes %.60q, want failed with the worker's words printable and bounded", last.Status, len(last.Error), last.Error)
-	}
-}
-
-// A worker turn whose worker leaves and stays gone past the grace fails with the reason, noticed
-// from the hub's admission change (not a poll); a worker back within the grace keeps its turn.
-func TestWorkerTurnFailsWhenItsWorkerStaysGone(t *testing.T) {
-	ctx := testenv.Context(t, 60*time.Second)
-	db, st, ps, cat := testDeps(t)
-	w := &fakeWorker{st: st, started: make(chan struct{}), gotStart: make(chan struct{})}
-	close(w.started)
-	svc := startService(ctx, t, Config{DB: db, Sessions: st, Catalog: cat, DataDir: t.TempDir(), Placements: ps, Workers: w,
-		WorkerGoneGrace: 200 * time.Millisecond})
+	svc := startService(ctx, t, cfg)
 	sess, err := st.Create(ctx, sessions.CreateParams{Workspace: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -238,12 +203,44 @@ func TestWorkerTurnFailsWhenItsWorkerStaysGone(t *testing.T) {
 	activate(ctx, t, ps, sess.ID, "env_1")
 	turn, err := svc.Send(ctx, sess.ID, "go", "")
 	if err != nil || turn.Placement != "worker" {
-		t.Fatalf("send: %+v, %v", turn, err)
+		t.Fatalf("send: %+v, %v; want a worker turn", turn, err)
 	}
+	return svc, st, w, sess, turn
+}
+
+func TestAWorkersErrorIsRecordedPrintableAndBounded(t *testing.T) {
+	ctx := testenv.Context(t, 60*time.Second)
+	svc, st, w, sess, turn := workerTurn(ctx, t, nil)
+	hostile := "\x1b]0;owned\x07\x1b[2J" + strings.Repeat("B", 60<<10)
+	w.mu.Lock()
+	start := w.start
+	w.mu.Unlock()
+	if _, err := st.PublishLive(ctx, sessions.LiveParams{SessionID: sess.ID, OwnerEpoch: start.OwnerEpoch,
+		RunEpoch: start.RunEpoch, RunID: turn.RunID, Seq: 1,
+		Event: protocol.LiveEvent{Type: protocol.LiveLifecycleError, Error: hostile}}); err != nil {
+		t.Fatal(err)
+	}
+	var last Turn
+	var err error
+	testenv.Eventually(t, "the turn to end", func() bool {
+		last, err = svc.Get(ctx, turn.RunID)
+		return err == nil && last.Status.Terminal()
+	})
+	if last.Status != TurnFailed || strings.ContainsAny(last.Error, "\x1b\x07") || len(last.Error) > 1024 || !strings.HasPrefix(last.Error, "]0;owned") {
+		t.Fatalf("turn %s with error of %d bytes %.60q, want failed with the worker's words printable and bounded", last.Status, len(last.Error), last.Error)
+	}
+}
+
+// A worker turn whose worker leaves and stays gone past the grace fails with the reason, noticed
+// from the hub's admission changes (not a poll), also after a blip of the same worker before.
+func TestWorkerTurnFailsWhenItsWorkerStaysGone(t *testing.T) {
+	ctx := testenv.Context(t, 60*time.Second)
+	svc, _, w, _, turn := workerTurn(ctx, t, func(c *Config) { c.WorkerGoneGrace = 200 * time.Millisecond })
 	w.setDown(true)
 	w.setDown(false) // a blip: back at once
 	w.setDown(true)  // and gone for good
 	var last Turn
+	var err error
 	testenv.Eventually(t, "the turn to fail once its worker stayed gone", func() bool {
 		last, err = svc.Get(ctx, turn.RunID)
 		return err == nil && last.Status.Terminal()

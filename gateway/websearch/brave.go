@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/openclaw/cloudworkers/internal/untrusted"
 )
@@ -174,9 +173,9 @@ func (b *Brave) Search(ctx context.Context, query string, count int) ([]Hit, err
 			break
 		}
 		hits = append(hits, Hit{
-			Title:   bound(plain(r.Title), maxTitle),
-			URL:     bound(strings.TrimSpace(r.URL), maxURL),
-			Snippet: bound(plain(r.Description), maxSnippet),
+			Title:   untrusted.Cut(plain(r.Title), maxTitle),
+			URL:     untrusted.Cut(strings.TrimSpace(r.URL), maxURL),
+			Snippet: untrusted.Cut(plain(r.Description), maxSnippet),
 		})
 	}
 	return hits, nil
@@ -247,15 +246,3 @@ func plain(s string) string {
 
 // sanitize removes the key and control characters and bounds s.
 func sanitize(s, key string) string { return untrusted.RedactedLine(s, key, maxMessage) }
-
-// bound cuts s to at most n bytes on a rune boundary, marking the cut with "…".
-func bound(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}

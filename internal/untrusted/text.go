@@ -11,13 +11,13 @@ import (
 // show on one line and store: invalid UTF-8 becomes "?", newlines and tabs become spaces, other
 // control characters are dropped, runs of spaces become one, and at most max bytes are kept
 // (cut on a rune boundary and marked with "…").
-func Line(s string, max int) string { return cut(clean(s), max) }
+func Line(s string, max int) string { return Cut(clean(s), max) }
 
 // RedactedLine is Line with every occurrence of secret replaced by "[redacted]", before and after
 // the cleaning (a secret split by a control character that the cleaning drops is caught too) and
 // before the cut (no prefix of it survives a cut).
 func RedactedLine(s, secret string, max int) string {
-	return cut(Redact(clean(Redact(s, secret)), secret), max)
+	return Cut(Redact(clean(Redact(s, secret)), secret), max)
 }
 
 // Redact replaces every occurrence of secret in s with "[redacted]" (nothing when secret is "").
@@ -53,8 +53,8 @@ func clean(s string) string {
 	return strings.TrimRight(b.String(), " ")
 }
 
-// cut bounds s to max bytes on a rune boundary, marking a cut with "…".
-func cut(s string, max int) string {
+// Cut bounds s to at most max bytes on a rune boundary, marking a cut with "…".
+func Cut(s string, max int) string {
 	if len(s) <= max {
 		return s
 	}
@@ -62,7 +62,7 @@ func cut(s string, max int) string {
 	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
 	}
-	return strings.TrimRight(s[:n], " ") + "…"
+	return s[:n] + "…"
 }
 
 // ansiEscape matches terminal escape sequences (CSI, OSC, and two-byte ones).
