@@ -7,6 +7,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/hub"
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/clock"
 )
 
 // pruneOnce deletes the rows that fell out of retention: audit rows, dead worker credentials and
@@ -30,15 +31,15 @@ func pruneOnce(ctx context.Context, r RetentionConfig, now time.Time, db *store.
 }
 
 // runRetention prunes at start and then every retention interval until ctx ends.
-func runRetention(ctx context.Context, r RetentionConfig, db *store.DB, creds *hub.Credentials, workers *hub.Server, log *slog.Logger) {
-	t := time.NewTicker(orDefault(r.Interval, DefaultRetentionInterval))
+func runRetention(ctx context.Context, clk clock.Clock, r RetentionConfig, db *store.DB, creds *hub.Credentials, workers *hub.Server, log *slog.Logger) {
+	t := clk.NewTicker(orDefault(r.Interval, DefaultRetentionInterval))
 	defer t.Stop()
 	for {
-		pruneOnce(ctx, r, time.Now(), db, creds, workers, log)
+		pruneOnce(ctx, r, clk.Now(), db, creds, workers, log)
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }

@@ -318,7 +318,7 @@ func (s *Spawner) placeAndStart(ctx context.Context, d *Deps, childID, msg strin
 // waitPlacement polls the child's placement until done says so (or fails), telling progress of
 // each new state.
 func (s *Spawner) waitPlacement(ctx context.Context, d *Deps, childID string, progress func(Progress), done func(placement.Placement) (bool, error)) error {
-	tick := time.NewTicker(pollInterval)
+	tick := clock.Or(d.Clock).NewTicker(pollInterval)
 	defer tick.Stop()
 	last := placement.State("")
 	for {
@@ -337,7 +337,7 @@ func (s *Spawner) waitPlacement(ctx context.Context, d *Deps, childID string, pr
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-tick.C:
+		case <-tick.C():
 		}
 	}
 }
@@ -357,7 +357,7 @@ func (s *Spawner) waitTurn(ctx context.Context, d *Deps, t turns.Turn, progress 
 			}()
 		}
 	}
-	tick := time.NewTicker(pollInterval)
+	tick := clock.Or(d.Clock).NewTicker(pollInterval)
 	defer tick.Stop()
 	for {
 		cur, err := d.Turns.Get(context.WithoutCancel(ctx), t.RunID)
@@ -377,10 +377,10 @@ func (s *Spawner) waitTurn(ctx context.Context, d *Deps, t turns.Turn, progress 
 				select {
 				case <-cctx.Done():
 					return cur, ctx.Err()
-				case <-tick.C:
+				case <-tick.C():
 				}
 			}
-		case <-tick.C:
+		case <-tick.C():
 		}
 	}
 }

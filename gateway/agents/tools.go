@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/turns"
+	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/worker/tools"
 )
@@ -232,13 +233,13 @@ func (s *Spawner) whileTurnRuns(ctx context.Context, runID string) (context.Cont
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(pollInterval)
+		tick := clock.Or(d.Clock).NewTicker(pollInterval)
 		defer tick.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-tick.C:
+			case <-tick.C():
 			}
 			if t, err := d.Turns.Get(ctx, runID); err == nil && t.Status != turns.TurnRunning && t.Status != turns.TurnQueued {
 				cancel()

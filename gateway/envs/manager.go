@@ -175,13 +175,13 @@ func (m *Manager) every(interval time.Duration, fn func()) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		t := time.NewTicker(interval)
+		t := m.cfg.Clock.NewTicker(interval)
 		defer t.Stop()
 		for {
 			select {
 			case <-m.ctx.Done():
 				return
-			case <-t.C:
+			case <-t.C():
 				fn()
 			}
 		}

@@ -41,7 +41,7 @@ func newHarness(t *testing.T, prov *fake.Provider) *harness {
 func (h *harness) start(t *testing.T) {
 	t.Helper()
 	h.mgr = startManager(testenv.Context(t, 20*time.Second), t, envs.Config{DB: h.db, Profiles: h.prof, Providers: providers.Registry{"fake": h.prov},
-		GatewayID: gwID, RetryMin: time.Second, RetryMax: 4 * time.Second, SweepInterval: -1, Clock: h.clock})
+		GatewayID: gwID, RetryMin: time.Second, RetryMax: 4 * time.Second, SweepInterval: -1, LifecycleInterval: -1, Clock: h.clock})
 }
 
 func (h *harness) waitState(t *testing.T, id string, want envs.State) envs.Environment {

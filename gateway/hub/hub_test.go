@@ -746,3 +746,6 @@ func (c offsetClock) Now() time.Time { return time.Now().Add(time.Duration(c.h.o
 func (c offsetClock) NewTimer(d time.Duration) clock.Timer {
 	return clock.Real.NewTimer(d)
 }
+func (c offsetClock) NewTicker(d time.Duration) clock.Ticker {
+	return clock.Real.NewTicker(d)
+}

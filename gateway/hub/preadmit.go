@@ -4,8 +4,8 @@ import (
 	"context"
 	"net"
 	"sync"
-	"time"
 
+	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
@@ -55,7 +55,7 @@ func (l gateListener) Accept() (net.Conn, error) {
 		}
 		pc := &preConn{Conn: c, s: s, tag: tag}
 		pc.mu.Lock()
-		pc.timer = time.AfterFunc(s.cfg.AdmissionTimeout, pc.expire)
+		pc.stopTimer = clock.AfterFunc(s.cfg.DeadlineClock, s.cfg.AdmissionTimeout, pc.expire)
 		pc.mu.Unlock()
 		return pc, nil
 	}
@@ -67,11 +67,11 @@ type preConn struct {
 	s   *Server
 	tag string
 
-	mu       sync.Mutex
-	timer    *time.Timer
-	admitted bool
-	released bool
-	expired  bool
+	mu        sync.Mutex
+	stopTimer func() bool
+	admitted  bool
+	released  bool
+	expired   bool
 }
 
 // expire closes a connection that was not admitted in time.
@@ -95,7 +95,7 @@ func (c *preConn) admit() bool {
 		return false
 	}
 	c.admitted = true
-	c.timer.Stop()
+	c.stopTimer()
 	c.mu.Unlock()
 	c.release()
 	return true
@@ -118,8 +118,8 @@ func (c *preConn) release() {
 
 func (c *preConn) Close() error {
 	c.mu.Lock()
-	if c.timer != nil {
-		c.timer.Stop()
+	if c.stopTimer != nil {
+		c.stopTimer()
 	}
 	c.mu.Unlock()
 	c.release()

@@ -15,6 +15,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/sync/checkpoint"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 )
@@ -122,13 +123,13 @@ func removeOldBases(keep string, gen uint64) {
 func (d *Dispatcher) reclaimLoop(interval, grace time.Duration) {
 	defer d.wg.Done()
 	away := map[string]time.Time{} // session → when its worker was first seen unreachable
-	t := time.NewTicker(interval)
+	t := clock.Or(d.cfg.Clock).NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-d.ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		list, err := d.cfg.Placements.query(d.ctx, `WHERE state=?`, string(Active))
 		if err != nil {

@@ -187,7 +187,7 @@ func (r *Remover) pullBack(ctx context.Context, id string) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, r.cfg.PullBackWait)
 	defer cancel()
-	t := time.NewTicker(100 * time.Millisecond)
+	t := r.cfg.Turns.clock().NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
 		p, err := r.cfg.Turns.cfg.Placements.Get(wctx, id)
@@ -204,7 +204,7 @@ func (r *Remover) pullBack(ctx context.Context, id string) error {
 		select {
 		case <-wctx.Done():
 			return fmt.Errorf("pull-back of session %s did not finish (it is %s), nothing was removed: %w", id, p.State, wctx.Err())
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }

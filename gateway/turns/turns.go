@@ -190,10 +190,8 @@ func (s *Service) queueAfterRedispatch(ctx context.Context, sessionID, text, key
 				s.log.Warn("queued message dropped: placement did not become active", "session", sessionID, "state", p.State, "err", p.Error)
 				return
 			}
-			select {
-			case <-wctx.Done():
+			if clock.Sleep(wctx, s.clock(), 200*time.Millisecond) != nil {
 				return
-			case <-time.After(200 * time.Millisecond):
 			}
 		}
 		if _, err := s.send(wctx, sessionID, text, key, runID); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/internal/backoff"
+	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
@@ -157,7 +158,7 @@ func (s *Service) follow(ctx context.Context, sub *sessions.Subscription[*sessio
 	if grace <= 0 {
 		grace = workerGoneGrace
 	}
-	var gone *time.Timer
+	var gone clock.Timer
 	var graceC <-chan time.Time
 	defer func() {
 		if gone != nil {
@@ -171,8 +172,8 @@ func (s *Service) follow(ctx context.Context, sub *sessions.Subscription[*sessio
 			gone.Stop()
 			gone, graceC = nil, nil
 		case !admitted && gone == nil:
-			gone = time.NewTimer(grace)
-			graceC = gone.C
+			gone = s.clock().NewTimer(grace)
+			graceC = gone.C()
 		}
 	}
 	check()

@@ -45,27 +45,53 @@ func (m *Manual) NewTimer(d time.Duration) Timer {
 	return t
 }
 
-// Advance moves the clock forward by d and fires, in order, every timer that is then due.
+// NewTicker returns a ticker that fires each time Advance moves the clock past its next tick.
+// Like time.Ticker, a tick the reader has not taken yet absorbs later ones.
+func (m *Manual) NewTicker(d time.Duration) Ticker {
+	if d <= 0 {
+		panic("clock: non-positive ticker period")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := &manualTimer{m: m, at: m.now.Add(d), period: d, c: make(chan time.Time, 1)}
+	m.timers = append(m.timers, t)
+	m.signalLocked()
+	return manualTicker{t}
+}
+
+// Advance moves the clock forward by d and fires, in order, every timer that is then due; a
+// ticker stays pending with its next tick after the new time.
 func (m *Manual) Advance(d time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.now = m.now.Add(d)
 	slices.SortStableFunc(m.timers, func(a, b *manualTimer) int { return a.at.Compare(b.at) })
-	n := 0
+	kept := m.timers[:0]
+	fired := false
 	for _, t := range m.timers {
 		if t.at.After(m.now) {
-			break
+			kept = append(kept, t)
+			continue
 		}
-		t.c <- m.now // buffered, and a timer fires once
-		n++
+		fired = true
+		select {
+		case t.c <- m.now: // buffered: a timer fires once, a ticker drops what is not read
+		default:
+		}
+		if t.period > 0 {
+			for !t.at.After(m.now) {
+				t.at = t.at.Add(t.period)
+			}
+			kept = append(kept, t)
+		}
 	}
-	if n > 0 {
-		m.timers = slices.Delete(m.timers, 0, n)
+	m.timers = kept
+	if fired {
 		m.signalLocked()
 	}
 }
 
-// Pending returns how many timers wait to fire.
+// Pending returns how many timers and tickers wait to fire.
 func (m *Manual) Pending() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -111,10 +137,16 @@ func (m *Manual) signalLocked() {
 }
 
 type manualTimer struct {
-	m  *Manual
-	at time.Time
-	c  chan time.Time
+	m      *Manual
+	at     time.Time
+	period time.Duration // > 0 for a ticker
+	c      chan time.Time
 }
+
+type manualTicker struct{ t *manualTimer }
+
+func (t manualTicker) C() <-chan time.Time { return t.t.c }
+func (t manualTicker) Stop()               { t.t.Stop() }
 
 func (t *manualTimer) C() <-chan time.Time { return t.c }
 

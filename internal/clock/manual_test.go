@@ -79,3 +79,60 @@ func TestManualWaitTimers(t *testing.T) {
 		t.Fatal("WaitTimers with no timer and an ended context returned nil")
 	}
 }
+
+func TestManualTickerTicksEachPeriodAndDropsUnreadTicks(t *testing.T) {
+	c := NewManual(time.Unix(0, 0))
+	tk := c.NewTicker(time.Second)
+	c.Advance(999 * time.Millisecond)
+	select {
+	case <-tk.C():
+		t.Fatal("ticked before its period")
+	default:
+	}
+	c.Advance(time.Millisecond)
+	if got := <-tk.C(); !got.Equal(time.Unix(1, 0)) {
+		t.Fatalf("first tick at %v, want 1s", got)
+	}
+	c.Advance(5 * time.Second) // five periods, one unread tick kept
+	<-tk.C()
+	select {
+	case <-tk.C():
+		t.Fatal("a ticker kept more than one unread tick")
+	default:
+	}
+	if c.Pending() != 1 {
+		t.Fatalf("pending = %d, want the ticker still pending", c.Pending())
+	}
+	c.Advance(time.Second)
+	<-tk.C()
+	tk.Stop()
+	c.Advance(time.Hour)
+	select {
+	case <-tk.C():
+		t.Fatal("a stopped ticker ticked")
+	default:
+	}
+	if c.Pending() != 0 {
+		t.Fatalf("pending = %d after Stop", c.Pending())
+	}
+}
+
+func TestAfterFuncRunsOnceUnlessStopped(t *testing.T) {
+	c := NewManual(time.Unix(0, 0))
+	ran := make(chan struct{}, 2)
+	AfterFunc(c, time.Second, func() { ran <- struct{}{} })
+	stop := AfterFunc(c, time.Second, func() { ran <- struct{}{} })
+	if err := c.WaitTimers(context.Background(), 2); err != nil {
+		t.Fatal(err)
+	}
+	if !stop() {
+		t.Fatal("stop of a pending AfterFunc = false")
+	}
+	c.Advance(time.Second)
+	<-ran
+	select {
+	case <-ran:
+		t.Fatal("a stopped AfterFunc ran")
+	case <-time.After(50 * time.Millisecond): // the stopped one would already have been sent
+	}
+}
