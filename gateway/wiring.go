@@ -59,7 +59,7 @@ import (
 // dispatch, spawns), then the doors (sign-in, OpenClaw's protocol, /api/v1, /mcp, /occ/v1).
 //
 // Three parts need one another both ways, so each step wires the one built later through a
-// method of components below (turnRunning, envBusy, redispatch, workerOnly, afterWorkerTurn):
+// method of components below (turnRuns, envBusy, redispatch, workerOnly, afterWorkerTurn):
 // the method reads the field at call time, which is set before Run serves. Following a worker
 // turn: api → turns.Service.Send → hub.Server (the tunnel's RPC) → worker; back through the hub's
 // turn events into turns (docs/architecture.md, "the path of one turn").
@@ -206,7 +206,7 @@ func (g *components) buildWorkerSide(context.Context) error {
 	}
 	hubCfg := hub.Config{
 		DB: g.db, Credentials: g.workerCreds, Log: g.sub("hub"), Registerer: g.reg,
-		TurnRunning:    g.turnRunning,
+		Runs:           turnRuns{g},
 		ExpectedBundle: func(envID string) (string, bool) { return g.envs.BundleHash(envID) },
 		OnAdmit:        func(envID string) { g.envs.Touch(context.Background(), envID) },
 		OnActivity:     func(envID string) { g.envs.Seen(envID) },
@@ -325,13 +325,11 @@ func (g *components) registerMetrics() {
 
 // The calls that run back up a floor, each read at call time (see components).
 
-// turnRunning tells the hub whether a worker's turn is the session's running one.
-func (g *components) turnRunning(ctx context.Context, sessionID, runID string) (bool, error) {
-	t, err := g.turns.Get(ctx, runID)
-	if errors.Is(err, store.ErrNotFound) {
-		return false, nil
-	}
-	return err == nil && t.SessionID == sessionID && t.Status == turns.TurnRunning, err
+// turnRuns tells the hub which turn of a session runs: the turns service keeps that record.
+type turnRuns struct{ g *components }
+
+func (r turnRuns) RunningTurn(ctx context.Context, sessionID string) (string, uint64, bool, error) {
+	return r.g.turns.RunningTurn(ctx, sessionID)
 }
 
 // envBusy tells the lifetime policy whether an environment is in use by a session.

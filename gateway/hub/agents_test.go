@@ -19,7 +19,6 @@ func TestHostileSessionsSpawn(t *testing.T) {
 	var mu sync.Mutex
 	var calls []tools.Call
 	x := newHostile(t, func(c *hub.Config) {
-		c.TurnRunning = func(_ context.Context, _, runID string) (bool, error) { return runID == "run-1", nil }
 		c.Spawn = func(_ context.Context, call tools.Call, _ json.RawMessage) (protocol.ToolCallResult, *protocol.Error) {
 			mu.Lock()
 			calls = append(calls, call)

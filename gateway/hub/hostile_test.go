@@ -175,6 +175,7 @@ func (x *hostile) startTurn(runID string) {
 	x.t.Helper()
 	ctx := testContext(x.t)
 	errc := make(chan error, 1)
+	x.runs.start(x.session, runID, 1) // admitted: the turn's row is written before the start is sent
 	go func() {
 		_, err := x.srv.Request(ctx, envA, protocol.MethodTurnStart, protocol.TurnStartParams{SessionID: x.session,
 			OwnerEpoch: x.epoch, RunEpoch: 1, RunID: runID, ModelRef: "test/m", Text: "go"})
@@ -458,10 +459,7 @@ func TestHostileToolCallIDsAreBounded(t *testing.T) {
 // Calls must name the run of a turn the gateway started for the session and that still runs;
 // anything else is unknown-run, reaches no provider or tool, and is audited in one row.
 func TestHostileCallsOutsideStartedTurns(t *testing.T) {
-	var ended atomic.Bool
-	x := newHostile(t, func(c *hub.Config) {
-		c.TurnRunning = func(_ context.Context, _, runID string) (bool, error) { return runID == "run-1" && !ended.Load(), nil }
-	})
+	x := newHostile(t, nil)
 	c := x.sessionConn()
 	frames := reader(t, c)
 	expectRefused := func(what string, f []byte, id string) {
@@ -489,7 +487,7 @@ func TestHostileCallsOutsideStartedTurns(t *testing.T) {
 		RunID: "run-9", ToolCallID: "tool", Name: "slow_search", Arguments: json.RawMessage(`{}`)})
 	tb, _ := json.Marshal(tool)
 	expectRefused("a tool call naming another run", tb, "tool")
-	ended.Store(true)
+	x.runs.end(x.session)
 	expectRefused("a call of a turn that ended", x.inferenceFrame("late", "run-1", "late", []byte("hi")), "late")
 	if n, m := x.models.calls.Load(), x.tool.running.Load(); n != 0 || m != 0 {
 		t.Fatalf("the provider saw %d calls and the tool %d, want none", n, m)

@@ -101,10 +101,9 @@ type Config struct {
 	Capacity Capacity
 	// Registerer, when set, gets the hub's metrics (openclaw_workers_connected, …; see metrics.go).
 	Registerer prometheus.Registerer
-	// TurnRunning reports whether the turn runID of sessionID is still running (the turns table);
-	// nil trusts the hub's own record of the worker.turn.start it sent. An inference or tool call
-	// must name the run of such a turn (see Server.Request), else it is refused with unknown-run.
-	TurnRunning func(ctx context.Context, sessionID, runID string) (bool, error)
+	// Runs tells which turn of a session runs now: an inference or tool call must name that run,
+	// else it is refused with unknown-run. Nil refuses every call.
+	Runs Runs
 	// Clock tells the time of accounting rows, refusal windows and backpressure, and paces the
 	// refusal audit; the real clock when nil. A Credentials built here (nil Credentials) shares it.
 	Clock clock.Clock
@@ -169,8 +168,6 @@ type Server struct {
 	changed  chan struct{} // closed and replaced whenever workers changes
 	closed   bool
 	wg       sync.WaitGroup
-	// turns maps environment+"\x00"+session to the run of the last worker.turn.start sent for it.
-	turns map[string]startedTurn
 
 	bmu            sync.Mutex           // guards the budgets below and every workerConn.inflight
 	envInflight    map[string]*inflight // environment → calls and bytes in flight
@@ -190,10 +187,12 @@ type Server struct {
 	closeOnce      sync.Once
 }
 
-// startedTurn is a turn the gateway told a worker to run.
-type startedTurn struct {
-	runID    string
-	runEpoch uint64
+// Runs is the one record of the turn a session runs, kept by gateway/turns: the turn's row, written
+// in the transaction that admits it and ended with it. The hub keeps no copy.
+type Runs interface {
+	// RunningTurn returns the run id and run epoch of the session's running worker turn; ok false
+	// when none runs.
+	RunningTurn(ctx context.Context, sessionID string) (runID string, runEpoch uint64, ok bool, err error)
 }
 
 // New returns a Server; it serves nothing until Serve.
@@ -206,8 +205,8 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, log: cfg.Log, ctx: ctx, stop: stop,
 		conns: map[*workerConn]struct{}{}, workers: map[string]*workerConn{}, sessionConns: map[string]*workerConn{},
-		changed:  make(chan struct{}),
-		pressure: map[string]*pressure{}, turns: map[string]startedTurn{},
+		changed:     make(chan struct{}),
+		pressure:    map[string]*pressure{},
 		envInflight: map[string]*inflight{}, refreshBuckets: map[string]*bucket{}, preAdmission: map[string]int{},
 		envInference: map[string]int{}, relay: map[string]*relayBucket{},
 		refused:      refusals{clock: cfg.Clock},
@@ -355,11 +354,7 @@ func (s *Server) Shutdown(ctx context.Context, envID, reason string) error {
 
 // Request sends a request to envID's worker (the connection admitted for the environment, not a
 // per-session one) and waits for its answer. A refused request returns its *protocol.Error.
-//
-// A worker.turn.start sent here is recorded (before it is sent: the worker may call before its
-// answer arrives) as the session's running turn, the one run whose inference and tool calls the
-// gateway serves; a refused or failed start is forgotten.
-func (s *Server) Request(ctx context.Context, envID, method string, params any) (_ json.RawMessage, err error) {
+func (s *Server) Request(ctx context.Context, envID, method string, params any) (json.RawMessage, error) {
 	if !protocol.IsGatewayMethod(method) {
 		return nil, fmt.Errorf("request %s: not a gateway method", method)
 	}
@@ -384,21 +379,6 @@ func (s *Server) Request(ctx context.Context, envID, method string, params any) 
 	if err != nil {
 		return nil, err
 	}
-	if method == protocol.MethodTurnStart {
-		var tp protocol.TurnStartParams
-		if err := protocol.DecodeParams(req.Params, &tp); err != nil {
-			return nil, fmt.Errorf("%s to worker of %s: %w", method, envID, err)
-		}
-		key, turn := envID+"\x00"+tp.SessionID, startedTurn{runID: tp.RunID, runEpoch: tp.RunEpoch}
-		s.mu.Lock()
-		s.turns[key] = turn
-		s.mu.Unlock()
-		defer func() {
-			if err != nil {
-				s.forgetTurn(key, turn)
-			}
-		}()
-	}
 	if err := wc.write(ctx, req); err != nil {
 		return nil, fmt.Errorf("%s to worker of %s: %w", method, envID, err)
 	}
@@ -412,15 +392,6 @@ func (s *Server) Request(ctx context.Context, envID, method string, params any) 
 		return nil, fmt.Errorf("%s to worker of %s: connection lost", method, envID)
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%s to worker of %s: %w", method, envID, ctx.Err())
-	}
-}
-
-// forgetTurn drops the record of turn unless a newer turn replaced it.
-func (s *Server) forgetTurn(key string, turn startedTurn) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.turns[key] == turn {
-		delete(s.turns, key)
 	}
 }
 

@@ -43,6 +43,7 @@ type harness struct {
 	offset  atomic.Int64 // added to the credential clock
 	admits  chan string
 	departs chan string
+	runs    *runTable // the turns the harness started (gateway/turns' record, in the gateway)
 
 	mu sync.Mutex
 	ln *trackListener
@@ -59,7 +60,7 @@ func newHarness(t *testing.T, mod func(*hub.Config)) *harness {
 	}
 	t.Cleanup(func() { db.Close() })
 	h := &harness{t: t, db: db, sock: filepath.Join(dir, "w.sock"),
-		admits: make(chan string, 16), departs: make(chan string, 16)}
+		admits: make(chan string, 16), departs: make(chan string, 16), runs: &runTable{m: map[string]run{}}}
 	if len(h.sock) > 100 { // unix socket paths are short
 		d, err := os.MkdirTemp("", "hub")
 		if err != nil {
@@ -85,6 +86,7 @@ func newHarness(t *testing.T, mod func(*hub.Config)) *harness {
 		HeartbeatTimeout: 3 * time.Second,
 		OnAdmit:          func(env string) { h.admits <- env },
 		OnDisconnect:     func(env string) { h.departs <- env },
+		Runs:             h.runs,
 	}
 	if mod != nil {
 		mod(&cfg)
@@ -748,4 +750,35 @@ func (c offsetClock) NewTimer(d time.Duration) clock.Timer {
 }
 func (c offsetClock) NewTicker(d time.Duration) clock.Ticker {
 	return clock.Real.NewTicker(d)
+}
+
+// runTable is the harness's record of running turns (hub.Runs), which gateway/turns keeps in the
+// gateway.
+type runTable struct {
+	mu sync.Mutex
+	m  map[string]run // session → its running turn
+}
+
+type run struct {
+	id    string
+	epoch uint64
+}
+
+func (r *runTable) start(session, runID string, epoch uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m[session] = run{runID, epoch}
+}
+
+func (r *runTable) end(session string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.m, session)
+}
+
+func (r *runTable) RunningTurn(_ context.Context, session string) (string, uint64, bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.m[session]
+	return t.id, t.epoch, ok, nil
 }

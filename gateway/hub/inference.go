@@ -181,28 +181,24 @@ func (s *Server) serveInferenceStart(ctx context.Context, wc *workerConn, f prot
 	return protocol.Frame{}, false
 }
 
-// checkRun checks that runID (and runEpoch, unless 0) is the turn the gateway last started for
-// sessionID in wc's environment, and that the turn is still running. A refusal is audited.
+// checkRun checks that runID (and runEpoch, unless 0) is the session's running turn (Config.Runs);
+// checkBinding, called first, has checked that the session is bound to wc's environment. A
+// refusal is audited.
 func (s *Server) checkRun(ctx context.Context, wc *workerConn, sessionID, runID string, runEpoch uint64) *protocol.Error {
-	key := wc.envID + "\x00" + sessionID
-	s.mu.Lock()
-	t, ok := s.turns[key]
-	s.mu.Unlock()
-	var e *protocol.Error
-	switch {
-	case !ok || runID == "" || t.runID != runID || (runEpoch != 0 && t.runEpoch != runEpoch):
-		e = protocol.Errorf(protocol.CodeUnknownRun, "run %.128q (run epoch %d) is not a turn the gateway started for session %.128q",
-			runID, runEpoch, sessionID)
-	case s.cfg.TurnRunning != nil:
-		running, err := s.cfg.TurnRunning(ctx, sessionID, runID)
-		if err != nil {
+	var running string
+	var epoch uint64
+	ok := false
+	if s.cfg.Runs != nil {
+		var err error
+		if running, epoch, ok, err = s.cfg.Runs.RunningTurn(ctx, sessionID); err != nil {
 			s.log.Warn("turn state lookup", "session", sessionID, "run", runID, "err", err)
 			return &protocol.Error{Code: protocol.CodeInternal, Message: "turn lookup failed", Retryable: true}
 		}
-		if !running {
-			s.forgetTurn(key, t)
-			e = protocol.Errorf(protocol.CodeUnknownRun, "run %.128q of session %.128q is no longer running", runID, sessionID)
-		}
+	}
+	var e *protocol.Error
+	if !ok || runID == "" || running != runID || (runEpoch != 0 && epoch != runEpoch) {
+		e = protocol.Errorf(protocol.CodeUnknownRun, "run %.128q (run epoch %d) is not the running turn of session %.128q",
+			runID, runEpoch, sessionID)
 	}
 	if e != nil {
 		s.refused.add("worker.inference.reject", wc.envID, e)

@@ -99,6 +99,7 @@ func (h *harness) startTurn(env, cred, session string, ownerEpoch uint64, runID 
 	if err := h.srv.WaitAdmitted(ctx, env); err != nil {
 		h.t.Fatal(err)
 	}
+	h.runs.start(session, runID, 1) // admitted: the turn's row is written before the start is sent
 	if _, err := h.srv.Request(ctx, env, protocol.MethodTurnStart, protocol.TurnStartParams{SessionID: session,
 		OwnerEpoch: ownerEpoch, RunEpoch: 1, RunID: runID, ModelRef: "local/m1", Text: "go"}); err != nil {
 		h.t.Fatal(err)

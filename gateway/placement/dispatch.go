@@ -289,7 +289,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, sessionID, profileID, machine
 	}
 	zero, none := 0, "" // a new dispatch: no barrier passed yet, no environment chosen (provision picks one)
 	p, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation, Change{To: Requested, Reason: reason, ProfileID: &profileID, MachineClass: &machineClass,
-		EnvironmentID: &none, BarrierStep: &zero})
+		EnvironmentID: &none, BarrierStep: &zero, Idle: true})
 	if err != nil {
 		return p, err
 	}

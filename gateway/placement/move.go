@@ -157,7 +157,7 @@ func (d *Dispatcher) MoveLocal(ctx context.Context, sessionID string, force bool
 			return p, err
 		}
 	}
-	move := Change{To: Local, Reason: reason}
+	move := Change{To: Local, Reason: reason, Idle: true}
 	if sess.EnvironmentID != "" {
 		move.Also = d.unbind(sessionID, "")
 	}

@@ -81,7 +81,7 @@ func (d *Dispatcher) onto(ctx context.Context, p Placement, envID string) (Place
 	}
 	class, zero := e.Class(), 0
 	return d.cfg.Placements.Transition(ctx, p.SessionID, p.Generation, Change{To: Requested, Reason: "dispatch onto environment " + envID,
-		ProfileID: &e.ProfileID, MachineClass: &class, EnvironmentID: &envID, BarrierStep: &zero})
+		ProfileID: &e.ProfileID, MachineClass: &class, EnvironmentID: &envID, BarrierStep: &zero, Idle: true})
 }
 
 // usableTarget returns envID if a session can be placed on it: ready, idle or attached (reserved

@@ -3,8 +3,10 @@ package placement
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/openclaw/cloudworkers/gateway/envs"
@@ -117,4 +119,63 @@ func TestProvisionTakesTheNamedEnvironmentAndSkipsReserved(t *testing.T) {
 	if err == nil && ch.EnvironmentID != nil && *ch.EnvironmentID == "env_reserved" {
 		t.Fatalf("a profile dispatch took the reserved environment as a warm lease: %+v", ch)
 	}
+}
+
+// TestAMoveAndAMessageGetOneAnswer: a dispatch and a message that arrive together are decided in
+// one place, the placement row: either the message's turn is admitted and the dispatch is refused
+// busy, or the dispatch starts and the message is refused as the placement moves; never both, which
+// would sync the workspace out while the gateway's own turn edits it.
+func TestAMoveAndAMessageGetOneAnswer(t *testing.T) {
+	ctx := context.Background()
+	ps := openPlacements(t)
+	st := openSessions(t, ps)
+	d := &Dispatcher{cfg: DispatchConfig{Placements: ps, Sessions: st, Envs: envs.New(envs.Config{DB: ps.db}),
+		Admitted: func(string) bool { return true }}, log: slog.New(slog.DiscardHandler), active: map[string]bool{}}
+	var moved, admitted int
+	for round := range 40 {
+		ses, err := st.Create(ctx, sessions.CreateParams{Title: "race", Workspace: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := fmt.Sprintf("env_%d", round)
+		putEnv(t, ps, env, "", envs.Ready)
+		d.active[ses.ID] = true // the dispatch's steps are not under test: kick starts none
+		start := make(chan struct{})
+		var claimErr, moveErr error
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-start
+			claimErr = ps.ClaimTurn(ctx, ses.ID, 0, false, "run_msg") // turn admission of the message
+		}()
+		go func() {
+			defer wg.Done()
+			<-start
+			_, moveErr = d.DispatchToEnvironment(ctx, ses.ID, env)
+		}()
+		close(start)
+		wg.Wait()
+		p, err := ps.Get(ctx, ses.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case claimErr == nil && moveErr == nil:
+			t.Fatalf("round %d: both the message's turn and the dispatch were admitted (placement %s, turn %q)", round, p.State, p.TurnRunID)
+		case claimErr == nil:
+			if !errors.Is(moveErr, ErrBusy) || p.State != Local || p.TurnRunID != "run_msg" {
+				t.Fatalf("round %d: message first: dispatch %v, placement %s turn %q; want busy, local, run_msg", round, moveErr, p.State, p.TurnRunID)
+			}
+			admitted++
+		case moveErr == nil:
+			if !errors.Is(claimErr, ErrStale) || p.State != Requested || p.TurnRunID != "" {
+				t.Fatalf("round %d: dispatch first: message %v, placement %s turn %q; want stale, requested, none", round, claimErr, p.State, p.TurnRunID)
+			}
+			moved++
+		default:
+			t.Fatalf("round %d: neither won: message %v, dispatch %v", round, claimErr, moveErr)
+		}
+	}
+	t.Logf("message first %d times, dispatch first %d times", admitted, moved)
 }

@@ -211,7 +211,7 @@ func (d *Dispatcher) Redispatch(ctx context.Context, sessionID string) error {
 	}
 	empty, zero := "", 0
 	if _, err := d.cfg.Placements.Transition(ctx, sessionID, p.Generation, Change{To: Requested,
-		Reason: "restoring on a fresh worker of profile " + p.ProfileID, EnvironmentID: &empty, BarrierStep: &zero}); err != nil {
+		Reason: "restoring on a fresh worker of profile " + p.ProfileID, EnvironmentID: &empty, BarrierStep: &zero, Idle: true}); err != nil {
 		return err
 	}
 	d.kick(sessionID)

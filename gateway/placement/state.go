@@ -171,6 +171,10 @@ type Change struct {
 	Error          string
 	// UnlessClaim refuses the move (ErrBusy) while the session's turn is held by this claim.
 	UnlessClaim string
+	// Idle refuses the move (ErrBusy) while any turn holds the session: a move that starts from
+	// rest is decided against turn admission in this one transaction, so a message that arrives
+	// during a dispatch either runs before the move (which is then refused) or is refused.
+	Idle bool
 	// Also runs inside the transition's transaction once the move passed its checks, before the
 	// placement row is written: the session's binding and the environment's attachment change
 	// with the placement or not at all. It may fill in the change (the owner epoch a binding
@@ -213,7 +217,7 @@ func (ps *Placements) transition(ctx context.Context, sessionID string, gen uint
 		if p.Generation != gen {
 			return fmt.Errorf("session %s placement is %s at generation %d, not %d: %w", sessionID, p.State, p.Generation, gen, ErrStale)
 		}
-		if c.UnlessClaim != "" && p.TurnRunID == c.UnlessClaim {
+		if (c.UnlessClaim != "" && p.TurnRunID == c.UnlessClaim) || (c.Idle && p.TurnRunID != "") {
 			return fmt.Errorf("session %s: %w (run %s)", sessionID, ErrBusy, p.TurnRunID)
 		}
 		if !CanTransition(p.State, c.To) {
@@ -273,42 +277,50 @@ func (ps *Placements) transition(ctx context.Context, sessionID string, gen uint
 // still at generation gen (compare-and-swap) and no turn holds it, so a local message admitted
 // against a stale snapshot can never race a worker turn. wantRemote says which loop claims.
 func (ps *Placements) ClaimTurn(ctx context.Context, sessionID string, gen uint64, wantRemote bool, runID string) error {
-	err := ps.db.InTx(ctx, func(tx *sql.Tx) error {
-		p, err := scanPlacement(tx.QueryRowContext(ctx, `SELECT `+placementCols+` FROM placements WHERE session_id=?`, sessionID))
-		if errors.Is(err, sql.ErrNoRows) {
-			p = Placement{SessionID: sessionID, State: Local}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO placements(session_id, state, generation, updated_at) VALUES(?,?,0,?)`,
-				sessionID, string(Local), ps.now()); err != nil {
-				return err
-			}
-		} else if err != nil {
-			return err
-		}
-		switch {
-		case p.Generation != gen:
-			return fmt.Errorf("session %s placement moved to %s (generation %d): %w", sessionID, p.State, p.Generation, ErrStale)
-		case p.TurnRunID != "":
-			return fmt.Errorf("session %s: %w (run %s)", sessionID, ErrBusy, p.TurnRunID)
-		case p.State == Failed:
-			// Only an explicit move (MoveLocal) or a new dispatch lets its turns run again.
-			return fmt.Errorf("session %s: %w", sessionID, ErrPlacementFailed)
-		case p.State != Local && p.State != Active && p.State != Reclaimed:
-			return fmt.Errorf("session %s is %s (message refused while the placement moves): %w", sessionID, p.State, ErrStale)
-		case wantRemote && p.State != Active:
-			return fmt.Errorf("session %s is %s, not active on a worker: %w", sessionID, p.State, ErrStale)
-		case !wantRemote && p.State == Active:
-			// the caller read a moving placement and took the turn for the gateway; a worker owns
-			// the session now
-			return fmt.Errorf("session %s is active on a worker, not on the gateway: %w", sessionID, ErrStale)
-		}
-		_, err = tx.ExecContext(ctx, `UPDATE placements SET turn_run_id=? WHERE session_id=? AND generation=?`, runID, sessionID, gen)
-		return err
-	})
+	err := ps.db.InTx(ctx, func(tx *sql.Tx) error { return ps.ClaimTurnTx(ctx, tx, sessionID, gen, wantRemote, runID) })
 	if err == nil {
 		ps.changed(sessionID)
 	}
 	return err
 }
+
+// ClaimTurnTx is ClaimTurn inside the caller's transaction (turn admission writes the turn's row
+// in the same one); the caller calls Changed once it has committed.
+func (ps *Placements) ClaimTurnTx(ctx context.Context, tx *sql.Tx, sessionID string, gen uint64, wantRemote bool, runID string) error {
+	p, err := scanPlacement(tx.QueryRowContext(ctx, `SELECT `+placementCols+` FROM placements WHERE session_id=?`, sessionID))
+	if errors.Is(err, sql.ErrNoRows) {
+		p = Placement{SessionID: sessionID, State: Local}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO placements(session_id, state, generation, updated_at) VALUES(?,?,0,?)`,
+			sessionID, string(Local), ps.now()); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	switch {
+	case p.Generation != gen:
+		return fmt.Errorf("session %s placement moved to %s (generation %d): %w", sessionID, p.State, p.Generation, ErrStale)
+	case p.TurnRunID != "":
+		return fmt.Errorf("session %s: %w (run %s)", sessionID, ErrBusy, p.TurnRunID)
+	case p.State == Failed:
+		// Only an explicit move (MoveLocal) or a new dispatch lets its turns run again.
+		return fmt.Errorf("session %s: %w", sessionID, ErrPlacementFailed)
+	case p.State != Local && p.State != Active && p.State != Reclaimed:
+		return fmt.Errorf("session %s is %s (message refused while the placement moves): %w", sessionID, p.State, ErrStale)
+	case wantRemote && p.State != Active:
+		return fmt.Errorf("session %s is %s, not active on a worker: %w", sessionID, p.State, ErrStale)
+	case !wantRemote && p.State == Active:
+		// the caller read a moving placement and took the turn for the gateway; a worker owns
+		// the session now
+		return fmt.Errorf("session %s is active on a worker, not on the gateway: %w", sessionID, ErrStale)
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE placements SET turn_run_id=? WHERE session_id=? AND generation=?`, runID, sessionID, gen)
+	return err
+}
+
+// Changed tells the change feed that the session's placement row changed (after a commit of the
+// caller's own transaction).
+func (ps *Placements) Changed(sessionID string) { ps.changed(sessionID) }
 
 // ReleaseAllTurns clears every turn claim: claims (turns, checkpoints) die with the gateway that
 // held them; left set, they would refuse every message and hold a pull-back in draining forever.

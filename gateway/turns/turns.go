@@ -263,32 +263,53 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 	if _, err := s.cfg.Catalog.Resolve(model); err != nil {
 		return Turn{}, err
 	}
-	// Turn admission: one turn per session at a time, claimed in the placement state machine.
+	// Turn admission: one turn per session at a time. The claim on the placement (compare-and-swap
+	// on its generation, read again now that the session is ours to admit) and the turn's row, the
+	// one record of the running turn, are written in one transaction.
 	s.mu.Lock()
 	if _, busy := s.running[sessionID]; busy {
 		s.mu.Unlock()
 		return Turn{}, fmt.Errorf("session %s: %w; wait for it to end, or stop it with: openclaw session cancel %s", sessionID, placement.ErrBusy, sessionID)
 	}
+	var gen uint64
 	if s.cfg.Placements != nil {
 		p, err := s.cfg.Placements.Get(ctx, sessionID)
-		if err == nil {
-			if where == "worker" && p.BoxWorkspace != "" {
-				sess.Workspace = p.BoxWorkspace
-			}
-			err = s.cfg.Placements.ClaimTurn(ctx, sessionID, p.Generation, where == "worker", runID)
-		}
 		if err != nil {
 			s.mu.Unlock()
-			if errors.Is(err, placement.ErrPlacementFailed) {
-				if p, gerr := s.cfg.Placements.Get(ctx, sessionID); gerr == nil && p.State == placement.Failed {
-					return Turn{}, s.cfg.Placements.FailedError(ctx, p, sess.Workspace)
-				}
-			}
-			if errors.Is(err, placement.ErrStale) {
-				return Turn{}, fmt.Errorf("%w: %v", ErrPlacementMoving, err)
-			}
 			return Turn{}, err
 		}
+		if where == "worker" && p.BoxWorkspace != "" {
+			sess.Workspace = p.BoxWorkspace
+		}
+		gen = p.Generation
+	}
+	t := Turn{SessionID: sessionID, RunID: runID, IdempotencyKey: idempotencyKey, Placement: where,
+		Model: model, Status: TurnRunning, CreatedAt: store.FormatTime(s.clock().Now())}
+	err = s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
+		if s.cfg.Placements != nil {
+			if err := s.cfg.Placements.ClaimTurnTx(ctx, tx, sessionID, gen, where == "worker", runID); err != nil {
+				return err
+			}
+		}
+		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(run_epoch),0)+1 FROM turns WHERE session_id=?`, sessionID).Scan(&t.RunEpoch); err != nil {
+			return err
+		}
+		var key any
+		if idempotencyKey != "" {
+			key = idempotencyKey
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO turns(session_id, run_epoch, run_id, idempotency_key, placement, model, status, created_at) VALUES(?,?,?,?,?,?,?,?)`,
+			sessionID, t.RunEpoch, t.RunID, key, t.Placement, t.Model, string(t.Status), t.CreatedAt); err != nil {
+			return err
+		}
+		return turnEvent(ctx, tx, t.RunID, t.CreatedAt, "", t.Status, "admitted ("+where+")")
+	})
+	if err != nil {
+		s.mu.Unlock()
+		return Turn{}, s.admissionError(ctx, sessionID, sess.Workspace, err)
+	}
+	if s.cfg.Placements != nil {
+		s.cfg.Placements.Changed(sessionID)
 	}
 	tctx, cancel := context.WithCancel(s.ctx)
 	s.running[sessionID] = cancel
@@ -307,30 +328,12 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 			cancel()
 		})
 	}
-	cursor, err := s.cfg.Sessions.LiveCursor(ctx, sessionID)
-	if err != nil {
+	// The live cursor from which the turn's events are followed: read before the worker (or the
+	// local loop) can publish any.
+	if t.Cursor, err = s.cfg.Sessions.LiveCursor(ctx, sessionID); err != nil {
 		release()
+		s.finish(t, TurnFailed, err.Error())
 		return Turn{}, err
-	}
-	t := Turn{SessionID: sessionID, RunID: runID, IdempotencyKey: idempotencyKey, Placement: where,
-		Model: model, Status: TurnRunning, CreatedAt: store.FormatTime(s.clock().Now()), Cursor: cursor}
-	err = s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
-		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(run_epoch),0)+1 FROM turns WHERE session_id=?`, sessionID).Scan(&t.RunEpoch); err != nil {
-			return err
-		}
-		var key any
-		if idempotencyKey != "" {
-			key = idempotencyKey
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO turns(session_id, run_epoch, run_id, idempotency_key, placement, model, status, created_at) VALUES(?,?,?,?,?,?,?,?)`,
-			sessionID, t.RunEpoch, t.RunID, key, t.Placement, t.Model, string(t.Status), t.CreatedAt); err != nil {
-			return err
-		}
-		return turnEvent(ctx, tx, t.RunID, t.CreatedAt, "", t.Status, "admitted ("+where+")")
-	})
-	if err != nil {
-		release()
-		return Turn{}, fmt.Errorf("admit turn: %w", err)
 	}
 	s.metrics.started.WithLabelValues(where).Inc()
 	if where == "worker" {
@@ -392,7 +395,37 @@ func (s *Service) run(ctx context.Context, t Turn, workspace, text string) (Turn
 	return status, msg
 }
 
+// admissionError says why a turn was not admitted.
+func (s *Service) admissionError(ctx context.Context, sessionID, workspace string, err error) error {
+	switch {
+	case errors.Is(err, placement.ErrPlacementFailed):
+		if p, gerr := s.cfg.Placements.Get(ctx, sessionID); gerr == nil && p.State == placement.Failed {
+			return s.cfg.Placements.FailedError(ctx, p, workspace)
+		}
+		return err
+	case errors.Is(err, placement.ErrStale):
+		return fmt.Errorf("%w: %v", ErrPlacementMoving, err)
+	case errors.Is(err, placement.ErrBusy):
+		return err
+	}
+	return fmt.Errorf("admit turn: %w", err)
+}
+
 func (s *Service) clock() clock.Clock { return clock.Or(s.cfg.Clock) }
+
+// RunningTurn returns the session's running worker turn (hub.Runs): the one run whose model and
+// tool calls the hub serves. The turn's row is the record: written running in the transaction
+// that admits it, ended by finish.
+func (s *Service) RunningTurn(ctx context.Context, sessionID string) (string, uint64, bool, error) {
+	var runID string
+	var epoch uint64
+	err := s.cfg.DB.R.QueryRowContext(ctx, `SELECT run_id, run_epoch FROM turns WHERE session_id=? AND status=? AND placement='worker'
+		ORDER BY run_epoch DESC LIMIT 1`, sessionID, string(TurnRunning)).Scan(&runID, &epoch)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", 0, false, nil
+	}
+	return runID, epoch, err == nil, err
+}
 
 // Cancel cancels the session's running turn, if any.
 func (s *Service) Cancel(sessionID string) bool {
