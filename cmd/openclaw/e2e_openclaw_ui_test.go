@@ -62,7 +62,8 @@ func chromiumIn(t *testing.T, ns string) context.Context {
 // in Chromium inside a network namespace with only loopback: it signs in with a one-time code,
 // lists our sessions with their placement, renders the history (with its tool call) of a worker
 // session on the local box and of one on a netns sshd box, streams a sent message to its final answer, stops a running turn, dispatches a new
-// session with Where → Cloud · local, lists and adds profiles in Settings → Cloud workers, lists
+// session with Where → Cloud · local, another from a folder picked in the folder browser, lists
+// and adds profiles in Settings → Cloud workers, lists
 // the worker environments in Systems, and throws no exception.
 func TestOpenClawControlUI(t *testing.T) {
 	testenv.RequireRoot(t)
@@ -173,6 +174,44 @@ func TestOpenClawControlUI(t *testing.T) {
 	if pl := g.placement(newID).Placement; pl.State != "active" || pl.ProfileID != "local" || pl.EnvironmentID == "" || pl.EnvironmentID == envID {
 		t.Errorf("the session made from Where → Cloud · local: placement %+v, want active on a new environment of profile local", pl)
 	}
+
+	// New session → Folder → Browse folders: the browser walks the directories inside the
+	// workspace roots (from the first, /tmp here); the git checkout chosen is the new session's
+	// workspace, dispatched (Where is still Cloud · local) to a worker where its first message runs.
+	picked := filepath.Join(root, "picked")
+	userWorkspace(t, picked, true)
+	for _, s := range must(g.client.Sessions(g.ctx()))(t) {
+		before[s.ID] = true
+	}
+	p.Do("open New session again", chromedp.Navigate("http://"+g.addr+"/openclaw/new?agent=main"))
+	waitPage(p, "the folder picker", `!!document.querySelector('#new-session-project-trigger')`)
+	waitPageDoing(p, "the folder browser", `!!document.querySelector('.new-session-page__browser')`, func() {
+		p.Do("open Folder", chromedp.Click(`#new-session-project-trigger`))
+		waitPage(p, "Browse folders", `!!document.querySelector('button[data-value="browse"]:not([disabled])')`)
+		p.Do("choose Browse folders", chromedp.Click(`button[data-value="browse"]`))
+	})
+	for _, name := range strings.Split(strings.TrimPrefix(picked, filepath.Clean(os.TempDir())+"/"), "/") {
+		entry := fmt.Sprintf(`[...document.querySelectorAll('.new-session-page__browser-entry')].find(b => b.innerText.trim() === %q)`, name)
+		waitPage(p, "the folder "+name, "!!"+entry)
+		if name == "picked" { // the listing of root, which holds the gateway's data dir
+			if ok, _ := pageHolds(p, `![...document.querySelectorAll('.new-session-page__browser-entry')].some(b => b.innerText.trim() === "data")`, time.Now()); !ok {
+				t.Error("the folder browser listed the gateway's data dir")
+			}
+		}
+		p.Do("open "+name, chromedp.Click(fmt.Sprintf(`//button[contains(@class,"new-session-page__browser-entry")][normalize-space()=%q]`, name)))
+	}
+	waitPage(p, "inside the picked folder", fmt.Sprintf(`document.querySelector('.new-session-page__browser-path')?.value === %q && document.body.innerText.includes("lib")`, picked))
+	p.Do("use this folder", chromedp.Click(`.new-session-page__browser-use`))
+	p.Do("type and start in the folder", chromedp.SendKeys(`textarea`, "What does the README say?"), chromedp.Click(`button[aria-label="Start session"]`))
+	testenv.Eventually(t, "the session made in the picked folder, its turn done on a worker", func() bool {
+		for _, s := range must(g.client.Sessions(g.ctx()))(t) {
+			if !before[s.ID] && s.Workspace == picked {
+				ts := g.turns(s.ID)
+				return len(ts) == 1 && ts[0].Status == turns.TurnDone && ts[0].Placement == "worker"
+			}
+		}
+		return false
+	})
 
 	// Settings → Cloud workers lists our profiles; one added there is one of ours, validated as
 	// any: a bad machine class is refused with the field named, then a good one is saved.

@@ -75,6 +75,8 @@ var methods = map[string]method{
 	"config.get":                    {"operator.read", false, (*conn).configGet},
 	"config.patch":                  {"operator.admin", true, (*conn).configPatch},
 	"tasks.list":                    {"operator.read", false, (*conn).tasksList},
+	"fs.listDir":                    {"operator.admin", false, (*conn).fsListDir},
+	"worktrees.branches":            {"operator.admin", false, (*conn).worktreesBranches},
 }
 
 // eventNames are the events this endpoint sends.

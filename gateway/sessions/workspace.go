@@ -197,6 +197,49 @@ func (r Roots) Narrow(field string, allowed []string) (Roots, error) {
 // Allowed lists the resolved roots (none: every directory but the refused ones).
 func (r Roots) Allowed() []string { return slices.Clone(r.allowed) }
 
+// Start is where a folder browser starts: the operator's home when it lies inside the roots (the
+// default root is the home), else the first root.
+func (r Roots) Start() string {
+	if r.home != "" && r.inside(r.home) {
+		return r.home
+	}
+	if len(r.allowed) > 0 {
+		return r.allowed[0]
+	}
+	return "/"
+}
+
+// Browse checks a directory a folder browser may list (the New Session page choosing a cwd) and
+// returns it with symlinks resolved. It must lie inside the roots, never be or lie inside the data
+// dir or one of the system directories a workspace may not lie in. Unlike Check, the operator's
+// home and a directory that holds the data dir may be listed: a workspace is chosen inside them.
+func (r Roots) Browse(field, dir string) (string, error) {
+	if !filepath.IsAbs(dir) {
+		return "", providers.Fieldf(field, "must be an absolute path, got %q", dir)
+	}
+	res, err := filepath.EvalSymlinks(filepath.Clean(dir))
+	if err != nil {
+		return "", providers.Fieldf(field, "%s cannot be resolved: %v", dir, err)
+	}
+	for sys, inside := range systemDirs {
+		if inside && within(res, sys) {
+			return "", providers.Fieldf(field, "%s is refused: it is or lies inside %s", dir, sys)
+		}
+	}
+	if r.dataDir != "" && within(res, r.dataDir) {
+		return "", providers.Fieldf(field, "%s is refused: it is or lies inside the gateway's data dir", dir)
+	}
+	if !r.inside(res) {
+		return "", providers.Fieldf(field, "%s is refused: it lies outside the workspace roots %v (config workspaces.roots)", dir, r.allowed)
+	}
+	return res, nil
+}
+
+// inside reports whether a resolved directory lies inside one of the roots (all, when none is set).
+func (r Roots) inside(res string) bool {
+	return len(r.allowed) == 0 || slices.ContainsFunc(r.allowed, func(root string) bool { return within(res, root) })
+}
+
 // Check refuses a workspace named by a door: the error is a *providers.FieldError naming field
 // and the rule that refused it. A directory that does not exist yet is judged by its nearest
 // existing parent.
