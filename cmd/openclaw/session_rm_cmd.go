@@ -4,20 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
-	"os"
 	"path/filepath"
-	"regexp"
-	"slices"
-	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/openclaw/cloudworkers/cmd/openclaw/internal/prune"
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/turns"
-	"github.com/openclaw/cloudworkers/sync/gitexec"
-	"github.com/openclaw/cloudworkers/sync/gitsync"
 )
 
 func newSessionRmCmd(g *globals) *cobra.Command {
@@ -124,30 +118,6 @@ session unarchive. A session a worker holds or that runs a turn is refused.`
 	return cmd
 }
 
-// sessionRefName matches the <name> of a session id (ses_<name>) in what dispatch adds to a
-// repository; branches and refs of any other name are never the gateway's.
-var sessionRefName = regexp.MustCompile(`^[0-9a-f]{24}$`)
-
-// pruneRepo is one repository's git, reached through its common git directory.
-type pruneRepo struct {
-	gitDir string
-}
-
-func (r pruneRepo) git(ctx context.Context, args ...string) (string, error) {
-	out, err := gitexec.RunEnv(ctx, "/", []string{"GIT_DIR=" + r.gitDir}, nil, args...)
-	return strings.TrimSpace(string(out)), err
-}
-
-// unmerged counts the commits of tip on no local branch outside openclaw/.
-func (r pruneRepo) unmerged(ctx context.Context, tip string) (string, error) {
-	return r.git(ctx, "rev-list", "--count", tip, "--not", "--exclude=openclaw/*", "--branches")
-}
-
-// pruneItem is one thing of a finished session dispatch added to the repository.
-type pruneItem struct {
-	kind, what string // "worktree" /path, "ref" refs/openclaw/…, "branch" openclaw/<name>
-}
-
 func newSessionPruneCmd(g *globals) *cobra.Command {
 	var repo string
 	var dryRun, force bool
@@ -171,193 +141,26 @@ ones too. --dry-run prints what would be removed and removes nothing. Only names
 			if err != nil {
 				return err
 			}
-			gitDir, err := gitexec.Line(ctx, abs, "rev-parse", "--path-format=absolute", "--git-common-dir")
-			if err != nil {
-				return fmt.Errorf("%s is not in a git repository (--repo names the repository to prune)", abs)
-			}
-			r := pruneRepo{gitDir: gitDir}
-			items, err := r.finished(ctx, c)
+			r, err := prune.Open(ctx, abs)
 			if err != nil {
 				return err
 			}
-			return r.prune(ctx, items, dryRun, force)
+			items, err := r.Finished(ctx, func(ctx context.Context, id string) (bool, error) {
+				_, err := c.Session(ctx, id)
+				var ae *api.Error
+				if errors.As(err, &ae) && ae.Status == http.StatusNotFound && ae.Code == "not-found" {
+					return true, nil
+				}
+				return false, err
+			})
+			if err != nil {
+				return err
+			}
+			return r.Prune(ctx, stdout, items, dryRun, force)
 		}),
 	}
 	cmd.Flags().StringVar(&repo, "repo", ".", "the repository to prune")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would be removed; remove nothing")
 	cmd.Flags().BoolVar(&force, "force", false, "also delete unmerged branches and worktrees with uncommitted changes")
 	return cmd
-}
-
-// finished lists, per session name, what dispatch added to the repository for sessions the gateway
-// answers not-found for (each asked by id: a listing could miss one). Any other answer stops the
-// prune before anything is removed.
-func (r pruneRepo) finished(ctx context.Context, c *api.Client) (map[string][]pruneItem, error) {
-	found := map[string][]pruneItem{}
-	add := func(name string, it pruneItem) {
-		if sessionRefName.MatchString(name) {
-			found[name] = append(found[name], it)
-		}
-	}
-	wts, err := r.git(ctx, "worktree", "list", "--porcelain")
-	if err != nil {
-		return nil, err
-	}
-	var path string
-	for _, line := range strings.Split(wts, "\n") {
-		if p, ok := strings.CutPrefix(line, "worktree "); ok {
-			path = p
-		}
-		if b, ok := strings.CutPrefix(line, "branch refs/heads/"+gitsync.BranchPrefix); ok {
-			add(b, pruneItem{"worktree", path})
-		}
-	}
-	refs, err := r.git(ctx, "for-each-ref", "--format=%(refname)", gitsync.RefsRoot, "refs/heads/"+gitsync.BranchPrefix)
-	if err != nil {
-		return nil, err
-	}
-	for _, ref := range strings.Fields(refs) {
-		if b, ok := strings.CutPrefix(ref, "refs/heads/"+gitsync.BranchPrefix); ok {
-			add(b, pruneItem{"branch", gitsync.BranchPrefix + b})
-		} else if name, ok := gitsync.SessionOfRef(ref); ok {
-			add(name, pruneItem{"ref", ref})
-		}
-	}
-	for name := range found {
-		_, err := c.Session(ctx, "ses_"+name)
-		var ae *api.Error
-		switch {
-		case err == nil:
-			delete(found, name) // the session exists: all of it stays
-		case errors.As(err, &ae) && ae.Status == http.StatusNotFound && ae.Code == "not-found":
-		default:
-			return nil, fmt.Errorf("ask the gateway for session ses_%s (nothing was removed): %w", name, err)
-		}
-	}
-	return found, nil
-}
-
-// pruneOrder is the order of a session's items: its worktree first (its branch cannot go while
-// checked out), its refs, then its branch.
-var pruneOrder = map[string]int{"worktree": 0, "ref": 1, "branch": 2}
-
-// pruning is one prune run: what it removed and kept, and the errors it met.
-type pruning struct {
-	r             pruneRepo
-	dry, force    bool
-	verb          string
-	removed, kept int
-	errs          []error
-}
-
-func (p *pruning) keep(what, why string) {
-	p.kept++
-	fmt.Fprintf(stdout, "kept %s: %s\n", what, why)
-}
-
-func (p *pruning) done(what string) {
-	p.removed++
-	fmt.Fprintf(stdout, "%s %s\n", p.verb, what)
-}
-
-// prune removes (or, dry, lists) the items of each session in pruneOrder.
-func (r pruneRepo) prune(ctx context.Context, found map[string][]pruneItem, dry, force bool) error {
-	p := &pruning{r: r, dry: dry, force: force, verb: "removed"}
-	if dry {
-		p.verb = "would remove"
-	}
-	for _, name := range slices.Sorted(maps.Keys(found)) {
-		items := slices.SortedStableFunc(slices.Values(found[name]), func(a, b pruneItem) int {
-			return pruneOrder[a.kind] - pruneOrder[b.kind]
-		})
-		wtKept := false
-		for _, it := range items {
-			switch it.kind {
-			case "worktree":
-				if !p.worktree(ctx, it.what) {
-					wtKept = true
-				}
-			case "ref":
-				p.ref(ctx, it.what)
-			case "branch":
-				p.branch(ctx, it.what, wtKept)
-			}
-		}
-	}
-	fmt.Fprintf(stdout, "%s %d, kept %d (sessions the gateway still has are not looked at)\n", p.verb, p.removed, p.kept)
-	return errors.Join(p.errs...)
-}
-
-// worktree removes a managed worktree unless it has uncommitted changes (or --force); it reports
-// whether the worktree is gone (or, dry, would be).
-func (p *pruning) worktree(ctx context.Context, path string) bool {
-	dirty := ""
-	if _, err := os.Stat(path); err == nil {
-		out, err := gitexec.Run(ctx, path, "status", "--porcelain", "--untracked-files=normal")
-		if err != nil {
-			p.errs = append(p.errs, err)
-			return true // as before: an unreadable worktree does not hold its branch back
-		}
-		dirty = strings.TrimSpace(string(out))
-	} // else the directory is gone: git removes its registration
-	if dirty != "" && !p.force {
-		p.keep("worktree "+path, "it has uncommitted changes (--force removes it)")
-		return false
-	}
-	if !p.dry {
-		args := []string{"worktree", "remove", path}
-		if p.force {
-			args = []string{"worktree", "remove", "--force", "--force", path}
-		}
-		if _, err := p.r.git(ctx, args...); err != nil {
-			if _, perr := p.r.git(ctx, "worktree", "prune"); perr != nil || exists(path) {
-				p.errs = append(p.errs, err)
-				return false
-			}
-		}
-	}
-	p.done("worktree " + path)
-	return true
-}
-
-func (p *pruning) ref(ctx context.Context, ref string) {
-	if !p.dry {
-		if _, err := p.r.git(ctx, "update-ref", "-d", ref); err != nil {
-			p.errs = append(p.errs, err)
-			return
-		}
-	}
-	p.done("ref " + ref)
-}
-
-// branch deletes a session's branch once merged (or --force), never while its worktree is kept.
-func (p *pruning) branch(ctx context.Context, branch string, wtKept bool) {
-	n, err := p.r.unmerged(ctx, "refs/heads/"+branch)
-	switch {
-	case err != nil:
-		p.errs = append(p.errs, err)
-		return
-	case wtKept:
-		p.keep("branch "+branch, "its worktree is kept")
-		return
-	case n != "0" && !p.force:
-		p.keep("branch "+branch, n+" commit(s) on no other branch: merge it, or --force deletes it")
-		return
-	}
-	if !p.dry {
-		if _, err := p.r.git(ctx, "branch", "-D", branch); err != nil {
-			p.errs = append(p.errs, err)
-			return
-		}
-	}
-	if n == "0" {
-		p.done("branch " + branch + " (merged)")
-	} else {
-		p.done("branch " + branch + " (" + n + " unmerged commit(s), --force)")
-	}
-}
-
-func exists(path string) bool {
-	_, err := os.Lstat(path)
-	return err == nil
 }
