@@ -44,6 +44,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
 	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/gateway/websearch"
+	"github.com/openclaw/cloudworkers/gateway/workspace"
 	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/internal/shutdown"
 	"github.com/openclaw/cloudworkers/internal/version"
@@ -100,6 +101,7 @@ type components struct {
 	placements *placement.Placements
 	turns      *turns.Service
 	dispatcher *placement.Dispatcher
+	workspace  *workspace.Service
 	remover    *turns.Remover
 	occCompute atomic.Pointer[occ.Compute] // set by the OCC door; turn admission asks it
 
@@ -295,14 +297,15 @@ func (g *components) buildSessionSide(ctx context.Context) error {
 		SyncTimeout: c.Box.SyncTimeout.D(), ReconcileTimeout: c.Box.ReconcileTimeout.D(),
 		SnapshotAuthor:    gitsync.Identity{Name: c.Sync.SnapshotAuthor.Name, Email: c.Sync.SnapshotAuthor.Email},
 		MaxAllowedSecrets: c.Sync.MaxAllowedSecrets,
-		Publisher:         publisher,
 		Secrets:           g.secretValues,
 		// an OCC revision's environment takes only its agent's session (occ.Compute routes it)
 		Reserved: func(e envs.Environment) bool { return occ.ReservedEnvironment(e.IdempotencyKey) },
 		Clock:    g.clk,
 	})
 	g.closers.Push("dispatcher", g.dispatcher.Close)
-	g.spawner.Start(agents.Deps{DB: g.db, Sessions: g.sessions, Turns: g.turns, Dispatcher: g.dispatcher, Placements: g.placements,
+	g.workspace = workspace.New(workspace.Config{Placements: g.placements, Envs: g.envs, Sessions: g.sessions,
+		Dispatcher: g.dispatcher, Publisher: publisher})
+	g.spawner.Start(agents.Deps{DB: g.db, Sessions: g.sessions, Turns: g.turns, Dispatcher: g.dispatcher, Workspace: g.workspace, Placements: g.placements,
 		Envs: g.envs, Admitted: g.workers.Admitted, DataDir: g.dataDir, Log: g.sub("agents"), Clock: g.clk})
 	// session rm (/api/v1) and sessions.delete (OpenClaw's clients)
 	g.remover = turns.NewRemover(turns.RemoverConfig{Turns: g.turns, Dispatcher: g.dispatcher, Envs: g.envs,
@@ -465,6 +468,7 @@ func (g *components) buildAPI(context.Context) error {
 			func(eg *echo.Group) { turns.RegisterAPI(eg, g.turns) },
 			func(eg *echo.Group) { turns.RegisterRemoveAPI(eg, g.remover) },
 			func(eg *echo.Group) { placement.RegisterDispatchAPI(eg, g.dispatcher) },
+			func(eg *echo.Group) { workspace.RegisterAPI(eg, g.workspace) },
 			func(eg *echo.Group) { agents.RegisterAPI(eg, g.spawner) },
 			func(eg *echo.Group) { boxaccess.RegisterAPI(eg, g.boxAccess) },
 		},

@@ -12,6 +12,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/openclaw/cloudworkers/gateway/placement"
+	"github.com/openclaw/cloudworkers/gateway/workspace"
 	"github.com/openclaw/cloudworkers/internal/gitforge"
 	"github.com/openclaw/cloudworkers/internal/testrig/browsertest"
 	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
@@ -67,7 +68,7 @@ func TestGatewayPublish(t *testing.T) {
 
 	// the allowlist: refused before any ref update, through the API and the CLI
 	var body map[string]any
-	code, err := g.do("POST", "/api/v1/sessions/"+id+"/publish", placement.PublishRequest{To: "refs/heads/main"}, &body)
+	code, err := g.do("POST", "/api/v1/sessions/"+id+"/publish", workspace.PublishRequest{To: "refs/heads/main"}, &body)
 	if code != http.StatusBadRequest || err == nil || !strings.Contains(err.Error(), "publish.pushRefAllowlist") {
 		t.Fatalf("publish to main through the API: %d %v, want 400 naming publish.pushRefAllowlist", code, err)
 	}
@@ -126,7 +127,7 @@ func TestGatewayPublish(t *testing.T) {
 	if got, _ := gitforge.Git(ctx, "-C", bare, "rev-parse", "refs/heads/main"); !strings.Contains(before, "refs/heads/main "+got) {
 		t.Fatal("main moved on the forge")
 	}
-	res, err := g.client.Publish(g.ctx(), id, placement.PublishRequest{})
+	res, err := g.client.Publish(g.ctx(), id, workspace.PublishRequest{})
 	if err != nil || res.Status != "up to date" || res.Commit != tip {
 		t.Fatalf("second publish through the API: %+v %v", res, err)
 	}

@@ -6,12 +6,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/publish"
+	"github.com/openclaw/cloudworkers/gateway/workspace"
 )
 
 func newSessionPublishCmd(g *globals) *cobra.Command {
-	var req placement.PublishRequest
+	var req workspace.PublishRequest
 	cmd := &cobra.Command{
 		Use:   "publish ID [--remote NAME] [--pr] [--title T]",
 		Short: "Push a session's branch openclaw/<session> to its forge with the gateway's credential",

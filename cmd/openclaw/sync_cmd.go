@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/openclaw/cloudworkers/gateway/api"
-	"github.com/openclaw/cloudworkers/gateway/placement"
+	"github.com/openclaw/cloudworkers/gateway/workspace"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 	"github.com/openclaw/cloudworkers/sync/stream"
 )
@@ -46,9 +46,9 @@ type planOutput struct {
 // newSyncPlanCmd is `openclaw sync plan [ENV] --workspace DIR [--box-dir D | --manifest FILE]`.
 func newSyncPlanCmd(g *globals) *cobra.Command {
 	var (
-		workspace, base, boxDir string
-		git                     bool
-		exclude, include        []string
+		wsDir, base, boxDir string
+		git                 bool
+		exclude, include    []string
 	)
 	cmd := &cobra.Command{
 		Use: "plan [ENV] --workspace DIR [--box-dir D | --manifest FILE]",
@@ -66,7 +66,7 @@ the session the environment serves, in that session's sync mode and with its pro
 gateway is needed then.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if workspace == "" {
+			if wsDir == "" {
 				return fmt.Errorf("--workspace is required")
 			}
 			opts := manifest.Options{Mode: manifest.ModePlain, Exclude: exclude, Include: include}
@@ -74,7 +74,7 @@ gateway is needed then.`,
 				opts.Mode = manifest.ModeGit
 			}
 			var from *manifest.Manifest
-			var tree placement.BoxTree
+			var tree workspace.BoxTree
 			switch {
 			case len(args) == 1 && base != "":
 				return fmt.Errorf("--manifest and ENV are exclusive: ENV reads the box's own manifest")
@@ -110,7 +110,7 @@ gateway is needed then.`,
 				opts.Mode = tree.Mode
 				opts.Exclude, opts.Include = tree.Exclude, tree.Include
 			}
-			m, st, err := manifest.Build(cmd.Context(), workspace, opts)
+			m, st, err := manifest.Build(cmd.Context(), wsDir, opts)
 			if err != nil {
 				return err
 			}
@@ -126,7 +126,7 @@ gateway is needed then.`,
 				}
 			}
 			plan := stream.PlanFor(from, m)
-			out := planOutput{Workspace: workspace, Mode: string(opts.Mode), Base: base, Bytes: plan.Bytes(),
+			out := planOutput{Workspace: wsDir, Mode: string(opts.Mode), Base: base, Bytes: plan.Bytes(),
 				Environment: tree.Environment, Session: tree.Session, BoxDir: tree.Dir,
 				Send: manifest.Paths(plan.Entries), Deletes: plan.Deletes, Skipped: st.Skipped}
 			if out.Deletes == nil {
@@ -154,7 +154,7 @@ gateway is needed then.`,
 				fmt.Fprintln(w)
 			}
 			fmt.Fprintf(w, "%s (%s mode): send %d files (%d bytes), %d dirs, %d symlinks; delete %d\n",
-				workspace, out.Mode, out.Files, out.Bytes, out.Dirs, out.Symlinks, len(out.Deletes))
+				wsDir, out.Mode, out.Files, out.Bytes, out.Dirs, out.Symlinks, len(out.Deletes))
 			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 			for _, e := range plan.Entries {
 				if e.Type != manifest.TypeDir {
@@ -171,7 +171,7 @@ gateway is needed then.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&workspace, "workspace", "", "workspace directory")
+	f.StringVar(&wsDir, "workspace", "", "workspace directory")
 	f.StringVar(&base, "manifest", "", "manifest of what the box already holds (JSON); default: a cold box")
 	f.StringVar(&boxDir, "box-dir", "", "directory on ENV's box (default: the workspace of the session it serves)")
 	f.BoolVar(&git, "git", false, "git mode: tracked plus eligible untracked files")

@@ -630,11 +630,13 @@ func (s *Spawner) result(ctx context.Context, d *Deps, childID string) SpawnResu
 			}
 		}
 	}
-	if ch, err := d.Dispatcher.Changes(ctx, childID); err == nil {
-		r.Branch, r.Commits = ch.Branch, ch.Commits
-		r.Files = append(ch.Files, ch.Uncommitted...)
-		if ch.AnchorDir != "" {
-			r.Workspace = ch.AnchorDir
+	if d.Workspace != nil {
+		if ch, err := d.Workspace.Changes(ctx, childID); err == nil {
+			r.Branch, r.Commits = ch.Branch, ch.Commits
+			r.Files = append(ch.Files, ch.Uncommitted...)
+			if ch.AnchorDir != "" {
+				r.Workspace = ch.AnchorDir
+			}
 		}
 	}
 	r.Usage, r.Cost = s.usage(ctx, d, childID)

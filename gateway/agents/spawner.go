@@ -11,6 +11,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/gateway/turns"
+	"github.com/openclaw/cloudworkers/gateway/workspace"
 	"github.com/openclaw/cloudworkers/internal/clock"
 )
 
@@ -21,6 +22,8 @@ type Deps struct {
 	Sessions   *sessions.Store
 	Turns      *turns.Service
 	Dispatcher *placement.Dispatcher
+	// Workspace tells what a child brought back (its changes).
+	Workspace  *workspace.Service
 	Placements *placement.Placements
 	Envs       *envs.Manager
 	// Admitted reports whether an environment's worker is admitted (an idle environment is

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/openclaw/cloudworkers/gateway/placement"
+	"github.com/openclaw/cloudworkers/gateway/workspace"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -112,8 +112,8 @@ type SpawnResult struct {
 	// ParentBranch is set when Branch was also fetched into the parent's own repository (a git
 	// fork of a parent on the gateway): the parent can merge it from its workspace.
 	ParentBranch string                  `json:"parentBranch,omitempty"`
-	Commits      []placement.Commit      `json:"commits,omitempty"`
-	Files        []placement.ChangedFile `json:"files,omitempty"`
+	Commits      []workspace.Commit      `json:"commits,omitempty"`
+	Files        []workspace.ChangedFile `json:"files,omitempty"`
 	Workspace    string                  `json:"workspace,omitempty"`
 	Usage        Usage                   `json:"usage"`
 	Cost         float64                 `json:"cost"`

@@ -5,7 +5,7 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/openclaw/cloudworkers/gateway/placement"
+	"github.com/openclaw/cloudworkers/gateway/workspace"
 )
 
 // ApplyProfiles creates or replaces profiles together: all are validated before any is written
@@ -25,8 +25,8 @@ func (c *Client) CancelTurn(ctx context.Context, sessionID string) (bool, error)
 
 // Changes lists what a session's worker brought back to its anchor: the managed branch's commits
 // since its base, the files they touch, and the anchor's uncommitted files.
-func (c *Client) Changes(ctx context.Context, sessionID string) (placement.Changes, error) {
-	return getAs[placement.Changes](ctx, c, v1("sessions", sessionID, "changes"))
+func (c *Client) Changes(ctx context.Context, sessionID string) (workspace.Changes, error) {
+	return getAs[workspace.Changes](ctx, c, v1("sessions", sessionID, "changes"))
 }
 
 // CommitDiff is one commit of a session's managed branch as git show prints it.
@@ -41,7 +41,7 @@ func (c *Client) CommitDiff(ctx context.Context, sessionID, commit string) (stri
 		return "", err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, placement.MaxDiffBytes+1))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, workspace.MaxDiffBytes+1))
 	if err != nil {
 		return "", err
 	}

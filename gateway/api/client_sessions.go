@@ -17,6 +17,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/publish"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/turns"
+	"github.com/openclaw/cloudworkers/gateway/workspace"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 )
 
@@ -137,7 +138,7 @@ func (c *Client) CheckSync(ctx context.Context, envID string) (SyncCheck, error)
 
 // BoxManifest lists the tree on an environment's box: dir (default the workspace of the session
 // it serves), selected in mode (default the session's).
-func (c *Client) BoxManifest(ctx context.Context, envID, dir string, mode manifest.Mode) (placement.BoxTree, error) {
+func (c *Client) BoxManifest(ctx context.Context, envID, dir string, mode manifest.Mode) (workspace.BoxTree, error) {
 	q := make([]string, 0, 2)
 	if dir != "" {
 		q = append(q, "dir="+url.QueryEscape(dir))
@@ -145,7 +146,7 @@ func (c *Client) BoxManifest(ctx context.Context, envID, dir string, mode manife
 	if mode != "" {
 		q = append(q, "mode="+url.QueryEscape(string(mode)))
 	}
-	return getAs[placement.BoxTree](ctx, c, v1("environments", envID, "sync", "manifest")+"?"+strings.Join(q, "&"))
+	return getAs[workspace.BoxTree](ctx, c, v1("environments", envID, "sync", "manifest")+"?"+strings.Join(q, "&"))
 }
 
 // WaitPlacement polls a session's placement until it rests (local, active, failed or reclaimed)
@@ -211,7 +212,7 @@ func (s *SessionStream) Close() error { return s.conn.CloseNow() }
 
 // Publish pushes a session's managed branch with the gateway's forge credential (and opens its
 // pull request when req.PR).
-func (c *Client) Publish(ctx context.Context, sessionID string, req placement.PublishRequest) (publish.Result, error) {
+func (c *Client) Publish(ctx context.Context, sessionID string, req workspace.PublishRequest) (publish.Result, error) {
 	return doAs[publish.Result](ctx, c, http.MethodPost, v1("sessions", sessionID, "publish"), req)
 }
 

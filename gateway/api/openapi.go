@@ -23,6 +23,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/gateway/turns"
+	"github.com/openclaw/cloudworkers/gateway/workspace"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -130,13 +131,13 @@ var Operations = []Operation{
 
 	{Method: "POST", Path: "/api/v1/sessions/:id/dispatch", Summary: "Move a session to a worker of a profile; the dispatch runs on in the gateway.", Body: placement.DispatchRequest{}, Status: 202, Response: placement.Placement{}},
 	{Method: "POST", Path: "/api/v1/sessions/:id/pullback", Summary: "Bring a session home from its worker (the body is optional).", Body: placement.PullBackRequest{}, Status: 202, Response: placement.Placement{}},
-	{Method: "POST", Path: "/api/v1/sessions/:id/publish", Summary: "Push the session's branch openclaw/<session> with the gateway's forge credential and open (or reuse) its pull request (the body is optional).", Body: placement.PublishRequest{}, Status: 200, Response: publish.Result{}},
+	{Method: "POST", Path: "/api/v1/sessions/:id/publish", Summary: "Push the session's branch openclaw/<session> with the gateway's forge credential and open (or reuse) its pull request (the body is optional).", Body: workspace.PublishRequest{}, Status: 200, Response: publish.Result{}},
 	{Method: "POST", Path: "/api/v1/sessions/:id/move", Summary: "Move a session whose worker placement failed to the gateway.", Body: placement.MoveRequest{}, Status: 200, Response: placement.Placement{}},
 	{Method: "POST", Path: "/api/v1/environments/:id/check-sync", Summary: "Round-trip a small workspace through the environment's box.", Status: 200, Response: SyncCheck{}},
 	{Method: "GET", Path: "/api/v1/environments/:id/sync/manifest", Summary: "The tree on the environment's box.",
-		Query: []Param{{"dir", "string", "directory on the box (default: the served session's workspace)"}, {"mode", "string", "selection mode: git or plain (default: the session's)"}}, Status: 200, Response: placement.BoxTree{}},
+		Query: []Param{{"dir", "string", "directory on the box (default: the served session's workspace)"}, {"mode", "string", "selection mode: git or plain (default: the session's)"}}, Status: 200, Response: workspace.BoxTree{}},
 	{Method: "GET", Path: "/api/v1/placements", Summary: "The placements (the 10000 most recently updated), by session id; pages.", Status: 200, Response: []placement.Placement{}, Paged: true},
-	{Method: "GET", Path: "/api/v1/sessions/:id/changes", Summary: "The commits a worker brought back for the session.", Status: 200, Response: placement.Changes{}},
+	{Method: "GET", Path: "/api/v1/sessions/:id/changes", Summary: "The commits a worker brought back for the session.", Status: 200, Response: workspace.Changes{}},
 	{Method: "GET", Path: "/api/v1/sessions/:id/changes/:commit", Summary: "One commit's diff (X-Truncated: true when cut).", Status: 200, Response: Text("")},
 	{Method: "GET", Path: "/api/v1/sessions/:id/placement", Summary: "Where the session runs and the steps that brought it there.", Status: 200, Response: PlacementView{}},
 

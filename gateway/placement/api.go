@@ -10,7 +10,6 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/paging"
 	"github.com/openclaw/cloudworkers/internal/jsonbody"
 	"github.com/openclaw/cloudworkers/providers"
-	"github.com/openclaw/cloudworkers/sync/manifest"
 )
 
 // PullBackRequest is the (optional) body of POST /sessions/:id/pullback.
@@ -74,19 +73,6 @@ func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 		}
 		return c.JSON(http.StatusAccepted, p)
 	})
-	g.POST("/sessions/:id/publish", func(c echo.Context) error {
-		var req PublishRequest
-		if c.Request().ContentLength != 0 {
-			if err := (&echo.DefaultBinder{}).BindBody(c, &req); err != nil {
-				return providers.Fieldf("body", "invalid JSON: %v", err)
-			}
-		}
-		res, err := d.Publish(c.Request().Context(), c.Param("id"), req)
-		if err != nil {
-			return placementErr(err)
-		}
-		return c.JSON(http.StatusOK, res)
-	})
 	g.POST("/sessions/:id/move", func(c echo.Context) error {
 		var req MoveRequest
 		if err := jsonbody.Decode(c.Request().Body, &req); err != nil {
@@ -101,20 +87,6 @@ func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 		}
 		return c.JSON(http.StatusOK, p)
 	})
-	g.POST("/environments/:id/check-sync", func(c echo.Context) error {
-		msg, err := d.CheckSync(c.Request().Context(), c.Param("id"))
-		if err != nil {
-			return c.JSON(http.StatusOK, map[string]any{"ok": false, "detail": err.Error()})
-		}
-		return c.JSON(http.StatusOK, map[string]any{"ok": true, "detail": msg})
-	})
-	g.GET("/environments/:id/sync/manifest", func(c echo.Context) error {
-		t, err := d.BoxManifest(c.Request().Context(), c.Param("id"), c.QueryParam("dir"), manifest.Mode(c.QueryParam("mode")))
-		if err != nil {
-			return err
-		}
-		return c.JSON(http.StatusOK, t)
-	})
 	g.GET("/placements", func(c echo.Context) error {
 		list, err := d.cfg.Placements.List(c.Request().Context(), MaxListedPlacements)
 		if err != nil {
@@ -128,23 +100,6 @@ func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 		}
 		return c.JSON(http.StatusOK, list)
 	})
-	g.GET("/sessions/:id/changes", func(c echo.Context) error {
-		ch, err := d.Changes(c.Request().Context(), c.Param("id"))
-		if err != nil {
-			return err
-		}
-		return c.JSON(http.StatusOK, ch)
-	})
-	g.GET("/sessions/:id/changes/:commit", func(c echo.Context) error {
-		text, cut, err := d.Diff(c.Request().Context(), c.Param("id"), c.Param("commit"))
-		if err != nil {
-			return err
-		}
-		if cut {
-			c.Response().Header().Set("X-Truncated", "true") // cut at MaxDiffBytes
-		}
-		return c.Blob(http.StatusOK, "text/plain; charset=utf-8", []byte(text))
-	})
 	g.GET("/sessions/:id/placement", func(c echo.Context) error {
 		p, err := d.cfg.Placements.Get(c.Request().Context(), c.Param("id"))
 		if err != nil {
@@ -157,6 +112,9 @@ func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 		return c.JSON(http.StatusOK, map[string]any{"placement": p, "events": evs})
 	})
 }
+
+// APIError answers a refused move as 409 Conflict (a stale or busy placement, an illegal move).
+func APIError(err error) error { return placementErr(err) }
 
 func placementErr(err error) error {
 	if errors.Is(err, ErrStale) || errors.Is(err, ErrBusy) || strings.Contains(err.Error(), "illegal placement") || strings.Contains(err.Error(), "not active") {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/bootstrap"
 	"github.com/openclaw/cloudworkers/gateway/envs"
-	"github.com/openclaw/cloudworkers/gateway/publish"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/internal/clock"
@@ -58,8 +57,6 @@ type DispatchConfig struct {
 	// Secrets returns the credential values the gateway holds (name → value), which the secret
 	// scan of every pull-back and checkpoint looks for; nil: none (the patterns still apply).
 	Secrets func(ctx context.Context) (map[string]string, error)
-	// Publisher pushes sessions' branches (POST /sessions/:id/publish); nil: not configured.
-	Publisher *publish.Publisher
 	// MaxAllowedSecrets bounds the secret scan's false positives let through for one session
 	// (default DefaultMaxAllowedSecrets).
 	MaxAllowedSecrets int

@@ -28,15 +28,15 @@ import (
 	"github.com/openclaw/cloudworkers/sync/stream"
 )
 
-// boxManifestOptions select a session's workspace on its box: the sync mode, the profile's rules
+// BoxManifestOptions select a session's workspace on its box: the sync mode, the profile's rules
 // and the box's hash cache file (beside the workspace, never synced back).
-func boxManifestOptions(e envs.Environment, mode manifest.Mode, sessionID string) stream.ManifestOptions {
+func BoxManifestOptions(e envs.Environment, mode manifest.Mode, sessionID string) stream.ManifestOptions {
 	return stream.ManifestOptions{Mode: mode, Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include,
-		CacheFile: boxWorkspace(e, sessionID) + ".sync-cache.json"}
+		CacheFile: BoxWorkspace(e, sessionID) + ".sync-cache.json"}
 }
 
-// boxWorkspace is where a session's workspace lives on its environment's box.
-func boxWorkspace(e envs.Environment, sessionID string) string {
+// BoxWorkspace is where a session's workspace lives on its environment's box.
+func BoxWorkspace(e envs.Environment, sessionID string) string {
 	return filepath.Join(e.WorkerHome, ".openclaw-worker", "work", sessionID)
 }
 
@@ -49,10 +49,10 @@ func isGit(ctx context.Context, dir string) bool {
 	return err == nil && strings.TrimSpace(string(out)) == "true"
 }
 
-// anchorGit runs git in a managed worktree, which holds what workers made (their commits, the
+// AnchorGit runs git in a managed worktree, which holds what workers made (their commits, the
 // files mirrored back): through gitexec.Untrusted, so nothing there runs a filter, hook or
 // transport.
-func anchorGit(ctx context.Context, dir string, args ...string) (string, error) {
+func AnchorGit(ctx context.Context, dir string, args ...string) (string, error) {
 	g, err := gitexec.NewUntrusted(ctx, dir)
 	if err != nil {
 		return "", err
@@ -60,8 +60,8 @@ func anchorGit(ctx context.Context, dir string, args ...string) (string, error) 
 	return g.Line(ctx, args...)
 }
 
-// remote opens the sync connection to an environment's box.
-func (d *Dispatcher) remote(ctx context.Context, e envs.Environment) (stream.Remote, *ssh.Client, error) {
+// Remote opens the sync connection to an environment's box.
+func (d *Dispatcher) Remote(ctx context.Context, e envs.Environment) (stream.Remote, *ssh.Client, error) {
 	c, err := d.cfg.Boot.Dial(ctx, e)
 	if err != nil {
 		return stream.Remote{}, nil, fmt.Errorf("sync connection: %w", err)
@@ -115,7 +115,7 @@ func (d *Dispatcher) syncOutStep(ctx context.Context, p Placement) (Change, erro
 			return Change{}, fmt.Errorf("copy workspace to the anchor: %w", err)
 		}
 	}
-	r, c, err := d.remote(ctx, e)
+	r, c, err := d.Remote(ctx, e)
 	if err != nil {
 		return Change{}, err
 	}
@@ -128,12 +128,12 @@ func (d *Dispatcher) syncOutStep(ctx context.Context, p Placement) (Change, erro
 		}
 	}
 	r.Compression, r.Channels = d.cfg.Compression, d.cfg.Channels
-	boxWS := boxWorkspace(e, p.SessionID)
+	boxWS := BoxWorkspace(e, p.SessionID)
 	// The anchor's hash cache stays on the gateway; the box keeps its own next to the workspace,
 	// so that the pull-back's manifest of the box does not re-hash what it was sent.
 	cacheFile := filepath.Join(dir, "hash-cache.json")
 	cache := manifest.LoadCache(cacheFile)
-	res, err := stream.PushTree(ctx, r, anchorDir, boxWS, stream.TreeOptions{Cache: cache, Manifest: boxManifestOptions(e, mode, p.SessionID)})
+	res, err := stream.PushTree(ctx, r, anchorDir, boxWS, stream.TreeOptions{Cache: cache, Manifest: BoxManifestOptions(e, mode, p.SessionID)})
 	if err != nil {
 		return Change{}, fmt.Errorf("sync out: %w", err)
 	}
@@ -217,7 +217,7 @@ func gitAnchor(ctx context.Context, repo, dataDir, sessionID, base string, snap 
 	}
 	a := &gitsync.Anchor{Repo: repo, Dir: dir, Name: name, Branch: gitsync.BranchPrefix + name, Base: base}
 	if a.Base == "" {
-		head, err := anchorGit(ctx, dir, "rev-parse", "--verify", "refs/heads/"+a.Branch)
+		head, err := AnchorGit(ctx, dir, "rev-parse", "--verify", "refs/heads/"+a.Branch)
 		if err != nil {
 			return nil, fmt.Errorf("open managed worktree %s: %w", dir, err)
 		}
@@ -231,6 +231,9 @@ func short(id string) string { return id[:min(12, len(id))] }
 
 // anchorName is the managed branch name (openclaw/<name>) of a session.
 func anchorName(sessionID string) string { return strings.TrimPrefix(sessionID, "ses_") }
+
+// Branch is a session's managed branch in its repository (and its anchor).
+func Branch(sessionID string) string { return gitsync.BranchPrefix + anchorName(sessionID) }
 
 // inbound brings the box's workspace into the anchor (git: adopt the worker's commits, then
 // mirror untracked work; plain: mirror against the base) and returns the anchor's new manifest.
@@ -252,7 +255,7 @@ func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Enviro
 	if err != nil {
 		return "", nil, fmt.Errorf("base manifest: %w", err)
 	}
-	r, c, err := d.remote(ctx, e)
+	r, c, err := d.Remote(ctx, e)
 	if err != nil {
 		return "", nil, err
 	}
@@ -269,7 +272,7 @@ func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Enviro
 	r.ManifestLimits = mlim
 	space := &stream.SpaceCheck{Keep: []string{d.cfg.DataDir}, ReserveBytes: d.cfg.ReserveFreeBytes, ReservePercent: d.cfg.ReserveFreePercent}
 	// The worker is fenced: its workspace no longer changes, one manifest serves both steps.
-	boxM, err := r.Manifest(ctx, p.BoxWorkspace, boxManifestOptions(e, mode, p.SessionID))
+	boxM, err := r.Manifest(ctx, p.BoxWorkspace, BoxManifestOptions(e, mode, p.SessionID))
 	if err != nil {
 		return "", nil, fmt.Errorf("box manifest: %w", err)
 	}
@@ -323,7 +326,7 @@ func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Enviro
 				return "", nil, err
 			}
 			n := "?"
-			if out, err := anchorGit(ctx, a.Dir, "rev-list", "--count", base.BaseCommit+".."+tip); err == nil {
+			if out, err := AnchorGit(ctx, a.Dir, "rev-list", "--count", base.BaseCommit+".."+tip); err == nil {
 				n = out
 			}
 			summary = fmt.Sprintf("commits: %s adopted, managed branch %s fast-forwarded to %s", n, a.Branch, short(tip))
@@ -360,7 +363,7 @@ func (d *Dispatcher) inboundStep(ctx context.Context, p Placement, e envs.Enviro
 		return "", nil, err
 	}
 	if mode == manifest.ModeGit {
-		if head, herr := anchorGit(ctx, p.AnchorDir, "rev-parse", "HEAD"); herr == nil {
+		if head, herr := AnchorGit(ctx, p.AnchorDir, "rev-parse", "HEAD"); herr == nil {
 			now.BaseCommit = head
 		}
 	}

@@ -26,7 +26,7 @@ func TestAnchorGitRefusesAWorkerFileAsConfig(t *testing.T) {
 	}
 	git("init", "-q")
 	git("-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "--allow-empty", "-m", "base")
-	head, err := anchorGit(ctx, dir, "rev-parse", "HEAD")
+	head, err := AnchorGit(ctx, dir, "rev-parse", "HEAD")
 	if err != nil || len(head) != 40 {
 		t.Fatalf("clean worktree: %q, %v", head, err)
 	}
@@ -36,7 +36,7 @@ func TestAnchorGitRefusesAWorkerFileAsConfig(t *testing.T) {
 	}
 	git("config", "include.path", worker)
 	var ce *gitexec.ConfigError
-	if _, err := anchorGit(ctx, dir, "rev-parse", "HEAD"); !errors.As(err, &ce) {
+	if _, err := AnchorGit(ctx, dir, "rev-parse", "HEAD"); !errors.As(err, &ce) {
 		t.Fatalf("worktree whose config includes %s: %v, want a *gitexec.ConfigError", worker, err)
 	}
 }

@@ -1,4 +1,4 @@
-package placement
+package workspace
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/internal/capbuf"
 	"github.com/openclaw/cloudworkers/providers"
@@ -55,8 +56,8 @@ type ChangedFile struct {
 
 // Changes lists what came back to a session's anchor. A session never dispatched, or in plain
 // mode, has no commits (plain mode lists no files either: its results are the anchor itself).
-func (d *Dispatcher) Changes(ctx context.Context, sessionID string) (Changes, error) {
-	p, err := d.cfg.Placements.Get(ctx, sessionID)
+func (w *Service) Changes(ctx context.Context, sessionID string) (Changes, error) {
+	p, err := w.cfg.Placements.Get(ctx, sessionID)
 	if err != nil {
 		return Changes{}, err
 	}
@@ -64,7 +65,7 @@ func (d *Dispatcher) Changes(ctx context.Context, sessionID string) (Changes, er
 	if manifest.Mode(p.SyncMode) != manifest.ModeGit || p.AnchorDir == "" {
 		return out, nil
 	}
-	out.Branch = gitsync.BranchPrefix + anchorName(sessionID)
+	out.Branch = placement.Branch(sessionID)
 	ref := "refs/heads/" + out.Branch
 	// The anchor holds the worker's commits and files: git runs there with no filter, hook or
 	// fsmonitor that a worker's .gitattributes or files could name.
@@ -117,11 +118,11 @@ func (d *Dispatcher) Changes(ctx context.Context, sessionID string) (Changes, er
 // Diff is one commit of a session's managed branch as `git show` prints it (no external diff or
 // textconv driver), cut at MaxDiffBytes. The commit must be one Changes lists: any other id is
 // refused, so the route shows nothing but what the worker brought back.
-func (d *Dispatcher) Diff(ctx context.Context, sessionID, commit string) (text string, truncated bool, err error) {
+func (w *Service) Diff(ctx context.Context, sessionID, commit string) (text string, truncated bool, err error) {
 	if len(commit) != 40 || strings.Trim(commit, "0123456789abcdef") != "" {
 		return "", false, providers.Fieldf("commit", "must be a full 40-digit commit id, got %.50q", commit)
 	}
-	ch, err := d.Changes(ctx, sessionID)
+	ch, err := w.Changes(ctx, sessionID)
 	if err != nil {
 		return "", false, err
 	}

@@ -1,6 +1,6 @@
 // Probes of an environment's sync path: what `openclaw doctor` and `openclaw sync plan` ask.
 
-package placement
+package workspace
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/bootstrap"
+	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/internal/untrusted"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/sync/manifest"
@@ -27,10 +28,10 @@ const probeTimeout = 2 * time.Minute
 // CheckSync proves the sync path of an environment: a small tree is sent to a scratch directory
 // on the box through `openclaw worker unpack`, read back with the box's manifest, compared, and
 // removed. It is what `openclaw doctor` reports as its sync step.
-func (d *Dispatcher) CheckSync(ctx context.Context, envID string) (string, error) {
+func (w *Service) CheckSync(ctx context.Context, envID string) (string, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, probeTimeout, fmt.Errorf("the box did not finish the sync check within %s", probeTimeout))
 	defer cancel()
-	e, err := d.cfg.Envs.Get(ctx, envID)
+	e, err := w.cfg.Envs.Get(ctx, envID)
 	if err != nil {
 		return "", err
 	}
@@ -52,7 +53,7 @@ func (d *Dispatcher) CheckSync(ctx context.Context, envID string) (string, error
 			return "", err
 		}
 	}
-	r, c, err := d.remote(ctx, e)
+	r, c, err := w.cfg.Dispatcher.Remote(ctx, e)
 	if err != nil {
 		return "", err
 	}
@@ -96,10 +97,10 @@ type BoxTree struct {
 // environment serves, in that session's sync mode), with the profile's rules: what
 // `openclaw sync plan ENV` diffs a workspace against. A directory that does not exist yet is an
 // empty tree (a cold box).
-func (d *Dispatcher) BoxManifest(ctx context.Context, envID, dir string, mode manifest.Mode) (BoxTree, error) {
+func (w *Service) BoxManifest(ctx context.Context, envID, dir string, mode manifest.Mode) (BoxTree, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, probeTimeout, fmt.Errorf("the box did not send its manifest within %s", probeTimeout))
 	defer cancel()
-	e, err := d.cfg.Envs.Get(ctx, envID)
+	e, err := w.cfg.Envs.Get(ctx, envID)
 	if err != nil {
 		return BoxTree{}, err
 	}
@@ -108,7 +109,7 @@ func (d *Dispatcher) BoxManifest(ctx context.Context, envID, dir string, mode ma
 	}
 	t := BoxTree{Environment: envID, Dir: dir, Mode: mode, Exclude: e.Profile.Sync.Exclude, Include: e.Profile.Sync.Include}
 	if dir == "" {
-		served, err := d.cfg.Placements.ServedBy(ctx, envID)
+		served, err := w.cfg.Placements.ServedBy(ctx, envID)
 		if err != nil {
 			return BoxTree{}, err
 		}
@@ -119,7 +120,7 @@ func (d *Dispatcher) BoxManifest(ctx context.Context, envID, dir string, mode ma
 		t.Session = p.SessionID
 		t.Dir = p.BoxWorkspace
 		if t.Dir == "" {
-			t.Dir = boxWorkspace(e, t.Session)
+			t.Dir = placement.BoxWorkspace(e, t.Session)
 		}
 		if t.Mode == "" {
 			t.Mode = manifest.Mode(p.SyncMode)
@@ -134,14 +135,14 @@ func (d *Dispatcher) BoxManifest(ctx context.Context, envID, dir string, mode ma
 	default:
 		return BoxTree{}, providers.Fieldf("mode", "must be git or plain, got %q", t.Mode)
 	}
-	r, c, err := d.remote(ctx, e)
+	r, c, err := w.cfg.Dispatcher.Remote(ctx, e)
 	if err != nil {
 		return BoxTree{}, err
 	}
 	defer c.Close()
 	mo := stream.ManifestOptions{Mode: t.Mode, Exclude: t.Exclude, Include: t.Include}
 	if t.Session != "" {
-		mo = boxManifestOptions(e, t.Mode, t.Session)
+		mo = placement.BoxManifestOptions(e, t.Mode, t.Session)
 	}
 	t.Manifest, err = r.Manifest(ctx, t.Dir, mo)
 	if t.Exclude == nil {

@@ -1,4 +1,4 @@
-package placement
+package workspace
 
 import (
 	"context"
@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/publish"
 	"github.com/openclaw/cloudworkers/providers"
-	"github.com/openclaw/cloudworkers/sync/gitsync"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 )
 
@@ -31,39 +31,39 @@ type PublishRequest struct {
 // forge credential (gateway/publish), and opens its pull request when asked: title and body from
 // the session (its title, its commits, where to find it). The session must be home (local) with
 // a git anchor: what is on a worker has not been scanned and adopted yet.
-func (d *Dispatcher) Publish(ctx context.Context, sessionID string, req PublishRequest) (publish.Result, error) {
-	if d.cfg.Publisher == nil {
+func (w *Service) Publish(ctx context.Context, sessionID string, req PublishRequest) (publish.Result, error) {
+	if w.cfg.Publisher == nil {
 		return publish.Result{}, errors.New("publishing is not configured on this gateway")
 	}
-	p, err := d.cfg.Placements.Get(ctx, sessionID)
+	p, err := w.cfg.Placements.Get(ctx, sessionID)
 	if err != nil {
 		return publish.Result{}, err
 	}
 	if manifest.Mode(p.SyncMode) != manifest.ModeGit || p.AnchorDir == "" {
 		return publish.Result{}, providers.Fieldf("session", "session %s has no managed git branch (it never went to a worker from a git checkout)", sessionID)
 	}
-	if p.State != Local {
-		return publish.Result{}, fmt.Errorf("session %s is %s: pull it back first (its work is published from the gateway's managed worktree): %w", sessionID, p.State, ErrBusy)
+	if p.State != placement.Local {
+		return publish.Result{}, fmt.Errorf("session %s is %s: pull it back first (its work is published from the gateway's managed worktree): %w", sessionID, p.State, placement.ErrBusy)
 	}
-	e, err := d.cfg.Envs.Get(ctx, p.EnvironmentID)
+	e, err := w.cfg.Envs.Get(ctx, p.EnvironmentID)
 	if err != nil {
 		return publish.Result{}, fmt.Errorf("the profile of session %s's environment: %w", sessionID, err)
 	}
-	sess, err := d.cfg.Sessions.Get(ctx, sessionID)
+	sess, err := w.cfg.Sessions.Get(ctx, sessionID)
 	if err != nil {
 		return publish.Result{}, err
 	}
-	gitDir, err := anchorGit(ctx, p.AnchorDir, "rev-parse", "--path-format=absolute", "--git-common-dir")
+	gitDir, err := placement.AnchorGit(ctx, p.AnchorDir, "rev-parse", "--path-format=absolute", "--git-common-dir")
 	if err != nil {
 		return publish.Result{}, err
 	}
-	branch := gitsync.BranchPrefix + anchorName(sessionID)
+	branch := placement.Branch(sessionID)
 	title := req.Title
 	if title == "" {
 		title = sess.Title
 	}
-	body := d.prBody(ctx, sessionID, sess.Title)
-	res, err := d.cfg.Publisher.Publish(ctx, publish.Request{GitDir: gitDir, Source: "refs/heads/" + branch, Remote: req.Remote, Dest: req.To,
+	body := w.prBody(ctx, sessionID, sess.Title)
+	res, err := w.cfg.Publisher.Publish(ctx, publish.Request{GitDir: gitDir, Source: "refs/heads/" + branch, Remote: req.Remote, Dest: req.To,
 		Force: req.Force, Policy: e.Profile.Publish, PR: req.PR, Title: title, Body: body})
 	var re *publish.RefusedError
 	if errors.As(err, &re) {
@@ -74,18 +74,18 @@ func (d *Dispatcher) Publish(ctx context.Context, sessionID string, req PublishR
 		if res.PullRequest != nil {
 			note += fmt.Sprintf("; pull request #%d %s", res.PullRequest.Number, res.PullRequest.URL)
 		}
-		d.cfg.Placements.Note(ctx, sessionID, note)
+		w.cfg.Placements.Note(ctx, sessionID, note)
 	}
 	return res, err
 }
 
 // prBody is a pull request's description: the task, the commits, and the way back to the session.
-func (d *Dispatcher) prBody(ctx context.Context, sessionID, task string) string {
+func (w *Service) prBody(ctx context.Context, sessionID, task string) string {
 	var b strings.Builder
 	if task != "" {
 		fmt.Fprintf(&b, "Task: %s\n\n", task)
 	}
-	if ch, err := d.Changes(ctx, sessionID); err == nil && len(ch.Commits) > 0 {
+	if ch, err := w.Changes(ctx, sessionID); err == nil && len(ch.Commits) > 0 {
 		b.WriteString("Commits:\n")
 		for _, c := range ch.Commits {
 			fmt.Fprintf(&b, "- %s (%s)\n", c.Subject, short(c.ID))
@@ -98,3 +98,5 @@ func (d *Dispatcher) prBody(ctx context.Context, sessionID, task string) string 
 	fmt.Fprintf(&b, "From OpenClaw session %s (`openclaw session show %s`).\n", sessionID, sessionID)
 	return b.String()
 }
+
+func short(id string) string { return id[:min(12, len(id))] }
