@@ -295,6 +295,25 @@ func TestSessionsSpawnDepth(t *testing.T) {
 	}
 }
 
+// TestSessionsSpawnFromADispatchedSession: a session a human dispatched to a worker (spawn depth 0)
+// counts as a worker session: with the default bound its sessions_spawn is refused with
+// spawn-depth-exceeded and no environment is leased for it.
+func TestSessionsSpawnFromADispatchedSession(t *testing.T) {
+	g, ws := startAgents(t, 3, "agents: {defaultProfile: kids}\n", depthScripts)
+	parent, _ := g.activeSession(ws, "parent/m", "kids")
+	g.runTurn(parent, "delegate", "worker")
+	refused := toolResults(t, g, parent, "sessions_spawn")
+	if len(refused) != 1 || !refused[0].IsError || !strings.Contains(refused[0].Text(), string(protocol.CodeSpawnDepthExceeded)) {
+		t.Fatalf("sessions_spawn of a dispatched session: %+v, want an error with %s", refused, protocol.CodeSpawnDepthExceeded)
+	}
+	if got := g.kidsEnvironments(); len(got) != 1 {
+		t.Fatalf("%d environments of the profile, want only the parent's own", len(got))
+	}
+	if ses := must(g.client.Sessions(g.ctx()))(t); len(ses) != 1 {
+		t.Fatalf("%d sessions, want only the parent: the refused spawn created one", len(ses))
+	}
+}
+
 // TestSessionsSpawnTwoAtOnce: two spawns in one assistant message. On a profile of
 // maxEnvironments 1 the first is placed and the second refused with capacity-exceeded and a
 // retryAfterMs (refused, not queued); with maxEnvironments 2 both run at once, each on its own

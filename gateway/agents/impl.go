@@ -105,15 +105,25 @@ func (s *Spawner) spawn(ctx context.Context, parentID string, req SpawnRequest) 
 		if parent, err = d.Sessions.Get(ctx, parentID); err != nil {
 			return SpawnResult{}, err
 		}
-		depth = parent.SpawnDepth + 1
+		pp, err := d.Placements.Get(ctx, parentID)
+		if err != nil {
+			return SpawnResult{}, err
+		}
+		// A parent placed on a worker is at depth 1 at least, however it got there (a human's
+		// dispatch, a spawn, OCC): with the default bound, worker sessions do not lease workers.
+		level := parent.SpawnDepth
+		if pp.State != placement.Local {
+			level = max(level, 1)
+		}
+		depth = level + 1
 		if depth > s.cfg.MaxSpawnDepth {
 			return SpawnResult{}, &DepthError{Depth: depth, Max: s.cfg.MaxSpawnDepth}
 		}
 		srcDir = parent.Workspace
-		if p, err := d.Placements.Get(ctx, parentID); err == nil && p.State != placement.Local && p.AnchorDir != "" {
+		if pp.State != placement.Local && pp.AnchorDir != "" {
 			// A parent on a worker forks the gateway's copy of its workspace (its last
 			// checkpoint or sync).
-			srcDir = p.AnchorDir
+			srcDir = pp.AnchorDir
 		}
 		if srcDir == "" {
 			srcDir = filepath.Join(d.DataDir, "workspaces", parentID)
