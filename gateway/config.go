@@ -74,6 +74,9 @@ type Config struct {
 	// Profiles are applied at start (created or replaced), in addition to those stored.
 	Profiles []providers.Profile `yaml:"profiles"`
 	Sync     SyncConfig          `yaml:"sync"`
+	// Git is the box repository's settings: git.author is the identity of the worker's commits
+	// (a profile's git.author overrides it); unset, a commit on the box needs one of its own.
+	Git GitConfig `yaml:"git"`
 	// Retention bounds how long audit rows, dead worker credentials and inference call rows are kept.
 	Retention RetentionConfig `yaml:"retention"`
 	// BoxAccess bounds env ssh, exec, logs and extend (docs/cli.md).
@@ -199,6 +202,11 @@ type SyncConfig struct {
 }
 
 // GitIdentity is a git author: name and email.
+// GitConfig is the gateway's settings of box repositories.
+type GitConfig struct {
+	Author providers.GitAuthor `yaml:"author"`
+}
+
 type GitIdentity struct {
 	Name  string `yaml:"name"`
 	Email string `yaml:"email"`
@@ -421,6 +429,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Sync.MaxAllowedSecrets < 0 {
 		return providers.Fieldf("sync.maxAllowedSecrets", "must be at least 1 (0: the default, %d), got %d", placement.DefaultMaxAllowedSecrets, c.Sync.MaxAllowedSecrets)
+	}
+	if err := c.Git.Author.Validate("git.author"); err != nil {
+		return err
 	}
 	if err := (gitsync.Identity{Name: c.Sync.SnapshotAuthor.Name, Email: c.Sync.SnapshotAuthor.Email}).Validate(); err != nil {
 		return providers.Fieldf("sync.snapshotAuthor", "%v", err)

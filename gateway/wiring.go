@@ -296,6 +296,7 @@ func (g *components) buildSessionSide(ctx context.Context) error {
 		ReserveFreeBytes: c.Sync.ReserveFreeBytes, ReserveFreePercent: c.Sync.ReserveFreePercent,
 		SyncTimeout: c.Box.SyncTimeout.D(), ReconcileTimeout: c.Box.ReconcileTimeout.D(),
 		SnapshotAuthor:    gitsync.Identity{Name: c.Sync.SnapshotAuthor.Name, Email: c.Sync.SnapshotAuthor.Email},
+		GitAuthor:         gitsync.Identity{Name: c.Git.Author.Name, Email: c.Git.Author.Email},
 		MaxAllowedSecrets: c.Sync.MaxAllowedSecrets,
 		Secrets:           g.secretValues,
 		// an OCC revision's environment takes only its agent's session (occ.Compute routes it)

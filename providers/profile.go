@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -43,6 +44,36 @@ type Profile struct {
 	CapacityPattern string `json:"capacityPattern,omitempty" yaml:"capacityPattern"`
 	// Checkpoint is the cadence of a dispatched session's checkpoints.
 	Checkpoint Checkpoint `json:"checkpoint,omitzero" yaml:"checkpoint"`
+	// Git is the box repository's settings: the identity the worker's commits carry (the
+	// gateway's git.author when empty).
+	Git GitPolicy `json:"git,omitzero" yaml:"git"`
+}
+
+// GitPolicy is a profile's settings of the box repository.
+type GitPolicy struct {
+	Author GitAuthor `json:"author,omitzero" yaml:"author"`
+}
+
+// GitAuthor is the name and email of commits; both or neither.
+type GitAuthor struct {
+	Name  string `json:"name,omitempty" yaml:"name"`
+	Email string `json:"email,omitempty" yaml:"email"`
+}
+
+// Validate checks an identity git accepts as it is, naming field in the error.
+func (a GitAuthor) Validate(field string) error {
+	if (a.Name == "") != (a.Email == "") {
+		return Fieldf(field, "needs both name and email, got name %.100q and email %.100q", a.Name, a.Email)
+	}
+	for _, f := range []struct{ name, v string }{{"name", a.Name}, {"email", a.Email}} {
+		if len(f.v) > 256 || strings.ContainsAny(f.v, "<>") || strings.IndexFunc(f.v, unicode.IsControl) >= 0 {
+			return Fieldf(field+"."+f.name, "must be at most 256 characters without '<', '>' or control characters, got %.100q", f.v)
+		}
+	}
+	if a.Email != "" && !strings.Contains(a.Email, "@") {
+		return Fieldf(field+".email", "must be an email address, got %.100q", a.Email)
+	}
+	return nil
 }
 
 // Setup is a profile's setup phase: steps run on the box with a clean environment and no gateway
@@ -426,6 +457,9 @@ func (p *Profile) Validate() error {
 	if err := p.Publish.validate(); err != nil {
 		return err
 	}
+	if err := p.Git.Author.Validate("git.author"); err != nil {
+		return err
+	}
 	return p.validatePolicy()
 }
 
@@ -434,7 +468,7 @@ func (p *Profile) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind == yaml.MappingNode {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			switch k := n.Content[i].Value; k {
-			case "id", "provider", "settings", "lifetime", "sync", "maxEnvironments", "hygiene", "setup", "fallback", "capacityPattern", "checkpoint", "publish":
+			case "id", "provider", "settings", "lifetime", "sync", "maxEnvironments", "hygiene", "setup", "fallback", "capacityPattern", "checkpoint", "publish", "git":
 			default:
 				return Fieldf(k, "unknown field (line %d)", n.Content[i].Line)
 			}

@@ -278,3 +278,28 @@ func (g *gw) pulledBackWork(ws, profile string) (id, branch, tip string) {
 	branch = "openclaw/" + strings.TrimPrefix(id, "ses_")
 	return id, branch, testenv.Git(g.t, ws, "rev-parse", branch)
 }
+
+// TestWorkerCommitsCarryTheConfiguredAuthor: git.author (the gateway's, or a profile's) is the
+// box repository's identity: a worker's plain `git commit` carries it, and so does the commit
+// adopted on the session's branch at home.
+func TestWorkerCommitsCarryTheConfiguredAuthor(t *testing.T) {
+	root := t.TempDir()
+	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedModels(t, root, map[string]string{
+		"work": `[{"toolCalls": [{"name": "exec", "arguments": {"command": "date > work.txt && git add work.txt && git commit -qm 'add work'"}}]},
+		          {"text": "Committed."}]`,
+	})+"git: {author: {name: Gateway Author, email: gateway@example.invalid}}\n"+
+		"profiles:\n  - id: signed\n    provider: local\n    hygiene: {metadataRoute: warn, dockerSocket: warn}\n    git: {author: {name: Profile Author, email: profile@example.invalid}}\n")
+	t.Cleanup(func() { destroyAll(g) })
+	for _, tc := range []struct{ profile, want string }{
+		{"local", "Gateway Author <gateway@example.invalid>"},
+		{"signed", "Profile Author <profile@example.invalid>"},
+	} {
+		ws := filepath.Join(root, "ws-"+tc.profile)
+		userWorkspace(t, ws, false)
+		testenv.InitRepo(t, ws, "initial", map[string]string{"README.md": "hello\n"})
+		_, branch, _ := g.pulledBackWork(ws, tc.profile)
+		if got := testenv.Git(t, ws, "log", "-1", "--format=%an <%ae>", branch); got != tc.want {
+			t.Errorf("profile %s: the worker's commit is by %q, want %q", tc.profile, got, tc.want)
+		}
+	}
+}

@@ -63,6 +63,9 @@ type DispatchConfig struct {
 	// Clock paces the dispatcher's polls (a worker's admission, a turn's end); the real clock
 	// when nil.
 	Clock clock.Clock
+	// GitAuthor is the identity of the worker's commits in box repositories (config git.author),
+	// unless the profile names one; zero: none is set.
+	GitAuthor gitsync.Identity
 	// CheckpointWait bounds how long a pull-back waits for a running checkpoint before it answers
 	// that the session is busy (0: DefaultCheckpointWait).
 	CheckpointWait time.Duration

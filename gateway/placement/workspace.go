@@ -189,7 +189,7 @@ func (d *Dispatcher) syncOutStep(ctx context.Context, p Placement) (Change, erro
 		if _, err := r.Unpack(ctx, inbox, pdir, stream.PlanFor(nil, pm)); err != nil {
 			return Change{}, fmt.Errorf("send base pack: %w", err)
 		}
-		if _, err := bootstrap.RunOK(ctx, c, "set up the box repository", gitsync.BoxRepoCommand(boxWS, filepath.Join(inbox, "base.pack"), anchor.Name, anchor.Base)); err != nil {
+		if _, err := bootstrap.RunOK(ctx, c, "set up the box repository", gitsync.BoxRepoCommand(boxWS, filepath.Join(inbox, "base.pack"), anchor.Name, anchor.Base, d.gitAuthor(e))); err != nil {
 			return Change{}, err
 		}
 	}
@@ -485,4 +485,13 @@ func copyTree(ctx context.Context, src, dst string, excl, incl []string, forbidd
 	_, aerr := stream.Apply(ctx, pr, dst, stream.ApplyOptions{Limits: stream.TrustedLimits, Expect: &plan, AllowEscapingSymlinks: true})
 	pr.Close()
 	return st.Skipped, errors.Join(aerr, <-errc)
+}
+
+// gitAuthor is the identity of the worker's commits in an environment's box repositories: the
+// profile's git.author, else the gateway's.
+func (d *Dispatcher) gitAuthor(e envs.Environment) gitsync.Identity {
+	if a := e.Profile.Git.Author; a.Name != "" {
+		return gitsync.Identity{Name: a.Name, Email: a.Email}
+	}
+	return d.cfg.GitAuthor
 }

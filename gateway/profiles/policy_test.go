@@ -21,6 +21,7 @@ const policyExample = `profiles:
     fallback: [gpu-b, gpu-c]
     capacityPattern: "(?i)no capacity|exited 75\\b"
     checkpoint: {every: 10m, keep: 5}
+    git: {author: {name: Build Bot, email: bot@example.com}}
 `
 
 // A profile's setup, fallback, capacity pattern and checkpoint cadence survive the store.
@@ -33,6 +34,9 @@ func TestPolicyRoundTrips(t *testing.T) {
 	if strings.Join(got.Fallback, ",") != "gpu-b,gpu-c" || got.CapacityPattern != `(?i)no capacity|exited 75\b` ||
 		got.Checkpoint.Interval().String() != "10m0s" || got.Checkpoint.Keep != 5 {
 		t.Fatalf("policy read back as fallback %v pattern %q checkpoint %+v", got.Fallback, got.CapacityPattern, got.Checkpoint)
+	}
+	if got.Git.Author != (providers.GitAuthor{Name: "Build Bot", Email: "bot@example.com"}) {
+		t.Fatalf("git author read back as %+v", got.Git.Author)
 	}
 	if !got.IsCapacityError(errors.New("lease CLI provision exited 75: try later")) || got.IsCapacityError(errors.New("permission denied")) {
 		t.Fatal("the profile's capacity pattern does not decide as written")
@@ -51,20 +55,25 @@ func TestPolicyValidationNamesTheField(t *testing.T) {
 		"setup: {steps: [{name: \"a\\nb\", run: x}]}":                  "setup.steps[0].name",
 		"setup: {steps: [{name: a, run: x}], cacheKey: \"k\\u0007\"}":  "setup.cacheKey",
 		"setup: {steps: [{name: a, run: x}], closeNetwork: [cli, '']}": "setup.closeNetwork[1]",
-		"fallback: [a]":                         "fallback[0]",
-		"fallback: [b, b]":                      "fallback[1]",
-		"fallback: [B!]":                        "fallback[0]",
-		"capacityPattern: '('":                  "capacityPattern",
-		"checkpoint: {every: sometimes}":        "checkpoint.every",
-		"checkpoint: {every: 10s}":              "checkpoint.every",
-		"checkpoint: {keep: -1}":                "checkpoint.keep",
-		"checkpoint: {every: turn, keep: 1001}": "checkpoint.keep",
-		"fallback: [b, c, d, e, f, g, h, i, j]": "fallback",
+		"fallback: [a]":                                            "fallback[0]",
+		"fallback: [b, b]":                                         "fallback[1]",
+		"fallback: [B!]":                                           "fallback[0]",
+		"capacityPattern: '('":                                     "capacityPattern",
+		"checkpoint: {every: sometimes}":                           "checkpoint.every",
+		"checkpoint: {every: 10s}":                                 "checkpoint.every",
+		"checkpoint: {keep: -1}":                                   "checkpoint.keep",
+		"checkpoint: {every: turn, keep: 1001}":                    "checkpoint.keep",
+		"fallback: [b, c, d, e, f, g, h, i, j]":                    "fallback",
+		"git: {author: {name: Bot}}":                               "git.author",
+		"git: {author: {name: \"Bot <x>\", email: b@example.com}}": "git.author.name",
+		"git: {author: {name: Bot, email: \"b\\n@x\"}}":            "git.author.email",
+		"git: {author: {name: Bot, email: not-an-address}}":        "git.author.email",
 	} {
 		wantField(t, in, field)
 	}
 	// a good policy
 	wantField(t, "setup: {steps: [{name: a, run: x, timeout: 1s}]}\n    fallback: [b]\n    checkpoint: {every: turn, keep: 3}", "")
+	wantField(t, "git: {author: {name: Build Bot, email: bot@example.com}}", "")
 }
 
 // The default cache key changes with the steps and is stable for the same steps.

@@ -128,7 +128,7 @@ func (s *Store) putTx(ctx context.Context, tx *sql.Tx, p *providers.Profile) (cr
 	if p.Hygiene == nil {
 		hyg = []byte("{}")
 	}
-	policy, _ := json.Marshal(storedPolicy{Setup: p.Setup, Fallback: p.Fallback, CapacityPattern: p.CapacityPattern, Checkpoint: p.Checkpoint, Publish: p.Publish})
+	policy, _ := json.Marshal(storedPolicy{Setup: p.Setup, Fallback: p.Fallback, CapacityPattern: p.CapacityPattern, Checkpoint: p.Checkpoint, Publish: p.Publish, Git: p.Git})
 	inc, _ := json.Marshal(nonNil(p.Sync.Include))
 	exc, _ := json.Marshal(nonNil(p.Sync.Exclude))
 	now := store.FormatTime(clock.Or(s.Clock).Now())
@@ -183,6 +183,7 @@ type storedPolicy struct {
 	CapacityPattern string                  `json:"capacityPattern,omitempty"`
 	Checkpoint      providers.Checkpoint    `json:"checkpoint,omitzero"`
 	Publish         providers.PublishPolicy `json:"publish,omitzero"`
+	Git             providers.GitPolicy     `json:"git,omitzero"`
 }
 
 func (s *Store) scan(row interface{ Scan(...any) error }) (providers.Profile, error) {
@@ -195,7 +196,7 @@ func (s *Store) scan(row interface{ Scan(...any) error }) (providers.Profile, er
 	}
 	var pol storedPolicy
 	_ = json.Unmarshal([]byte(policy), &pol)
-	p.Setup, p.Fallback, p.CapacityPattern, p.Checkpoint, p.Publish = pol.Setup, pol.Fallback, pol.CapacityPattern, pol.Checkpoint, pol.Publish
+	p.Setup, p.Fallback, p.CapacityPattern, p.Checkpoint, p.Publish, p.Git = pol.Setup, pol.Fallback, pol.CapacityPattern, pol.Checkpoint, pol.Publish, pol.Git
 	p.Settings = json.RawMessage(settings)
 	p.Lifetime = providers.Lifetime{IdleTimeout: providers.Duration(idle), TTL: providers.Duration(ttl)}
 	_ = json.Unmarshal([]byte(inc), &p.Sync.Include)

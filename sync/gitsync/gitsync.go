@@ -248,13 +248,17 @@ func (a *Anchor) writeBasePack(ctx context.Context, w io.Writer) error {
 // git never looks for its parents, the index is reset to base and the files are left as synced,
 // so uncommitted changes stay uncommitted. The pack is removed. There is no remote and no
 // credential.
-func BoxRepoCommand(dir, packPath, name, base string) string {
+func BoxRepoCommand(dir, packPath, name, base string, author Identity) string {
 	q := untrusted.Quote
 	initRepo := "git init -q"
 	if len(base) == 64 {
 		initRepo += " --object-format=sha256"
 	}
-	return strings.Join([]string{
+	var identity []string
+	if author.Name != "" {
+		identity = []string{"git config user.name " + q(author.Name), "git config user.email " + q(author.Email)}
+	}
+	return strings.Join(append([]string{
 		"set -e",
 		"cd " + q(dir),
 		initRepo,
@@ -264,7 +268,7 @@ func BoxRepoCommand(dir, packPath, name, base string) string {
 		"git symbolic-ref HEAD " + q("refs/heads/"+BranchPrefix+name),
 		"git reset -q",
 		"rm -f " + q(packPath),
-	}, "\n")
+	}, identity...), "\n")
 }
 
 // BoxBundleCommand is the shell command that writes, on stdout, the bundle of the commits made

@@ -100,7 +100,7 @@ func dispatch(t *testing.T, s setup) *world {
 	pack := filepath.Join(w.boxTmp, "base.pack")
 	must(t, a.BasePack(ctx, pack))
 	w.pack = inspectPack(t, a.Dir, pack)
-	out, err := exec.Command("/bin/sh", "-c", BoxRepoCommand(w.box, pack, "s1", a.Base)).CombinedOutput()
+	out, err := exec.Command("/bin/sh", "-c", BoxRepoCommand(w.box, pack, "s1", a.Base, Identity{})).CombinedOutput()
 	if err != nil {
 		t.Fatalf("box repo: %v: %s", err, out)
 	}

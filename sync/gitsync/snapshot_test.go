@@ -106,7 +106,7 @@ func TestDirtyCheckoutGoesOut(t *testing.T) {
 	must(t, err)
 	pack := filepath.Join(tmp, "box", "base.pack")
 	must(t, a.BasePack(ctx, pack))
-	if out, err := exec.Command("/bin/sh", "-c", BoxRepoCommand(box, pack, "s1", a.Base)).CombinedOutput(); err != nil {
+	if out, err := exec.Command("/bin/sh", "-c", BoxRepoCommand(box, pack, "s1", a.Base, Identity{})).CombinedOutput(); err != nil {
 		t.Fatalf("box repo: %v: %s", err, out)
 	}
 	for p, want := range map[string]string{

@@ -85,7 +85,7 @@ func gitRoundTrip(t *testing.T, remote stream.Remote, box synctest.Box) {
 		t.Fatal(err)
 	}
 	client := remote.Client
-	synctest.Exec(t, client, BoxRepoCommand(ws, filepath.Join(inbox, "base.pack"), a.Name, a.Base))
+	synctest.Exec(t, client, BoxRepoCommand(ws, filepath.Join(inbox, "base.pack"), a.Name, a.Base, Identity{}))
 	if head := synctest.Exec(t, client, "cd "+untrusted.Quote(ws)+" && git rev-parse HEAD && git rev-list --count HEAD && git status --porcelain"); head != a.Base+"\n1" {
 		t.Fatalf("box repository: %q, want one commit, clean at %s", head, a.Base)
 	}

@@ -37,7 +37,7 @@ const (
 	builtinScript  = `[
   {"text": "I'll read the greeting first.", "toolCalls": [{"name": "read", "arguments": {"path": "greeting.txt"}}]},
   {"text": "Now I'll say where this ran.", "toolCalls": [{"name": "edit", "arguments": {"path": "greeting.txt", "edits": [{"oldText": "Hello, world!", "newText": "Hello from a cloud worker!"}]}}]},
-  {"text": "Committing the change on the managed branch.", "toolCalls": [{"name": "exec", "arguments": {"command": "git add greeting.txt && git -c user.name='OpenClaw demo' -c user.email=demo@openclaw.invalid commit -q -m 'greeting: say where it ran' && git log --oneline -1"}}]},
+  {"text": "Committing the change on the managed branch.", "toolCalls": [{"name": "exec", "arguments": {"command": "git add greeting.txt && git commit -q -m 'greeting: say where it ran' && git log --oneline -1"}}]},
   {"text": "Running the project's check.", "toolCalls": [{"name": "exec", "arguments": {"command": "sh check.sh && git status --short | wc -l"}}]},
   {"text": "Done: greeting.txt now says where it ran, the change is committed, and check.sh passes."}
 ]
@@ -46,6 +46,8 @@ const (
 tunnel: {keepaliveInterval: 1s, keepaliveTimeout: 5s, backoffMax: 1s}
 worker: {heartbeatTimeout: 3s, relaunchGrace: 1s, admitTimeout: 30s}
 agents: {defaultProfile: local}
+# the identity of the worker's commits, set in the box repository
+git: {author: {name: OpenClaw demo, email: demo@openclaw.invalid}}
 # the demo's workspaces live in its temp dir, outside the home directory (the default root)
 workspaces: {roots: [%q]}
 models:
