@@ -19,7 +19,7 @@ func TestStopEndsOnlyTheBoxOfItsDirectory(t *testing.T) {
 	dir := t.TempDir()
 	// A stand-in box: sh running the script "localbox", so that its command line is
 	// `openclaw localbox --dir <box>`.
-	if err := os.WriteFile(filepath.Join(dir, "localbox"), []byte("trap 'kill $!; exit 0' TERM; sleep 300 & wait\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "localbox"), []byte("trap 'kill $!; exit 0' TERM; : > trapped; sleep 300 & wait\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	sh, err := exec.LookPath("sh")
@@ -31,7 +31,10 @@ func TestStopEndsOnlyTheBoxOfItsDirectory(t *testing.T) {
 	boxExited := testenv.StartGroup(t, cmd)
 	otherCmd := exec.Command("sleep", "300")
 	other := testenv.StartGroup(t, otherCmd)
-	time.Sleep(100 * time.Millisecond) // the stand-in's trap is set
+	testenv.Eventually(t, "the stand-in's trap set", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "trapped"))
+		return err == nil
+	})
 
 	Stop(cmd.Process.Pid, filepath.Join(dir, "another-box"))
 	Stop(otherCmd.Process.Pid, box)
