@@ -79,14 +79,20 @@ func (f *fakeWorker) Request(ctx context.Context, _, method string, params any) 
 		if n <= f.failCancels {
 			return nil, errors.New("worker.turn.cancel to worker of env_1: connection lost")
 		}
-		if _, err := f.st.PublishLive(ctx, sessions.LiveParams{SessionID: p.SessionID, OwnerEpoch: p.OwnerEpoch,
-			RunEpoch: p.RunEpoch, RunID: p.RunID, Seq: 1,
-			Event: protocol.LiveEvent{Type: protocol.LiveLifecycleError, Error: "run: " + context.Canceled.Error()}}); err != nil {
-			return nil, err
-		}
-		return json.RawMessage(`{"canceled":true}`), nil
+		return endCanceled(ctx, f.st, p)
 	}
 	return nil, errors.New("unexpected " + method)
+}
+
+// endCanceled ends the run of start as the real worker does when it is cancelled: a lifecycle
+// error event, then the cancel's answer.
+func endCanceled(ctx context.Context, st *sessions.Store, start protocol.TurnStartParams) (json.RawMessage, error) {
+	if _, err := st.PublishLive(ctx, sessions.LiveParams{SessionID: start.SessionID, OwnerEpoch: start.OwnerEpoch,
+		RunEpoch: start.RunEpoch, RunID: start.RunID, Seq: 1,
+		Event: protocol.LiveEvent{Type: protocol.LiveLifecycleError, Error: "run: " + context.Canceled.Error()}}); err != nil {
+		return nil, err
+	}
+	return json.RawMessage(`{"canceled":true}`), nil
 }
 
 func (f *fakeWorker) cancelsSeen() int {

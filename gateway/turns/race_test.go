@@ -44,12 +44,7 @@ func (w *acceptingWorker) Request(ctx context.Context, _, method string, params 
 		if !ok {
 			return nil, errors.New("cancel of a run never started")
 		}
-		if _, err := w.st.PublishLive(ctx, sessions.LiveParams{SessionID: p.SessionID, OwnerEpoch: p.OwnerEpoch,
-			RunEpoch: p.RunEpoch, RunID: p.RunID, Seq: 1,
-			Event: protocol.LiveEvent{Type: protocol.LiveLifecycleError, Error: "run: " + context.Canceled.Error()}}); err != nil {
-			return nil, err
-		}
-		return json.RawMessage(`{"canceled":true}`), nil
+		return endCanceled(ctx, w.st, p)
 	}
 	return nil, errors.New("unexpected " + method)
 }
