@@ -214,6 +214,7 @@ func (g *components) buildWorkerSide(context.Context) error {
 		OnActivity:     func(envID string) { g.envs.Seen(envID) },
 		Sessions:       g.sessions, Models: g.catalog, CallCredentials: g.credGW,
 		GatewayTools: hubTools, Spawn: g.spawner.WorkerSpawn, Clock: g.clk,
+		ExpectedTools: tools.Manifest(),
 	}
 	g.cfg.configureHub(&hubCfg)
 	if g.workers, err = hub.New(hubCfg); err != nil {

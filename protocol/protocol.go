@@ -3,12 +3,15 @@ package protocol
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // ProtocolVersion is the worker protocol version this binary speaks. Admission requires an exact match.
@@ -492,6 +495,68 @@ type Handshake struct {
 	// BuildVersion is the openclaw build version, informational (logs and audit).
 	BuildVersion     string   `json:"buildVersion,omitempty"`
 	ProtocolFeatures []string `json:"protocolFeatures"`
+	// Tools is the worker's tool manifest (ToolManifest of its built-in tools): a worker whose
+	// tools differ from the bundle's is refused (bundle-mismatch).
+	Tools []ToolDigest `json:"tools,omitempty"`
+}
+
+// ToolDigest names one tool and the sha256 of its schema (name, description, parameters).
+type ToolDigest struct {
+	Name   string `json:"name"`
+	Schema string `json:"schema"`
+}
+
+// MaxManifestTools bounds a worker's tool manifest.
+const MaxManifestTools = 256
+
+// ToolManifest is the manifest of a tool set, sorted by name.
+func ToolManifest(schemas []Tool) []ToolDigest {
+	out := make([]ToolDigest, 0, len(schemas))
+	for _, t := range schemas {
+		b, _ := json.Marshal(t)
+		sum := sha256.Sum256(b)
+		out = append(out, ToolDigest{Name: t.Name, Schema: hex.EncodeToString(sum[:])})
+	}
+	slices.SortFunc(out, func(a, b ToolDigest) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// ManifestDiff says how manifest got differs from want ("" when it does not), naming at most a
+// few tools.
+func ManifestDiff(want, got []ToolDigest) string {
+	if slices.Equal(want, got) {
+		return ""
+	}
+	if len(got) > MaxManifestTools {
+		return fmt.Sprintf("%d tools, more than %d", len(got), MaxManifestTools)
+	}
+	wantBy := map[string]string{}
+	for _, d := range want {
+		wantBy[d.Name] = d.Schema
+	}
+	gotBy := map[string]string{}
+	var diffs []string
+	for _, d := range got {
+		gotBy[d.Name] = d.Schema
+		switch s, ok := wantBy[d.Name]; {
+		case !ok:
+			diffs = append(diffs, fmt.Sprintf("unknown tool %.64q", d.Name))
+		case s != d.Schema:
+			diffs = append(diffs, fmt.Sprintf("tool %.64q has another schema", d.Name))
+		}
+	}
+	for _, d := range want {
+		if _, ok := gotBy[d.Name]; !ok {
+			diffs = append(diffs, fmt.Sprintf("tool %q is missing", d.Name))
+		}
+	}
+	if len(diffs) == 0 {
+		return "the tools are listed in another order or twice"
+	}
+	if len(diffs) > 3 {
+		diffs = append(diffs[:3], fmt.Sprintf("%d more", len(diffs)-3))
+	}
+	return strings.Join(diffs, ", ")
 }
 
 // ConnectResult is the payload of a successful connect response.

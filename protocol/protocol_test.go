@@ -3,6 +3,7 @@ package protocol
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -243,4 +244,30 @@ func BenchmarkEncodeToken(b *testing.B) {
 			}
 		}
 	})
+}
+
+// ManifestDiff names what differs, a few tools at most, and bounds a flood.
+func TestManifestDiff(t *testing.T) {
+	want := ToolManifest([]Tool{{Name: "read", Description: "r"}, {Name: "exec", Description: "e"}})
+	if d := ManifestDiff(want, ToolManifest([]Tool{{Name: "exec", Description: "e"}, {Name: "read", Description: "r"}})); d != "" {
+		t.Fatalf("the same tools in another order given: %q", d)
+	}
+	changed := ToolManifest([]Tool{{Name: "read", Description: "r2"}, {Name: "exec", Description: "e"}})
+	if d := ManifestDiff(want, changed); d != `tool "read" has another schema` {
+		t.Fatalf("a changed schema: %q", d)
+	}
+	if d := ManifestDiff(want, want[:1]); d != `tool "read" is missing` {
+		t.Fatalf("a missing tool: %q", d)
+	}
+	flood := make([]ToolDigest, MaxManifestTools+1)
+	if d := ManifestDiff(want, flood); !strings.Contains(d, "more than") {
+		t.Fatalf("a flood: %q", d)
+	}
+	var many []ToolDigest
+	for i := range 10 {
+		many = append(many, ToolDigest{Name: fmt.Sprintf("t%d", i)})
+	}
+	if d := ManifestDiff(want, many); strings.Count(d, "unknown tool") != 3 || !strings.Contains(d, "more") {
+		t.Fatalf("many differences: %q", d)
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/openclaw/cloudworkers/internal/version"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/worker/remote"
+	"github.com/openclaw/cloudworkers/worker/tools"
 	"github.com/openclaw/cloudworkers/worker/turnrun"
 )
 
@@ -88,6 +89,7 @@ through the gateway. It exits non-zero when admission is refused.`,
 				Latest:        remote.NewSecret(d.Credential), // shared with the per-turn clients
 				OwnerEpoch:    d.OwnerEpoch,
 				BundleHash:    sum,
+				Tools:         tools.Manifest(),
 				Version:       version.Version,
 				Log:           log,
 			}

@@ -101,6 +101,9 @@ type Config struct {
 	Capacity Capacity
 	// Registerer, when set, gets the hub's metrics (openclaw_workers_connected, …; see metrics.go).
 	Registerer prometheus.Registerer
+	// ExpectedTools is the tool manifest of the bundle's built-in tools (tools.Manifest of this
+	// build, which the bundles share); a worker presenting another is refused. Nil: not checked.
+	ExpectedTools []protocol.ToolDigest
 	// Runs tells which turn of a session runs now: an inference or tool call must name that run,
 	// else it is refused with unknown-run. Nil refuses every call.
 	Runs Runs
@@ -599,6 +602,13 @@ func (s *Server) admit(ctx context.Context, wc *workerConn) bool {
 		s.reject(ctx, wc, reqID, env, protocol.Errorf(protocol.CodeBundleMismatch,
 			"bundle %.80q is not the bundle provisioned for %s", a.Handshake.BundleHash, env))
 		return false
+	}
+	if s.cfg.ExpectedTools != nil {
+		if d := protocol.ManifestDiff(s.cfg.ExpectedTools, a.Handshake.Tools); d != "" {
+			s.reject(ctx, wc, reqID, env, protocol.Errorf(protocol.CodeBundleMismatch,
+				"the worker's tools are not the bundle's: %s", d))
+			return false
+		}
 	}
 	if a.Handshake.Version != protocol.ProtocolVersion {
 		s.reject(ctx, wc, reqID, env, protocol.Errorf(protocol.CodeUnsupportedVersion,

@@ -24,6 +24,7 @@ import (
 	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/worker/remote"
+	"github.com/openclaw/cloudworkers/worker/tools"
 )
 
 const (
@@ -315,48 +316,80 @@ func assertNotInDB(t *testing.T, db *store.DB, secret string) {
 	}
 }
 
+// expectTools has the gateway check the worker's tool manifest against this build's.
+func expectTools(c *hub.Config) { c.ExpectedTools = tools.Manifest() }
+
+// A worker presenting this build's tools is admitted when the gateway checks them.
+func TestAdmissionChecksTheToolManifest(t *testing.T) {
+	h := newHarness(t, expectTools)
+	cfg := h.workerConfig(envA, h.mint(envA, bundleA, time.Hour, nil), bundleA)
+	cfg.Tools = tools.Manifest()
+	h.run(cfg)
+	if err := h.srv.WaitAdmitted(testContext(t), envA); err != nil {
+		t.Fatalf("a worker with the bundle's tools: %v", err)
+	}
+}
+
 func TestAdmissionRejections(t *testing.T) {
 	tests := []struct {
 		name string
 		code protocol.Code
 		// setup mints what it needs and returns the worker's config.
 		setup func(h *harness) remote.Config
+		// mod changes the gateway's config (nil: none).
+		mod func(*hub.Config)
 	}{
 		{"forged", protocol.CodeUnauthorized, func(h *harness) remote.Config {
 			h.mint(envA, bundleA, time.Hour, nil)
 			return h.workerConfig(envA, "ocw_forgedforgedforgedforgedforgedforgedforgedf", bundleA)
-		}},
+		}, nil},
 		{"revoked", protocol.CodeUnauthorized, func(h *harness) remote.Config {
 			s := h.mint(envA, bundleA, time.Hour, nil)
 			if n, err := h.creds.RevokeEnv(testContext(h.t), envA); err != nil || n != 1 {
 				h.t.Fatalf("RevokeEnv = %d, %v", n, err)
 			}
 			return h.workerConfig(envA, s, bundleA)
-		}},
+		}, nil},
 		{"expired", protocol.CodeCredentialExpired, func(h *harness) remote.Config {
 			s := h.mint(envA, bundleA, time.Minute, nil)
 			h.offset.Store(int64(2 * time.Minute))
 			return h.workerConfig(envA, s, bundleA)
-		}},
+		}, nil},
 		{"other-env", protocol.CodeWrongEnvironment, func(h *harness) remote.Config {
 			return h.workerConfig(envA, h.mint(envB, bundleB, time.Hour, nil), bundleB)
-		}},
+		}, nil},
 		{"wrong-bundle", protocol.CodeBundleMismatch, func(h *harness) remote.Config {
 			return h.workerConfig(envA, h.mint(envA, bundleA, time.Hour, nil), bundleB)
-		}},
+		}, nil},
 		{"stale-credential-bundle", protocol.CodeBundleMismatch, func(h *harness) remote.Config {
 			// The credential and the worker agree, but the gateway now expects another bundle.
 			return h.workerConfig(envA, h.mint(envA, bundleB, time.Hour, nil), bundleB)
-		}},
+		}, nil},
 		{"version", protocol.CodeUnsupportedVersion, func(h *harness) remote.Config {
 			cfg := h.workerConfig(envA, h.mint(envA, bundleA, time.Hour, nil), bundleA)
 			cfg.ProtocolVersion = protocol.ProtocolVersion + 1
 			return cfg
-		}},
+		}, nil},
+		// The bundle hash is right, but the tools the worker offers are not the bundle's: one
+		// schema changed, one tool added, or none presented.
+		{"tool-schema", protocol.CodeBundleMismatch, func(h *harness) remote.Config {
+			cfg := h.workerConfig(envA, h.mint(envA, bundleA, time.Hour, nil), bundleA)
+			cfg.Tools = tools.Manifest()
+			cfg.Tools[0].Schema = strings.Repeat("0", 64)
+			return cfg
+		}, expectTools},
+		{"tool-added", protocol.CodeBundleMismatch, func(h *harness) remote.Config {
+			cfg := h.workerConfig(envA, h.mint(envA, bundleA, time.Hour, nil), bundleA)
+			cfg.Tools = append(tools.Manifest(), protocol.ToolDigest{Name: "zz_exfiltrate", Schema: strings.Repeat("1", 64)})
+			return cfg
+		}, expectTools},
+		{"no-tools", protocol.CodeBundleMismatch, func(h *harness) remote.Config {
+			return h.workerConfig(envA, h.mint(envA, bundleA, time.Hour, nil), bundleA)
+		}, expectTools},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t, nil)
+			h := newHarness(t, tt.mod)
 			done := h.run(tt.setup(h))
 			err := recvChan(t, "Run to give up", done)
 			var ae *remote.AdmissionError

@@ -146,7 +146,7 @@ func (w *worker) admit(ctx context.Context) (_ *websocket.Conn, _ protocol.Conne
 		Admission: protocol.Admission{
 			EnvironmentID: w.cfg.EnvironmentID, Credential: cred, OwnerEpoch: w.cfg.OwnerEpoch, SessionID: w.cfg.SessionID,
 			Handshake: protocol.Handshake{BundleHash: w.cfg.BundleHash, Version: w.cfg.ProtocolVersion,
-				BuildVersion: w.cfg.Version, ProtocolFeatures: w.cfg.Features},
+				BuildVersion: w.cfg.Version, ProtocolFeatures: w.cfg.Features, Tools: w.cfg.Tools},
 		},
 	})
 	if err != nil {

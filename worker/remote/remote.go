@@ -36,6 +36,8 @@ type Config struct {
 	SessionID  string
 	// BundleHash is the hex sha256 of this worker's executable.
 	BundleHash string
+	// Tools is the worker's tool manifest, sent at admission (protocol.ToolManifest).
+	Tools []protocol.ToolDigest
 	// Version is the openclaw build version, reported for logs and audit.
 	Version string
 	// ProtocolVersion is the protocol version offered; 0 means protocol.ProtocolVersion. Tests only.

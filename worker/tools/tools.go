@@ -520,3 +520,9 @@ func isBinary(head []byte) bool { return bytes.IndexByte(head, 0) >= 0 }
 func schema(name, desc, params string) protocol.Tool {
 	return protocol.Tool{Name: name, Description: desc, Parameters: json.RawMessage(params)}
 }
+
+// Manifest is the manifest of the built-in tools (protocol.ToolManifest), which a worker presents
+// at admission: a property of the build, whatever the workspace.
+func Manifest() []protocol.ToolDigest {
+	return protocol.ToolManifest(NewSet(Config{Workspace: "/"}).Schemas())
+}
