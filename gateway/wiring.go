@@ -92,7 +92,8 @@ type components struct {
 	tunnels     *tunnel.Mux
 	workerCreds *hub.Credentials
 	spawner     *agents.Spawner
-	extraTools  []tools.Tool // the gateway-side tools of local turns
+	extraTools  []tools.Tool // the gateway-side tools of local turns (spawnTools: while a worker profile exists)
+	spawnTools  []tools.Tool
 	workers     *hub.Server
 	boot        *bootstrap.Bootstrapper
 	envs        *envs.Manager
@@ -159,6 +160,9 @@ func (g *components) openStore(ctx context.Context) error {
 		if _, err := g.profiles.Put(ctx, &g.cfg.Profiles[i]); err != nil {
 			return fmt.Errorf("config profiles[%d]: %w", i, err)
 		}
+	}
+	if !g.hasWorkerProfile(ctx) {
+		g.log.Info("no worker profile: sessions run on the gateway; add one with `openclaw profile apply` (docs/cli.md), or start with --dev-local-box for the development-only local box")
 	}
 	if g.creds, err = credentials.OpenKey(g.db, g.cfg.Credentials.KeyPath(g.dataDir)); err != nil {
 		if g.cfg.Credentials.KeyFile != "" {
@@ -262,7 +266,7 @@ func (g *components) buildTools() ([]tools.Tool, error) {
 	}
 	g.closers.Push("agents", func(context.Context) error { g.spawner.Close(); return nil })
 	hubTools := slices.Clone(g.extraTools)
-	g.extraTools = append(g.extraTools, g.spawner.Tools()...)
+	g.spawnTools = g.spawner.Tools()
 	for _, t := range g.spawner.Tools() {
 		if t.Name() != agents.SpawnToolName {
 			hubTools = append(hubTools, t)
@@ -280,6 +284,7 @@ func (g *components) buildSessionSide(ctx context.Context) error {
 	var err error
 	if g.turns, err = turns.New(ctx, turns.Config{Clock: g.clk, DB: g.db, Sessions: g.sessions, Catalog: g.catalog,
 		DataDir: g.dataDir, Log: g.sub("turns"), Workers: g.workers, Placements: g.placements, ExtraTools: g.extraTools,
+		SpawnTools: g.spawnTools, WorkerProfiles: g.hasWorkerProfile,
 		AfterWorkerTurn: g.afterWorkerTurn, Redispatch: g.redispatch, WorkerOnly: g.workerOnly}); err != nil {
 		return err
 	}
@@ -329,6 +334,12 @@ func (g *components) registerMetrics() {
 }
 
 // The calls that run back up a floor, each read at call time (see components).
+
+// hasWorkerProfile tells whether any worker profile exists (the spawn tools are offered then).
+func (g *components) hasWorkerProfile(ctx context.Context) bool {
+	list, err := g.profiles.List(ctx)
+	return err == nil && len(list) > 0
+}
 
 // turnRuns tells the hub which turn of a session runs: the turns service keeps that record.
 type turnRuns struct{ g *components }

@@ -100,7 +100,7 @@ func startGatewayIn(t *testing.T, ns, dataDir, config string) *gw {
 		t.Fatal(err)
 	}
 	g.log = &testenv.Buffer{}
-	g.cmd = exec.Command("ip", "netns", "exec", ns, openclawBin, "gateway", "--data-dir", dataDir, "--listen", g.addr, "--config", cfgPath, "--log-level", "debug")
+	g.cmd = exec.Command("ip", "netns", "exec", ns, openclawBin, "gateway", "--data-dir", dataDir, "--listen", g.addr, "--config", cfgPath, "--log-level", "debug", "--dev-local-box")
 	g.cmd.Stdout, g.cmd.Stderr = g.log, g.log
 	if err := g.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -116,7 +116,7 @@ func (g *gw) start() {
 		t.Fatal(err)
 	}
 	g.log = &testenv.Buffer{}
-	g.cmd = exec.Command(openclawBin, "gateway", "--data-dir", g.dataDir, "--listen", g.addr, "--config", cfgPath, "--log-level", "debug")
+	g.cmd = exec.Command(openclawBin, "gateway", "--data-dir", g.dataDir, "--listen", g.addr, "--config", cfgPath, "--log-level", "debug", "--dev-local-box")
 	g.cmd.Stdout = g.log
 	g.cmd.Stderr = g.log
 	if err := g.cmd.Start(); err != nil {

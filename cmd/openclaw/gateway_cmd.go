@@ -14,11 +14,13 @@ import (
 
 func newGatewayCmd(g *globals) *cobra.Command {
 	var configPath string
+	var devLocalBox bool
 	var cfg gateway.Config
 	cmd := &cobra.Command{
 		Use: "gateway",
 		Example: `  openclaw gateway
-  openclaw gateway --listen 127.0.0.1:7421 --data-dir /srv/openclaw --config gateway.yaml`,
+  openclaw gateway --listen 127.0.0.1:7421 --data-dir /srv/openclaw --config gateway.yaml
+  openclaw gateway --dev-local-box      # with the development-only local box as profile "local"`,
 		Short: "Run the gateway daemon",
 		Long: `Run the gateway daemon: the HTTP API under /api/v1, /healthz, /readyz and /metrics (with the token;
 metricsListen serves it without), the environment state machine with restart reconciliation and
@@ -26,6 +28,10 @@ the periodic orphan sweep. Requests whose Host is not an IP literal, localhost o
 allowedHosts are refused with 421. With tls.cert and tls.key (--tls-cert, --tls-key) the listener
 serves TLS, and SIGHUP reads the certificate again; a listener on a non-loopback address without
 TLS is logged at WARN when the gateway starts.
+
+A fresh gateway has no worker profile: sessions run on the gateway until the operator adds one
+(openclaw profile apply, or profiles: in the config). --dev-local-box adds the profile "local", the
+built-in local box: workers on this machine, as this user, without isolation (development only).
 
 Configuration is read from defaults, then the YAML file given with --config, then flags.
 The data dir (mode 0700) holds gateway.db (SQLite, 0600), gateway.token (the API bearer token,
@@ -65,7 +71,7 @@ Example:
 				return fmt.Errorf("config: %w", err)
 			}
 			log := newLogger(os.Stderr, file.LogFormat, file.LogLevel)
-			return gateway.Run(cmd.Context(), file, gatewayDeps(log))
+			return gateway.Run(cmd.Context(), file, gatewayDeps(log, devLocalBox))
 		},
 	}
 	f := cmd.Flags()
@@ -75,6 +81,7 @@ Example:
 	f.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&cfg.TLS.Cert, "tls-cert", "", "serve TLS with this certificate (PEM; with --tls-key; read again on SIGHUP)")
 	f.StringVar(&cfg.TLS.Key, "tls-key", "", "the TLS certificate's private key (PEM)")
+	f.BoolVar(&devLocalBox, "dev-local-box", false, "create the profile \"local\" (the built-in local box, development only) when missing")
 	return cmd
 }
 

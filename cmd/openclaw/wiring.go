@@ -12,9 +12,10 @@ import (
 	"github.com/openclaw/cloudworkers/providers/static"
 )
 
-// gatewayDeps wires the providers explicitly (no init() registration) and the built-in profiles.
-func gatewayDeps(log *slog.Logger) gateway.Deps {
-	return gateway.Deps{
+// gatewayDeps wires the providers explicitly (no init() registration) and, with devLocalBox, the
+// built-in profile "local".
+func gatewayDeps(log *slog.Logger, devLocalBox bool) gateway.Deps {
+	d := gateway.Deps{
 		Log: log,
 		Providers: func(db *store.DB, dataDir string, log *slog.Logger) (providers.Registry, error) {
 			lp, err := local.New(local.Config{BoxesDir: local.BoxesDir(dataDir), Logger: log.With("provider", "local")})
@@ -30,11 +31,14 @@ func gatewayDeps(log *slog.Logger) gateway.Deps {
 				"local":   lp,
 			}, nil
 		},
-		// A fresh gateway can start a worker without any configuration.
-		// The local box is this machine: it has a default route and may have a Docker socket, so those
-		// checks only warn there.
-		Builtin: []providers.Profile{{ID: "local", Provider: "local", Hygiene: map[string]string{
-			providers.HygieneMetadataRoute: providers.HygieneWarn, providers.HygieneDockerSocket: providers.HygieneWarn,
-		}}},
 	}
+	if devLocalBox {
+		// --dev-local-box: a fresh gateway can start a worker without any configuration. The local
+		// box is this machine: it has a default route and may have a Docker socket, so those
+		// checks only warn there.
+		d.Builtin = []providers.Profile{{ID: "local", Provider: "local", Hygiene: map[string]string{
+			providers.HygieneMetadataRoute: providers.HygieneWarn, providers.HygieneDockerSocket: providers.HygieneWarn,
+		}}}
+	}
+	return d
 }

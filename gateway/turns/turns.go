@@ -73,6 +73,10 @@ type Config struct {
 	Redispatch func(ctx context.Context, sessionID string) error
 	// ExtraTools are gateway-resident tools (web_search) offered in turns run on the gateway.
 	ExtraTools []tools.Tool
+	// SpawnTools (sessions_spawn and friends) are offered as ExtraTools are, but only while
+	// WorkerProfiles says a worker profile exists: an install without one offers no way to lease.
+	SpawnTools     []tools.Tool
+	WorkerProfiles func(ctx context.Context) bool
 	// Placements is the placement state machine; turn admission claims it (compare-and-swap on
 	// its generation), so a message admitted against a stale snapshot can never race a move.
 	Placements *placement.Placements
@@ -373,7 +377,7 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 
 // run runs a local turn and returns its outcome.
 func (s *Service) run(ctx context.Context, t Turn, workspace, text string) (TurnStatus, string) {
-	set := tools.NewSet(tools.Config{Workspace: workspace, Extra: s.cfg.ExtraTools})
+	set := tools.NewSet(tools.Config{Workspace: workspace, Extra: s.offeredTools(ctx)})
 	defer set.Close(context.WithoutCancel(ctx))
 	r := runner.New(runner.Config{
 		Model:    catalogModel{s.cfg.Catalog},

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/openclaw/cloudworkers/internal/backoff"
 	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/protocol"
+	"github.com/openclaw/cloudworkers/worker/tools"
 )
 
 // turnStartTimeout bounds the wait for a worker to acknowledge worker.turn.start.
@@ -43,7 +45,7 @@ func (s *Service) startOnWorker(ctx, tctx context.Context, sess sessions.Session
 	rctx, cancel := context.WithTimeout(ctx, turnStartTimeout)
 	_, err = s.cfg.Workers.Request(rctx, sess.EnvironmentID, protocol.MethodTurnStart, protocol.TurnStartParams{
 		SessionID: sess.ID, OwnerEpoch: sess.OwnerEpoch, RunEpoch: t.RunEpoch, RunID: t.RunID, ModelRef: t.Model,
-		Text: text, Workspace: sess.Workspace, GatewayTools: s.gatewayToolSchemas()})
+		Text: text, Workspace: sess.Workspace, GatewayTools: s.gatewayToolSchemas(ctx)})
 	cancel()
 	if err != nil {
 		sub.Close()
@@ -238,10 +240,19 @@ func (s *Service) finish(t Turn, status TurnStatus, msg string) {
 }
 
 // gatewayToolSchemas are the schemas of the gateway-resident tools offered to worker turns.
-func (s *Service) gatewayToolSchemas() []protocol.Tool {
+func (s *Service) gatewayToolSchemas(ctx context.Context) []protocol.Tool {
 	var out []protocol.Tool
-	for _, t := range s.cfg.ExtraTools {
+	for _, t := range s.offeredTools(ctx) {
 		out = append(out, t.Schema())
 	}
 	return out
+}
+
+// offeredTools are the gateway-resident tools a turn is offered now: the spawn tools only while a
+// worker profile exists.
+func (s *Service) offeredTools(ctx context.Context) []tools.Tool {
+	if len(s.cfg.SpawnTools) == 0 || s.cfg.WorkerProfiles == nil || !s.cfg.WorkerProfiles(ctx) {
+		return s.cfg.ExtraTools
+	}
+	return append(slices.Clone(s.cfg.ExtraTools), s.cfg.SpawnTools...)
 }

@@ -123,6 +123,12 @@ func LeaseIDFor(opID string) string {
 // BoxDir is the directory (and HOME) of the box with the given lease id.
 func (p *Provider) BoxDir(leaseID string) string { return BoxDir(p.cfg.BoxesDir, leaseID) }
 
+// Warning is shown with every profile of the local box.
+const Warning = "the local box is for development only: its workers run on the gateway's own machine, as the gateway's user, without isolation"
+
+// ProfileWarnings implements providers.Warner.
+func (p *Provider) ProfileWarnings(providers.Profile) []string { return []string{Warning} }
+
 // BoxDir is the directory (and HOME) of the box with the given lease id under boxesDir.
 func BoxDir(boxesDir, leaseID string) string { return filepath.Join(boxesDir, leaseID) }
 

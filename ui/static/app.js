@@ -581,7 +581,12 @@ function newPage() {
   }).catch((e) => showError($('#create-error'), e));
   apiList('/profiles').then((ps) => {
     profiles = ps;
-    for (const p of ps) bar.append(el('button', { type: 'button', class: 'target', 'data-kind': 'profile', 'data-profile': p.id, 'aria-pressed': 'false', text: p.id }));
+    // the bar shows once there is somewhere else to run: without a worker profile, sessions run on the gateway
+    bar.hidden = ps.length === 0;
+    for (const p of ps) {
+      const dev = p.provider === 'local' ? ' (dev only)' : '';
+      bar.append(el('button', { type: 'button', class: 'target', 'data-kind': 'profile', 'data-profile': p.id, 'aria-pressed': 'false', text: p.id + dev, title: (p.warnings || []).join('\n') }));
+    }
   }).catch(() => {});
 
   // watch shows the steps of the session's dispatch as the gateway-wide feed announces them
