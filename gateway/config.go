@@ -238,6 +238,10 @@ type WorkerConfig struct {
 	RelaunchGrace    providers.Duration `yaml:"relaunchGrace"`    // default 5s: a worker away longer is checked and relaunched
 	// Limits bound what one worker may hold on the gateway (zero means the default).
 	Limits WorkerLimits `yaml:"limits"`
+	// RequireKey (default true) admits a worker only with the proof of its launch key, bound to
+	// its credential at the first admission. false lets a copy of a credential admit: only for a
+	// test that stands in for a killed worker.
+	RequireKey *bool `yaml:"requireKey"`
 }
 
 // WorkerLimits are the hub's per-worker limits (hub.Limits).
@@ -270,6 +274,7 @@ func (c *Config) configureHub(hc *hub.Config) {
 	hc.HeartbeatTimeout, hc.WriteTimeout = c.Worker.HeartbeatTimeout.D(), c.Worker.WriteTimeout.D()
 	hc.Limits, hc.AdmissionTimeout = c.Worker.Limits.HubLimits(), c.Worker.Limits.AdmissionTimeout.D()
 	hc.Capacity = c.Capacity.HubCapacity()
+	hc.RequireWorkerKey = c.Worker.RequireKey == nil || *c.Worker.RequireKey
 }
 
 // HubLimits converts l for the hub (zero fields take the hub's defaults).

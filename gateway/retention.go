@@ -21,6 +21,9 @@ func pruneOnce(ctx context.Context, r RetentionConfig, now time.Time, db *store.
 	if err != nil {
 		log.Warn("prune worker credentials", "err", err)
 	}
+	if _, err := creds.PruneKeys(ctx); err != nil {
+		log.Warn("prune worker key bindings", "err", err)
+	}
 	calls, err := workers.PruneCalls(ctx, now.Add(-orDefault(r.InferenceCalls, DefaultInferenceCallRetention)))
 	if err != nil {
 		log.Warn("prune inference calls", "err", err)

@@ -3,7 +3,9 @@ package protocol
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -12,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ProtocolVersion is the worker protocol version this binary speaks. Admission requires an exact match.
@@ -484,6 +487,42 @@ type Admission struct {
 	OwnerEpoch    uint64    `json:"ownerEpoch"`
 	SessionID     string    `json:"sessionId,omitempty"`
 	Handshake     Handshake `json:"handshake"`
+	// PublicKey is the worker's ed25519 public key (base64), made at launch and kept in memory
+	// only; Proof is its signature of AdmissionMessage at SignedAtMs (SignAdmission). The
+	// gateway binds a credential's lineage to the first key admitted with it.
+	PublicKey  string `json:"publicKey,omitempty"`
+	Proof      string `json:"proof,omitempty"`
+	SignedAtMs int64  `json:"signedAtMs,omitempty"`
+}
+
+// AdmissionMessage is what a worker's key signs: every claim of the admission, the credential
+// included, and the time of signing.
+func AdmissionMessage(a Admission) []byte {
+	return fmt.Appendf(nil, "openclaw-worker-admission/v1\n%s\n%s\n%d\n%s\n%s\n%d\n%s",
+		a.EnvironmentID, a.Credential, a.OwnerEpoch, a.SessionID, a.Handshake.BundleHash, a.SignedAtMs, a.PublicKey)
+}
+
+// SignAdmission signs a with key at now.
+func SignAdmission(a *Admission, key ed25519.PrivateKey, now time.Time) {
+	a.PublicKey = base64.StdEncoding.EncodeToString(key.Public().(ed25519.PublicKey))
+	a.SignedAtMs = now.UnixMilli()
+	a.Proof = base64.StdEncoding.EncodeToString(ed25519.Sign(key, AdmissionMessage(*a)))
+}
+
+// VerifyAdmission checks a's proof against its public key (not the time, nor the binding).
+func VerifyAdmission(a Admission) error {
+	if a.PublicKey == "" || a.Proof == "" {
+		return errors.New("the admission carries no worker key proof")
+	}
+	pub, err := base64.StdEncoding.DecodeString(a.PublicKey)
+	if err != nil || len(pub) != ed25519.PublicKeySize {
+		return errors.New("the worker's public key is not a base64 ed25519 key")
+	}
+	sig, err := base64.StdEncoding.DecodeString(a.Proof)
+	if err != nil || len(sig) != ed25519.SignatureSize || !ed25519.Verify(pub, AdmissionMessage(a), sig) {
+		return errors.New("the admission proof does not verify with the worker's key")
+	}
+	return nil
 }
 
 // Handshake identifies the worker binary.

@@ -23,12 +23,13 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/worker/remote"
+	"github.com/openclaw/cloudworkers/worker/tools"
 )
 
 // durableConfig is fastWorkerConfig without relaunches: the tests kill the box's real worker and
 // drive the protocol from the test process through the box's forwarded socket.
 const durableConfig = `tunnel: {keepaliveInterval: 200ms, keepaliveTimeout: 1s, backoffMax: 500ms}
-worker: {heartbeatTimeout: 1500ms, relaunchGrace: 1h, admitTimeout: 30s}
+worker: {heartbeatTimeout: 1500ms, relaunchGrace: 1h, admitTimeout: 30s, requireKey: false}
 `
 
 // durable is a ready environment whose real worker was killed, with a session dispatched to it.
@@ -95,7 +96,7 @@ func (d *durable) replaceOwner() uint64 {
 
 func (d *durable) config(epoch uint64) remote.Config {
 	return remote.Config{SocketPath: d.env.WorkerSocket, EnvironmentID: d.env.ID, Credential: d.desc.Credential,
-		BundleHash: d.desc.BundleHash, SessionID: d.session, OwnerEpoch: epoch, Version: "e2e",
+		BundleHash: d.desc.BundleHash, Tools: tools.Manifest(), SessionID: d.session, OwnerEpoch: epoch, Version: "e2e",
 		BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, DialTimeout: 3 * time.Second}
 }
 
@@ -482,9 +483,10 @@ func (d *durable) rawWorker() *rawWorker {
 	d.t.Cleanup(func() { ws.CloseNow() })
 	ws.SetReadLimit(protocol.DefaultFrameLimit)
 	w := &rawWorker{t: d.t, ws: ws}
-	f := w.call(protocol.MethodConnect, protocol.ConnectParams{Role: protocol.RoleWorker, Admission: protocol.Admission{
-		EnvironmentID: d.env.ID, Credential: d.desc.Credential, OwnerEpoch: 1,
-		Handshake: protocol.Handshake{BundleHash: d.desc.BundleHash, Version: protocol.ProtocolVersion, ProtocolFeatures: protocol.Features}}})
+	adm := protocol.Admission{EnvironmentID: d.env.ID, Credential: d.desc.Credential, OwnerEpoch: 1,
+		Handshake: protocol.Handshake{BundleHash: d.desc.BundleHash, Version: protocol.ProtocolVersion, ProtocolFeatures: protocol.Features,
+			Tools: tools.Manifest()}}
+	f := w.call(protocol.MethodConnect, protocol.ConnectParams{Role: protocol.RoleWorker, Admission: adm})
 	if !f.OK {
 		d.t.Fatalf("raw worker not admitted: %v", f.Error)
 	}

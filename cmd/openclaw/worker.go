@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,6 +73,12 @@ through the gateway. It exits non-zero when admission is refused.`,
 				// The gateway decides (and audits) the mismatch; say it here too for the box's log.
 				log.Warn("this executable is not the bundle the gateway pushed", "expected", d.BundleHash, "actual", sum)
 			}
+			// The worker's key, made now and kept in memory only: the gateway binds the credential
+			// to it at the first admission, so a copy of the credential alone admits nothing.
+			_, key, err := ed25519.GenerateKey(nil)
+			if err != nil {
+				return fmt.Errorf("worker key: %w", err)
+			}
 			// The worker goes away with its box: when its state dir is removed (the environment was
 			// destroyed) it stops instead of retrying forever.
 			ctx, cancel := context.WithCancel(cmd.Context())
@@ -90,6 +97,7 @@ through the gateway. It exits non-zero when admission is refused.`,
 				OwnerEpoch:    d.OwnerEpoch,
 				BundleHash:    sum,
 				Tools:         tools.Manifest(),
+				Key:           key,
 				Version:       version.Version,
 				Log:           log,
 			}

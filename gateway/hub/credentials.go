@@ -250,6 +250,32 @@ func (cs *Credentials) Prune(ctx context.Context, cutoff time.Time) (int64, erro
 		WHERE expires_at < ? OR (revoked_at <> '' AND revoked_at < ?) LIMIT ?)`, c, c)
 }
 
+// PruneKeys deletes the key bindings of lineages that have no credential left.
+func (cs *Credentials) PruneKeys(ctx context.Context) (int64, error) {
+	return cs.db.DeleteBatched(ctx, `DELETE FROM worker_keys WHERE rowid IN (SELECT k.rowid FROM worker_keys k
+		WHERE NOT EXISTS (SELECT 1 FROM worker_credentials c WHERE c.lineage = k.lineage OR c.hash = k.lineage) LIMIT ?)`)
+}
+
+// bindKeyTx binds c's lineage to a worker's public key on its first admission, and refuses any
+// other key afterwards (ErrOtherKey).
+func (cs *Credentials) bindKeyTx(ctx context.Context, tx *sql.Tx, c Credential, publicKey string) error {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO worker_keys(lineage, public_key, bound_at) VALUES(?,?,?) ON CONFLICT(lineage) DO NOTHING`,
+		c.Lineage, publicKey, store.FormatTime(cs.now())); err != nil {
+		return fmt.Errorf("bind worker key: %w", err)
+	}
+	var bound string
+	if err := tx.QueryRowContext(ctx, `SELECT public_key FROM worker_keys WHERE lineage = ?`, c.Lineage).Scan(&bound); err != nil {
+		return fmt.Errorf("read worker key: %w", err)
+	}
+	if bound != publicKey {
+		return ErrOtherKey
+	}
+	return nil
+}
+
+// ErrOtherKey refuses an admission whose credential's lineage is bound to another worker key.
+var ErrOtherKey = errors.New("the credential is bound to another worker key")
+
 // RevokeEnv revokes every credential of envID and returns how many were live.
 func (cs *Credentials) RevokeEnv(ctx context.Context, envID string) (int, error) {
 	var n int64

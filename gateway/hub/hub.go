@@ -101,6 +101,10 @@ type Config struct {
 	Capacity Capacity
 	// Registerer, when set, gets the hub's metrics (openclaw_workers_connected, …; see metrics.go).
 	Registerer prometheus.Registerer
+	// RequireWorkerKey refuses an admission without a valid proof of the worker's key
+	// (protocol.SignAdmission, at most AdmissionProofSkew old or early), and one whose credential's
+	// lineage is bound to another key: a copied credential alone admits nothing.
+	RequireWorkerKey bool
 	// ExpectedTools is the tool manifest of the bundle's built-in tools (tools.Manifest of this
 	// build, which the bundles share); a worker presenting another is refused. Nil: not checked.
 	ExpectedTools []protocol.ToolDigest
@@ -197,6 +201,9 @@ type Runs interface {
 	// when none runs.
 	RunningTurn(ctx context.Context, sessionID string) (runID string, runEpoch uint64, ok bool, err error)
 }
+
+// AdmissionProofSkew bounds how far a worker's admission proof may be signed from the gateway's time.
+const AdmissionProofSkew = 2 * time.Minute
 
 // New returns a Server; it serves nothing until Serve.
 func New(cfg Config) (*Server, error) {
@@ -603,6 +610,17 @@ func (s *Server) admit(ctx context.Context, wc *workerConn) bool {
 			"bundle %.80q is not the bundle provisioned for %s", a.Handshake.BundleHash, env))
 		return false
 	}
+	if s.cfg.RequireWorkerKey {
+		if err := protocol.VerifyAdmission(a); err != nil {
+			s.reject(ctx, wc, reqID, env, protocol.Errorf(protocol.CodeUnauthorized, "%v", err))
+			return false
+		}
+		if skew := s.cfg.Clock.Now().Sub(time.UnixMilli(a.SignedAtMs)); skew > AdmissionProofSkew || skew < -AdmissionProofSkew {
+			s.reject(ctx, wc, reqID, env, protocol.Errorf(protocol.CodeUnauthorized,
+				"the admission proof was signed %s from the gateway's time (at most %s)", skew.Round(time.Second), AdmissionProofSkew))
+			return false
+		}
+	}
 	if s.cfg.ExpectedTools != nil {
 		if d := protocol.ManifestDiff(s.cfg.ExpectedTools, a.Handshake.Tools); d != "" {
 			s.reject(ctx, wc, reqID, env, protocol.Errorf(protocol.CodeBundleMismatch,
@@ -637,12 +655,21 @@ func (s *Server) admit(ctx context.Context, wc *workerConn) bool {
 	detail := fmt.Sprintf("credential %s epoch %d build %.64q features %s", cred.ShortID(), a.OwnerEpoch,
 		a.Handshake.BuildVersion, strings.Join(features, ","))
 	if err := s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
+		if s.cfg.RequireWorkerKey {
+			if err := s.cfg.Credentials.bindKeyTx(ctx, tx, cred, a.PublicKey); err != nil {
+				return err
+			}
+		}
 		// The credential is in use: the ones it replaced (refreshes it descends from) are revoked.
 		if err := s.cfg.Credentials.revokeSupersededTx(ctx, tx, cred); err != nil {
 			return err
 		}
 		return store.Audit(ctx, tx, s.cfg.Clock.Now(), "worker.admit", env, detail)
-	}); err != nil {
+	}); errors.Is(err, ErrOtherKey) {
+		s.reject(ctx, wc, reqID, env, protocol.Errorf(protocol.CodeUnauthorized,
+			"credential %s is bound to another worker key (a copied credential?)", cred.ShortID()))
+		return false
+	} else if err != nil {
 		s.log.Error("audit worker admission", "env", env, "err", err)
 		s.reject(ctx, wc, reqID, "", &protocol.Error{Code: protocol.CodeInternal, Message: "admission not recorded", Retryable: true})
 		return false

@@ -3,6 +3,7 @@ package hub_test
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -814,4 +815,66 @@ func (r *runTable) RunningTurn(_ context.Context, session string) (string, uint6
 	defer r.mu.Unlock()
 	t, ok := r.m[session]
 	return t.id, t.epoch, ok, nil
+}
+
+// A copied credential admits nothing: the first admission binds the credential's lineage to the
+// worker's launch key; another key, no proof, or a proof signed long ago is refused, while the
+// worker itself reconnects, and uses its refreshed credential, with its key.
+func TestACopiedCredentialAdmitsNothing(t *testing.T) {
+	h := newHarness(t, func(c *hub.Config) { c.RequireWorkerKey = true })
+	ctx := testContext(t)
+	_, own, _ := ed25519.GenerateKey(nil)
+	_, stolen, _ := ed25519.GenerateKey(nil)
+	secret := h.mint(envA, bundleA, time.Hour, nil)
+	connect := func(key ed25519.PrivateKey, at time.Time, cred string) protocol.Frame {
+		c := rawConn(t, h)
+		sendFrame(t, c, connectFrame(t, envA, cred, bundleA, func(a *protocol.Admission) {
+			if key != nil {
+				protocol.SignAdmission(a, key, at)
+			}
+		}))
+		f := recvFrame(t, c)
+		if f.OK {
+			t.Cleanup(func() { c.CloseNow() })
+		}
+		return f
+	}
+	refused := func(what string, f protocol.Frame, says string) {
+		t.Helper()
+		if f.OK || f.Error.Code != protocol.CodeUnauthorized || !strings.Contains(f.Error.Message, says) {
+			t.Fatalf("%s: %+v, want unauthorized saying %q", what, f.Error, says)
+		}
+	}
+	refused("no proof", connect(nil, time.Now(), secret), "no worker key proof")
+	if f := connect(own, time.Now(), secret); !f.OK {
+		t.Fatalf("the worker's first admission: %+v", f.Error)
+	}
+	refused("a copy of the credential with another key", connect(stolen, time.Now(), secret), "bound to another worker key")
+	refused("a proof signed long ago", connect(own, time.Now().Add(-hub.AdmissionProofSkew-time.Minute), secret), "signed")
+	if f := connect(own, time.Now(), secret); !f.OK {
+		t.Fatalf("the worker reconnecting with its key: %+v", f.Error)
+	}
+	refreshed, err := h.creds.Refresh(ctx, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused("the refreshed credential with another key", connect(stolen, time.Now(), refreshed), "bound to another worker key")
+	if f := connect(own, time.Now(), refreshed); !f.OK {
+		t.Fatalf("the refreshed credential with the worker's key: %+v", f.Error)
+	}
+	// a proof made for another credential does not verify for this one
+	refused("a proof of another admission", connectWith(t, h, func(a *protocol.Admission) {
+		b := *a
+		b.Credential = "ocw_other"
+		protocol.SignAdmission(&b, stolen, time.Now())
+		a.PublicKey, a.Proof, a.SignedAtMs = b.PublicKey, b.Proof, b.SignedAtMs
+	}, envA, refreshed), "does not verify")
+}
+
+// connectWith sends a connect of cred changed by mod on a fresh connection and returns the answer.
+func connectWith(t *testing.T, h *harness, mod func(*protocol.Admission), env, cred string) protocol.Frame {
+	t.Helper()
+	c := rawConn(t, h)
+	sendFrame(t, c, connectFrame(t, env, cred, bundleA, mod))
+	return recvFrame(t, c)
 }

@@ -141,14 +141,15 @@ func (w *worker) admit(ctx context.Context) (_ *websocket.Conn, _ protocol.Conne
 
 	cred := w.credential.Get()
 	connectID := w.id()
-	req, err := protocol.Request(connectID, protocol.MethodConnect, protocol.ConnectParams{
-		Role: protocol.RoleWorker,
-		Admission: protocol.Admission{
-			EnvironmentID: w.cfg.EnvironmentID, Credential: cred, OwnerEpoch: w.cfg.OwnerEpoch, SessionID: w.cfg.SessionID,
-			Handshake: protocol.Handshake{BundleHash: w.cfg.BundleHash, Version: w.cfg.ProtocolVersion,
-				BuildVersion: w.cfg.Version, ProtocolFeatures: w.cfg.Features, Tools: w.cfg.Tools},
-		},
-	})
+	adm := protocol.Admission{
+		EnvironmentID: w.cfg.EnvironmentID, Credential: cred, OwnerEpoch: w.cfg.OwnerEpoch, SessionID: w.cfg.SessionID,
+		Handshake: protocol.Handshake{BundleHash: w.cfg.BundleHash, Version: w.cfg.ProtocolVersion,
+			BuildVersion: w.cfg.Version, ProtocolFeatures: w.cfg.Features, Tools: w.cfg.Tools},
+	}
+	if w.cfg.Key != nil {
+		protocol.SignAdmission(&adm, w.cfg.Key, time.Now())
+	}
+	req, err := protocol.Request(connectID, protocol.MethodConnect, protocol.ConnectParams{Role: protocol.RoleWorker, Admission: adm})
 	if err != nil {
 		return nil, cr, err
 	}

@@ -4,6 +4,7 @@ package remote
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -38,6 +39,9 @@ type Config struct {
 	BundleHash string
 	// Tools is the worker's tool manifest, sent at admission (protocol.ToolManifest).
 	Tools []protocol.ToolDigest
+	// Key is the worker's key, made at launch and never written anywhere: every admission is
+	// signed with it (protocol.SignAdmission). Nil: unsigned (a gateway requiring keys refuses).
+	Key ed25519.PrivateKey
 	// Version is the openclaw build version, reported for logs and audit.
 	Version string
 	// ProtocolVersion is the protocol version offered; 0 means protocol.ProtocolVersion. Tests only.
