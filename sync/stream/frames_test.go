@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -252,28 +253,43 @@ func TestAdaptChoosesByThroughput(t *testing.T) {
 }
 
 // slowStart is a fast writer whose second write (an archive's first frame of files, after the
-// plan's) takes a while, as the first files' reads and the box's start do.
+// plan's) takes 1.5 s, as the first files' reads and the box's start do. Time is its own: each
+// reading of the link's clock moves it 1 ms, that write 1.5 s more, so the sender's speed on a
+// loaded machine (under the race detector it once read as a slow link) plays no part.
 type slowStart struct {
 	bytes.Buffer
 	writes int
+	mu     sync.Mutex
+	now    time.Time
 }
 
 func (w *slowStart) Write(p []byte) (int, error) {
 	if w.writes++; w.writes == 2 {
-		time.Sleep(1500 * time.Millisecond)
+		w.mu.Lock()
+		w.now = w.now.Add(1500 * time.Millisecond)
+		w.mu.Unlock()
 	}
 	return w.Buffer.Write(p)
+}
+
+func (w *slowStart) clock() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.now = w.now.Add(time.Millisecond)
+	return w.now
 }
 
 // TestArchiveStartIsNotMeasured: the plan goes in a frame of its own, and neither it nor the first
 // frame of files (which holds the start) is taken for the link's speed: a slow start on a fast
 // link leaves every frame stored. Counting the first files' frame, 4 MiB in over the start read as
-// a link under the threshold and switched to compression. The threshold is lowered to 4 MB/s (a
-// start of 1.5 s reads as 2.8 MB/s) so that the sender itself, under the race detector on a loaded
-// machine, is never taken for a slow link (at 25 MB/s it was, once in CI).
+// a link under the threshold (4 MB/s here: a start of 1.5 s reads as 2.8 MB/s) and switched to
+// compression. The link's clock is the writer's own (slowStart).
 func TestArchiveStartIsNotMeasured(t *testing.T) {
 	defer func(v float64) { compressBelow = v }(compressBelow)
 	compressBelow = 4 << 20
+	w := &slowStart{now: time.Unix(0, 0)}
+	defer func(f func() time.Time) { frameNow = f }(frameNow)
+	frameNow = w.clock
 	src := t.TempDir()
 	files := map[string]string{}
 	for i := range 12 {
@@ -281,7 +297,6 @@ func TestArchiveStartIsNotMeasured(t *testing.T) {
 	}
 	synctest.Write(t, src, files)
 	m := build(t, src)
-	w := &slowStart{}
 	if _, err := Write(synctest.Context(t), w, src, PlanFor(nil, m)); err != nil {
 		t.Fatal(err)
 	}
