@@ -2,6 +2,8 @@ package tunnel
 
 import (
 	"context"
+	"net"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -32,22 +34,47 @@ func (k KeepaliveConfig) withDefaults() KeepaliveConfig {
 }
 
 // DialBox is Dial for a connection that carries box commands and bulk transfer: it also sends
-// keepalives on it, and closes it when one goes unanswered past ka.Timeout, so that a box that
-// stops answering fails every call on the connection instead of holding it. The keepalive ends
-// with the connection.
+// keepalives on it, and closes it when one goes unanswered past ka.Timeout while nothing at all
+// came from the box either, so that a box that stops answering fails every call on the
+// connection instead of holding it. A keepalive reply queued behind a bulk upload is late, but
+// the box's window adjustments show it alive. The keepalive ends with the connection.
 func DialBox(ctx context.Context, t Target, timeout time.Duration, ka KeepaliveConfig) (*ssh.Client, error) {
-	c, err := Dial(ctx, t, timeout)
+	ka = ka.withDefaults()
+	rt := &readTracker{clk: ka.Clock}
+	c, err := dial(ctx, t, timeout, func(nc net.Conn) net.Conn { rt.Conn = nc; rt.touch(); return rt })
 	if err != nil {
 		return nil, err
 	}
-	ka = ka.withDefaults()
 	kctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		_ = c.Wait()
 		cancel()
 	}()
-	go func() { _ = keepalive(kctx, ka.Clock, c, ka.Interval, ka.Timeout) }()
+	go func() {
+		_ = keepalive(kctx, ka.Clock, c, ka.Interval, ka.Timeout, func() bool { return rt.readWithin(ka.Timeout) })
+	}()
 	return c, nil
+}
+
+// readTracker is a connection that remembers when it last read anything.
+type readTracker struct {
+	net.Conn
+	clk  clock.Clock
+	last atomic.Int64 // unix nanoseconds of the last read of at least one byte
+}
+
+func (r *readTracker) Read(p []byte) (int, error) {
+	n, err := r.Conn.Read(p)
+	if n > 0 {
+		r.touch()
+	}
+	return n, err
+}
+
+func (r *readTracker) touch() { r.last.Store(r.clk.Now().UnixNano()) }
+
+func (r *readTracker) readWithin(d time.Duration) bool {
+	return r.clk.Now().Sub(time.Unix(0, r.last.Load())) < d
 }
 
 // CloseOnDone closes c as soon as ctx ends, until stop is called: every blocking call on the

@@ -3,6 +3,7 @@ package tunnel
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,5 +70,47 @@ func TestCloseOnDoneUnblocksChannelOpen(t *testing.T) {
 	}
 	if s.Opens.Load() != 1 || !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatalf("opens %d, ctx %v", s.Opens.Load(), ctx.Err())
+	}
+}
+
+// TestKeepaliveSparesAPeerThatKeepsSending: a keepalive reply queued behind a bulk transfer is
+// late, but while the box keeps sending (its window adjustments of an upload) the connection
+// stays; once it falls silent for the timeout, it is closed.
+func TestKeepaliveSparesAPeerThatKeepsSending(t *testing.T) {
+	tg, _ := silentTarget(t, tunneltest.Stalled)
+	ctx := testContext(t)
+	clk := clock.NewManual(time.Now())
+	c, err := Dial(ctx, tg, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var sending atomic.Bool
+	sending.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- keepalive(ctx, clk, c, 10*time.Second, 30*time.Second, sending.Load) }()
+	for _, d := range []time.Duration{10 * time.Second, 30 * time.Second, 30 * time.Second} {
+		if err := clk.WaitTimers(ctx, 1); err != nil {
+			t.Fatalf("keepalive never waited on the clock: %v", err)
+		}
+		clk.Advance(d)
+	}
+	if err := clk.WaitTimers(ctx, 1); err != nil { // still waiting for the reply
+		t.Fatalf("the keepalive gave up on a peer that is sending: %v", err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the keepalive ended while the peer was sending: %v", err)
+	default:
+	}
+	sending.Store(false)
+	clk.Advance(30 * time.Second)
+	select {
+	case err := <-done:
+		if !errors.Is(err, errKeepaliveTimeout) {
+			t.Fatalf("keepalive of a silent peer: %v, want a timeout", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("a peer silent past the timeout was kept")
 	}
 }

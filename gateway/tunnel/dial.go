@@ -138,6 +138,11 @@ func loadSigner(path string) (ssh.Signer, error) {
 // t.HostKeys. timeout bounds the TCP connect and the SSH handshake; 0 means only ctx bounds them.
 // A presented key that is not pinned fails with *HostKeyMismatchError.
 func Dial(ctx context.Context, t Target, timeout time.Duration) (*ssh.Client, error) {
+	return dial(ctx, t, timeout, nil)
+}
+
+// dial is Dial with the TCP connection wrapped by wrap (when not nil) under the SSH layer.
+func dial(ctx context.Context, t Target, timeout time.Duration, wrap func(net.Conn) net.Conn) (*ssh.Client, error) {
 	pins, err := parseHostKeys(t.HostKeys)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", t.EnvironmentID, err)
@@ -186,7 +191,11 @@ func Dial(ctx context.Context, t Target, timeout time.Duration) (*ssh.Client, er
 		},
 		HostKeyAlgorithms: hostKeyAlgorithms(pins),
 	}
-	conn, chans, reqs, err := ssh.NewClientConn(nc, addr, cfg)
+	sc := nc
+	if wrap != nil {
+		sc = wrap(nc)
+	}
+	conn, chans, reqs, err := ssh.NewClientConn(sc, addr, cfg)
 	if !stop() {
 		// ctx ended during the handshake and closed the connection.
 		if err == nil {

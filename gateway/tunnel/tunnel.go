@@ -300,12 +300,13 @@ func (tn *tunnel) closeConn(client *ssh.Client, ln net.Listener) {
 // reply takes longer than KeepaliveTimeout. Any reply, even a failure, proves the link alive.
 func (tn *tunnel) keepalive(ctx context.Context, client *ssh.Client) error {
 	cfg := tn.hub.cfg
-	return keepalive(ctx, cfg.Clock, client, cfg.KeepaliveInterval, cfg.KeepaliveTimeout)
+	return keepalive(ctx, cfg.Clock, client, cfg.KeepaliveInterval, cfg.KeepaliveTimeout, nil)
 }
 
 // keepalive sends keepalive@openssh.com every interval until ctx ends, and closes client when a
-// reply takes longer than timeout. Any reply, even a failure, proves the link alive.
-func keepalive(ctx context.Context, clk clock.Clock, client *ssh.Client, interval, timeout time.Duration) error {
+// reply takes longer than timeout. Any reply, even a failure, proves the link alive; so does, when
+// alive is given, anything read from the peer within timeout (the wait for the reply goes on).
+func keepalive(ctx context.Context, clk clock.Clock, client *ssh.Client, interval, timeout time.Duration, alive func() bool) error {
 	for {
 		tick := clk.NewTimer(interval)
 		select {
@@ -319,6 +320,15 @@ func keepalive(ctx context.Context, clk clock.Clock, client *ssh.Client, interva
 			_, _, err := client.SendRequest("keepalive@openssh.com", true, nil)
 			reply <- err
 		}()
+		if err := awaitReply(ctx, clk, client, reply, timeout, alive); err != nil || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// awaitReply waits for a keepalive's reply (see keepalive).
+func awaitReply(ctx context.Context, clk clock.Clock, client *ssh.Client, reply <-chan error, timeout time.Duration, alive func() bool) error {
+	for {
 		deadline := clk.NewTimer(timeout)
 		select {
 		case err := <-reply:
@@ -326,7 +336,11 @@ func keepalive(ctx context.Context, clk clock.Clock, client *ssh.Client, interva
 			if err != nil {
 				return fmt.Errorf("keepalive: %w", err)
 			}
+			return nil
 		case <-deadline.C():
+			if alive != nil && alive() {
+				continue // the peer is sending: the reply is queued behind its data
+			}
 			client.Close()
 			<-reply
 			return fmt.Errorf("%w within %v", errKeepaliveTimeout, timeout)
