@@ -66,7 +66,7 @@ export async function startGateway(options = {}) {
     const cfgPath = join(tmp, 'config.yaml');
     await writeFile(cfgPath, options.config ?? defaultConfig, { mode: 0o600 });
     const addr = `127.0.0.1:${await freePort()}`;
-    child = spawn(bin, ['gateway', '--data-dir', dataDir, '--listen', addr, '--config', cfgPath, '--log-level', 'debug'], {
+    child = spawn(bin, ['gateway', '--data-dir', dataDir, '--listen', addr, '--config', cfgPath, '--log-level', 'debug', '--dev-local-box'], {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     const exited = new Promise((ok) => child?.once('exit', (code, signal) => ok({ code, signal })));
