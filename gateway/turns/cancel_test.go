@@ -199,14 +199,7 @@ func workerTurn(ctx context.Context, t *testing.T, mod func(*Config)) (*Service,
 		mod(&cfg)
 	}
 	svc := startService(ctx, t, cfg)
-	sess, err := st.Create(ctx, sessions.CreateParams{Workspace: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Attach(ctx, sess.ID, "env_1"); err != nil {
-		t.Fatal(err)
-	}
-	activate(ctx, t, ps, sess.ID, "env_1")
+	sess := workerSession(ctx, t, st, ps)
 	turn, err := svc.Send(ctx, sess.ID, "go", "")
 	if err != nil || turn.Placement != "worker" {
 		t.Fatalf("send: %+v, %v; want a worker turn", turn, err)

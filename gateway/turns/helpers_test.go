@@ -56,3 +56,17 @@ func activate(ctx context.Context, t *testing.T, ps *placement.Placements, id, e
 		gen = p.Generation
 	}
 }
+
+// workerSession creates a session bound to env_1 with its placement active there.
+func workerSession(ctx context.Context, t *testing.T, st *sessions.Store, ps *placement.Placements) sessions.Session {
+	t.Helper()
+	sess, err := st.Create(ctx, sessions.CreateParams{Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Attach(ctx, sess.ID, "env_1"); err != nil {
+		t.Fatal(err)
+	}
+	activate(ctx, t, ps, sess.ID, "env_1")
+	return sess
+}

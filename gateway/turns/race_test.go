@@ -58,14 +58,7 @@ func TestASendAndATurnsEndGetOneAnswer(t *testing.T) {
 	db, st, ps, cat := testDeps(t)
 	w := &acceptingWorker{st: st, starts: map[string]protocol.TurnStartParams{}}
 	svc := startService(ctx, t, Config{DB: db, Sessions: st, Catalog: cat, DataDir: t.TempDir(), Placements: ps, Workers: w})
-	sess, err := st.Create(ctx, sessions.CreateParams{Workspace: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Attach(ctx, sess.ID, "env_1"); err != nil {
-		t.Fatal(err)
-	}
-	activate(ctx, t, ps, sess.ID, "env_1")
+	sess := workerSession(ctx, t, st, ps)
 	cur, err := svc.Send(ctx, sess.ID, "go", "")
 	if err != nil {
 		t.Fatal(err)
