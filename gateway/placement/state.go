@@ -115,7 +115,10 @@ func (ps *Placements) changed(sessionID string) {
 // NewPlacements returns the placement store.
 func NewPlacements(db *store.DB) *Placements { return &Placements{db: db} }
 
-const placementCols = `session_id, state, generation, profile_id, machine_class, environment_id, anchor_dir, box_workspace, sync_mode, owner_epoch,
+// placementCols reads the owner epoch from the session's row, where it is stored once: the
+// placement shows the epoch of the session's current owner, never a copy of its own.
+const placementCols = `session_id, state, generation, profile_id, machine_class, environment_id, anchor_dir, box_workspace, sync_mode,
+	COALESCE((SELECT s.owner_epoch FROM sessions s WHERE s.id = placements.session_id), 1),
 	base_manifest_id, bundle_hash, barrier_step, turn_run_id, error, updated_at`
 
 func scanPlacement(row store.Scanner) (Placement, error) {
@@ -148,7 +151,11 @@ func (ps *Placements) List(ctx context.Context, limit int) ([]Placement, error) 
 func (ps *Placements) Get(ctx context.Context, sessionID string) (Placement, error) {
 	p, err := scanPlacement(ps.db.R.QueryRowContext(ctx, `SELECT `+placementCols+` FROM placements WHERE session_id=?`, sessionID))
 	if errors.Is(err, sql.ErrNoRows) {
-		return Placement{SessionID: sessionID, State: Local, OwnerEpoch: 1}, nil
+		p = Placement{SessionID: sessionID, State: Local, OwnerEpoch: 1}
+		err = ps.db.R.QueryRowContext(ctx, `SELECT owner_epoch FROM sessions WHERE id=?`, sessionID).Scan(&p.OwnerEpoch)
+		if errors.Is(err, sql.ErrNoRows) {
+			err = nil
+		}
 	}
 	return p, err
 }
@@ -164,6 +171,8 @@ type Change struct {
 	AnchorDir      *string
 	BoxWorkspace   *string
 	SyncMode       *string
+	// OwnerEpoch is the epoch the binding of Also advanced the session to (it is stored only in
+	// the session's row); the placement the transition returns shows it.
 	OwnerEpoch     uint64
 	BaseManifestID *string
 	BundleHash     *string
@@ -252,9 +261,9 @@ func (ps *Placements) transition(ctx context.Context, sessionID string, gen uint
 			p.BarrierStep = *c.BarrierStep
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE placements SET state=?, generation=?, profile_id=?, machine_class=?, environment_id=?, anchor_dir=?,
-			box_workspace=?, sync_mode=?, owner_epoch=?, base_manifest_id=?, bundle_hash=?, barrier_step=?, error=?, updated_at=?
+			box_workspace=?, sync_mode=?, base_manifest_id=?, bundle_hash=?, barrier_step=?, error=?, updated_at=?
 			WHERE session_id=?`,
-			string(p.State), p.Generation, p.ProfileID, p.MachineClass, p.EnvironmentID, p.AnchorDir, p.BoxWorkspace, p.SyncMode, p.OwnerEpoch,
+			string(p.State), p.Generation, p.ProfileID, p.MachineClass, p.EnvironmentID, p.AnchorDir, p.BoxWorkspace, p.SyncMode,
 			p.BaseManifestID, p.BundleHash, p.BarrierStep, p.Error, p.UpdatedAt, sessionID)
 		if err != nil {
 			return err

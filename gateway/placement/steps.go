@@ -195,8 +195,9 @@ func (d *Dispatcher) unbind(sessionID, why string) func(ctx context.Context, tx 
 		if err != nil {
 			return nil, err
 		}
+		c.OwnerEpoch = epoch
 		if why != "" {
-			c.OwnerEpoch, c.Reason = epoch, fmt.Sprintf(why, epoch)
+			c.Reason = fmt.Sprintf(why, epoch)
 		}
 		return func() { d.cfg.Sessions.Notify(sessions.ChangeSessionUpdated, sessionID) }, nil
 	}
