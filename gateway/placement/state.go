@@ -163,14 +163,14 @@ func (ps *Placements) Get(ctx context.Context, sessionID string) (Placement, err
 // Change describes one transition; the zero value of a field leaves it unchanged (except Error,
 // which is replaced).
 type Change struct {
-	To             State
-	Reason         string
-	ProfileID      *string
-	MachineClass   *string
-	EnvironmentID  *string
-	AnchorDir      *string
-	BoxWorkspace   *string
-	SyncMode       *string
+	To            State
+	Reason        string
+	ProfileID     *string
+	MachineClass  *string
+	EnvironmentID *string
+	AnchorDir     *string
+	BoxWorkspace  *string
+	SyncMode      *string
 	// OwnerEpoch is the epoch the binding of Also advanced the session to (it is stored only in
 	// the session's row); the placement the transition returns shows it.
 	OwnerEpoch     uint64
