@@ -323,6 +323,7 @@ func (s *Server) runCall(ctx context.Context, wc *workerConn, f protocol.Frame, 
 	var seq, bytesOut uint64
 	msg, err := s.cfg.Models.Stream(cctx, p.ModelRef, p.Context, inference.Options{
 		Temperature: p.Options.Temperature, MaxTokens: p.Options.MaxTokens, Reasoning: p.Options.Reasoning,
+		Session: p.SessionID, // bound to this worker by the binding check above
 	}, func(ev protocol.StreamEvent) error {
 		start := time.Now() // the relay's own latency: encoding and writing, not waiting for credit or rate
 		seq++

@@ -2,6 +2,8 @@ package inference
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,6 +31,9 @@ type Options struct {
 	// MaxTokens bounds the output; 0 means the model's maxTokens (else 4096).
 	MaxTokens int    `json:"maxTokens,omitempty"`
 	Reasoning string `json:"reasoning,omitempty"`
+	// Session is the session the call belongs to (set by the gateway, never by a worker or a
+	// client): the prompt-cache key derives from it, so it is the same on every placement.
+	Session string `json:"-"`
 }
 
 // ValidReasoning reports whether r is a known reasoning level.
@@ -48,6 +53,16 @@ type Call struct {
 	// APIKey is the provider credential's value (empty when the provider has none). Adapters send it
 	// only in the provider's auth header; it never appears in an event, an error or a log.
 	APIKey string
+}
+
+// CacheKey is the call's prompt-cache key: stable for a session wherever its loop runs, and ""
+// for a call of no session (a probe). It is a digest, so the provider never sees the session id.
+func (c Call) CacheKey() string {
+	if c.Options.Session == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte("openclaw prompt cache\x00" + c.Options.Session))
+	return "oc-" + hex.EncodeToString(sum[:12])
 }
 
 // MaxTokens is the output bound of the call.

@@ -341,6 +341,7 @@ func (d *Dispatcher) PullBack(ctx context.Context, sessionID string, force bool)
 		// that no longer describes it. A checkpoint starts only while the session is active, so
 		// once this move is made none can.
 		var moved Placement
+		changed := d.cfg.Placements.Changes(sessionID)
 		moved, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation,
 			Change{To: Draining, Reason: "pull-back requested", BarrierStep: &step, UnlessClaim: checkpointRun})
 		if err == nil {
@@ -351,7 +352,7 @@ func (d *Dispatcher) PullBack(ctx context.Context, sessionID string, force bool)
 			d.setForce(sessionID, false)
 			return p, err
 		}
-		if err := d.poll(wait); err != nil {
+		if err := d.waitChange(wait, changed); err != nil {
 			d.setForce(sessionID, false)
 			if ctx.Err() == nil {
 				err = fmt.Errorf("session %s: a checkpoint has been bringing the worker's workspace into the anchor for over %s; pull back again once it is done: %w", sessionID, d.cfg.checkpointWait(), ErrBusy)
@@ -410,4 +411,20 @@ const pollInterval = 100 * time.Millisecond
 // poll waits pollInterval on the dispatcher's clock, or until ctx ends.
 func (d *Dispatcher) poll(ctx context.Context) error {
 	return clock.Sleep(ctx, d.cfg.Clock, pollInterval)
+}
+
+// waitChange waits for changed (a channel of Placements.Changes, taken before the caller read
+// what it waits on), or until ctx ends; pollInterval bounds the wait for facts that change without
+// a placement change.
+func (d *Dispatcher) waitChange(ctx context.Context, changed <-chan struct{}) error {
+	t := clock.Or(d.cfg.Clock).NewTimer(pollInterval)
+	defer t.Stop()
+	select {
+	case <-changed:
+		return nil
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/store"
@@ -65,6 +66,10 @@ func (s State) WorkerOwned() bool { return s == Active || s == Draining }
 // ErrBusy is returned when a session already has a turn (or a checkpoint) in flight.
 var ErrBusy = errors.New("session has a turn in progress")
 
+// ErrCheckpointing is the ErrBusy of a session held by a checkpoint, which lasts a moment: turn
+// admission waits for it rather than refusing the message.
+var ErrCheckpointing = fmt.Errorf("%w (a checkpoint is reading the worker's workspace)", ErrBusy)
+
 // ErrStale is returned when the placement changed since the caller read it (generation mismatch).
 var ErrStale = errors.New("placement changed meanwhile")
 
@@ -101,15 +106,41 @@ type Placements struct {
 	// Notify, when set, publishes each committed change of a session's placement on the
 	// gateway-wide feed (sessions.Store.Notify with ChangePlacementUpdated); it must not block.
 	Notify func(kind, id string)
+
+	wmu     sync.Mutex
+	waiters map[string]chan struct{} // Changes
 }
 
 func (ps *Placements) now() string { return store.FormatTime(clock.Or(ps.Clock).Now()) }
 
 // changed announces a committed change of the session's placement.
 func (ps *Placements) changed(sessionID string) {
+	ps.wmu.Lock()
+	if ch, ok := ps.waiters[sessionID]; ok {
+		close(ch)
+		delete(ps.waiters, sessionID)
+	}
+	ps.wmu.Unlock()
 	if ps.Notify != nil {
 		ps.Notify(ChangePlacementUpdated, sessionID)
 	}
+}
+
+// Changes returns a channel closed at the next committed change of the session's placement (a
+// transition, a turn claimed or released, a note). Take it before reading the state it waits on,
+// so that a change between the read and the wait is not missed.
+func (ps *Placements) Changes(sessionID string) <-chan struct{} {
+	ps.wmu.Lock()
+	defer ps.wmu.Unlock()
+	if ps.waiters == nil {
+		ps.waiters = map[string]chan struct{}{}
+	}
+	ch, ok := ps.waiters[sessionID]
+	if !ok {
+		ch = make(chan struct{})
+		ps.waiters[sessionID] = ch
+	}
+	return ch
 }
 
 // NewPlacements returns the placement store.
@@ -309,6 +340,8 @@ func (ps *Placements) ClaimTurnTx(ctx context.Context, tx *sql.Tx, sessionID str
 	switch {
 	case p.Generation != gen:
 		return fmt.Errorf("session %s placement moved to %s (generation %d): %w", sessionID, p.State, p.Generation, ErrStale)
+	case p.TurnRunID == checkpointRun:
+		return fmt.Errorf("session %s: %w", sessionID, ErrCheckpointing)
 	case p.TurnRunID != "":
 		return fmt.Errorf("session %s: %w (run %s)", sessionID, ErrBusy, p.TurnRunID)
 	case p.State == Failed:

@@ -206,8 +206,12 @@ func (d *Dispatcher) unbind(sessionID, why string) func(ctx context.Context, tx 
 // drain passes barrier steps 2–6: wait for the active run to end (new turns are refused while the
 // placement is not active), then advance the owner epoch so the worker is fenced.
 func (d *Dispatcher) drain(ctx context.Context, p Placement) (Change, error) {
-	for d.cfg.Busy != nil && d.cfg.Busy(p.SessionID) {
-		if err := d.poll(ctx); err != nil {
+	for {
+		changed := d.cfg.Placements.Changes(p.SessionID) // a turn's end releases its claim
+		if d.cfg.Busy == nil || !d.cfg.Busy(p.SessionID) {
+			break
+		}
+		if err := d.waitChange(ctx, changed); err != nil {
 			return Change{}, err
 		}
 	}

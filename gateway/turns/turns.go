@@ -158,6 +158,9 @@ func (s *Service) Close(ctx context.Context) error {
 	return shutdown.Wait(ctx, &s.wg, "turns")
 }
 
+// checkpointWait bounds how long a message waits for the checkpoint that holds its session.
+const checkpointWait = 2 * time.Minute
+
 // Send admits a turn for the session and starts it. A repeated idempotency key returns the turn it
 // started. A session that is already running a turn is refused with placement.ErrBusy.
 func (s *Service) Send(ctx context.Context, sessionID, text, idempotencyKey string) (Turn, error) {
@@ -267,51 +270,34 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 	if _, err := s.cfg.Catalog.Resolve(model); err != nil {
 		return Turn{}, err
 	}
-	// Turn admission: one turn per session at a time. The claim on the placement (compare-and-swap
-	// on its generation, read again now that the session is ours to admit) and the turn's row, the
-	// one record of the running turn, are written in one transaction.
-	s.mu.Lock()
-	if _, busy := s.running[sessionID]; busy {
-		s.mu.Unlock()
-		return Turn{}, fmt.Errorf("session %s: %w; wait for it to end, or stop it with: openclaw session cancel %s", sessionID, placement.ErrBusy, sessionID)
-	}
-	var gen uint64
-	if s.cfg.Placements != nil {
-		p, err := s.cfg.Placements.Get(ctx, sessionID)
-		if err != nil {
-			s.mu.Unlock()
-			return Turn{}, err
-		}
-		if where == "worker" && p.BoxWorkspace != "" {
-			sess.Workspace = p.BoxWorkspace
-		}
-		gen = p.Generation
-	}
-	t := Turn{SessionID: sessionID, RunID: runID, IdempotencyKey: idempotencyKey, Placement: where,
-		Model: model, Status: TurnRunning, CreatedAt: store.FormatTime(s.clock().Now())}
-	err = s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
+	// A checkpoint holds the session for a moment after each worker turn: a message that arrives
+	// then waits for it (bounded) instead of being refused, since its sender saw the turn end.
+	var t Turn
+	deadline := s.clock().Now().Add(checkpointWait)
+	for {
+		var changed <-chan struct{}
 		if s.cfg.Placements != nil {
-			if err := s.cfg.Placements.ClaimTurnTx(ctx, tx, sessionID, gen, where == "worker", runID); err != nil {
-				return err
-			}
+			changed = s.cfg.Placements.Changes(sessionID)
 		}
-		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(run_epoch),0)+1 FROM turns WHERE session_id=?`, sessionID).Scan(&t.RunEpoch); err != nil {
-			return err
+		t, err = s.admit(ctx, sess, where, model, idempotencyKey, runID)
+		if !errors.Is(err, placement.ErrCheckpointing) || !s.clock().Now().Before(deadline) {
+			break
 		}
-		var key any
-		if idempotencyKey != "" {
-			key = idempotencyKey
+		timer := s.clock().NewTimer(deadline.Sub(s.clock().Now()))
+		select {
+		case <-changed:
+		case <-ctx.Done():
+		case <-timer.C():
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO turns(session_id, run_epoch, run_id, idempotency_key, placement, model, status, created_at) VALUES(?,?,?,?,?,?,?,?)`,
-			sessionID, t.RunEpoch, t.RunID, key, t.Placement, t.Model, string(t.Status), t.CreatedAt); err != nil {
-			return err
+		timer.Stop()
+		if ctx.Err() != nil {
+			return Turn{}, ctx.Err()
 		}
-		return turnEvent(ctx, tx, t.RunID, t.CreatedAt, "", t.Status, "admitted ("+where+")")
-	})
+	}
 	if err != nil {
-		s.mu.Unlock()
 		return Turn{}, s.admissionError(ctx, sessionID, sess.Workspace, err)
 	}
+	s.mu.Lock()
 	if s.cfg.Placements != nil {
 		s.cfg.Placements.Changed(sessionID)
 	}
@@ -380,7 +366,7 @@ func (s *Service) run(ctx context.Context, t Turn, workspace, text string) (Turn
 	set := tools.NewSet(tools.Config{Workspace: workspace, Extra: s.offeredTools(ctx)})
 	defer set.Close(context.WithoutCancel(ctx))
 	r := runner.New(runner.Config{
-		Model:    catalogModel{s.cfg.Catalog},
+		Model:    catalogModel{s.cfg.Catalog, t.SessionID},
 		Backend:  &LocalBackend{Store: s.cfg.Sessions},
 		Tools:    set,
 		MaxSteps: s.cfg.MaxSteps,
@@ -499,9 +485,61 @@ func (s *Service) List(ctx context.Context, sessionID string) ([]Turn, error) {
 	return store.Query(ctx, s.cfg.DB.R, scanTurn, `SELECT `+turnCols+` FROM turns WHERE session_id=? ORDER BY run_epoch`, sessionID)
 }
 
-// catalogModel makes the gateway's catalog a runner.Model (local placement calls it directly).
-type catalogModel struct{ c *inference.Catalog }
+// catalogModel makes the gateway's catalog a runner.Model for one session (local placement calls
+// it directly). A worker's calls reach the same Catalog.Stream through the hub with the same
+// options, so a request is built by one function from the same inputs on either placement.
+type catalogModel struct {
+	c       *inference.Catalog
+	session string
+}
 
 func (m catalogModel) Stream(ctx context.Context, ref string, c protocol.Context, emit func(protocol.StreamEvent) error) (protocol.Message, error) {
-	return m.c.Stream(ctx, ref, c, inference.Options{}, emit)
+	return m.c.Stream(ctx, ref, c, inference.Options{Session: m.session}, emit)
+}
+
+// admit is turn admission: one turn per session at a time. The claim on the placement
+// (compare-and-swap on its generation, read again now that the session is ours to admit) and the
+// turn's row, the one record of the running turn, are written in one transaction.
+func (s *Service) admit(ctx context.Context, sess sessions.Session, where, model, idempotencyKey, runID string) (Turn, error) {
+	sessionID := sess.ID
+	s.mu.Lock()
+	if _, busy := s.running[sessionID]; busy {
+		s.mu.Unlock()
+		return Turn{}, fmt.Errorf("session %s: %w; wait for it to end, or stop it with: openclaw session cancel %s", sessionID, placement.ErrBusy, sessionID)
+	}
+	var gen uint64
+	if s.cfg.Placements != nil {
+		p, err := s.cfg.Placements.Get(ctx, sessionID)
+		if err != nil {
+			s.mu.Unlock()
+			return Turn{}, err
+		}
+		if where == "worker" && p.BoxWorkspace != "" {
+			sess.Workspace = p.BoxWorkspace
+		}
+		gen = p.Generation
+	}
+	t := Turn{SessionID: sessionID, RunID: runID, IdempotencyKey: idempotencyKey, Placement: where,
+		Model: model, Status: TurnRunning, CreatedAt: store.FormatTime(s.clock().Now())}
+	err := s.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
+		if s.cfg.Placements != nil {
+			if err := s.cfg.Placements.ClaimTurnTx(ctx, tx, sessionID, gen, where == "worker", runID); err != nil {
+				return err
+			}
+		}
+		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(run_epoch),0)+1 FROM turns WHERE session_id=?`, sessionID).Scan(&t.RunEpoch); err != nil {
+			return err
+		}
+		var key any
+		if idempotencyKey != "" {
+			key = idempotencyKey
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO turns(session_id, run_epoch, run_id, idempotency_key, placement, model, status, created_at) VALUES(?,?,?,?,?,?,?,?)`,
+			sessionID, t.RunEpoch, t.RunID, key, t.Placement, t.Model, string(t.Status), t.CreatedAt); err != nil {
+			return err
+		}
+		return turnEvent(ctx, tx, t.RunID, t.CreatedAt, "", t.Status, "admitted ("+where+")")
+	})
+	s.mu.Unlock()
+	return t, err
 }

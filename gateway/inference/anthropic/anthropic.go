@@ -82,6 +82,7 @@ func Params(call inference.Call) (sdk.MessageNewParams, []option.RequestOption, 
 		}
 		p.Tools = append(p.Tools, sdk.ToolUnionParam{OfTool: &tp})
 	}
+	markCacheBreakpoints(&p)
 	budget := thinkingBudget(call.Options.Reasoning)
 	if budget > 0 && p.MaxTokens <= int64(budget) {
 		budget = int(p.MaxTokens) - 1024
@@ -93,6 +94,58 @@ func Params(call inference.Call) (sdk.MessageNewParams, []option.RequestOption, 
 		reqOpts = append(reqOpts, option.WithJSONSet("temperature", *call.Options.Temperature))
 	}
 	return p, reqOpts, nil
+}
+
+// markCacheBreakpoints sets the request's prompt-cache breakpoints (Anthropic allows four). The
+// prefix Anthropic caches runs tools → system → messages, so the policy is:
+//
+//  1. the last tool (the tool list is cached on its own),
+//  2. the system prompt,
+//  3. the last block of the last message (the rolling breakpoint: the next call, on whichever
+//     placement, reads everything up to here from the cache),
+//  4. the last block of the user message before it, where the previous call of an agent loop put
+//     its rolling breakpoint: that call's cache entry is read even when the step added more
+//     blocks than Anthropic looks back over (about 20).
+//
+// Blocks that cannot carry a breakpoint (thinking) are passed over for the nearest earlier block
+// of the same message. The marks depend only on the request's content, so a request is the same
+// bytes whichever placement's loop built the transcript.
+func markCacheBreakpoints(p *sdk.MessageNewParams) {
+	ephemeral := sdk.NewCacheControlEphemeralParam()
+	if n := len(p.Tools); n > 0 {
+		if cc := p.Tools[n-1].GetCacheControl(); cc != nil {
+			*cc = ephemeral
+		}
+	}
+	if n := len(p.System); n > 0 {
+		p.System[n-1].CacheControl = ephemeral
+	}
+	mark := func(m sdk.MessageParam) bool {
+		var blocks []sdk.ContentBlockParamUnion
+		switch {
+		case m.OfUser != nil:
+			blocks = m.OfUser.Content
+		case m.OfAssistant != nil:
+			blocks = m.OfAssistant.Content
+		}
+		for i := len(blocks) - 1; i >= 0; i-- {
+			if cc := blocks[i].GetCacheControl(); cc != nil {
+				*cc = ephemeral
+				return true
+			}
+		}
+		return false
+	}
+	last := len(p.Messages) - 1
+	if last < 0 || !mark(p.Messages[last]) {
+		return
+	}
+	for i := last - 1; i >= 0; i-- {
+		if p.Messages[i].OfUser != nil {
+			mark(p.Messages[i])
+			return
+		}
+	}
 }
 
 func convertTool(t protocol.Tool) (sdk.ToolParam, error) {

@@ -136,6 +136,9 @@ func CompletionParams(call inference.Call) (sdk.ChatCompletionNewParams, error) 
 	if call.Options.Temperature != nil {
 		p.Temperature = sdk.Float(*call.Options.Temperature)
 	}
+	if k := call.CacheKey(); k != "" {
+		p.PromptCacheKey = sdk.String(k)
+	}
 	if e := reasoningEffort(call.Options.Reasoning); e != "" {
 		p.ReasoningEffort = e
 	}

@@ -28,6 +28,9 @@ func ResponseParams(call inference.Call) (responses.ResponseNewParams, error) {
 	if call.Options.Temperature != nil {
 		p.Temperature = sdk.Float(*call.Options.Temperature)
 	}
+	if k := call.CacheKey(); k != "" {
+		p.PromptCacheKey = sdk.String(k)
+	}
 	if e := reasoningEffort(call.Options.Reasoning); e != "" {
 		p.Reasoning = shared.ReasoningParam{Effort: e, Summary: shared.ReasoningSummaryAuto}
 	}
