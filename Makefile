@@ -54,10 +54,11 @@ BENCH_PROFILE ?= $(CURDIR)/bench-gateway.pprof
 # Only the packages with Go benchmarks: compiling every package's tests took most of `make bench`.
 BENCH_PKGS = $(shell git ls-files '*_test.go' | xargs grep -l '^func Benchmark' | xargs -n1 dirname | sort -u | sed 's|^|./|')
 
-bench: ## sync vs rsync to a netns sshd box; gateway capacity sections 1-6 (gateway/capacitybench, root, sshd, ssh); Go benchmarks of the packages that have some
+bench: ## sync vs rsync to a netns sshd box; gateway capacity sections 1-6 (gateway/capacitybench, root, sshd, ssh); prompt-cache share across moves; Go benchmarks of the packages that have some
 	OPENCLAW_BENCH=1 OPENCLAW_REQUIRE_INTEGRATION=1 $(GO) test -count=1 -timeout 30m -run '^TestSyncVsRsync$$' -v ./sync/bench
 	OPENCLAW_BENCH=1 OPENCLAW_REQUIRE_INTEGRATION=1 OPENCLAW_BENCH_GATEWAY_CPUPROFILE=$(BENCH_PROFILE) $(GO) test -count=1 -timeout 20m -run '^(TestWorkersHeld|TestTokenRelayLatency|TestTunnelThroughput|TestProvisionLatency|TestDurableWrites|TestOpenClawDoor)$$' -v ./gateway/capacitybench
 	$(GO) tool pprof -top -nodecount=30 $(BENCH_PROFILE) 2>/dev/null | head -40
+	OPENCLAW_BENCH=1 OPENCLAW_REQUIRE_INTEGRATION=1 $(GO) test -count=1 -timeout 10m -run '^TestCacheShareAcrossMoves$$' -v ./cmd/openclaw
 	$(GO) test -run '^$$' -bench . -benchtime 1x $(BENCH_PKGS)
 
 demo: build examples ## run the product end to end on a temp data dir

@@ -3,6 +3,7 @@ package main_test
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -196,4 +197,43 @@ func cacheReads(us []inferencetest.CacheUsage) []int {
 		out = append(out, u.CacheRead)
 	}
 	return out
+}
+
+// cachedShare is the share of input tokens read from the cache.
+func cachedShare(us []inferencetest.CacheUsage) float64 {
+	read, all := 0, 0
+	for _, u := range us {
+		read += u.CacheRead
+		all += u.Input + u.CacheRead + u.CacheWrite
+	}
+	if all == 0 {
+		return 0
+	}
+	return float64(read) / float64(all)
+}
+
+// TestCacheShareAcrossMoves (make bench): per transport, the share of input tokens read from the
+// provider's cache across a 10-turn session moved to a worker and back, against the same
+// conversation on a session that never moved, each against an empty cache. The goal is a ratio
+// of 1.00: a move costs no cache.
+func TestCacheShareAcrossMoves(t *testing.T) {
+	if os.Getenv("OPENCLAW_BENCH") == "" {
+		t.Skip("a benchmark: run by make bench (OPENCLAW_BENCH=1)")
+	}
+	testenv.RequireCommands(t, "git")
+	root := t.TempDir()
+	g, models := startCachingGateway(t, root)
+	moved := cachePlan{"local", "local", "local", "worker", "worker", "worker", "local", "local", "local", "local"}
+	still := cachePlan{"local", "local", "local", "local", "local", "local", "local", "local", "local", "local"}
+	for _, name := range []string{"anth", "chat", "resp"} {
+		m := models[name]
+		m.Forget()
+		runCachePlan(t, g, m, filepath.Join(root, name, "moved"), name+"/m", moved)
+		movedShare := cachedShare(m.Usage())
+		m.Forget()
+		runCachePlan(t, g, m, filepath.Join(root, name, "still"), name+"/m", still)
+		stillShare := cachedShare(m.Usage())
+		fmt.Printf("cache share %-22s 10 turns, 20 calls: moved twice %5.1f%%  never moved %5.1f%%  ratio %.2f\n",
+			cacheWires[name], 100*movedShare, 100*stillShare, movedShare/stillShare)
+	}
 }

@@ -72,6 +72,13 @@ func NewCachingModel(t *testing.T, wire string) *CachingModel {
 	return m
 }
 
+// Forget empties the model's cache (as if the provider's entries had expired) and its usage log.
+func (m *CachingModel) Forget() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.prefix, m.prompts, m.usage = map[[32]byte]bool{}, map[string][][][32]byte{}, nil
+}
+
 // Usage returns what the model reported for each request so far, in order.
 func (m *CachingModel) Usage() []CacheUsage {
 	m.mu.Lock()
