@@ -40,6 +40,9 @@ type LiveEvent struct {
 	Result        json.RawMessage `json:"result,omitempty"`
 	IsError       bool            `json:"isError,omitempty"`
 	Error         string          `json:"error,omitempty"`
+	// StoppedProcesses, on lifecycle_end and lifecycle_error, counts the processes the run's
+	// commands left running (detached ones included) that its end stopped. Shown, never acted on.
+	StoppedProcesses int `json:"stoppedProcesses,omitempty"`
 }
 
 // MaxLiveEventBytes bounds what one live event carries: its delta, ids, names, args, results and

@@ -279,7 +279,7 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 		if s.cfg.Placements != nil {
 			changed = s.cfg.Placements.Changes(sessionID)
 		}
-		t, err = s.admit(ctx, sess, where, model, idempotencyKey, runID)
+		t, err = s.admit(ctx, &sess, where, model, idempotencyKey, runID)
 		if !errors.Is(err, placement.ErrCheckpointing) || !s.clock().Now().Before(deadline) {
 			break
 		}
@@ -499,8 +499,9 @@ func (m catalogModel) Stream(ctx context.Context, ref string, c protocol.Context
 
 // admit is turn admission: one turn per session at a time. The claim on the placement
 // (compare-and-swap on its generation, read again now that the session is ours to admit) and the
-// turn's row, the one record of the running turn, are written in one transaction.
-func (s *Service) admit(ctx context.Context, sess sessions.Session, where, model, idempotencyKey, runID string) (Turn, error) {
+// turn's row, the one record of the running turn, are written in one transaction. A worker turn
+// runs in the box's workspace: admit sets sess.Workspace to it.
+func (s *Service) admit(ctx context.Context, sess *sessions.Session, where, model, idempotencyKey, runID string) (Turn, error) {
 	sessionID := sess.ID
 	s.mu.Lock()
 	if _, busy := s.running[sessionID]; busy {

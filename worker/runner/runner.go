@@ -103,6 +103,18 @@ func (r *Runner) Run(ctx context.Context, t Turn) (err error) {
 		if err != nil {
 			ev = protocol.LiveEvent{Type: protocol.LiveLifecycleError, Error: err.Error()}
 		}
+		// Nothing the run started outlives it, detached processes included (the set's
+		// containment finds them); the end says how many were stopped.
+		if r.cfg.Tools != nil {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			st, serr := r.cfg.Tools.Stop(sctx)
+			cancel()
+			ev.StoppedProcesses = st.Processes
+			if serr != nil && err == nil {
+				ev = protocol.LiveEvent{Type: protocol.LiveLifecycleError, StoppedProcesses: st.Processes,
+					Error: "stop the processes the run started: " + serr.Error()}
+			}
+		}
 		if lerr := lifecycle(ev); lerr != nil && err == nil {
 			err = lerr
 		}

@@ -2,11 +2,14 @@ package tools
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -172,18 +175,38 @@ var ErrTooManyProcesses = errors.New("too many running processes; kill or remove
 // ErrClosed is returned after Close.
 var ErrClosed = errors.New("tool set is closed")
 
-// registry owns the processes started by exec: the waiter goroutines, the timers, the slots.
+// ScopeEnv is the environment variable every command of a tool set starts with: the set's scope,
+// by which the set finds the processes its commands left behind (see containment).
+const ScopeEnv = "OPENCLAW_TOOL_SCOPE"
+
+// registry owns the processes started by exec: the waiter goroutines, the timers, the slots, and
+// the containment that finds what they started.
 type registry struct {
-	cfg    *Config
-	mu     sync.Mutex
-	procs  map[string]*process
-	nextID int
-	closed bool
-	wg     sync.WaitGroup
+	cfg     *Config
+	mu      sync.Mutex
+	procs   map[string]*process
+	nextID  int
+	closed  bool
+	wg      sync.WaitGroup
+	contain *containment
+	stopped Stopped
+}
+
+// Stopped says what closing a tool set stopped: the processes its commands started that were
+// still running (detached ones included), and how they were found.
+type Stopped struct {
+	Processes int
+	By        string
 }
 
 func newRegistry(cfg *Config) *registry {
-	return &registry{cfg: cfg, procs: map[string]*process{}}
+	return &registry{cfg: cfg, procs: map[string]*process{}, contain: newContainment(newScope())}
+}
+
+func newScope() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 type startSpec struct {
@@ -203,21 +226,31 @@ func (r *registry) start(sp startSpec) (*process, error) {
 	if len(r.procs) >= r.cfg.MaxProcesses && !r.evictLocked() {
 		return nil, ErrTooManyProcesses
 	}
-	cmd := exec.Command(r.cfg.Shell, "-c", sp.command)
-	cmd.Dir = sp.cwd
-	cmd.Env = sp.env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out := newOutBuf(r.cfg.MaxOutputBytes, r.cfg.ProcessOutputBytes)
-	cmd.Stdout, cmd.Stderr = out, out
-	// A child left holding the output pipe must not keep the process "running" forever.
-	cmd.WaitDelay = 2 * time.Second
 	// Our own pipe rather than StdinPipe, so a write to a process that does not read can time out.
 	stdinR, stdin, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	cmd.Stdin = stdinR
+	newCmd := func() (*exec.Cmd, bool) {
+		cmd := exec.Command(r.cfg.Shell, "-c", sp.command)
+		cmd.Dir = sp.cwd
+		cmd.Env = append(withoutVar(sp.env, ScopeEnv), ScopeEnv+"="+r.contain.scope)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		inCgroup := r.contain.prepare(cmd.SysProcAttr)
+		cmd.Stdout, cmd.Stderr, cmd.Stdin = out, out, stdinR
+		// A child left holding the output pipe must not keep the process "running" forever.
+		cmd.WaitDelay = 2 * time.Second
+		return cmd, inCgroup
+	}
+	cmd, inCgroup := newCmd()
 	err = cmd.Start()
+	if err != nil && inCgroup {
+		// the kernel cannot start a process into a cgroup (CLONE_INTO_CGROUP): the marker alone
+		r.contain.noCgroup()
+		cmd, _ = newCmd()
+		err = cmd.Start()
+	}
 	stdinR.Close()
 	if err != nil {
 		stdin.Close()
@@ -310,6 +343,7 @@ func (r *registry) list() []*process {
 // close kills every running process group and waits for all to be reaped.
 func (r *registry) close(ctx context.Context) error {
 	r.mu.Lock()
+	again := r.closed
 	r.closed = true
 	procs := make([]*process, 0, len(r.procs))
 	for _, p := range r.procs {
@@ -319,6 +353,16 @@ func (r *registry) close(ctx context.Context) error {
 	for _, p := range procs {
 		p.killGroup("kill")
 	}
+	// then what left the groups (setsid, double forks), found by the containment; once per set
+	var err error
+	if !again {
+		var n int
+		by := r.contain.how()
+		n, err = r.contain.stop()
+		r.mu.Lock()
+		r.stopped = Stopped{Processes: n, By: by}
+		r.mu.Unlock()
+	}
 	done := make(chan struct{})
 	go func() {
 		r.wg.Wait()
@@ -326,9 +370,9 @@ func (r *registry) close(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
-		return nil
+		return err
 	case <-ctx.Done():
-		return fmt.Errorf("close tools: %w", ctx.Err())
+		return errors.Join(err, fmt.Errorf("close tools: %w", ctx.Err()))
 	}
 }
 
@@ -344,6 +388,17 @@ func (p *process) kill(ctx context.Context, grace time.Duration) bool {
 	case <-ctx.Done():
 	}
 	return false
+}
+
+// withoutVar returns env without the entries of name.
+func withoutVar(env []string, name string) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, e := range env {
+		if !strings.HasPrefix(e, name+"=") {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 func environ(base []string, extra map[string]string) []string {

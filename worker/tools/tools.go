@@ -225,6 +225,16 @@ func (s *Set) Run(ctx context.Context, name string, args json.RawMessage) (res R
 // Close kills the background processes and waits for them to be reaped, or for ctx.
 func (s *Set) Close(ctx context.Context) error { return s.procs.close(ctx) }
 
+// Stop closes the set (see Close) and says what it stopped: every process its commands started
+// that was still running, the detached ones (setsid, double forks) included. A second call
+// returns what the first stopped.
+func (s *Set) Stop(ctx context.Context) (Stopped, error) {
+	err := s.procs.close(ctx)
+	s.procs.mu.Lock()
+	defer s.procs.mu.Unlock()
+	return s.procs.stopped, err
+}
+
 func jsonErr(err error, args []byte) string {
 	if err != nil {
 		return err.Error()

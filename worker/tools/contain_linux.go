@@ -1,0 +1,259 @@
+package tools
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// containment finds every process a tool set started, the detached ones included (a command that
+// calls setsid, or `( cmd & )`, leaves its process group):
+//
+//   - a cgroup v2 of its own, when the box lets the worker make one next to its own cgroup
+//     (the worker runs as root, or its cgroup is delegated to it): every command starts in it
+//     (clone3 CLONE_INTO_CGROUP), nothing it forks can leave it without write access to another
+//     cgroup, and cgroup.kill ends them all at once;
+//   - otherwise, and in any case after the cgroup, the environment marker: every command starts
+//     with ScopeEnv set to the set's scope, which its children inherit, and the stop kills every
+//     process of the worker's user whose initial environment carries it, round after round until
+//     a scan finds none (a process that forks meanwhile is found by the next round). A process
+//     that clears its environment and leaves its process group escapes this one.
+type containment struct {
+	scope string
+
+	cgTried bool
+	cgDir   string // "" when the set has no cgroup
+	cgFD    int
+}
+
+func newContainment(scope string) *containment { return &containment{scope: scope, cgFD: -1} }
+
+// how names the way the set's processes are found.
+func (c *containment) how() string {
+	if c.cgDir != "" {
+		return "cgroup v2"
+	}
+	return "environment marker"
+}
+
+// prepare sets attr so the command starts in the set's cgroup, making the cgroup at the first
+// command. It reports whether it did.
+func (c *containment) prepare(attr *syscall.SysProcAttr) bool {
+	if !c.cgTried {
+		c.cgTried = true
+		c.cgDir, c.cgFD = makeCgroup("openclaw-tools-" + c.scope)
+	}
+	if c.cgFD < 0 {
+		return false
+	}
+	attr.UseCgroupFD, attr.CgroupFD = true, c.cgFD
+	return true
+}
+
+// noCgroup gives up the cgroup (the kernel refused to start a command in it).
+func (c *containment) noCgroup() {
+	if c.cgFD >= 0 {
+		_ = syscall.Close(c.cgFD)
+		_ = os.Remove(c.cgDir)
+	}
+	c.cgDir, c.cgFD = "", -1
+}
+
+// stop kills every process of the set and returns how many it killed.
+func (c *containment) stop() (int, error) {
+	if !c.cgTried { // the set started no command
+		return 0, nil
+	}
+	killed := map[int]bool{}
+	var errs []error
+	if c.cgDir != "" {
+		pids, err := killCgroup(c.cgDir)
+		for _, p := range pids {
+			killed[p] = true
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := killMarked(ScopeEnv+"="+c.scope, killed); err != nil {
+		errs = append(errs, err)
+	}
+	if c.cgDir != "" {
+		_ = syscall.Close(c.cgFD)
+		if err := removeCgroup(c.cgDir); err != nil {
+			errs = append(errs, err)
+		}
+		c.cgDir, c.cgFD = "", -1
+	}
+	return len(killed), errors.Join(errs...)
+}
+
+// cgroupRoot is where the worker's own cgroup v2 is: the cgroup2 mount plus the path of
+// /proc/self/cgroup's unified line ("" when there is none).
+func cgroupRoot() string {
+	mount := ""
+	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
+		s := bufio.NewScanner(f)
+		for s.Scan() {
+			// id parent major:minor root mountpoint options... - fstype source superoptions
+			pre, post, ok := strings.Cut(s.Text(), " - ")
+			fields := strings.Fields(pre)
+			if ok && strings.HasPrefix(post, "cgroup2 ") && len(fields) >= 5 {
+				mount = fields[4]
+				break
+			}
+		}
+		f.Close()
+	}
+	if mount == "" {
+		return ""
+	}
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if path, ok := strings.CutPrefix(line, "0::"); ok {
+			return filepath.Join(mount, filepath.Clean("/"+path))
+		}
+	}
+	return ""
+}
+
+// makeCgroup makes a cgroup named name next to the worker's own and opens it; ("", -1) when
+// the box does not allow it.
+func makeCgroup(name string) (string, int) {
+	root := cgroupRoot()
+	if root == "" {
+		return "", -1
+	}
+	dir := filepath.Join(root, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", -1
+	}
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		_ = os.Remove(dir)
+		return "", -1
+	}
+	return dir, fd
+}
+
+func cgroupPids(dir string) []int {
+	b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		if p, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, p)
+		}
+	}
+	return pids
+}
+
+// killCgroup kills every process in the cgroup (cgroup.kill, or SIGKILL one by one on a kernel
+// before 5.14) and waits until it is empty; it returns the processes it killed.
+func killCgroup(dir string) ([]int, error) {
+	seen := map[int]bool{}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		pids := cgroupPids(dir)
+		if len(pids) == 0 {
+			break
+		}
+		for _, p := range pids {
+			seen[p] = true
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0); err != nil {
+			for _, p := range pids {
+				_ = syscall.Kill(p, syscall.SIGKILL)
+			}
+		}
+		if time.Now().After(deadline) {
+			return keys(seen), fmt.Errorf("cgroup %s still holds %d processes", dir, len(pids))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return keys(seen), nil
+}
+
+// removeCgroup removes the emptied cgroup (its last processes may take a moment to leave).
+func removeCgroup(dir string) error {
+	var err error
+	for range 100 {
+		if err = os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("remove cgroup %s: %w", dir, err)
+}
+
+// markedRounds bounds the scans of killMarked: a process that forks faster than the scans is
+// still found, unless it outpaces this many rounds.
+const markedRounds = 50
+
+// killMarked kills every process of the worker's user (but the worker) whose initial
+// environment holds marker, scanning /proc until a scan finds none; killed gathers them.
+func killMarked(marker string, killed map[int]bool) error {
+	self := os.Getpid()
+	uid := os.Getuid()
+	want := []byte(marker)
+	for range markedRounds {
+		ents, err := os.ReadDir("/proc")
+		if err != nil {
+			return fmt.Errorf("find the turn's processes: %w", err)
+		}
+		found := 0
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == self {
+				continue
+			}
+			if info, err := e.Info(); err != nil {
+				continue
+			} else if st, ok := info.Sys().(*syscall.Stat_t); !ok || (uid != 0 && int(st.Uid) != uid) {
+				continue
+			}
+			env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+			if err != nil || !hasEntry(env, want) {
+				continue
+			}
+			if syscall.Kill(pid, syscall.SIGKILL) == nil && !killed[pid] {
+				found++
+				killed[pid] = true
+			}
+		}
+		if found == 0 {
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond) // the killed leave; a forked child shows in the next scan
+	}
+	return fmt.Errorf("processes marked %s kept appearing after %d rounds of kills", marker, markedRounds)
+}
+
+// hasEntry reports whether a NUL-separated environment holds entry exactly.
+func hasEntry(env, entry []byte) bool {
+	for len(env) > 0 {
+		var e []byte
+		e, env, _ = bytes.Cut(env, []byte{0})
+		if bytes.Equal(e, entry) {
+			return true
+		}
+	}
+	return false
+}
+
+func keys(m map[int]bool) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

@@ -1,0 +1,99 @@
+//go:build linux
+
+package tools
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
+)
+
+// alive reports whether pid is a live process (a zombie is not).
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses, the state follows the last ')'
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+}
+
+// TestDetachedProcessesAreStopped: a command that leaves its process group (setsid, a double
+// fork) does not outlive the tool set: closing it kills those processes too and counts them,
+// through the set's cgroup where the worker may make one and through the environment marker
+// otherwise.
+func TestDetachedProcessesAreStopped(t *testing.T) {
+	testenv.RequireCommands(t, "setsid", "nohup", "sleep")
+	for _, mode := range []string{"cgroup v2", "environment marker"} {
+		t.Run(mode, func(t *testing.T) {
+			s, ws := newTestSet(t, nil)
+			if mode == "environment marker" {
+				s.procs.contain.cgTried = true // as on a box that allows no cgroup
+			} else if dir, fd := makeCgroup("openclaw-tools-probe"); fd < 0 {
+				t.Skip("this machine lets the test make no cgroup v2")
+			} else {
+				s.procs.contain.cgFD, s.procs.contain.cgDir = -1, ""
+				_ = os.Remove(dir)
+			}
+			r := runTool(t, s, "exec", map[string]any{"command": `setsid nohup sh -c 'echo $$ > a.pid; exec sleep 1000' </dev/null >/dev/null 2>&1 &
+( sh -c 'echo $$ > b.pid; exec sleep 1001' </dev/null >/dev/null 2>&1 & )
+( setsid sh -c 'sh -c "echo \$\$ > c.pid; exec sleep 1002" &' </dev/null >/dev/null 2>&1 & )
+sleep 0.2; echo started`})
+			mustOK(t, r)
+			var pids []int
+			for _, f := range []string{"a.pid", "b.pid", "c.pid"} {
+				var pid int
+				eventually(t, 5*time.Second, f, func() bool {
+					b, _ := os.ReadFile(filepath.Join(ws, f))
+					pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+					return pid > 0
+				})
+				if !alive(pid) {
+					t.Fatalf("%s: process %d is not running before the stop", f, pid)
+				}
+				pids = append(pids, pid)
+			}
+			t.Cleanup(func() {
+				for _, p := range pids {
+					_ = killProcess(p)
+				}
+			})
+			st, err := s.Stop(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, p := range pids {
+				if alive(p) {
+					t.Fatalf("detached process %d (%d of 3) outlived the tool set (stopped %+v)", p, i+1, st)
+				}
+			}
+			if st.Processes < 3 || st.By != mode {
+				t.Fatalf("stopped %+v, want at least the 3 detached processes, found by %s", st, mode)
+			}
+			if again, _ := s.Stop(context.Background()); again != st {
+				t.Fatalf("a second stop says %+v, the first %+v", again, st)
+			}
+		})
+	}
+}
+
+// TestTheMarkerIsTheSets: a command cannot choose the scope its processes are found by: the
+// marker it sets in its own environment is replaced by its set's.
+func TestTheMarkerIsTheSets(t *testing.T) {
+	s, _ := newTestSet(t, nil)
+	r := runTool(t, s, "exec", map[string]any{"command": "echo $" + ScopeEnv, "env": map[string]string{ScopeEnv: "someone-else"}})
+	if got := strings.TrimSpace(mustOK(t, r)); got != s.procs.contain.scope {
+		t.Fatalf("the command saw %s=%q, want its set's scope", ScopeEnv, got)
+	}
+}
+
+func killProcess(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
