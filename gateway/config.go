@@ -59,6 +59,8 @@ type Config struct {
 	Tunnel    TunnelConfig `yaml:"tunnel"`
 	// Box bounds every operation on a box (zero means the default).
 	Box    BoxConfig    `yaml:"box"`
+	// Placement tunes moves of a session whose turn runs.
+	Placement PlacementConfig `yaml:"placement"`
 	Worker WorkerConfig `yaml:"worker"`
 	// Capacity bounds what the whole gateway holds (zero means the default); see docs/operations.md.
 	Capacity CapacityConfig `yaml:"capacity"`
@@ -230,6 +232,13 @@ type BoxConfig struct {
 	ReconcileTimeout providers.Duration `yaml:"reconcileTimeout"` // default 10m: one pull-back or checkpoint from a box
 }
 
+// PlacementConfig tunes moves between the gateway and workers (zero means the default).
+type PlacementConfig struct {
+	// DrainTimeout bounds how long a dispatch or pull-back with the drain policy waits for a
+	// running turn to end (default 10m): a dispatch is then refused, a pull-back cancels the turn.
+	DrainTimeout providers.Duration `yaml:"drainTimeout"`
+}
+
 // WorkerConfig tunes worker admission and supervision (zero means the default).
 type WorkerConfig struct {
 	HeartbeatTimeout providers.Duration `yaml:"heartbeatTimeout"` // default 30s; workers heartbeat at a third of it
@@ -379,6 +388,7 @@ func (c *Config) Validate() error {
 	if err := providers.FirstBad([]providers.Field[providers.Duration]{{Name: "box.commandTimeout", Value: c.Box.CommandTimeout},
 		{Name: "box.bootstrapTimeout", Value: c.Box.BootstrapTimeout}, {Name: "box.releaseTimeout", Value: c.Box.ReleaseTimeout},
 		{Name: "box.syncTimeout", Value: c.Box.SyncTimeout}, {Name: "box.reconcileTimeout", Value: c.Box.ReconcileTimeout},
+		{Name: "placement.drainTimeout", Value: c.Placement.DrainTimeout},
 		{Name: "worker.heartbeatTimeout", Value: c.Worker.HeartbeatTimeout}, {Name: "worker.admitTimeout", Value: c.Worker.AdmitTimeout},
 		{Name: "worker.relaunchGrace", Value: c.Worker.RelaunchGrace}, {Name: "worker.limits.creditStall", Value: c.Worker.Limits.CreditStall}},
 		func(d providers.Duration) bool { return d < 0 },

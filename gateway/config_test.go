@@ -98,6 +98,7 @@ func TestConfigNamesTheFirstBadFieldInOrder(t *testing.T) {
 		checkConfigs(t, []configCase{
 			{"worker:\n  limits:\n    callsPerConnection: -1\n    bytesPerEnvironment: -1\n    refusalAuditWindow: -1s\n", "worker.limits.callsPerConnection"},
 			{"box:\n  commandTimeout: -1s\n  syncTimeout: -1s\n  reconcileTimeout: -1s\n", "box.commandTimeout"},
+			{"placement: {drainTimeout: -2s}\n", "placement.drainTimeout"},
 			{"retention:\n  audit: 1s\n  inferenceCalls: 1s\n", "retention.audit"},
 		})
 	}

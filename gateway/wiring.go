@@ -296,7 +296,7 @@ func (g *components) buildSessionSide(ctx context.Context) error {
 	c := g.cfg
 	g.dispatcher = placement.NewDispatcher(placement.DispatchConfig{
 		Placements: g.placements, Sessions: g.sessions, Envs: g.envs, Boot: g.boot, Admitted: g.workers.Admitted,
-		Busy:    g.sessionBusy,
+		Busy: g.sessionBusy, CancelTurn: g.turns.CancelAndWait, DrainTimeout: c.Placement.DrainTimeout.D(),
 		DataDir: g.dataDir, Log: g.sub("dispatch"),
 		Compression: stream.Compression(c.Sync.Compression), Channels: c.Sync.Channels, CheckpointKeep: c.Sync.CheckpointKeep,
 		ReserveFreeBytes: c.Sync.ReserveFreeBytes, ReserveFreePercent: c.Sync.ReserveFreePercent,

@@ -27,23 +27,30 @@ func placementEvents(ctx context.Context, c *api.Client, id string) int {
 }
 
 func newSessionDispatchCmd(g *globals) *cobra.Command {
-	var profile, class string
+	var profile, class, busy string
 	var noWait bool
 	cmd := &cobra.Command{
 		Use: "dispatch ID --profile P",
 		Example: `  openclaw session dispatch ses_123 --profile local
-  openclaw session dispatch ses_123 --profile hetzner --class cx32 --no-wait`,
+  openclaw session dispatch ses_123 --profile hetzner --class cx32 --no-wait
+  openclaw session dispatch ses_123 --profile local --busy cancel`,
 		Short: "Move a session to a worker of a profile (provision or reuse, sync, start)",
 		Long: `Move a session to a cloud worker: lease (or reuse a warm, idle) machine of the profile, sync the
 session's workspace to it (a managed git worktree for a git workspace, a gateway-owned copy otherwise),
 attach the worker and fence the previous owner. Each step is recorded, so a gateway restart resumes it.
-Later turns run on the worker. The user's own checkout is never written.`,
+Later turns run on the worker. The user's own checkout is never written.
+
+A session whose turn runs is moved by --busy: drain (the default) waits for the turn to end, up to the
+gateway's placement.drainTimeout (10m), then refuses; cancel stops the turn first.`,
 		Args: cobra.ExactArgs(1),
 		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
 			if profile == "" {
 				return errors.New("--profile P is required: the worker profile (see openclaw profile list)")
 			}
-			return dispatchSession(ctx, c, args[0], profile, class, !noWait)
+			if _, err := placement.ParseBusyPolicy("--busy", busy); err != nil {
+				return err
+			}
+			return dispatchSession(ctx, c, placement.DispatchRequest{ProfileID: profile, MachineClass: class, Busy: busy}, args[0], !noWait)
 		}),
 	}
 	cmd.Flags().StringVar(&profile, "profile", "", "profile of the worker (see openclaw profile list)")
@@ -51,12 +58,13 @@ Later turns run on the worker. The user's own checkout is never written.`,
 	_ = cmd.Flags().MarkHidden("worker")
 	cmd.Flags().StringVar(&class, "class", "", "machine class for this session (overrides the profile's settings.class; lease-CLI providers)")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the dispatch is recorded")
+	cmd.Flags().StringVar(&busy, "busy", "", "a running turn: drain (wait for it to end; the default) or cancel (stop it)")
 	return cmd
 }
 
-func dispatchSession(ctx context.Context, c *api.Client, id, profile, class string, wait bool) error {
+func dispatchSession(ctx context.Context, c *api.Client, req placement.DispatchRequest, id string, wait bool) error {
 	skip := placementEvents(ctx, c, id)
-	p, err := c.Dispatch(ctx, id, placement.DispatchRequest{ProfileID: profile, MachineClass: class})
+	p, err := c.Dispatch(ctx, id, req)
 	if err != nil {
 		return err
 	}
@@ -84,9 +92,11 @@ func awaitDispatch(ctx context.Context, c *api.Client, id string, skip int) erro
 func newSessionPullbackCmd(g *globals) *cobra.Command {
 	var noWait, force, destroy bool
 	var allowSecrets []string
+	var busy string
 	cmd := &cobra.Command{
 		Use: "pullback ID",
 		Example: `  openclaw session pullback ses_123
+  openclaw session pullback ses_123 --busy cancel
   openclaw session pullback ses_123 --force
   openclaw session pullback ses_123 --destroy`,
 		Short: "Bring a session home from its worker, with the worker's results",
@@ -101,6 +111,10 @@ the deletions. A pull-back whose reconciliation
 failed (that brake, drift, divergence, a lost link) can be run again: the worker stays fenced and its
 results stay on the box until then.
 
+A running turn is drained (--busy drain, the default: the pull-back waits for it to end, up to the
+gateway's placement.drainTimeout, then cancels it) or stopped at once (--busy cancel). Each step of
+the barrier is recorded in the placement's timeline (openclaw session show ID).
+
 --destroy releases the session's environment once the pull-back succeeded (never after a failed one,
 whose results are still on the box).`,
 		Args: cobra.ExactArgs(1),
@@ -108,8 +122,11 @@ whose results are still on the box).`,
 			if destroy && noWait {
 				return errors.New("--destroy waits for the pull-back to succeed; drop --no-wait")
 			}
+			if _, err := placement.ParseBusyPolicy("--busy", busy); err != nil {
+				return err
+			}
 			skip := placementEvents(ctx, c, args[0])
-			p, err := c.PullBack(ctx, args[0], placement.PullBackRequest{Force: force, AllowSecrets: allowSecrets})
+			p, err := c.PullBack(ctx, args[0], placement.PullBackRequest{Force: force, AllowSecrets: allowSecrets, Busy: busy})
 			if err != nil {
 				return err
 			}
@@ -135,6 +152,7 @@ whose results are still on the box).`,
 	cmd.Flags().BoolVar(&destroy, "destroy", false, "after a successful pull-back, destroy (release) the session's environment")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the pull-back is recorded")
 	cmd.Flags().BoolVar(&force, "force", false, "apply the worker's deletions even beyond the deletion brake (profile sync.maxDeleteShare, default half of the files)")
+	cmd.Flags().StringVar(&busy, "busy", "", "a running turn: drain (wait for it to end; the default) or cancel (stop it)")
 	cmd.Flags().StringArrayVar(&allowSecrets, "allow-secret", nil, "let a known false positive of the secret scan through: RULE:PATH as the refusal named it (repeatable)")
 	return cmd
 }

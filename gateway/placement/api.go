@@ -21,12 +21,18 @@ type PullBackRequest struct {
 	// refusal named it (a credential the gateway holds: gateway-credential:NAME:PATH); they hold
 	// for the session's later pull-backs and checkpoints too, until the gateway restarts.
 	AllowSecrets []string `json:"allowSecrets,omitempty"`
+	// Busy is what happens to a running turn: "drain" (the default: wait for it to end, up to
+	// placement.drainTimeout, then cancel it) or "cancel" (stop it now).
+	Busy string `json:"busy,omitempty"`
 }
 
 // DispatchRequest is the body of POST /sessions/:id/dispatch.
 type DispatchRequest struct {
 	ProfileID    string `json:"profileId"`
 	MachineClass string `json:"machineClass,omitempty"`
+	// Busy is what happens to a running turn: "drain" (the default: wait for it to end, up to
+	// placement.drainTimeout; the request answers once the dispatch starts) or "cancel" (stop it).
+	Busy string `json:"busy,omitempty"`
 }
 
 // MoveRequest is the body of POST /sessions/:id/move.
@@ -50,8 +56,15 @@ func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 		if req.ProfileID == "" {
 			return providers.Fieldf("profileId", "is required")
 		}
+		policy, err := ParseBusyPolicy("busy", req.Busy)
+		if err != nil {
+			return err
+		}
 		if err := d.checkDispatch(c.Request().Context(), c.Param("id"), req.ProfileID, req.MachineClass); err != nil {
 			return err
+		}
+		if err := d.WaitIdle(c.Request().Context(), c.Param("id"), policy); err != nil {
+			return placementErr(err)
 		}
 		p, err := d.Dispatch(c.Request().Context(), c.Param("id"), req.ProfileID, req.MachineClass)
 		if err != nil {
@@ -64,10 +77,14 @@ func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 		if err := jsonbody.DecodeOptional(c.Request().Body, &req); err != nil {
 			return err
 		}
+		policy, err := ParseBusyPolicy("busy", req.Busy)
+		if err != nil {
+			return err
+		}
 		if err := d.allowSecrets(c.Request().Context(), c.Param("id"), req.AllowSecrets); err != nil {
 			return err
 		}
-		p, err := d.PullBack(c.Request().Context(), c.Param("id"), req.Force)
+		p, err := d.PullBackBusy(c.Request().Context(), c.Param("id"), req.Force, policy)
 		if err != nil {
 			return placementErr(err)
 		}

@@ -29,6 +29,11 @@ type DispatchConfig struct {
 	Admitted func(envID string) bool
 	// Busy reports whether a session has a turn in flight (turn admission owns that fact).
 	Busy func(sessionID string) bool
+	// CancelTurn cancels the session's running turn and waits for its end (the cancel policy,
+	// and a drain that timed out during a pull-back).
+	CancelTurn func(ctx context.Context, sessionID string) error
+	// DrainTimeout bounds the drain policy's wait for a running turn (0: DefaultDrainTimeout).
+	DrainTimeout time.Duration
 	// ReclaimInterval is how often active placements are checked for a lost worker (default 2s);
 	// ReclaimGrace is how long a worker may stay unreachable before its session is reclaimed
 	// (default 2m).
@@ -80,9 +85,14 @@ type DispatchConfig struct {
 // Defaults of DispatchConfig.
 const (
 	DefaultCheckpointWait = 2 * time.Minute
+	// DefaultDrainTimeout is DispatchConfig.DrainTimeout's default.
+	DefaultDrainTimeout = 10 * time.Minute
 	DefaultStartAdmitWait = time.Minute
 )
 
+func (c *DispatchConfig) drainTimeout() time.Duration {
+	return orDefault(c.DrainTimeout, DefaultDrainTimeout)
+}
 func (c *DispatchConfig) checkpointWait() time.Duration {
 	return orDefault(c.CheckpointWait, DefaultCheckpointWait)
 }
@@ -136,6 +146,8 @@ type Dispatcher struct {
 	active map[string]bool   // session ids with a step running
 	force  map[string]bool   // session ids whose next reconciliation may pass the deletion brake
 	next   map[string]string // session id → the environment it goes to once its pull-back rests (DispatchToEnvironment)
+	// busyPolicy: a pull-back's policy for its drain step
+	busyPolicy map[string]BusyPolicy
 	sync   *syncMetrics
 	// allowed: the secret scan's false positives each session's operator let through (in memory:
 	// after a restart they are named again)
@@ -299,6 +311,12 @@ func (d *Dispatcher) Dispatch(ctx context.Context, sessionID, profileID, machine
 
 // PullBack starts bringing a session home: drain, reconcile the workspace, activate local.
 func (d *Dispatcher) PullBack(ctx context.Context, sessionID string, force bool) (Placement, error) {
+	return d.PullBackBusy(ctx, sessionID, force, BusyDrain)
+}
+
+// PullBackBusy is PullBack with a policy for a running turn (barrier step 2): drain waits for it
+// (placement.drainTimeout, then cancels it), cancel stops it.
+func (d *Dispatcher) PullBackBusy(ctx context.Context, sessionID string, force bool, policy BusyPolicy) (Placement, error) {
 	if d.cfg.Sessions != nil {
 		if _, err := d.cfg.Sessions.Get(ctx, sessionID); err != nil {
 			return Placement{}, err // an unknown session is not-found, not "local"
@@ -332,6 +350,7 @@ func (d *Dispatcher) PullBack(ctx context.Context, sessionID string, force bool)
 	}
 	step := 1 // barrier step 1: stop new turn admission (the placement leaves active)
 	d.setForce(sessionID, force)
+	d.setBusyPolicy(sessionID, policy)
 	wait, cancel := context.WithTimeout(ctx, d.cfg.checkpointWait())
 	defer cancel()
 	for {
@@ -350,10 +369,12 @@ func (d *Dispatcher) PullBack(ctx context.Context, sessionID string, force bool)
 		}
 		if !errors.Is(err, ErrBusy) {
 			d.setForce(sessionID, false)
+			d.takeBusyPolicy(sessionID)
 			return p, err
 		}
 		if err := d.waitChange(wait, changed); err != nil {
 			d.setForce(sessionID, false)
+			d.takeBusyPolicy(sessionID)
 			if ctx.Err() == nil {
 				err = fmt.Errorf("session %s: a checkpoint has been bringing the worker's workspace into the anchor for over %s; pull back again once it is done: %w", sessionID, d.cfg.checkpointWait(), ErrBusy)
 			}

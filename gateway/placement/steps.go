@@ -203,21 +203,6 @@ func (d *Dispatcher) unbind(sessionID, why string) func(ctx context.Context, tx 
 	}
 }
 
-// drain passes barrier steps 2–6: wait for the active run to end (new turns are refused while the
-// placement is not active), then advance the owner epoch so the worker is fenced.
-func (d *Dispatcher) drain(ctx context.Context, p Placement) (Change, error) {
-	for {
-		changed := d.cfg.Placements.Changes(p.SessionID) // a turn's end releases its claim
-		if d.cfg.Busy == nil || !d.cfg.Busy(p.SessionID) {
-			break
-		}
-		if err := d.waitChange(ctx, changed); err != nil {
-			return Change{}, err
-		}
-	}
-	step := 6
-	return Change{To: Reconciling, BarrierStep: &step, Also: d.unbind(p.SessionID, "drained; worker fenced (owner epoch %d)")}, nil
-}
 
 // reconcile is barrier step 7: bring the worker's results into the anchor, conflict-aware.
 // Divergence stops with an error and changes nothing.

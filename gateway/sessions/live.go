@@ -268,3 +268,25 @@ func (s *Store) LiveCursor(ctx context.Context, sessionID string) (uint64, error
 	}
 	return ls.feed.lastCursor(), nil
 }
+
+// LastRunEnd returns the newest lifecycle end (or error) event the session's runs published, if
+// one is still kept.
+func (s *Store) LastRunEnd(ctx context.Context, id string) (protocol.LiveEvent, bool, error) {
+	rows, err := s.db.R.QueryContext(ctx, `SELECT event FROM live_events WHERE session_id = ? AND event LIKE '%"lifecycle_%'
+		ORDER BY stream_seq DESC LIMIT 4`, id)
+	if err != nil {
+		return protocol.LiveEvent{}, false, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var b []byte
+		if err := rows.Scan(&b); err != nil {
+			return protocol.LiveEvent{}, false, err
+		}
+		var ev protocol.LiveEvent
+		if json.Unmarshal(b, &ev) == nil && (ev.Type == protocol.LiveLifecycleEnd || ev.Type == protocol.LiveLifecycleError) {
+			return ev, true, nil
+		}
+	}
+	return protocol.LiveEvent{}, false, rows.Err()
+}

@@ -1,0 +1,177 @@
+package placement
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/openclaw/cloudworkers/internal/clock"
+	"github.com/openclaw/cloudworkers/providers"
+)
+
+// BusyPolicy says what a move does with a session whose turn runs.
+type BusyPolicy string
+
+// Busy policies.
+const (
+	// BusyDrain (the default) waits for the turn to end, up to DispatchConfig.DrainTimeout.
+	BusyDrain BusyPolicy = "drain"
+	// BusyCancel stops the turn at its next safe point (a model call or a tool's end) and waits
+	// for its end.
+	BusyCancel BusyPolicy = "cancel"
+)
+
+// ParseBusyPolicy checks a policy given in a request ("" is drain); field names it in the error.
+func ParseBusyPolicy(field, s string) (BusyPolicy, error) {
+	switch BusyPolicy(s) {
+	case "", BusyDrain:
+		return BusyDrain, nil
+	case BusyCancel:
+		return BusyCancel, nil
+	}
+	return "", providers.Fieldf(field, "must be drain (wait for the running turn to end) or cancel (stop it), got %q", s)
+}
+
+// settled says how the barrier's step 2 ended the session's running turn.
+type settled struct {
+	ran     bool
+	how     string
+	elapsed time.Duration
+}
+
+func (s settled) String() string {
+	if !s.ran {
+		return "no turn was running"
+	}
+	return fmt.Sprintf("the running turn %s in %s", s.how, s.elapsed.Round(time.Millisecond))
+}
+
+// settle is step 2 of the barrier: it ends the session's running turn by policy. A drain that
+// outlasts DrainTimeout gives up (the caller decides: a dispatch is refused, a pull-back cancels).
+func (d *Dispatcher) settle(ctx context.Context, sessionID string, policy BusyPolicy) (settled, error) {
+	clk := clock.Or(d.cfg.Clock)
+	start := clk.Now()
+	busy := func() bool { return d.cfg.Busy != nil && d.cfg.Busy(sessionID) }
+	if !busy() {
+		return settled{}, nil
+	}
+	out := settled{ran: true, how: "ended (drained)"}
+	if policy == BusyCancel {
+		if err := d.cancelTurn(ctx, sessionID); err != nil {
+			return out, err
+		}
+		out.how = "was canceled (policy cancel)"
+		out.elapsed = clk.Now().Sub(start)
+		return out, nil
+	}
+	wait, cancel := context.WithTimeout(ctx, d.cfg.drainTimeout())
+	defer cancel()
+	for {
+		changed := d.cfg.Placements.Changes(sessionID) // a turn's end releases its claim
+		if !busy() {
+			out.elapsed = clk.Now().Sub(start)
+			return out, nil
+		}
+		if err := d.waitChange(wait, changed); err != nil {
+			if ctx.Err() != nil {
+				return out, ctx.Err()
+			}
+			out.elapsed = clk.Now().Sub(start)
+			return out, fmt.Errorf("session %s: the running turn did not end within placement.drainTimeout (%s): %w",
+				sessionID, d.cfg.drainTimeout(), ErrBusy)
+		}
+	}
+}
+
+func (d *Dispatcher) cancelTurn(ctx context.Context, sessionID string) error {
+	if d.cfg.CancelTurn == nil {
+		return fmt.Errorf("session %s: %w (this gateway cannot cancel it)", sessionID, ErrBusy)
+	}
+	if err := d.cfg.CancelTurn(ctx, sessionID); err != nil {
+		return fmt.Errorf("cancel the running turn of session %s: %w", sessionID, err)
+	}
+	return nil
+}
+
+// WaitIdle readies a session with a running turn for a dispatch by policy: drain waits for the
+// turn to end (placement.drainTimeout, then busy), cancel stops it. The step is recorded in the
+// placement's timeline when a turn ran.
+func (d *Dispatcher) WaitIdle(ctx context.Context, sessionID string, policy BusyPolicy) error {
+	s, err := d.settle(ctx, sessionID, policy)
+	if err != nil {
+		if s.ran {
+			d.cfg.Placements.Note(ctx, sessionID, "dispatch waited for the running turn: "+err.Error())
+		}
+		return err
+	}
+	if s.ran {
+		d.cfg.Placements.Note(ctx, sessionID, "before the dispatch: "+s.String())
+	}
+	return nil
+}
+
+// setBusyPolicy holds a pull-back's policy for its drain step (in memory: a drain resumed after a
+// restart drains).
+func (d *Dispatcher) setBusyPolicy(sessionID string, p BusyPolicy) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.busyPolicy == nil {
+		d.busyPolicy = map[string]BusyPolicy{}
+	}
+	d.busyPolicy[sessionID] = p
+}
+
+func (d *Dispatcher) takeBusyPolicy(sessionID string) BusyPolicy {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p := d.busyPolicy[sessionID]
+	delete(d.busyPolicy, sessionID)
+	if p == "" {
+		return BusyDrain
+	}
+	return p
+}
+
+// drain passes barrier steps 2–6, each recorded in the placement's timeline: end the running turn
+// by the pull-back's policy (a drain that outlasts placement.drainTimeout cancels it); from then
+// no run holds the session, so any call of the old run is refused (3); its transcript commits and
+// live events were delivered before its end was (4); its end stopped every process it started
+// (5, see worker/tools); then advance the owner epoch so the worker is fenced (6).
+func (d *Dispatcher) drain(ctx context.Context, p Placement) (Change, error) {
+	policy := d.takeBusyPolicy(p.SessionID)
+	s, err := d.settle(ctx, p.SessionID, policy)
+	if err != nil && ctx.Err() == nil && s.ran {
+		d.cfg.Placements.Note(ctx, p.SessionID, "barrier step 2: "+err.Error()+"; canceling it")
+		start := clock.Or(d.cfg.Clock).Now()
+		if err = d.cancelTurn(ctx, p.SessionID); err == nil {
+			s = settled{ran: true, how: "was canceled (the drain timed out)", elapsed: clock.Or(d.cfg.Clock).Now().Sub(start) + s.elapsed}
+		}
+	}
+	if err != nil {
+		return Change{}, err
+	}
+	note := func(step int, what string) {
+		d.cfg.Placements.Note(ctx, p.SessionID, fmt.Sprintf("barrier step %d: %s", step, what))
+	}
+	note(2, s.String())
+	note(3, "no run holds the session: a tool or model call of an ended run is refused")
+	note(4, "the run's transcript commits and live events were delivered before its end")
+	note(5, "the run's end stopped every process it started, detached ones included ("+d.lastStopped(ctx, p.SessionID)+")")
+	step := 6
+	return Change{To: Reconciling, BarrierStep: &step, Also: d.unbind(p.SessionID, "drained; worker fenced (owner epoch %d)")}, nil
+}
+
+// lastStopped says what the last run's end event reported it stopped.
+func (d *Dispatcher) lastStopped(ctx context.Context, sessionID string) string {
+	if d.cfg.Sessions == nil {
+		return "no run reported"
+	}
+	ev, ok, err := d.cfg.Sessions.LastRunEnd(ctx, sessionID)
+	switch {
+	case err != nil || !ok:
+		return "no run end on record"
+	case ev.StoppedProcesses == 1:
+		return "1 process stopped"
+	}
+	return fmt.Sprintf("%d processes stopped", ev.StoppedProcesses)
+}
