@@ -58,10 +58,10 @@ type Config struct {
 	BundleDir string       `yaml:"bundleDir"`
 	Tunnel    TunnelConfig `yaml:"tunnel"`
 	// Box bounds every operation on a box (zero means the default).
-	Box    BoxConfig    `yaml:"box"`
+	Box BoxConfig `yaml:"box"`
 	// Placement tunes moves of a session whose turn runs.
 	Placement PlacementConfig `yaml:"placement"`
-	Worker WorkerConfig `yaml:"worker"`
+	Worker    WorkerConfig    `yaml:"worker"`
 	// Capacity bounds what the whole gateway holds (zero means the default); see docs/operations.md.
 	Capacity CapacityConfig `yaml:"capacity"`
 	// Models is the model catalog; empty means the built-in scripted demo catalog.

@@ -86,7 +86,7 @@ type DispatchConfig struct {
 const (
 	DefaultCheckpointWait = 2 * time.Minute
 	// DefaultDrainTimeout is DispatchConfig.DrainTimeout's default.
-	DefaultDrainTimeout = 10 * time.Minute
+	DefaultDrainTimeout   = 10 * time.Minute
 	DefaultStartAdmitWait = time.Minute
 )
 
@@ -148,7 +148,7 @@ type Dispatcher struct {
 	next   map[string]string // session id → the environment it goes to once its pull-back rests (DispatchToEnvironment)
 	// busyPolicy: a pull-back's policy for its drain step
 	busyPolicy map[string]BusyPolicy
-	sync   *syncMetrics
+	sync       *syncMetrics
 	// allowed: the secret scan's false positives each session's operator let through (in memory:
 	// after a restart they are named again)
 	allowed map[string][]secretscan.Allow

@@ -203,7 +203,6 @@ func (d *Dispatcher) unbind(sessionID, why string) func(ctx context.Context, tx 
 	}
 }
 
-
 // reconcile is barrier step 7: bring the worker's results into the anchor, conflict-aware.
 // Divergence stops with an error and changes nothing.
 func (d *Dispatcher) reconcile(ctx context.Context, p Placement) (Change, error) {
