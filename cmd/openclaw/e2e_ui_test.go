@@ -29,7 +29,8 @@ func uiScript(release, never string) string {
   {"toolCalls": [{"name": "exec", "arguments": {"command": "while [ ! -e %s ]; do sleep 0.05; done; git add hello.txt && git -c user.name=w -c user.email=w@example.com commit -qm 'worker commit' && echo committed", "timeout": 120}}]},
   {"thinking": "Check for notes.", "toolCalls": [{"name": "read", "arguments": {"path": "missing-notes.txt"}}]},
   {"text": "All done here."},
-  {"toolCalls": [{"name": "exec", "arguments": {"command": "while [ ! -e %s ]; do sleep 0.05; done", "timeout": 120}}]},
+  {"toolCalls": [{"name": "exec", "arguments": {"command": "while [ ! -e %[2]s ]; do sleep 0.05; done", "timeout": 120}}]},
+  {"toolCalls": [{"name": "exec", "arguments": {"command": "while [ ! -e %[2]s ]; do sleep 0.05; done", "timeout": 120}}]},
   {"text": "Should not be reached."}
 ]`, release, never)
 }
@@ -211,7 +212,7 @@ func TestControlUIInChromium(t *testing.T) {
 	}
 	p.Do("back", chromedp.NavigateBack(), chromedp.WaitVisible(`#message`))
 	p.Until("runs on gateway", `document.getElementById('runs-on').textContent.startsWith('Runs on gateway')`)
-	if steps := browsertest.Eval[string](p, `[...document.querySelectorAll('#steps li')].map(l => l.dataset.to).join(',')`); steps != "draining,reconciling,local" {
+	if steps := browsertest.Eval[string](p, `[...document.querySelectorAll('#steps li[data-to]')].map(l => l.dataset.to).join(',')`); steps != "draining,reconciling,local" {
 		t.Fatalf("pull-back steps %q", steps)
 	}
 	p.Shot(rootRel, "pulled-back")
@@ -219,11 +220,21 @@ func TestControlUIInChromium(t *testing.T) {
 	// Move to worker: the session goes back out (to the warm environment) and returns again.
 	p.Do("move to worker", chromedp.SetValue(`#move-profile`, "local"), chromedp.Click(`#move`))
 	p.Until("running again", `document.querySelector('#runs-on .badge')?.textContent === 'running' && document.querySelector('#steps li[data-to=active]') !== null`)
-	if steps := browsertest.Eval[string](p, `[...document.querySelectorAll('#steps li')].map(l => l.dataset.to).join(',')`); !strings.HasPrefix(steps, "requested,provisioning,syncing,starting,active") {
+	if steps := browsertest.Eval[string](p, `[...document.querySelectorAll('#steps li[data-to]')].map(l => l.dataset.to).join(',')`); !strings.HasPrefix(steps, "requested,provisioning,syncing,starting,active") {
 		t.Fatalf("dispatch steps %q", steps)
 	}
-	p.Do("pull back again", chromedp.Click(`#pullback`))
+	// A pull-back while a turn runs: the page asks what becomes of the turn; "is stopped" cancels it.
+	if !browsertest.Eval[bool](p, `document.getElementById('move-busy').hidden`) {
+		t.Fatal("the running-turn choice shows while no turn runs")
+	}
+	p.Do("send a turn that waits", chromedp.SetValue(`#message`, "wait again"), chromedp.Click(`#send`))
+	p.Until("the turn runs its command", liveExec+` && !document.getElementById('move-busy').hidden`)
+	p.Do("pull back again, stopping the turn", chromedp.SetValue(`#move-busy`, "cancel"), chromedp.Click(`#pullback`))
 	p.Until("back on the gateway", `document.getElementById('runs-on').textContent.startsWith('Runs on gateway') && document.querySelector('#came-back .commits') !== null`)
+	if ts := g.turns(id); ts[len(ts)-1].Status != turns.TurnCanceled {
+		t.Fatalf("the turn running at the pull-back ended %s, want canceled", ts[len(ts)-1].Status)
+	}
+	p.Until("the timeline names the canceled turn", browsertest.TextCount("#steps li", "barrier step 2: the running turn was canceled (policy cancel)")+` === 1`)
 
 	// Environments: destroy the session's environment from its page.
 	p.Do("environments", chromedp.Click(`a[href="/environments"]`), chromedp.WaitVisible(`#env-table tr[data-env=`+envID+`]`))

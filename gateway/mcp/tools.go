@@ -76,6 +76,7 @@ type SendInput struct {
 type PullbackInput struct {
 	SessionID string `json:"sessionId" jsonschema:"the session to bring home"`
 	Force     bool   `json:"force,omitempty" jsonschema:"apply the worker's deletions even past the deletion brake (the profile's sync.maxDeleteShare)"`
+	Busy      string `json:"busy,omitempty" jsonschema:"a running turn: drain (default: wait for it to end, then cancel it past the gateway's placement.drainTimeout) or cancel (stop it now)"`
 }
 
 // ListSessionsInput are the arguments of list_sessions.
@@ -249,7 +250,7 @@ func (s *Server) runTask(ctx context.Context, p *progress, id, task string, pull
 	if !pull || res.TurnStatus != string(turns.TurnDone) {
 		return res, nil
 	}
-	return s.pullHome(ctx, p, id, false, res)
+	return s.pullHome(ctx, p, id, false, "", res)
 }
 
 // runTurn sends a message to a session and follows its turn to the end.
@@ -272,7 +273,7 @@ func (s *Server) runTurn(ctx context.Context, p *progress, id, text string) (*Di
 }
 
 // pullHome pulls a session back, waits for it to rest and adds its branch changes to res.
-func (s *Server) pullHome(ctx context.Context, p *progress, id string, force bool, res *DispatchResult) (*DispatchResult, error) {
+func (s *Server) pullHome(ctx context.Context, p *progress, id string, force bool, busy string, res *DispatchResult) (*DispatchResult, error) {
 	skip := 0
 	if pv, err := s.cfg.Client.Placement(ctx, id); err == nil {
 		skip = len(pv.Events)
@@ -280,7 +281,7 @@ func (s *Server) pullHome(ctx context.Context, p *progress, id string, force boo
 			res.EnvironmentID = pv.Placement.EnvironmentID
 		}
 	}
-	if _, err := s.cfg.Client.PullBack(ctx, id, placement.PullBackRequest{Force: force}); err != nil {
+	if _, err := s.cfg.Client.PullBack(ctx, id, placement.PullBackRequest{Force: force, Busy: busy}); err != nil {
 		return nil, toolError("pull back session "+id, err)
 	}
 	v, err := s.cfg.Client.WaitPlacement(ctx, id, skip, p.placementStep)
@@ -398,9 +399,12 @@ func (s *Server) pullback(ctx context.Context, req *mcp.CallToolRequest, in Pull
 	if in.SessionID == "" {
 		return nil, nil, errors.New("pullback: sessionId is required")
 	}
+	if _, err := placement.ParseBusyPolicy("busy", in.Busy); err != nil {
+		return nil, nil, fmt.Errorf("pullback: %w", err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 	defer cancel()
-	res, err := s.pullHome(ctx, newProgress(ctx, req), in.SessionID, in.Force, &DispatchResult{SessionID: in.SessionID, Resources: resourceURIs(in.SessionID)})
+	res, err := s.pullHome(ctx, newProgress(ctx, req), in.SessionID, in.Force, in.Busy, &DispatchResult{SessionID: in.SessionID, Resources: resourceURIs(in.SessionID)})
 	if err != nil {
 		return nil, nil, err
 	}

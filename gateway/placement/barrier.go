@@ -57,28 +57,50 @@ func (d *Dispatcher) settle(ctx context.Context, sessionID string, policy BusyPo
 	}
 	out := settled{ran: true, how: "ended (drained)"}
 	if policy == BusyCancel {
-		if err := d.cancelTurn(ctx, sessionID); err != nil {
-			return out, err
-		}
-		out.how = "was canceled (policy cancel)"
-		out.elapsed = clk.Now().Sub(start)
-		return out, nil
+		err := d.cancelAndWait(ctx, sessionID)
+		out.how, out.elapsed = "was canceled (policy cancel)", clk.Now().Sub(start)
+		return out, err
 	}
-	wait, cancel := context.WithTimeout(ctx, d.cfg.drainTimeout())
+	if err := d.waitIdle(ctx, sessionID, d.cfg.drainTimeout()); err != nil {
+		out.elapsed = clk.Now().Sub(start)
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+		return out, fmt.Errorf("session %s: the running turn did not end within placement.drainTimeout (%s): %w",
+			sessionID, d.cfg.drainTimeout(), ErrBusy)
+	}
+	out.elapsed = clk.Now().Sub(start)
+	return out, nil
+}
+
+// cancelWait bounds the wait for a canceled turn to record its end (a worker's turn ends when its
+// cancel reaches the worker and the worker's end event comes back).
+const cancelWait = time.Minute
+
+// cancelAndWait cancels the session's running turn and waits until no turn holds the session, so
+// that the turn's end is recorded before the barrier fences its worker.
+func (d *Dispatcher) cancelAndWait(ctx context.Context, sessionID string) error {
+	if err := d.cancelTurn(ctx, sessionID); err != nil {
+		return err
+	}
+	if err := d.waitIdle(ctx, sessionID, cancelWait); err != nil && ctx.Err() == nil {
+		// the turn's worker does not answer: fencing it (step 6) ends what is left of the turn
+		d.cfg.Placements.Note(ctx, sessionID, fmt.Sprintf("the canceled turn did not record its end within %s; its worker is fenced", cancelWait))
+	}
+	return ctx.Err()
+}
+
+// waitIdle waits until no turn holds the session, at most limit.
+func (d *Dispatcher) waitIdle(ctx context.Context, sessionID string, limit time.Duration) error {
+	wait, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	for {
 		changed := d.cfg.Placements.Changes(sessionID) // a turn's end releases its claim
-		if !busy() {
-			out.elapsed = clk.Now().Sub(start)
-			return out, nil
+		if d.cfg.Busy == nil || !d.cfg.Busy(sessionID) {
+			return nil
 		}
 		if err := d.waitChange(wait, changed); err != nil {
-			if ctx.Err() != nil {
-				return out, ctx.Err()
-			}
-			out.elapsed = clk.Now().Sub(start)
-			return out, fmt.Errorf("session %s: the running turn did not end within placement.drainTimeout (%s): %w",
-				sessionID, d.cfg.drainTimeout(), ErrBusy)
+			return err
 		}
 	}
 }
@@ -143,7 +165,7 @@ func (d *Dispatcher) drain(ctx context.Context, p Placement) (Change, error) {
 	if err != nil && ctx.Err() == nil && s.ran {
 		d.cfg.Placements.Note(ctx, p.SessionID, "barrier step 2: "+err.Error()+"; canceling it")
 		start := clock.Or(d.cfg.Clock).Now()
-		if err = d.cancelTurn(ctx, p.SessionID); err == nil {
+		if err = d.cancelAndWait(ctx, p.SessionID); err == nil {
 			s = settled{ran: true, how: "was canceled (the drain timed out)", elapsed: clock.Or(d.cfg.Clock).Now().Sub(start) + s.elapsed}
 		}
 	}

@@ -330,6 +330,8 @@ function chatPage(id) {
     st.running = t;
     $('#send').disabled = !!t || !!st.claim;
     $('#stop').disabled = !t;
+    // a move while a turn runs: wait for it (drain) or stop it (cancel)
+    $('#move-busy').hidden = $('#move-busy-label').hidden = !t;
     $('#turn-status').textContent = t ? 'Turn running…' : '';
     document.body.dataset.turn = t ? 'running' : 'idle';
   }
@@ -372,7 +374,10 @@ function chatPage(id) {
     let start = 0;
     // (a note made at home, such as a publish, starts no move)
     for (let i = evs.length - 1; i >= 0; i--) { if ((evs[i].from === 'local' && evs[i].to !== 'local') || (evs[i].from === 'active' && evs[i].to === 'draining')) { start = i; break; } }
-    $('#steps').replaceChildren(...evs.slice(start).map((e) => el('li', { 'data-to': e.to }, el('strong', { text: e.to }), ' ', e.reason || '')));
+    // a note within a move (a barrier step, a checkpoint) is shown under the state it was made in
+    $('#steps').replaceChildren(...evs.slice(start).map((e) => e.from === e.to
+      ? el('li', { class: 'note' }, e.reason || '')
+      : el('li', { 'data-to': e.to }, el('strong', { text: e.to }), ' ', e.reason || '')));
     const back = $('#came-back');
     back.replaceChildren();
     // the last change of state (notes made since, such as a publish, do not hide what came back)
@@ -498,10 +503,11 @@ function chatPage(id) {
     showError($('#chat-error'), null);
     try {
       const cls = $('#move-class').hidden ? undefined : $('#move-class').value || undefined;
-      await api('POST', '/sessions/' + encodeURIComponent(id) + '/dispatch', { profileId: $('#move-profile').value, machineClass: cls });
+      await api('POST', '/sessions/' + encodeURIComponent(id) + '/dispatch', { profileId: $('#move-profile').value, machineClass: cls, busy: busyPolicy() });
     } catch (e) { showError($('#chat-error'), e); }
     loadPlacement(); sidebar.soon(100);
   });
+  function busyPolicy() { return $('#move-busy').hidden ? undefined : $('#move-busy').value; }
   $('#move-local').addEventListener('click', async () => {
     showError($('#chat-error'), null);
     try { await api('POST', '/sessions/' + encodeURIComponent(id) + '/move', { to: 'local' }); } catch (e) { showError($('#chat-error'), e); }
@@ -535,7 +541,7 @@ function chatPage(id) {
   });
   $('#pullback').addEventListener('click', async () => {
     showError($('#chat-error'), null);
-    try { await api('POST', '/sessions/' + encodeURIComponent(id) + '/pullback'); } catch (e) { showError($('#chat-error'), e); }
+    try { await api('POST', '/sessions/' + encodeURIComponent(id) + '/pullback', { busy: busyPolicy() }); } catch (e) { showError($('#chat-error'), e); }
     loadPlacement(); sidebar.soon(100);
   });
   // A lease-CLI profile takes a machine class.
