@@ -332,6 +332,7 @@ func (s *Spawner) waitPlacement(ctx context.Context, d *Deps, childID string, pr
 	defer tick.Stop()
 	last := placement.State("")
 	for {
+		changed := d.Placements.Changes(childID) // taken before the read: no change is missed
 		p, err := d.Placements.Get(ctx, childID)
 		if err != nil {
 			return err
@@ -347,7 +348,8 @@ func (s *Spawner) waitPlacement(ctx context.Context, d *Deps, childID string, pr
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-tick.C():
+		case <-changed:
+		case <-tick.C(): // what done reads beyond the placement (a worker's admission)
 		}
 	}
 }

@@ -187,10 +187,10 @@ func (r *Remover) pullBack(ctx context.Context, id string) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, r.cfg.PullBackWait)
 	defer cancel()
-	t := r.cfg.Turns.clock().NewTicker(100 * time.Millisecond)
-	defer t.Stop()
+	ps := r.cfg.Turns.cfg.Placements
 	for {
-		p, err := r.cfg.Turns.cfg.Placements.Get(wctx, id)
+		changed := ps.Changes(id) // taken before the read: no move is missed
+		p, err := ps.Get(wctx, id)
 		if err != nil {
 			return err
 		}
@@ -204,7 +204,7 @@ func (r *Remover) pullBack(ctx context.Context, id string) error {
 		select {
 		case <-wctx.Done():
 			return fmt.Errorf("pull-back of session %s did not finish (it is %s), nothing was removed: %w", id, p.State, wctx.Err())
-		case <-t.C():
+		case <-changed:
 		}
 	}
 }

@@ -189,6 +189,7 @@ func (s *Service) queueAfterRedispatch(ctx context.Context, sessionID, text, key
 		wctx, cancel := context.WithTimeout(s.ctx, 15*time.Minute)
 		defer cancel()
 		for {
+			changed := s.cfg.Placements.Changes(sessionID) // taken before the read: no move is missed
 			p, err := s.cfg.Placements.Get(wctx, sessionID)
 			if err == nil && p.State == placement.Active {
 				break
@@ -197,7 +198,15 @@ func (s *Service) queueAfterRedispatch(ctx context.Context, sessionID, text, key
 				s.log.Warn("queued message dropped: placement did not become active", "session", sessionID, "state", p.State, "err", p.Error)
 				return
 			}
-			if clock.Sleep(wctx, s.clock(), 200*time.Millisecond) != nil {
+			if err != nil { // read again shortly: no change may come
+				if clock.Sleep(wctx, s.clock(), 200*time.Millisecond) != nil {
+					return
+				}
+				continue
+			}
+			select {
+			case <-changed:
+			case <-wctx.Done():
 				return
 			}
 		}
