@@ -23,6 +23,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/websearch"
+	"github.com/openclaw/cloudworkers/gateway/workspace"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/providers"
 	"github.com/openclaw/cloudworkers/sync/checkpoint"
@@ -207,6 +208,15 @@ type SyncConfig struct {
 // GitConfig is the gateway's settings of box repositories.
 type GitConfig struct {
 	Author providers.GitAuthor `yaml:"author"`
+	// Signing re-signs a session's commits with a gateway-held key before they are published.
+	Signing GitSigning `yaml:"signing"`
+}
+
+// GitSigning is git.signing.
+type GitSigning struct {
+	// Key is the path of an OpenSSH private key without a passphrase (mode 0600) that signs the
+	// commits a publish pushes (SSH signatures, as `git verify-commit` checks them).
+	Key string `yaml:"key"`
 }
 
 type GitIdentity struct {
@@ -447,6 +457,14 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Git.Author.Validate("git.author"); err != nil {
 		return err
+	}
+	if k := c.Git.Signing.Key; k != "" {
+		if !filepath.IsAbs(k) {
+			return providers.Fieldf("git.signing.key", "must be an absolute path, got %q", k)
+		}
+		if _, err := workspace.LoadSigningKey(k); err != nil {
+			return providers.Fieldf("git.signing.key", "%v", strings.TrimPrefix(err.Error(), "git.signing.key: "))
+		}
 	}
 	if err := (gitsync.Identity{Name: c.Sync.SnapshotAuthor.Name, Email: c.Sync.SnapshotAuthor.Email}).Validate(); err != nil {
 		return providers.Fieldf("sync.snapshotAuthor", "%v", err)

@@ -310,7 +310,14 @@ func (g *components) buildSessionSide(ctx context.Context) error {
 		Clock:    g.clk,
 	})
 	g.closers.Push("dispatcher", g.dispatcher.Close)
-	g.workspace = workspace.New(workspace.Config{Placements: g.placements, Envs: g.envs, Sessions: g.sessions,
+	var signing *workspace.SigningKey
+	if k := c.Git.Signing.Key; k != "" {
+		if signing, err = workspace.LoadSigningKey(k); err != nil {
+			return err
+		}
+		g.log.Info("published commits are signed", "key", signing.Fingerprint)
+	}
+	g.workspace = workspace.New(workspace.Config{Placements: g.placements, Envs: g.envs, Sessions: g.sessions, Signing: signing,
 		Dispatcher: g.dispatcher, Publisher: publisher})
 	g.spawner.Start(agents.Deps{DB: g.db, Sessions: g.sessions, Turns: g.turns, Dispatcher: g.dispatcher, Workspace: g.workspace, Placements: g.placements,
 		Envs: g.envs, Admitted: g.workers.Admitted, DataDir: g.dataDir, Log: g.sub("agents"), Clock: g.clk})

@@ -9,6 +9,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/publish"
 	"github.com/openclaw/cloudworkers/providers"
+	"github.com/openclaw/cloudworkers/sync/gitexec"
 	"github.com/openclaw/cloudworkers/sync/manifest"
 )
 
@@ -63,7 +64,21 @@ func (w *Service) Publish(ctx context.Context, sessionID string, req PublishRequ
 		title = sess.Title
 	}
 	body := w.prBody(ctx, sessionID, sess.Title)
-	res, err := w.cfg.Publisher.Publish(ctx, publish.Request{GitDir: gitDir, Source: "refs/heads/" + branch, Remote: req.Remote, Dest: req.To,
+	source, dest, signed := "refs/heads/"+branch, req.To, 0
+	if dest == "" {
+		dest = source
+	}
+	if w.cfg.Signing != nil {
+		// the worker's commits, signed here with the gateway's key (which never reached the box)
+		g, err := gitexec.NewUntrusted(ctx, p.AnchorDir)
+		if err != nil {
+			return publish.Result{}, err
+		}
+		if source, signed, err = w.cfg.Signing.signBranch(ctx, g, branch); err != nil {
+			return publish.Result{}, err
+		}
+	}
+	res, err := w.cfg.Publisher.Publish(ctx, publish.Request{GitDir: gitDir, Source: source, Remote: req.Remote, Dest: dest,
 		Force: req.Force, Policy: e.Profile.Publish, PR: req.PR, Title: title, Body: body})
 	var re *publish.RefusedError
 	if errors.As(err, &re) {
@@ -71,6 +86,9 @@ func (w *Service) Publish(ctx context.Context, sessionID string, req PublishRequ
 	}
 	if err == nil {
 		note := fmt.Sprintf("published %s to %s (%s, %s)", branch, res.Ref, res.Status, short(res.Commit))
+		if w.cfg.Signing != nil {
+			note += fmt.Sprintf("; %d commit(s) signed with %s", signed, w.cfg.Signing.Fingerprint)
+		}
 		if res.PullRequest != nil {
 			note += fmt.Sprintf("; pull request #%d %s", res.PullRequest.Number, res.PullRequest.URL)
 		}

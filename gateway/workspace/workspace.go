@@ -31,6 +31,8 @@ type Config struct {
 	Dispatcher *placement.Dispatcher
 	// Publisher pushes a managed branch; nil: publishing is not configured.
 	Publisher *publish.Publisher
+	// Signing, when set, re-signs the commits a publish pushes (git.signing.key).
+	Signing *SigningKey
 }
 
 // Service does the workspace work of Config.
