@@ -1,14 +1,17 @@
 package main_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
+	"github.com/openclaw/cloudworkers/protocol"
 )
 
 // busyScript: every turn runs a command long enough to be moved while it runs (the drain cases
@@ -143,4 +146,42 @@ func TestMovingABusySession(t *testing.T) {
 			t.Fatalf("a refused dispatch left a trace:\n%s", v)
 		}
 	})
+}
+
+// TestGatewayKilledDuringABusyPullBack: a pull-back that is draining a running worker turn loses
+// its gateway (SIGKILL). Restarted, the gateway resumes the pull-back: it rests at home with the
+// worker's committed work, the interrupted turn reads as ended (never running, never run twice),
+// the transcript holds its message once, and the next message runs on the gateway.
+func TestGatewayKilledDuringABusyPullBack(t *testing.T) {
+	testenv.RequireCommands(t, "git")
+	root := t.TempDir()
+	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedModels(t, root, map[string]string{"busy": busyScript}))
+	t.Cleanup(func() { destroyAll(g) })
+	ws := filepath.Join(root, "user")
+	userWorkspace(t, ws, true)
+	id, _ := g.activeSession(ws, "busy/m", "local")
+	worker := g.startTurn(id, "work on the worker")
+	// the turn is in its command: its message and the model's tool call are committed
+	waitUntil(t, 30*time.Second, func() string { r, _ := g.roles(id); return fmt.Sprintf("transcript %v", r) }, func() bool {
+		r, _ := g.roles(id)
+		return strings.Join(r, ",") == protocol.RoleUser+","+protocol.RoleAssistant
+	})
+	if _, err := g.client.PullBack(g.ctx(), id, placement.PullBackRequest{}); err != nil {
+		t.Fatalf("pull-back of a busy session: %v", err)
+	}
+	if st := g.killAt(id, placement.Draining); st != placement.Draining {
+		t.Logf("killed at %s (aimed at draining with the turn running)", st)
+	}
+	g.restart(t)
+	if !g.restResumed(id, placement.Local) {
+		return
+	}
+	if got := waitTurn(t, g, worker.RunID); got.Status == turns.TurnRunning {
+		t.Fatalf("the interrupted turn is still running")
+	}
+	roles, _ := g.roles(id)
+	if users := strings.Count(strings.Join(roles, ","), protocol.RoleUser); users != 1 || len(roles) < 2 || roles[1] != protocol.RoleAssistant {
+		t.Fatalf("the transcript after the restart: %v, want the turn's message once and the model's call after it", roles)
+	}
+	g.runTurn(id, "carry on at home", "local")
 }
