@@ -13,6 +13,7 @@ import (
 
 	"github.com/openclaw/cloudworkers/gateway/agents"
 	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
@@ -450,5 +451,39 @@ func TestSessionsSpawnCancelWorkerParent(t *testing.T) {
 	}
 	if r := spawnResult(t, toolResults(t, g, parent, "sessions_spawn")[0]); r.Status != agents.StatusCanceled {
 		t.Fatalf("the child's spawn result %+v, want canceled", r)
+	}
+}
+
+// TestSessionsSpawnFromAnOCCAgentsSession: the third way onto a worker. An OCC agent's session,
+// placed on its revision's environment by activateRevision, calls sessions_spawn with the default
+// agents.maxSpawnDepth: refused with spawn-depth-exceeded, and no session or environment is made.
+func TestSessionsSpawnFromAnOCCAgentsSession(t *testing.T) {
+	root := t.TempDir()
+	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+"agents: {defaultProfile: local}\n"+
+		// the agent's session runs the catalog's default model: the first by name, the spawning one
+		scriptedModels(t, root, map[string]string{"agent": depthScripts["parent"], "child": depthScripts["child"]}))
+	t.Cleanup(func() { destroyAll(g) })
+	namespace := map[string]any{"id": "ns_d", "name": "team-d", "status": "ready"}
+	g.occOK("ensureNamespace", map[string]any{"namespace": namespace}, nil)
+	g.occOK("bindAgent", map[string]any{"namespace": namespace, "agent": map[string]any{"id": "agent_d"}}, nil)
+	ses := occAgentSession(t, g, "agent_d")
+	rev := occRevision("ns_d", "agent_d", "rev_d", nil)
+	if r := g.occPrepareUntil(rev, func(r occReadiness) bool { return r.Ready || r.RuntimeFailure != nil }); !r.Ready {
+		t.Fatalf("prepareRevision = %+v", r)
+	}
+	g.occOK("activateRevision", rev, nil)
+	g.mustRest(ses, placement.Active)
+	envsBefore := len(must(g.client.Environments(g.ctx(), true))(t))
+	sessionsBefore := len(must(g.client.Sessions(g.ctx()))(t))
+	g.runTurn(ses, "delegate", "worker")
+	refused := toolResults(t, g, ses, "sessions_spawn")
+	if len(refused) != 1 || !refused[0].IsError || !strings.Contains(refused[0].Text(), string(protocol.CodeSpawnDepthExceeded)) {
+		t.Fatalf("sessions_spawn of an OCC agent's session: %+v, want an error with %s", refused, protocol.CodeSpawnDepthExceeded)
+	}
+	if n := len(must(g.client.Environments(g.ctx(), true))(t)); n != envsBefore {
+		t.Fatalf("%d environments after the refused spawn, %d before", n, envsBefore)
+	}
+	if n := len(must(g.client.Sessions(g.ctx()))(t)); n != sessionsBefore {
+		t.Fatalf("%d sessions after the refused spawn, %d before", n, sessionsBefore)
 	}
 }
