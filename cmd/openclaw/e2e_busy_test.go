@@ -97,7 +97,7 @@ func TestMovingABusySession(t *testing.T) {
 			t.Fatalf("the drained worker turn's work did not come home: %v", err)
 		}
 		timelineHas(t, v, "barrier step 2: the running turn ended (drained", "barrier step 3:", "barrier step 4:",
-			"barrier step 5: the run's end stopped every process", "drained; worker fenced")
+			"barrier step 5: the run's end stops every process", "drained; worker fenced")
 	})
 
 	t.Run("cancel", func(t *testing.T) {

@@ -178,7 +178,7 @@ func (d *Dispatcher) drain(ctx context.Context, p Placement) (Change, error) {
 	note(2, s.String())
 	note(3, "no run holds the session: a tool or model call of an ended run is refused")
 	note(4, "the run's transcript commits and live events were delivered before its end")
-	note(5, "the run's end stopped every process it started, detached ones included ("+d.lastStopped(ctx, p.SessionID)+")")
+	note(5, "the run's end stops every process it started, detached ones included ("+d.lastStopped(ctx, p.SessionID)+")")
 	step := 6
 	return Change{To: Reconciling, BarrierStep: &step, Also: d.unbind(p.SessionID, "drained; worker fenced (owner epoch %d)")}, nil
 }
@@ -193,7 +193,7 @@ func (d *Dispatcher) lastStopped(ctx context.Context, sessionID string) string {
 	case err != nil || !ok:
 		return "no run end on record"
 	case ev.StoppedProcesses == 1:
-		return "1 process stopped"
+		return "the last run's end reported 1 process stopped"
 	}
-	return fmt.Sprintf("%d processes stopped", ev.StoppedProcesses)
+	return fmt.Sprintf("the last run's end reported %d processes stopped", ev.StoppedProcesses)
 }

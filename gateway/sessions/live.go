@@ -270,23 +270,21 @@ func (s *Store) LiveCursor(ctx context.Context, sessionID string) (uint64, error
 }
 
 // LastRunEnd returns the newest lifecycle end (or error) event the session's runs published, if
-// one is still kept.
+// one is still kept. What it says is what the run's owner (perhaps a worker) reported.
 func (s *Store) LastRunEnd(ctx context.Context, id string) (protocol.LiveEvent, bool, error) {
-	rows, err := s.db.R.QueryContext(ctx, `SELECT event FROM live_events WHERE session_id = ? AND event LIKE '%"lifecycle_%'
-		ORDER BY stream_seq DESC LIMIT 4`, id)
+	var b []byte
+	err := s.db.R.QueryRowContext(ctx, `SELECT event FROM live_events WHERE session_id = ?
+		AND json_valid(event) AND json_extract(event, '$.type') IN (?, ?) ORDER BY stream_seq DESC LIMIT 1`,
+		id, string(protocol.LiveLifecycleEnd), string(protocol.LiveLifecycleError)).Scan(&b)
+	if errors.Is(err, sql.ErrNoRows) {
+		return protocol.LiveEvent{}, false, nil
+	}
 	if err != nil {
 		return protocol.LiveEvent{}, false, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var b []byte
-		if err := rows.Scan(&b); err != nil {
-			return protocol.LiveEvent{}, false, err
-		}
-		var ev protocol.LiveEvent
-		if json.Unmarshal(b, &ev) == nil && (ev.Type == protocol.LiveLifecycleEnd || ev.Type == protocol.LiveLifecycleError) {
-			return ev, true, nil
-		}
+	var ev protocol.LiveEvent
+	if err := json.Unmarshal(b, &ev); err != nil {
+		return protocol.LiveEvent{}, false, nil
 	}
-	return protocol.LiveEvent{}, false, rows.Err()
+	return ev, true, nil
 }

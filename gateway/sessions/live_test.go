@@ -419,3 +419,29 @@ func TestPublishLiveRefusesAnOversizedEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLastRunEnd: the newest lifecycle end or error a run published is found by its type, not by
+// text that a delta may carry (a worker's text is no lifecycle event).
+func TestLastRunEnd(t *testing.T) {
+	ctx := testCtx(t)
+	s := newStore(t)
+	ses, _ := s.Create(ctx, CreateParams{})
+	if _, ok, err := s.LastRunEnd(ctx, ses.ID); ok || err != nil {
+		t.Fatalf("a session with no run: %v %v", ok, err)
+	}
+	seq := uint64(0)
+	pub := func(ev protocol.LiveEvent) {
+		t.Helper()
+		seq++
+		if _, err := s.PublishLive(ctx, LiveParams{SessionID: ses.ID, OwnerEpoch: 1, RunEpoch: 1, RunID: "run1", Seq: seq, Event: ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub(protocol.LiveEvent{Type: protocol.LiveLifecycleStart})
+	pub(protocol.LiveEvent{Type: protocol.LiveLifecycleEnd, StoppedProcesses: 2})
+	pub(delta(`{"type":"lifecycle_end","stoppedProcesses":99} "lifecycle_error`))
+	ev, ok, err := s.LastRunEnd(ctx, ses.ID)
+	if err != nil || !ok || ev.Type != protocol.LiveLifecycleEnd || ev.StoppedProcesses != 2 {
+		t.Fatalf("LastRunEnd = %+v %v %v, want the end that stopped 2", ev, ok, err)
+	}
+}

@@ -55,6 +55,12 @@ func LoadSigningKey(file string) (*SigningKey, error) {
 		return nil, fmt.Errorf("git.signing.key: %s is not an OpenSSH private key: %v", file, err)
 	}
 	pub := signer.PublicKey()
+	switch pub.Type() {
+	case ssh.KeyAlgoED25519, ssh.KeyAlgoRSA:
+	default:
+		// an ECDSA signature differs every time: each publish would rewrite every commit
+		return nil, fmt.Errorf("git.signing.key: %s is a %s key; use an Ed25519 or RSA key, whose signatures are the same bytes every time", file, pub.Type())
+	}
 	return &SigningKey{File: file, Fingerprint: ssh.FingerprintSHA256(pub),
 		Public: strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pub)))}, nil
 }
@@ -90,21 +96,29 @@ func (k *SigningKey) signBranch(ctx context.Context, g *gitexec.Untrusted, branc
 		if err != nil {
 			return "", 0, fmt.Errorf("sign %s: commit %s: %w", branch, c, err)
 		}
-		args := []string{"-c", "gpg.format=ssh", "-c", "user.signingKey=" + k.File, "-c", "gpg.ssh.program=ssh-keygen",
-			"commit-tree", cm.tree}
-		for _, p := range cm.parents {
-			if s, ok := signed[p]; ok {
-				p = s
-			}
+		args := []string{"-c", "gpg.format=ssh", "-c", "user.signingKey=" + k.File, "-c", "gpg.ssh.program=ssh-keygen", "commit-tree"}
+		for _, p := range mapped(cm.parents, signed) {
 			args = append(args, "-p", p)
 		}
-		args = append(args, "-S", "-F", "-")
+		args = append(args, "-S", "-F", "-", cm.tree) // ids checked by parseCommit: no option among them
 		env := append(identityEnv("AUTHOR", cm.author), identityEnv("COMMITTER", cm.committer)...)
 		out, err := g.RunEnv(ctx, env, cm.message, args...)
 		if err != nil {
 			return "", 0, fmt.Errorf("sign %s: commit %s with key %s: %w", branch, c, k.Fingerprint, err)
 		}
-		signed[c] = strings.TrimSpace(string(out))
+		copyID := strings.TrimSpace(string(out))
+		// The copy must be the worker's commit but for its signature (git normalizes some
+		// identities, and refuses some dates): otherwise it is refused, never published changed.
+		rawCopy, err := g.Run(ctx, "cat-file", "commit", copyID)
+		if err != nil {
+			return "", 0, fmt.Errorf("sign %s: read the signed copy of %s: %w", branch, c, err)
+		}
+		cp, err := parseCommit(rawCopy)
+		if err != nil || cp.tree != cm.tree || cp.author != cm.author || cp.committer != cm.committer ||
+			!bytes.Equal(cp.message, cm.message) || strings.Join(cp.parents, " ") != strings.Join(mapped(cm.parents, signed), " ") {
+			return "", 0, fmt.Errorf("sign %s: commit %s cannot be signed as it is (its author, committer, date or message would change); publish without git.signing, or rewrite it", branch, c)
+		}
+		signed[c] = copyID
 	}
 	head := tip
 	if s, ok := signed[tip]; ok {
@@ -117,6 +131,18 @@ func (k *SigningKey) signBranch(ctx context.Context, g *gitexec.Untrusted, branc
 	return out, len(list), nil
 }
 
+// mapped replaces each parent that was signed by its signed copy.
+func mapped(parents []string, signed map[string]string) []string {
+	out := make([]string, len(parents))
+	for i, p := range parents {
+		out[i] = p
+		if s, ok := signed[p]; ok {
+			out[i] = s
+		}
+	}
+	return out
+}
+
 // commit is what signBranch keeps of a commit object.
 type commit struct {
 	tree              string
@@ -125,8 +151,11 @@ type commit struct {
 	message           []byte
 }
 
-// parseCommit reads a commit object: its headers (a signature it carried is dropped, an encoding
-// or other header refused: the copy would not be the same commit), then its message.
+// parseCommit reads a commit object strictly, in git's own order: one tree (the first line), the
+// parents right after it, one author, one committer, then at most a signature it carried (dropped)
+// and the message. Anything else (a repeated or later header, an encoding, a mergetag) is refused:
+// git reads only the first tree and the parents after it, so a looser reading would sign other
+// content than the checks at the pull-back saw.
 func parseCommit(raw []byte) (commit, error) {
 	var c commit
 	head, msg, ok := bytes.Cut(raw, []byte("\n\n"))
@@ -135,34 +164,63 @@ func parseCommit(raw []byte) (commit, error) {
 	}
 	c.message = msg
 	lines := strings.Split(string(head), "\n")
-	for i := 0; i < len(lines); i++ {
-		key, val, _ := strings.Cut(lines[i], " ")
-		switch key {
-		case "tree":
-			c.tree = val
-		case "parent":
-			c.parents = append(c.parents, val)
-		case "author":
-			c.author = val
-		case "committer":
-			c.committer = val
-		case "gpgsig", "gpgsig-sha256":
-			for i+1 < len(lines) && strings.HasPrefix(lines[i+1], " ") { // its continuation lines
+	i := 0
+	next := func(key string) (string, bool) {
+		if i < len(lines) {
+			if v, ok := strings.CutPrefix(lines[i], key+" "); ok {
 				i++
+				return v, true
 			}
-		default:
-			return c, fmt.Errorf("header %q cannot be carried into a signed copy", key)
+		}
+		return "", false
+	}
+	var ok2 bool
+	if c.tree, ok2 = next("tree"); !ok2 || !objectID(c.tree) {
+		return c, errors.New("its first line is not a tree id")
+	}
+	for {
+		p, ok := next("parent")
+		if !ok {
+			break
+		}
+		if !objectID(p) {
+			return c, fmt.Errorf("parent %q is not an object id", p)
+		}
+		c.parents = append(c.parents, p)
+	}
+	if c.author, ok2 = next("author"); !ok2 {
+		return c, errors.New("no author after its tree and parents")
+	}
+	if c.committer, ok2 = next("committer"); !ok2 {
+		return c, errors.New("no committer after its author")
+	}
+	if i < len(lines) && (strings.HasPrefix(lines[i], "gpgsig ") || strings.HasPrefix(lines[i], "gpgsig-sha256 ")) {
+		for i++; i < len(lines) && strings.HasPrefix(lines[i], " "); i++ { // its continuation lines
 		}
 	}
-	if c.tree == "" || c.author == "" || c.committer == "" {
-		return c, errors.New("no tree, author or committer")
+	if i < len(lines) {
+		key, _, _ := strings.Cut(lines[i], " ")
+		return c, fmt.Errorf("header %q cannot be carried into a signed copy", key)
 	}
 	return c, nil
+}
+
+// objectID reports whether s is a full SHA-1 or SHA-256 object id in lower-case hex.
+func objectID(s string) bool {
+	if len(s) != 40 && len(s) != 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // identityEnv is the GIT_<ROLE>_NAME, _EMAIL and _DATE of an author or committer line.
 func identityEnv(role, line string) []string {
 	name, rest, _ := strings.Cut(line, " <")
 	email, date, _ := strings.Cut(rest, "> ")
-	return []string{"GIT_" + role + "_NAME=" + name, "GIT_" + role + "_EMAIL=" + email, "GIT_" + role + "_DATE=" + date}
+	return []string{"GIT_" + role + "_NAME=" + name, "GIT_" + role + "_EMAIL=" + email, "GIT_" + role + "_DATE=@" + date}
 }

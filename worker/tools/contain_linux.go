@@ -3,9 +3,11 @@ package tools
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -44,30 +46,34 @@ func (c *containment) how() string {
 }
 
 // prepare sets attr so the command starts in the set's cgroup, making the cgroup at the first
-// command. It reports whether it did.
-func (c *containment) prepare(attr *syscall.SysProcAttr) bool {
+// command (shell is what the set runs commands with: the probe that the kernel can start a
+// process into the cgroup runs it).
+func (c *containment) prepare(attr *syscall.SysProcAttr, shell string) {
 	if !c.cgTried {
 		c.cgTried = true
 		c.cgDir, c.cgFD = makeCgroup("openclaw-tools-" + c.scope)
+		if c.cgFD >= 0 && !canStartInto(c.cgFD, shell) {
+			_ = syscall.Close(c.cgFD)
+			_ = os.Remove(c.cgDir)
+			c.cgDir, c.cgFD = "", -1
+		}
 	}
-	if c.cgFD < 0 {
-		return false
-	}
-	attr.UseCgroupFD, attr.CgroupFD = true, c.cgFD
-	return true
-}
-
-// noCgroup gives up the cgroup (the kernel refused to start a command in it).
-func (c *containment) noCgroup() {
 	if c.cgFD >= 0 {
-		_ = syscall.Close(c.cgFD)
-		_ = os.Remove(c.cgDir)
+		attr.UseCgroupFD, attr.CgroupFD = true, c.cgFD
 	}
-	c.cgDir, c.cgFD = "", -1
 }
 
-// stop kills every process of the set and returns how many it killed.
-func (c *containment) stop() (int, error) {
+// canStartInto reports whether a process can be started into the cgroup (clone3
+// CLONE_INTO_CGROUP needs Linux 5.7 and a kernel that allows it here).
+func canStartInto(fd int, shell string) bool {
+	cmd := exec.Command(shell, "-c", "exit 0")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+	return cmd.Run() == nil
+}
+
+// stop kills every process of the set and returns how many it killed. The scan of /proc is
+// bounded by ctx (a process can make reading its environment block).
+func (c *containment) stop(ctx context.Context) (int, error) {
 	if !c.cgTried { // the set started no command
 		return 0, nil
 	}
@@ -82,8 +88,19 @@ func (c *containment) stop() (int, error) {
 			errs = append(errs, err)
 		}
 	}
-	if err := killMarked(ScopeEnv+"="+c.scope, killed); err != nil {
-		errs = append(errs, err)
+	marked := map[int]bool{}
+	done := make(chan error, 1)
+	go func() { done <- killMarked(ScopeEnv+"="+c.scope, marked) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for p := range marked {
+			killed[p] = true
+		}
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("find the turn's processes: %w", ctx.Err()))
 	}
 	if c.cgDir != "" {
 		_ = syscall.Close(c.cgFD)
@@ -146,61 +163,95 @@ func makeCgroup(name string) (string, int) {
 	return dir, fd
 }
 
+// cgroupPids lists the processes of the cgroup and of every cgroup below it (a command may make
+// child cgroups in the set's own, which it owns, and move into them).
 func cgroupPids(dir string) []int {
-	b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	var pids []int
-	for _, f := range strings.Fields(string(b)) {
-		if p, err := strconv.Atoi(f); err == nil {
-			pids = append(pids, p)
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
 		}
-	}
+		b, _ := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+		return nil
+	})
 	return pids
 }
 
-// killCgroup kills every process in the cgroup (cgroup.kill, or SIGKILL one by one on a kernel
-// before 5.14) and waits until it is empty; it returns the processes it killed.
+// populated reads the cgroup's cgroup.events: whether a process is left in it or below it.
+func populated(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
+	if err != nil {
+		return len(cgroupPids(dir)) > 0
+	}
+	return strings.Contains(string(b), "populated 1")
+}
+
+// killCgroup kills every process in the cgroup and below it (cgroup.kill, or SIGKILL one by one on
+// a kernel before 5.14) and waits until none is left; it returns the processes it found.
 func killCgroup(dir string) ([]int, error) {
 	seen := map[int]bool{}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		pids := cgroupPids(dir)
-		if len(pids) == 0 {
-			break
-		}
 		for _, p := range pids {
 			seen[p] = true
 		}
+		// written even when the top level looks empty: cgroup.kill takes the whole subtree
 		if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0); err != nil {
 			for _, p := range pids {
 				_ = syscall.Kill(p, syscall.SIGKILL)
 			}
 		}
+		if !populated(dir) {
+			break
+		}
 		if time.Now().After(deadline) {
-			return keys(seen), fmt.Errorf("cgroup %s still holds %d processes", dir, len(pids))
+			return keys(seen), fmt.Errorf("cgroup %s still holds %d processes", dir, len(cgroupPids(dir)))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	return keys(seen), nil
 }
 
-// removeCgroup removes the emptied cgroup (its last processes may take a moment to leave).
+// removeCgroup removes the emptied cgroup and any a command made below it, deepest first (the last
+// processes may take a moment to leave).
 func removeCgroup(dir string) error {
-	var err error
-	for range 100 {
-		if err = os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
-			return nil
+	var dirs []string
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	})
+	var err error
+	for i := len(dirs) - 1; i >= 0; i-- {
+		for range 100 {
+			if err = os.Remove(dirs[i]); err == nil || errors.Is(err, os.ErrNotExist) {
+				err = nil
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err != nil {
+			return fmt.Errorf("remove cgroup %s: %w", dirs[i], err)
+		}
 	}
-	return fmt.Errorf("remove cgroup %s: %w", dir, err)
+	return nil
 }
 
 // markedRounds bounds the scans of killMarked: a process that forks faster than the scans is
 // still found, unless it outpaces this many rounds.
 const markedRounds = 50
 
-// killMarked kills every process of the worker's user (but the worker) whose initial
-// environment holds marker, scanning /proc until a scan finds none; killed gathers them.
+// killMarked kills every process of the worker's own user (but the worker) whose initial
+// environment holds marker, scanning /proc until a scan finds none; killed gathers them. Only
+// that user's processes are read, root's included only when the worker is root: another user's
+// process is never read (nor can it hold up the scan).
 func killMarked(marker string, killed map[int]bool) error {
 	self := os.Getpid()
 	uid := os.Getuid()
@@ -218,7 +269,7 @@ func killMarked(marker string, killed map[int]bool) error {
 			}
 			if info, err := e.Info(); err != nil {
 				continue
-			} else if st, ok := info.Sys().(*syscall.Stat_t); !ok || (uid != 0 && int(st.Uid) != uid) {
+			} else if st, ok := info.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != uid {
 				continue
 			}
 			env, err := os.ReadFile("/proc/" + e.Name() + "/environ")

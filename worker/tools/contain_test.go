@@ -97,3 +97,44 @@ func TestTheMarkerIsTheSets(t *testing.T) {
 }
 
 func killProcess(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
+
+// TestAChildCgroupIsNoEscape: in the set's own cgroup a command may make a child cgroup and move
+// into it, with an empty environment and a session of its own; the stop still finds and kills it
+// (cgroup.kill takes the whole subtree) and removes both cgroups.
+func TestAChildCgroupIsNoEscape(t *testing.T) {
+	testenv.RequireCommands(t, "setsid", "env", "sleep")
+	if dir, fd := makeCgroup("openclaw-tools-probe"); fd < 0 {
+		t.Skip("this machine lets the test make no cgroup v2")
+	} else {
+		_ = syscall.Close(fd)
+		_ = os.Remove(dir)
+	}
+	s, ws := newTestSet(t, nil)
+	mustOK(t, runTool(t, s, "exec", map[string]any{"command": "true"}))
+	cg := s.procs.contain.cgDir
+	if cg == "" {
+		t.Fatal("no cgroup was made for the set")
+	}
+	mustOK(t, runTool(t, s, "exec", map[string]any{"command": `mkdir ` + cg + `/inner && setsid env -i sh -c 'echo $$ > ` + cg + `/inner/cgroup.procs; echo $$ > d.pid; exec sleep 1003' </dev/null >/dev/null 2>&1 &
+sleep 0.2; echo started`}))
+	var pid int
+	eventually(t, 5*time.Second, "d.pid", func() bool {
+		b, _ := os.ReadFile(filepath.Join(ws, "d.pid"))
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return pid > 0
+	})
+	t.Cleanup(func() { _ = killProcess(pid) })
+	if b, _ := os.ReadFile(cg + "/cgroup.procs"); strings.Contains(string(b), strconv.Itoa(pid)) {
+		t.Fatal("the process did not move to the child cgroup: the test would prove nothing")
+	}
+	st, err := s.Stop(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alive(pid) || st.Processes < 1 {
+		t.Fatalf("the process in a child cgroup outlived the set (alive %v, stopped %+v)", alive(pid), st)
+	}
+	if _, err := os.Stat(cg); !os.IsNotExist(err) {
+		t.Fatalf("the set's cgroup is left: %v", err)
+	}
+}

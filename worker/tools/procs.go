@@ -232,25 +232,15 @@ func (r *registry) start(sp startSpec) (*process, error) {
 	if err != nil {
 		return nil, err
 	}
-	newCmd := func() (*exec.Cmd, bool) {
-		cmd := exec.Command(r.cfg.Shell, "-c", sp.command)
-		cmd.Dir = sp.cwd
-		cmd.Env = append(withoutVar(sp.env, ScopeEnv), ScopeEnv+"="+r.contain.scope)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		inCgroup := r.contain.prepare(cmd.SysProcAttr)
-		cmd.Stdout, cmd.Stderr, cmd.Stdin = out, out, stdinR
-		// A child left holding the output pipe must not keep the process "running" forever.
-		cmd.WaitDelay = 2 * time.Second
-		return cmd, inCgroup
-	}
-	cmd, inCgroup := newCmd()
+	cmd := exec.Command(r.cfg.Shell, "-c", sp.command)
+	cmd.Dir = sp.cwd
+	cmd.Env = append(withoutVar(sp.env, ScopeEnv), ScopeEnv+"="+r.contain.scope)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	r.contain.prepare(cmd.SysProcAttr, r.cfg.Shell)
+	cmd.Stdout, cmd.Stderr, cmd.Stdin = out, out, stdinR
+	// A child left holding the output pipe must not keep the process "running" forever.
+	cmd.WaitDelay = 2 * time.Second
 	err = cmd.Start()
-	if err != nil && inCgroup {
-		// the kernel cannot start a process into a cgroup (CLONE_INTO_CGROUP): the marker alone
-		r.contain.noCgroup()
-		cmd, _ = newCmd()
-		err = cmd.Start()
-	}
 	stdinR.Close()
 	if err != nil {
 		stdin.Close()
@@ -358,7 +348,7 @@ func (r *registry) close(ctx context.Context) error {
 	if !again {
 		var n int
 		by := r.contain.how()
-		n, err = r.contain.stop()
+		n, err = r.contain.stop(ctx)
 		r.mu.Lock()
 		r.stopped = Stopped{Processes: n, By: by}
 		r.mu.Unlock()
