@@ -306,7 +306,8 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 	if err != nil {
 		return Turn{}, s.admissionError(ctx, sessionID, sess.Workspace, err)
 	}
-	s.mu.Lock()
+	// admit returned holding s.mu: the turn is in s.running before anyone may look (a cancel
+	// that arrives now finds it)
 	if s.cfg.Placements != nil {
 		s.cfg.Placements.Changed(sessionID)
 	}
@@ -509,7 +510,8 @@ func (m catalogModel) Stream(ctx context.Context, ref string, c protocol.Context
 // admit is turn admission: one turn per session at a time. The claim on the placement
 // (compare-and-swap on its generation, read again now that the session is ours to admit) and the
 // turn's row, the one record of the running turn, are written in one transaction. A worker turn
-// runs in the box's workspace: admit sets sess.Workspace to it.
+// runs in the box's workspace: admit sets sess.Workspace to it. On success admit returns holding
+// s.mu, so the caller records the turn's cancel before anyone can look for it.
 func (s *Service) admit(ctx context.Context, sess *sessions.Session, where, model, idempotencyKey, runID string) (Turn, error) {
 	sessionID := sess.ID
 	s.mu.Lock()
@@ -550,6 +552,8 @@ func (s *Service) admit(ctx context.Context, sess *sessions.Session, where, mode
 		}
 		return turnEvent(ctx, tx, t.RunID, t.CreatedAt, "", t.Status, "admitted ("+where+")")
 	})
-	s.mu.Unlock()
+	if err != nil {
+		s.mu.Unlock()
+	}
 	return t, err
 }
