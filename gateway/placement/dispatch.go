@@ -350,7 +350,6 @@ func (d *Dispatcher) PullBackBusy(ctx context.Context, sessionID string, force b
 	}
 	step := 1 // barrier step 1: stop new turn admission (the placement leaves active)
 	d.setForce(sessionID, force)
-	d.setBusyPolicy(sessionID, policy)
 	wait, cancel := context.WithTimeout(ctx, d.cfg.checkpointWait())
 	defer cancel()
 	for {
@@ -364,17 +363,18 @@ func (d *Dispatcher) PullBackBusy(ctx context.Context, sessionID string, force b
 		moved, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation,
 			Change{To: Draining, Reason: "pull-back requested", BarrierStep: &step, UnlessClaim: checkpointRun})
 		if err == nil {
+			// held for the drain step, which only the kick below starts: a pull-back that lost
+			// the race for this move never touches it
+			d.setBusyPolicy(sessionID, policy)
 			p = moved
 			break
 		}
 		if !errors.Is(err, ErrBusy) {
 			d.setForce(sessionID, false)
-			d.takeBusyPolicy(sessionID)
 			return p, err
 		}
 		if err := d.waitChange(wait, changed); err != nil {
 			d.setForce(sessionID, false)
-			d.takeBusyPolicy(sessionID)
 			if ctx.Err() == nil {
 				err = fmt.Errorf("session %s: a checkpoint has been bringing the worker's workspace into the anchor for over %s; pull back again once it is done: %w", sessionID, d.cfg.checkpointWait(), ErrBusy)
 			}
