@@ -15,7 +15,7 @@ import (
 // group: one through setsid and nohup, one through a subshell's background job. Each records its
 // pid in the workspace.
 const detachScript = `[
-  {"toolCalls": [{"name": "exec", "arguments": {"command": "setsid nohup sh -c 'echo $$ > detached-a.pid; exec sleep 7731' </dev/null >/dev/null 2>&1 & ( sh -c 'echo $$ > detached-b.pid; exec sleep 7732' </dev/null >/dev/null 2>&1 & ); sleep 0.3; echo started"}}]},
+  {"toolCalls": [{"name": "exec", "arguments": {"command": "setsid nohup sh -c 'echo $$ > detached-a.pid; exec sleep 7731' </dev/null >/dev/null 2>&1 & ( sh -c 'echo $$ > detached-b.pid; exec sleep 7732' </dev/null >/dev/null 2>&1 & ); until [ -s detached-a.pid ] && [ -s detached-b.pid ]; do sleep 0.05; done; echo started", "timeout": 60}}]},
   {"text": "Detached turn done."}
 ]`
 
