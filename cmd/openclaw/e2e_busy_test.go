@@ -3,6 +3,7 @@ package main_test
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -141,6 +142,10 @@ func TestMovingABusySession(t *testing.T) {
 		code, e := g.postRaw("/api/v1/sessions/"+id+"/dispatch", `{"profileId":"local","busy":"later"}`)
 		if code != 400 || e.Field != "busy" {
 			t.Fatalf("dispatch with busy \"later\": %d %+v, want 400 naming busy", code, e)
+		}
+		out, err := exec.Command(openclawBin, "session", "pullback", id, "--busy", "later", "--gateway", g.addr, "--data-dir", g.dataDir).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "--busy") || !strings.Contains(string(out), "drain") {
+			t.Fatalf("session pullback --busy later: %v %s, want a refusal naming --busy and its values", err, out)
 		}
 		if v := g.placement(id); v.Placement.State != placement.Local || len(v.Events) != 0 {
 			t.Fatalf("a refused dispatch left a trace:\n%s", v)

@@ -353,7 +353,12 @@ func TestMCPDispatchNoWaitThenPullback(t *testing.T) {
 	if st.State != "active" || st.Answer != "Committed the edit on the worker." || st.EnvironmentID == "" {
 		t.Fatalf("status after the turn: %+v", st)
 	}
-	p := call("pullback", map[string]any{"sessionId": d.SessionID})
+	// a running turn's policy: an unknown one is refused before anything moves
+	if res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "pullback", Arguments: map[string]any{"sessionId": d.SessionID, "busy": "later"}}); err != nil ||
+		!res.IsError || !strings.Contains(toolText(res), "busy") {
+		t.Fatalf("pullback with busy \"later\": %v %s, want a tool error naming busy", err, toolText(res))
+	}
+	p := call("pullback", map[string]any{"sessionId": d.SessionID, "busy": "cancel"})
 	if p.State != "local" || len(p.Commits) != 1 || p.Commits[0].Subject != "worker edit" || !strings.HasPrefix(p.Branch, "openclaw/") {
 		t.Fatalf("pullback: %+v", p)
 	}
