@@ -1,11 +1,13 @@
 package main_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
@@ -74,4 +76,39 @@ func TestDetachedProcessesDoNotOutliveTheirTurn(t *testing.T) {
 			t.Fatalf("%q outlived its turn and the pull-back: pids %v", strings.Join(argv, " "), pids)
 		}
 	}
+}
+
+// TestAKilledWorkersLeftoversAreStopped: a worker SIGKILLed in the middle of a turn stops nothing;
+// the worker the gateway relaunches in its place (same state dir) stops what that turn left
+// running, the detached process and the command itself, before it takes a turn.
+func TestAKilledWorkersLeftoversAreStopped(t *testing.T) {
+	testenv.RequireCommands(t, "git", "setsid")
+	root := t.TempDir()
+	hang := `[{"toolCalls": [{"name": "exec", "arguments": {"command": "setsid sh -c 'echo $$ > left.pid; exec sleep 7741' </dev/null >/dev/null 2>&1 & until [ -s left.pid ]; do sleep 0.05; done; exec sleep 7742", "timeout": 600}}]},
+	          {"text": "never"}]`
+	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedModels(t, root, map[string]string{"hang": hang}))
+	t.Cleanup(func() { destroyAll(g) })
+	t.Cleanup(func() {
+		for _, p := range append(boxProcess("sleep", "7741"), boxProcess("sleep", "7742")...) {
+			if proc, err := os.FindProcess(p); err == nil {
+				_ = proc.Kill()
+			}
+		}
+	})
+	ws := filepath.Join(root, "user")
+	userWorkspace(t, ws, true)
+	id, envID := g.activeSession(ws, "hang/m", "local")
+	if _, code, err := g.send(id, "start and hang"); err != nil {
+		t.Fatalf("send: %d %v", code, err)
+	}
+	both := func() bool { return len(boxProcess("sleep", "7741")) == 1 && len(boxProcess("sleep", "7742")) == 1 }
+	waitUntil(t, 30*time.Second, func() string { return "the turn's processes never ran" }, both)
+	e, err := g.getEnv(envID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.killWorker(e, workerPID(t, e))
+	waitUntil(t, 30*time.Second, func() string {
+		return fmt.Sprintf("the killed worker's processes outlived its successor's start: %v %v", boxProcess("sleep", "7741"), boxProcess("sleep", "7742"))
+	}, func() bool { return len(boxProcess("sleep", "7741")) == 0 && len(boxProcess("sleep", "7742")) == 0 })
 }

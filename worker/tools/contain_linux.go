@@ -253,9 +253,14 @@ const markedRounds = 50
 // that user's processes are read, root's included only when the worker is root: another user's
 // process is never read (nor can it hold up the scan).
 func killMarked(marker string, killed map[int]bool) error {
+	return killMarkedBy([]byte(marker), false, killed)
+}
+
+// killMarkedBy is killMarked on an entry (or, with prefix, the start of one).
+func killMarkedBy(want []byte, prefix bool, killed map[int]bool) error {
 	self := os.Getpid()
 	uid := os.Getuid()
-	want := []byte(marker)
+	marker := string(want)
 	for range markedRounds {
 		ents, err := os.ReadDir("/proc")
 		if err != nil {
@@ -273,7 +278,7 @@ func killMarked(marker string, killed map[int]bool) error {
 				continue
 			}
 			env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-			if err != nil || !hasEntry(env, want) {
+			if err != nil || !hasEntry(env, want, prefix) {
 				continue
 			}
 			if syscall.Kill(pid, syscall.SIGKILL) == nil && !killed[pid] {
@@ -289,16 +294,59 @@ func killMarked(marker string, killed map[int]bool) error {
 	return fmt.Errorf("processes marked %s kept appearing after %d rounds of kills", marker, markedRounds)
 }
 
-// hasEntry reports whether a NUL-separated environment holds entry exactly.
-func hasEntry(env, entry []byte) bool {
+// hasEntry reports whether a NUL-separated environment holds entry exactly, or, when prefix, an
+// entry that starts with it.
+func hasEntry(env, entry []byte, prefix bool) bool {
 	for len(env) > 0 {
 		var e []byte
 		e, env, _ = bytes.Cut(env, []byte{0})
-		if bytes.Equal(e, entry) {
+		if bytes.Equal(e, entry) || (prefix && bytes.HasPrefix(e, entry)) {
 			return true
 		}
 	}
 	return false
+}
+
+// StopLeftovers stops what the tool sets of an earlier process of the same owner (Config.Owner)
+// left running when that process died in the middle of a turn: every process in one of the
+// owner's cgroups, and every process of this user whose environment carries one of the owner's
+// scopes. A worker calls it when it starts, before it takes a turn; so does the gateway.
+func StopLeftovers(ctx context.Context, owner string) (Stopped, error) {
+	if owner == "" || strings.ContainsAny(owner, "-/.") {
+		return Stopped{}, fmt.Errorf("stop leftovers: owner %q is not an OwnerOf name", owner)
+	}
+	killed := map[int]bool{}
+	var errs []error
+	if root := cgroupRoot(); root != "" {
+		dirs, _ := filepath.Glob(filepath.Join(root, "openclaw-tools-"+owner+"-*"))
+		for _, dir := range dirs {
+			pids, err := killCgroup(dir)
+			for _, p := range pids {
+				killed[p] = true
+			}
+			if err == nil {
+				err = removeCgroup(dir)
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	marked := map[int]bool{}
+	done := make(chan error, 1)
+	go func() { done <- killMarkedBy([]byte(ScopeEnv+"="+owner+"-"), true, marked) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for p := range marked {
+			killed[p] = true
+		}
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("stop leftovers: %w", ctx.Err()))
+	}
+	return Stopped{Processes: len(killed), By: "leftovers of " + owner}, errors.Join(errs...)
 }
 
 func keys(m map[int]bool) []int {

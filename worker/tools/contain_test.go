@@ -138,3 +138,58 @@ sleep 0.2; echo started`}))
 		t.Fatalf("the set's cgroup is left: %v", err)
 	}
 }
+
+// TestLeftoversOfADeadOwnerAreStopped: a worker that died in the middle of a turn stopped
+// nothing; the next worker of the same owner (its state dir) stops what its sets left running,
+// detached ones included, and removes their cgroups, while another owner's processes live on.
+func TestLeftoversOfADeadOwnerAreStopped(t *testing.T) {
+	testenv.RequireCommands(t, "setsid", "sleep")
+	for _, mode := range []string{"cgroup v2", "environment marker"} {
+		t.Run(mode, func(t *testing.T) {
+			if mode == "cgroup v2" {
+				if dir, fd := makeCgroup("openclaw-tools-probe"); fd < 0 {
+					t.Skip("this machine lets the test make no cgroup v2")
+				} else {
+					_ = syscall.Close(fd)
+					_ = os.Remove(dir)
+				}
+			}
+			owner, other := OwnerOf(t.TempDir()), OwnerOf(t.TempDir())
+			start := func(owner string) (int, string) {
+				s, ws := newTestSet(t, func(c *Config) { c.Owner = owner })
+				if mode == "environment marker" {
+					s.procs.contain.cgTried = true
+				}
+				mustOK(t, runTool(t, s, "exec", map[string]any{"command": `setsid sh -c 'echo $$ > e.pid; exec sleep 1004' </dev/null >/dev/null 2>&1 &
+until [ -s e.pid ]; do sleep 0.02; done`}))
+				b, _ := os.ReadFile(filepath.Join(ws, "e.pid"))
+				pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+				if pid <= 0 || !alive(pid) {
+					t.Fatalf("no detached process (%q)", b)
+				}
+				t.Cleanup(func() { _ = killProcess(pid) })
+				return pid, s.procs.contain.cgDir
+			}
+			dead, cg := start(owner) // its worker "dies": the set is never stopped
+			living, _ := start(other)
+			st, err := StopLeftovers(context.Background(), owner)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if alive(dead) || st.Processes < 1 {
+				t.Fatalf("the dead owner's process outlived StopLeftovers (stopped %+v)", st)
+			}
+			if !alive(living) {
+				t.Fatal("StopLeftovers killed another owner's process")
+			}
+			if cg != "" {
+				if _, err := os.Stat(cg); !os.IsNotExist(err) {
+					t.Fatalf("the dead owner's cgroup is left: %v", err)
+				}
+			}
+			if _, err := StopLeftovers(context.Background(), "a-b"); err == nil {
+				t.Fatal("an owner that is no OwnerOf name was taken")
+			}
+		})
+	}
+}

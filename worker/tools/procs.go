@@ -200,12 +200,16 @@ type Stopped struct {
 }
 
 func newRegistry(cfg *Config) *registry {
-	return &registry{cfg: cfg, procs: map[string]*process{}, contain: newContainment(newScope())}
+	return &registry{cfg: cfg, procs: map[string]*process{}, contain: newContainment(newScope(cfg.Owner))}
 }
 
-func newScope() string {
+// newScope is a set's scope: its owner (when it has one), then random.
+func newScope(owner string) string {
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)
+	if owner != "" {
+		return owner + "-" + hex.EncodeToString(b)
+	}
 	return hex.EncodeToString(b)
 }
 

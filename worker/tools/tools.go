@@ -5,6 +5,8 @@ package tools
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -89,6 +91,19 @@ type Config struct {
 	// ProcessOutputBytes is the output retained per process (a ring buffer). Default 1 MiB,
 	// never less than MaxOutputBytes.
 	ProcessOutputBytes int
+	// Owner names who runs the set across restarts (OwnerOf: a worker's state dir, a gateway's
+	// data dir): the set's scope starts with it, so StopLeftovers(Owner) in a later process of the
+	// same owner stops what a set of one that died left running. "" gives no such name.
+	Owner string
+}
+
+// OwnerOf is the Owner of the sets of a process that keeps its state in dir.
+func OwnerOf(dir string) string {
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	sum := sha256.Sum256([]byte("openclaw tool owner\x00" + dir))
+	return hex.EncodeToString(sum[:8])
 }
 
 func (c *Config) setDefaults() {

@@ -40,6 +40,7 @@ type Executor struct {
 
 	mu      sync.Mutex
 	running *active
+	owner   string // tools.OwnerOf the state dir
 }
 
 type active struct {
@@ -53,7 +54,17 @@ func New(cfg Config) *Executor {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Executor{cfg: cfg, log: cfg.Log.With("subsystem", "turns"), ctx: ctx, cancel: cancel}
+	e := &Executor{cfg: cfg, log: cfg.Log.With("subsystem", "turns"), ctx: ctx, cancel: cancel, owner: tools.OwnerOf(cfg.StateDir)}
+	// A worker of this state dir that died in the middle of a turn stopped nothing: what its
+	// commands left running is stopped before this one takes a turn.
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	defer scancel()
+	if st, err := tools.StopLeftovers(sctx, e.owner); err != nil {
+		e.log.Warn("stop what an earlier worker's turns left running", "err", err, "stopped", st.Processes)
+	} else if st.Processes > 0 {
+		e.log.Info("stopped what an earlier worker's turns left running", "processes", st.Processes)
+	}
+	return e
 }
 
 // Close cancels the running turn and waits for it.
@@ -153,7 +164,7 @@ func (e *Executor) run(ctx context.Context, p protocol.TurnStartParams) error {
 	for _, schema := range p.GatewayTools {
 		extra = append(extra, &gatewayTool{client: c, schema: schema, p: p})
 	}
-	set := tools.NewSet(tools.Config{Workspace: ws, Extra: extra})
+	set := tools.NewSet(tools.Config{Workspace: ws, Extra: extra, Owner: e.owner})
 	defer set.Close(context.WithoutCancel(ctx))
 	r := runner.New(runner.Config{Model: &Model{Client: c}, Backend: b, Tools: set, MaxSteps: e.cfg.MaxSteps})
 	if runErr != nil {
