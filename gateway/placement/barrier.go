@@ -137,17 +137,13 @@ func (d *Dispatcher) WaitIdle(ctx context.Context, sessionID string, policy Busy
 func (d *Dispatcher) setBusyPolicy(sessionID string, p BusyPolicy) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.busyPolicy == nil {
-		d.busyPolicy = map[string]BusyPolicy{}
-	}
-	d.busyPolicy[sessionID] = p
+	d.busyPolicy.set(sessionID, p)
 }
 
 func (d *Dispatcher) takeBusyPolicy(sessionID string) BusyPolicy {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	p := d.busyPolicy[sessionID]
-	delete(d.busyPolicy, sessionID)
+	p := d.busyPolicy.take(sessionID)
 	if p == "" {
 		return BusyDrain
 	}

@@ -143,11 +143,11 @@ type Dispatcher struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	mu     sync.Mutex
-	active map[string]bool   // session ids with a step running
-	force  map[string]bool   // session ids whose next reconciliation may pass the deletion brake
-	next   map[string]string // session id → the environment it goes to once its pull-back rests (DispatchToEnvironment)
+	active map[string]bool // session ids with a step running
+	force  held[bool]      // session ids whose next reconciliation may pass the deletion brake
+	next   held[string]    // session id → the environment it goes to once its pull-back rests (DispatchToEnvironment)
 	// busyPolicy: a pull-back's policy for its drain step
-	busyPolicy map[string]BusyPolicy
+	busyPolicy held[BusyPolicy]
 	sync       *syncMetrics
 	// allowed: the secret scan's false positives each session's operator let through (in memory:
 	// after a restart they are named again)
@@ -407,23 +407,36 @@ func (d *Dispatcher) failedReconciling(ctx context.Context, sessionID string) bo
 func (d *Dispatcher) setForce(sessionID string, force bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.force == nil {
-		d.force = map[string]bool{}
-	}
-	if force {
-		d.force[sessionID] = true
-	} else {
-		delete(d.force, sessionID)
-	}
+	d.force.set(sessionID, force)
 }
 
 // takeForce returns and clears a session's confirmation: it holds for one reconciliation.
 func (d *Dispatcher) takeForce(sessionID string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	f := d.force[sessionID]
-	delete(d.force, sessionID)
-	return f
+	return d.force.take(sessionID)
+}
+
+// held keeps one value per session, in memory, until it is taken; setting the zero value clears
+// it. Its users hold Dispatcher.mu.
+type held[T comparable] map[string]T
+
+func (h *held[T]) set(sessionID string, v T) {
+	var zero T
+	if v == zero {
+		delete(*h, sessionID)
+		return
+	}
+	if *h == nil {
+		*h = held[T]{}
+	}
+	(*h)[sessionID] = v
+}
+
+func (h held[T]) take(sessionID string) T {
+	v := h[sessionID]
+	delete(h, sessionID)
+	return v
 }
 
 // pollInterval is how often the dispatcher looks again at a fact it waits for.

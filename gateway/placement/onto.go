@@ -134,23 +134,14 @@ func (s State) dispatching() bool {
 func (d *Dispatcher) setNext(sessionID, envID string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.next == nil {
-		d.next = map[string]string{}
-	}
-	if envID == "" {
-		delete(d.next, sessionID)
-	} else {
-		d.next[sessionID] = envID
-	}
+	d.next.set(sessionID, envID)
 }
 
 // takeNext returns and clears a session's follow-on target.
 func (d *Dispatcher) takeNext(sessionID string) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	envID := d.next[sessionID]
-	delete(d.next, sessionID)
-	return envID
+	return d.next.take(sessionID)
 }
 
 func orNone(s string) string {
