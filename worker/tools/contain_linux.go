@@ -88,19 +88,8 @@ func (c *containment) stop(ctx context.Context) (int, error) {
 			errs = append(errs, err)
 		}
 	}
-	marked := map[int]bool{}
-	done := make(chan error, 1)
-	go func() { done <- killMarked(ScopeEnv+"="+c.scope, marked) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			errs = append(errs, err)
-		}
-		for p := range marked {
-			killed[p] = true
-		}
-	case <-ctx.Done():
-		errs = append(errs, fmt.Errorf("find the turn's processes: %w", ctx.Err()))
+	if err := sweepMarked(ctx, []byte(ScopeEnv+"="+c.scope), false, killed); err != nil {
+		errs = append(errs, err)
 	}
 	if c.cgDir != "" {
 		_ = syscall.Close(c.cgFD)
@@ -248,16 +237,28 @@ func removeCgroup(dir string) error {
 // still found, unless it outpaces this many rounds.
 const markedRounds = 50
 
-// killMarked kills every process of the worker's own user (but the worker) whose initial
-// environment holds marker, scanning /proc until a scan finds none; killed gathers them. Only
-// that user's processes are read, root's included only when the worker is root: another user's
-// process is never read (nor can it hold up the scan).
-func killMarked(marker string, killed map[int]bool) error {
-	return killMarkedBy([]byte(marker), false, killed)
+// sweepMarked runs killMarked under ctx (a process can make reading its environment block) and
+// adds what it killed to killed.
+func sweepMarked(ctx context.Context, want []byte, prefix bool, killed map[int]bool) error {
+	marked := map[int]bool{}
+	done := make(chan error, 1)
+	go func() { done <- killMarked(want, prefix, marked) }()
+	select {
+	case err := <-done:
+		for p := range marked {
+			killed[p] = true
+		}
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("find the processes marked %s: %w", want, ctx.Err())
+	}
 }
 
-// killMarkedBy is killMarked on an entry (or, with prefix, the start of one).
-func killMarkedBy(want []byte, prefix bool, killed map[int]bool) error {
+// killMarked kills every process of the worker's own user (but the worker) whose initial
+// environment holds the entry want (with prefix, an entry that starts with it), scanning /proc
+// until a scan finds none; killed gathers them. Only that user's processes are read, root's
+// included only when the worker is root: another user's process is never read.
+func killMarked(want []byte, prefix bool, killed map[int]bool) error {
 	self := os.Getpid()
 	uid := os.Getuid()
 	marker := string(want)
@@ -332,19 +333,8 @@ func StopLeftovers(ctx context.Context, owner string) (Stopped, error) {
 			}
 		}
 	}
-	marked := map[int]bool{}
-	done := make(chan error, 1)
-	go func() { done <- killMarkedBy([]byte(ScopeEnv+"="+owner+"-"), true, marked) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			errs = append(errs, err)
-		}
-		for p := range marked {
-			killed[p] = true
-		}
-	case <-ctx.Done():
-		errs = append(errs, fmt.Errorf("stop leftovers: %w", ctx.Err()))
+	if err := sweepMarked(ctx, []byte(ScopeEnv+"="+owner+"-"), true, killed); err != nil {
+		errs = append(errs, err)
 	}
 	return Stopped{Processes: len(killed), By: "leftovers of " + owner}, errors.Join(errs...)
 }

@@ -15,18 +15,6 @@ import (
 	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 )
 
-// alive reports whether pid is a live process (a zombie is not).
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// pid (comm) state ...: comm may hold spaces and parentheses, the state follows the last ')'
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
-}
-
 // TestDetachedProcessesAreStopped: a command that leaves its process group (setsid, a double
 // fork) does not outlive the tool set: closing it kills those processes too and counts them,
 // through the set's cgroup where the worker may make one and through the environment marker
@@ -57,7 +45,7 @@ sleep 0.2; echo started`})
 					pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 					return pid > 0
 				})
-				if !alive(pid) {
+				if !testenv.Alive(pid) {
 					t.Fatalf("%s: process %d is not running before the stop", f, pid)
 				}
 				pids = append(pids, pid)
@@ -72,7 +60,7 @@ sleep 0.2; echo started`})
 				t.Fatal(err)
 			}
 			for i, p := range pids {
-				if alive(p) {
+				if testenv.Alive(p) {
 					t.Fatalf("detached process %d (%d of 3) outlived the tool set (stopped %+v)", p, i+1, st)
 				}
 			}
@@ -131,8 +119,8 @@ sleep 0.2; echo started`}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if alive(pid) || st.Processes < 1 {
-		t.Fatalf("the process in a child cgroup outlived the set (alive %v, stopped %+v)", alive(pid), st)
+	if testenv.Alive(pid) || st.Processes < 1 {
+		t.Fatalf("the process in a child cgroup outlived the set (alive %v, stopped %+v)", testenv.Alive(pid), st)
 	}
 	if _, err := os.Stat(cg); !os.IsNotExist(err) {
 		t.Fatalf("the set's cgroup is left: %v", err)
@@ -164,7 +152,7 @@ func TestLeftoversOfADeadOwnerAreStopped(t *testing.T) {
 until [ -s e.pid ]; do sleep 0.02; done`}))
 				b, _ := os.ReadFile(filepath.Join(ws, "e.pid"))
 				pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-				if pid <= 0 || !alive(pid) {
+				if pid <= 0 || !testenv.Alive(pid) {
 					t.Fatalf("no detached process (%q)", b)
 				}
 				t.Cleanup(func() { _ = killProcess(pid) })
@@ -176,10 +164,10 @@ until [ -s e.pid ]; do sleep 0.02; done`}))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if alive(dead) || st.Processes < 1 {
+			if testenv.Alive(dead) || st.Processes < 1 {
 				t.Fatalf("the dead owner's process outlived StopLeftovers (stopped %+v)", st)
 			}
-			if !alive(living) {
+			if !testenv.Alive(living) {
 				t.Fatal("StopLeftovers killed another owner's process")
 			}
 			if cg != "" {
