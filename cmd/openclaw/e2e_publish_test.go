@@ -46,9 +46,7 @@ func TestGatewayPublish(t *testing.T) {
 	}
 
 	ws := filepath.Join(root, "user")
-	userWorkspace(t, ws, true)
-	testenv.Git(t, ws, "remote", "add", "origin", remote)
-	testenv.Git(t, ws, "-c", "credential.helper=", "-c", "credential.helper=!f() { echo username=x-access-token; echo password="+forgeToken+"; }; f", "push", "-q", "origin", "main")
+	forgeWorkspace(t, ws, remote)
 	id, branch, tip := g.pulledBackWork(ws, "pub")
 
 	before, err := gitforge.Refs(ctx, bare)
@@ -265,6 +263,15 @@ func startPublishGateway(t *testing.T, root, profile, credential, content string
 		return string(out), err
 	}
 	return g, cli
+}
+
+// forgeWorkspace creates the user's git workspace at ws with remote as its origin, and pushes its
+// main there with the forge's token.
+func forgeWorkspace(t *testing.T, ws, remote string) {
+	t.Helper()
+	userWorkspace(t, ws, true)
+	testenv.Git(t, ws, "remote", "add", "origin", remote)
+	testenv.Git(t, ws, "-c", "credential.helper=", "-c", "credential.helper=!f() { echo username=x-access-token; echo password="+forgeToken+"; }; f", "push", "-q", "origin", "main")
 }
 
 // pulledBackWork runs a session on ws whose worker turn (on profile) commits work, and pulls it

@@ -72,9 +72,7 @@ func TestPublishedCommitsAreSigned(t *testing.T) {
 		t.Fatalf("credential set: %v\n%s", err, out)
 	}
 	ws := filepath.Join(root, "user")
-	userWorkspace(t, ws, true)
-	testenv.Git(t, ws, "remote", "add", "origin", remote)
-	testenv.Git(t, ws, "-c", "credential.helper=", "-c", "credential.helper=!f() { echo username=x-access-token; echo password="+forgeToken+"; }; f", "push", "-q", "origin", "main")
+	forgeWorkspace(t, ws, remote)
 	id, branch, tip := g.pulledBackWork(ws, "pub")
 
 	res, err := g.client.Publish(g.ctx(), id, workspace.PublishRequest{})
