@@ -119,6 +119,7 @@ var ErrWorkerUnavailable = errors.New("the session's worker is not connected")
 // Service admits and runs turns.
 type Service struct {
 	cfg    Config
+	owner  string // tools.OwnerOf the data dir: the owner of the local turns' tool sets
 	log    *slog.Logger
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -149,13 +150,14 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	// A gateway of this data dir that died in the middle of a local turn stopped nothing: what the
 	// turn's commands left running is stopped before a turn runs here again.
-	if st, err := tools.StopLeftovers(ctx, tools.OwnerOf(cfg.DataDir)); err != nil {
+	owner := tools.OwnerOf(cfg.DataDir)
+	if st, err := tools.StopLeftovers(ctx, owner); err != nil {
 		cfg.Log.Warn("stop what an earlier gateway's local turns left running", "err", err, "stopped", st.Processes)
 	} else if st.Processes > 0 {
 		cfg.Log.Info("stopped what an earlier gateway's local turns left running", "processes", st.Processes)
 	}
 	c, cancel := context.WithCancel(context.Background())
-	return &Service{cfg: cfg, log: cfg.Log, ctx: c, cancel: cancel, running: map[string]context.CancelFunc{}, ended: map[string]chan struct{}{}, metrics: newMetrics()}, nil
+	return &Service{cfg: cfg, owner: owner, log: cfg.Log, ctx: c, cancel: cancel, running: map[string]context.CancelFunc{}, ended: map[string]chan struct{}{}, metrics: newMetrics()}, nil
 }
 
 // Close cancels running turns and waits for them until ctx ends (an error then names what still
@@ -380,7 +382,7 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 
 // run runs a local turn and returns its outcome.
 func (s *Service) run(ctx context.Context, t Turn, workspace, text string) (TurnStatus, string) {
-	set := tools.NewSet(tools.Config{Workspace: workspace, Extra: s.offeredTools(ctx), Owner: tools.OwnerOf(s.cfg.DataDir)})
+	set := tools.NewSet(tools.Config{Workspace: workspace, Extra: s.offeredTools(ctx), Owner: s.owner})
 	defer set.Close(context.WithoutCancel(ctx))
 	r := runner.New(runner.Config{
 		Model:    catalogModel{s.cfg.Catalog, t.SessionID},
