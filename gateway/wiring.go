@@ -297,6 +297,7 @@ func (g *components) buildSessionSide(ctx context.Context) error {
 	g.dispatcher = placement.NewDispatcher(placement.DispatchConfig{
 		Placements: g.placements, Sessions: g.sessions, Envs: g.envs, Boot: g.boot, Admitted: g.workers.Admitted,
 		Busy: g.sessionBusy, CancelTurn: g.turns.CancelAndWait, DrainTimeout: c.Placement.DrainTimeout.D(),
+		YieldTurn: g.turns.Yield, Unyield: g.turns.Unyield, AfterMove: g.turns.ContinueMoved,
 		DataDir: g.dataDir, Log: g.sub("dispatch"),
 		Compression: stream.Compression(c.Sync.Compression), Channels: c.Sync.Channels, CheckpointKeep: c.Sync.CheckpointKeep,
 		ReserveFreeBytes: c.Sync.ReserveFreeBytes, ReserveFreePercent: c.Sync.ReserveFreePercent,
@@ -354,6 +355,9 @@ type turnRuns struct{ g *components }
 func (r turnRuns) RunningTurn(ctx context.Context, sessionID string) (string, uint64, bool, error) {
 	return r.g.turns.RunningTurn(ctx, sessionID)
 }
+
+// Yielding tells the hub to stop a worker's run at its next model call (a live move).
+func (r turnRuns) Yielding(sessionID, runID string) bool { return r.g.turns.Yielding(sessionID, runID) }
 
 // envBusy tells the lifetime policy whether an environment is in use by a session.
 func (g *components) envBusy(envID string) bool {
@@ -647,6 +651,11 @@ func (g *components) serve(ctx context.Context) error {
 		return err
 	}
 	if err := g.dispatcher.Resume(ctx); err != nil {
+		return err
+	}
+	// turns a live move left between owners go on where their sessions rest (those still moving
+	// go on at the resumed move's end)
+	if err := g.turns.ContinueAllMoved(ctx); err != nil {
 		return err
 	}
 	runOwned(ctx, g.closers, "retention", func(ctx context.Context) {

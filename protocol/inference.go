@@ -193,6 +193,10 @@ type TurnStartParams struct {
 	// GatewayTools are the schemas of gateway-resident tools (web_search) the turn may call with
 	// worker.tool.call; they run on the gateway, with its credentials.
 	GatewayTools []Tool `json:"gatewayTools,omitempty"`
+	// Continue goes on with a turn that an earlier owner stopped at a model-call boundary (a live
+	// move): the run starts with a model call on the transcript as it is, with no new user
+	// message (Text is empty).
+	Continue bool `json:"continue,omitempty"`
 }
 
 // MethodToolCall is a worker's request to run a gateway-resident tool (ToolCallParams).

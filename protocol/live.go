@@ -20,11 +20,20 @@ const (
 	LiveLifecycleStart LiveEventType = "lifecycle_start" // nothing else
 	LiveLifecycleEnd   LiveEventType = "lifecycle_end"   // nothing else
 	LiveLifecycleError LiveEventType = "lifecycle_error" // Error
+	// LiveLifecycleYield ends a run that stopped at a model-call boundary for a live move; its turn
+	// goes on (the same run id) with LiveLifecycleResume on the session's next owner. A watcher
+	// sees one turn: neither is its start or its end.
+	LiveLifecycleYield  LiveEventType = "lifecycle_yield"  // nothing else
+	LiveLifecycleResume LiveEventType = "lifecycle_resume" // nothing else
 )
 
 // Lifecycle reports whether t is a run lifecycle event.
 func (t LiveEventType) Lifecycle() bool {
-	return t == LiveLifecycleStart || t == LiveLifecycleEnd || t == LiveLifecycleError
+	switch t {
+	case LiveLifecycleStart, LiveLifecycleEnd, LiveLifecycleError, LiveLifecycleYield, LiveLifecycleResume:
+		return true
+	}
+	return false
 }
 
 // LiveEvent is the typed union of the live events of a run: what the agent loop publishes (on the
@@ -40,7 +49,7 @@ type LiveEvent struct {
 	Result        json.RawMessage `json:"result,omitempty"`
 	IsError       bool            `json:"isError,omitempty"`
 	Error         string          `json:"error,omitempty"`
-	// StoppedProcesses, on lifecycle_end and lifecycle_error, counts the processes the run's
+	// StoppedProcesses, on lifecycle_end, lifecycle_error and lifecycle_yield, counts the processes the run's
 	// commands left running (detached ones included) that its end stopped. Shown, never acted on.
 	StoppedProcesses int `json:"stoppedProcesses,omitempty"`
 }
@@ -153,7 +162,7 @@ func (e LiveEvent) Validate() error {
 		required, optional = []string{"toolCallId", "partialResult"}, []string{"toolName"}
 	case LiveToolResult:
 		required, optional = []string{"toolCallId"}, []string{"toolName", "result", "isError"}
-	case LiveLifecycleStart, LiveLifecycleEnd:
+	case LiveLifecycleStart, LiveLifecycleEnd, LiveLifecycleYield, LiveLifecycleResume:
 	case LiveLifecycleError:
 		required = []string{"error"}
 	default:

@@ -155,7 +155,11 @@ const (
 	// CodeUnknownRun answers a call (worker.inference.start, worker.tool.call) that names no turn the
 	// gateway started for the session (worker.turn.start) and that is still running.
 	CodeUnknownRun Code = "unknown-run"
-	CodeInternal   Code = "internal"
+	// CodeRunYield answers the model call of a run that a live move asked to stop at its next
+	// model call (worker.inference.start): the run ends with lifecycle_yield, and the turn goes on
+	// from the transcript on the session's next owner.
+	CodeRunYield Code = "run-yield"
+	CodeInternal Code = "internal"
 )
 
 // PermanentAdmission reports whether an admission rejected with this code can never succeed by

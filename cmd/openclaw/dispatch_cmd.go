@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -41,7 +42,8 @@ attach the worker and fence the previous owner. Each step is recorded, so a gate
 Later turns run on the worker. The user's own checkout is never written.
 
 A session whose turn runs is moved by --busy: drain (the default) waits for the turn to end, up to the
-gateway's placement.drainTimeout (10m), then refuses; cancel stops the turn first.`,
+gateway's placement.drainTimeout (10m), then refuses; cancel stops the turn first; live stops it at its
+next model call and goes on with the same turn on the worker (see session move --live).`,
 		Args: cobra.ExactArgs(1),
 		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
 			if profile == "" {
@@ -58,9 +60,12 @@ gateway's placement.drainTimeout (10m), then refuses; cancel stops the turn firs
 	_ = cmd.Flags().MarkHidden("worker")
 	cmd.Flags().StringVar(&class, "class", "", "machine class for this session (overrides the profile's settings.class; lease-CLI providers)")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the dispatch is recorded")
-	cmd.Flags().StringVar(&busy, "busy", "", "a running turn: drain (wait for it to end; the default) or cancel (stop it)")
+	cmd.Flags().StringVar(&busy, "busy", "", busyFlagHelp)
 	return cmd
 }
+
+// busyFlagHelp describes --busy of the commands that move a session.
+const busyFlagHelp = "a running turn: drain (wait for it to end; the default), cancel (stop it) or live (stop it at its next model call and go on with it after the move)"
 
 func dispatchSession(ctx context.Context, c *api.Client, req placement.DispatchRequest, id string, wait bool) error {
 	skip := placementEvents(ctx, c, id)
@@ -112,7 +117,8 @@ failed (that brake, drift, divergence, a lost link) can be run again: the worker
 results stay on the box until then.
 
 A running turn is drained (--busy drain, the default: the pull-back waits for it to end, up to the
-gateway's placement.drainTimeout, then cancels it) or stopped at once (--busy cancel). Each step of
+gateway's placement.drainTimeout, then cancels it), stopped at once (--busy cancel) or moved live
+(--busy live: it stops at its next model call and goes on here as the same turn). Each step of
 the barrier is recorded in the placement's timeline (openclaw session show ID).
 
 --destroy releases the session's environment once the pull-back succeeded (never after a failed one,
@@ -152,44 +158,115 @@ whose results are still on the box).`,
 	cmd.Flags().BoolVar(&destroy, "destroy", false, "after a successful pull-back, destroy (release) the session's environment")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the pull-back is recorded")
 	cmd.Flags().BoolVar(&force, "force", false, "apply the worker's deletions even beyond the deletion brake (profile sync.maxDeleteShare, default half of the files)")
-	cmd.Flags().StringVar(&busy, "busy", "", "a running turn: drain (wait for it to end; the default) or cancel (stop it)")
+	cmd.Flags().StringVar(&busy, "busy", "", busyFlagHelp)
 	cmd.Flags().StringArrayVar(&allowSecrets, "allow-secret", nil, "let a known false positive of the secret scan through: RULE:PATH as the refusal named it (repeatable)")
 	return cmd
 }
 
 func newSessionMoveCmd(g *globals) *cobra.Command {
-	var local, force bool
+	var local, force, live, noWait bool
+	var to, class, busy string
 	cmd := &cobra.Command{
-		Use:     "move ID --local [--force]",
-		Example: `  openclaw session move ses_123 --local`,
-		Short:   "Move a session whose worker placement failed (or whose worker was lost) back to the gateway",
-		Long: `A session asked for a worker never runs on the gateway by itself: when its dispatch failed, its
-messages are refused until it is dispatched again (session dispatch) or moved here explicitly with
---local. It then runs on the gateway in its workspace, or, when its last worker's work never came home
-through a pull-back (the worker was lost), in the anchor, which holds that work as of the last
-checkpoint. A session whose pull-back failed still has the worker's results on the box: pull back
-again, or move it with --force, which abandons them. A session active on a worker is brought home with
-session pullback.`,
+		Use: "move ID --to gateway|worker:PROFILE [--live]",
+		Example: `  openclaw session move ses_123 --to worker:hetzner --live
+  openclaw session move ses_123 --to gateway --live
+  openclaw session move ses_123 --to worker:big --class cx52
+  openclaw session move ses_123 --local`,
+		Short: "Move a session between the gateway and workers, live while its turn runs",
+		Long: `Move a session to the gateway (--to gateway, or --local) or to a lease of a worker profile
+(--to worker:PROFILE). From the gateway to a worker this is session dispatch; from a worker to the
+gateway, session pullback; from one worker to another, a pull-back (its work comes home into the
+anchor) followed by a dispatch from there.
+
+--live moves a session while its turn runs: the agent loop stops at its next model call, after its tool
+results are committed; the barrier runs with the turn kept open; and the new owner goes on with the same
+turn from the transcript, without new user input. No tool runs twice, nothing of the transcript is
+written twice, and a watching client sees one turn (its live events say where it moved). --busy drain
+(the default) and cancel work as for dispatch and pullback.
+
+A session asked for a worker never runs on the gateway by itself: when its dispatch failed, its
+messages are refused until it is dispatched again or moved here. It then runs on the gateway in its
+workspace, or, when its last worker's work never came home through a pull-back (the worker was lost),
+in the anchor, which holds that work as of the last checkpoint. A session whose pull-back failed still
+has the worker's results on the box: pull back again, or move it with --force, which abandons them.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if !local {
-				return errors.New("say where: --local (the gateway); a session goes to a worker with `openclaw session dispatch ID --profile P`")
-			}
-			c, err := g.client()
+		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
+			req, err := moveRequest(to, local, live, busy, class, force)
 			if err != nil {
 				return err
 			}
-			if _, err := c.MoveLocal(cmd.Context(), args[0], force); err != nil {
+			id := args[0]
+			skip := placementEvents(ctx, c, id)
+			p, err := c.Move(ctx, id, req)
+			if err != nil {
 				return err
 			}
-			ses, _ := c.Session(cmd.Context(), args[0])
-			fmt.Fprintf(stdout, "session %s is local; its turns run on the gateway in %s\n", args[0], ses.Workspace)
+			if p.State == placement.Local { // moved as it was (a failed or lost placement): nothing to follow
+				ses, _ := c.Session(ctx, id)
+				fmt.Fprintf(stdout, "session %s is local; its turns run on the gateway in %s\n", id, ses.Workspace)
+				return nil
+			}
+			if noWait {
+				fmt.Fprintf(stdout, "session %s %s\n", id, p.State)
+				return nil
+			}
+			v, err := watchPlacement(ctx, c, id, skip)
+			if err != nil {
+				return err
+			}
+			want := placement.Local
+			if req.To == "worker" {
+				want = placement.Active
+			}
+			if v.Placement.State != want {
+				return &exitError{code: 1, msg: fmt.Sprintf("move of %s ended %s: %s", id, v.Placement.State, v.Placement.Error)}
+			}
+			if want == placement.Active {
+				fmt.Fprintf(stdout, "session %s active on %s\n", id, v.Placement.EnvironmentID)
+				return nil
+			}
+			fmt.Fprintf(stdout, "session %s is local again; workspace %s\n", id, v.Placement.AnchorDir)
+			printChanges(ctx, c, id)
 			return nil
-		},
+		}),
 	}
-	cmd.Flags().BoolVar(&local, "local", false, "move the session to the gateway")
+	cmd.Flags().StringVar(&to, "to", "", "where: gateway, or worker:PROFILE")
+	cmd.Flags().BoolVar(&local, "local", false, "same as --to gateway")
+	cmd.Flags().BoolVar(&live, "live", false, "move while the turn runs: it stops at its next model call and goes on after the move (same as --busy live)")
+	cmd.Flags().StringVar(&busy, "busy", "", busyFlagHelp)
+	cmd.Flags().StringVar(&class, "class", "", "machine class of the worker (--to worker:PROFILE; lease-CLI providers)")
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the move is recorded")
 	cmd.Flags().BoolVar(&force, "force", false, "after a failed pull-back: abandon the worker's results on the box")
 	return cmd
+}
+
+// moveRequest checks session move's flags, before anything is asked of the gateway.
+func moveRequest(to string, local, live bool, busy, class string, force bool) (placement.MoveRequest, error) {
+	req := placement.MoveRequest{Live: live, Busy: busy, MachineClass: class, Force: force}
+	switch {
+	case local && to != "" && to != "gateway":
+		return req, fmt.Errorf("--local and --to %s say different places: give one", to)
+	case local, to == "gateway", to == "local":
+		req.To = "gateway"
+	case strings.HasPrefix(to, "worker:") && len(to) > len("worker:"):
+		req.To, req.ProfileID = "worker", strings.TrimPrefix(to, "worker:")
+	case to == "worker":
+		return req, errors.New("--to worker:PROFILE names the worker profile (see openclaw profile list)")
+	case to == "":
+		return req, errors.New("say where: --to gateway (or --local), or --to worker:PROFILE; a session goes to a worker also with `openclaw session dispatch ID --profile P`")
+	default:
+		return req, fmt.Errorf("--to %q: want gateway or worker:PROFILE", to)
+	}
+	if class != "" && req.To != "worker" {
+		return req, errors.New("--class is for --to worker:PROFILE")
+	}
+	if _, err := placement.ParseBusyPolicy("--busy", busy); err != nil {
+		return req, err
+	}
+	if live && busy != "" && busy != string(placement.BusyLive) {
+		return req, fmt.Errorf("--live and --busy %s say different things: give one", busy)
+	}
+	return req, nil
 }
 
 // printChanges says what a pull-back brought back: the branch and its tip, the commits since the

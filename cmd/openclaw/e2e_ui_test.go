@@ -22,7 +22,8 @@ const rootRel = "../.."
 
 // uiScript is the worker session's script: a first turn that writes a file, then waits in a
 // command for the test to release it (so the test can reload mid-turn) and commits; a second
-// turn whose command never ends until it is stopped.
+// turn whose command never ends until it is stopped (and a third, canceled by a pull-back); a
+// fourth that waits for the file live, then runs a second command, after its session moved live.
 func uiScript(release, never string) string {
 	return fmt.Sprintf(`[
   {"text": "Writing the file.", "toolCalls": [{"name": "write", "arguments": {"path": "hello.txt", "content": "hi\n"}}]},
@@ -31,7 +32,9 @@ func uiScript(release, never string) string {
   {"text": "All done here."},
   {"toolCalls": [{"name": "exec", "arguments": {"command": "while [ ! -e %[2]s ]; do sleep 0.05; done", "timeout": 120}}]},
   {"toolCalls": [{"name": "exec", "arguments": {"command": "while [ ! -e %[2]s ]; do sleep 0.05; done", "timeout": 120}}]},
-  {"text": "Should not be reached."}
+  {"toolCalls": [{"name": "exec", "arguments": {"command": "while [ ! -e %[2]s.live ]; do sleep 0.05; done", "timeout": 120}}]},
+  {"toolCalls": [{"name": "exec", "arguments": {"command": "echo moved > moved-live.txt", "timeout": 60}}]},
+  {"text": "Went on after the move."}
 ]`, release, never)
 }
 
@@ -235,6 +238,23 @@ func TestControlUIInChromium(t *testing.T) {
 		t.Fatalf("the turn running at the pull-back ended %s, want canceled", ts[len(ts)-1].Status)
 	}
 	p.Until("the timeline names the canceled turn", browsertest.TextCount("#steps li", "barrier step 2: the running turn was canceled (policy cancel)")+` === 1`)
+
+	// A live move: the running turn goes with the session to the worker and ends there.
+	p.Do("send a turn to move live", chromedp.SetValue(`#message`, "move me live"), chromedp.Click(`#send`))
+	p.Until("the turn runs its command", liveExec+` && !document.getElementById('move-busy').hidden`)
+	p.Do("move to worker, live", chromedp.SetValue(`#move-profile`, "local"), chromedp.SetValue(`#move-busy`, "live"), chromedp.Click(`#move`))
+	if err := os.WriteFile(never+".live", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p.Until("the turn went on on the worker", `document.body.dataset.turn === 'idle' && `+browsertest.TextCount("#transcript .text", "Went on after the move.")+` === 1`)
+	liveTurn := g.turns(id)[len(g.turns(id))-1]
+	if liveTurn.Status != turns.TurnDone || liveTurn.Placement != "worker" {
+		t.Fatalf("the turn moved live ended %s on %s (%s), want done on the worker", liveTurn.Status, liveTurn.Placement, liveTurn.Error)
+	}
+	p.Until("runs on the worker", `document.getElementById('runs-on').textContent.startsWith('Runs on worker')`)
+	p.Shot(rootRel, "chat-live-move")
+	p.Do("pull back", chromedp.Click(`#pullback`))
+	p.Until("back on the gateway", `document.getElementById('runs-on').textContent.startsWith('Runs on gateway') && document.getElementById('pullback').hidden`)
 
 	// Environments: destroy the session's environment from its page.
 	p.Do("environments", chromedp.Click(`a[href="/environments"]`), chromedp.WaitVisible(`#env-table tr[data-env=`+envID+`]`))

@@ -69,7 +69,7 @@ func waitTurn(t *testing.T, g *gw, runID string) turns.Turn {
 		if turn, err = g.client.Turn(g.ctx(), runID); err != nil {
 			t.Fatal(err)
 		}
-		return turn.Status != turns.TurnRunning
+		return turn.Status != turns.TurnRunning && turn.Status != turns.TurnMoving
 	})
 	return turn
 }

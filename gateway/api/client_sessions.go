@@ -122,7 +122,12 @@ func (c *Client) PullBack(ctx context.Context, sessionID string, req placement.P
 
 // MoveLocal moves a session whose worker placement failed (or was lost) to the gateway.
 func (c *Client) MoveLocal(ctx context.Context, sessionID string, force bool) (placement.Placement, error) {
-	return doAs[placement.Placement](ctx, c, http.MethodPost, v1("sessions", sessionID, "move"), placement.MoveRequest{To: "local", Force: force})
+	return c.Move(ctx, sessionID, placement.MoveRequest{To: "local", Force: force})
+}
+
+// Move moves a session to the gateway or to a worker of a profile (POST /sessions/{id}/move).
+func (c *Client) Move(ctx context.Context, sessionID string, req placement.MoveRequest) (placement.Placement, error) {
+	return doAs[placement.Placement](ctx, c, http.MethodPost, v1("sessions", sessionID, "move"), req)
 }
 
 // SyncCheck is the body of POST /environments/:id/check-sync.

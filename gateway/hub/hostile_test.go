@@ -727,3 +727,34 @@ func TestHostileAdmissionBinding(t *testing.T) {
 	// The right session and epoch are admitted.
 	x.sessionConn()
 }
+
+// A run that a live move stops gets run-yield for its next model call, which reaches no provider;
+// its tool calls still run (they end the step it is in), and another run of the session is not
+// stopped by it.
+func TestAYieldingRunsModelCallStopsThere(t *testing.T) {
+	x := newHostile(t, nil)
+	c := x.sessionConn()
+	frames := reader(t, c)
+	answer := func(what string, f []byte, id string) protocol.Frame {
+		t.Helper()
+		sendRaw(t, c, f)
+		for {
+			if a := recvChan(t, what, frames); a.ID == id {
+				return a
+			}
+		}
+	}
+	x.startTurn("run-1")
+	x.runs.yield(x.session, "run-1")
+	if a := answer("the yielding run's call", x.inferenceFrame("y1", "run-1", "y1", []byte("hi")), "y1"); a.OK || a.Error == nil || a.Error.Code != protocol.CodeRunYield || a.Error.Retryable {
+		t.Fatalf("a model call of a yielding run: %+v, want run-yield, not retryable", a.Error)
+	}
+	if n := x.models.calls.Load(); n != 0 {
+		t.Fatalf("the provider saw %d calls of a yielding run", n)
+	}
+	x.runs.end(x.session)
+	x.startTurn("run-2")
+	if a := answer("another run's call", x.inferenceFrame("y2", "run-2", "y2", []byte("hi")), "y2"); a.Error != nil && a.Error.Code == protocol.CodeRunYield {
+		t.Fatalf("the next run's call was stopped by the earlier run's yield: %+v", a.Error)
+	}
+}

@@ -202,6 +202,12 @@ type Runs interface {
 	RunningTurn(ctx context.Context, sessionID string) (runID string, runEpoch uint64, ok bool, err error)
 }
 
+// Yields is implemented by a Runs whose runs a live move can stop at their next model call: the
+// hub answers that call protocol.CodeRunYield and the worker's run ends there.
+type Yields interface {
+	Yielding(sessionID, runID string) bool
+}
+
 // AdmissionProofSkew bounds how far a worker's admission proof may be signed from the gateway's time.
 const AdmissionProofSkew = 2 * time.Minute
 

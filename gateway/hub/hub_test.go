@@ -789,8 +789,9 @@ func (c offsetClock) NewTicker(d time.Duration) clock.Ticker {
 // runTable is the harness's record of running turns (hub.Runs), which gateway/turns keeps in the
 // gateway.
 type runTable struct {
-	mu sync.Mutex
-	m  map[string]run // session → its running turn
+	mu       sync.Mutex
+	m        map[string]run    // session → its running turn
+	yielding map[string]string // session → the run a live move stops at its next model call
 }
 
 type run struct {
@@ -808,6 +809,22 @@ func (r *runTable) end(session string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.m, session)
+}
+
+// yield marks session's run as stopping at its next model call (a live move; hub.Yields).
+func (r *runTable) yield(session, runID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.yielding == nil {
+		r.yielding = map[string]string{}
+	}
+	r.yielding[session] = runID
+}
+
+func (r *runTable) Yielding(session, runID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.yielding[session] == runID
 }
 
 func (r *runTable) RunningTurn(_ context.Context, session string) (string, uint64, bool, error) {

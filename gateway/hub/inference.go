@@ -275,6 +275,12 @@ func (s *Server) runCall(ctx context.Context, wc *workerConn, f protocol.Frame, 
 		last(protocol.ErrorResponse(f.ID, e))
 		return
 	}
+	if y, ok := s.cfg.Runs.(Yields); ok && y.Yielding(p.SessionID, p.RunID) {
+		// a live move: the run stops here, before its call, and goes on on the session's next owner
+		last(protocol.ErrorResponse(f.ID, protocol.Errorf(protocol.CodeRunYield,
+			"run %.128q stops at this model call: its session moves live, and the turn goes on on its next owner", p.RunID)))
+		return
+	}
 	callCtx, e := s.callCredential(ctx, wc.envID, p.ModelRef)
 	if e != nil {
 		s.refused.add("worker.inference.reject", wc.envID, e)

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,6 +36,9 @@ type fakeTurns struct {
 	runs map[string]turns.Turn
 	// deltas is the reply of every turn, one live event each
 	deltas []string
+	// moves: each turn moves live halfway through its reply (it stops, then goes on with a new
+	// run epoch, as a live move's continuation does)
+	moves bool
 }
 
 func (f *fakeTurns) Send(ctx context.Context, sessionID, text, key string) (turns.Turn, error) {
@@ -52,7 +56,13 @@ func (f *fakeTurns) Send(ctx context.Context, sessionID, text, key string) (turn
 				RunEpoch: t.RunEpoch, RunID: runID, Seq: seq, Event: ev})
 		}
 		pub(protocol.LiveEvent{Type: protocol.LiveLifecycleStart})
-		for _, d := range f.deltas {
+		for i, d := range f.deltas {
+			if f.moves && i == len(f.deltas)/2 {
+				pub(protocol.LiveEvent{Type: protocol.LiveLifecycleYield})
+				t.RunEpoch += 100 // the continuation: a run epoch of its own, the same run id
+				seq = 0
+				pub(protocol.LiveEvent{Type: protocol.LiveLifecycleResume})
+			}
 			pub(protocol.LiveEvent{Type: protocol.LiveTextDelta, Delta: d})
 		}
 		pub(protocol.LiveEvent{Type: protocol.LiveLifecycleEnd})
@@ -730,4 +740,57 @@ func mustLeaf(t *testing.T, r *rig, id string) string {
 		t.Fatal(err)
 	}
 	return s.LeafID
+}
+
+// A turn that moves live between owners is one run to an OpenClaw client: one lifecycle start
+// and one end, one final chat message with the whole reply, and a seq that only rises across the
+// move.
+func TestALiveMoveIsOneTurnToAClient(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.Turns.(*fakeTurns).moves = true })
+	s, err := r.sess.Create(context.Background(), sessions.CreateParams{Title: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, r)
+	if m := c.connect(connectBody(testToken)); m["ok"] != true {
+		t.Fatal(m)
+	}
+	key := "agent:main:" + s.ID
+	c.write(map[string]any{"type": "req", "id": "s", "method": "chat.send", "params": map[string]any{"sessionKey": key, "message": "hi", "idempotencyKey": "idem-live"}})
+	var text string
+	var phases []string
+	var last float64 // agent and chat events of a run share one seq
+	for {
+		m := c.read()
+		if m["type"] != "event" || (m["event"] != "chat" && m["event"] != "agent") {
+			continue
+		}
+		p := m["payload"].(map[string]any)
+		seq, _ := p["seq"].(float64)
+		if seq <= last {
+			t.Fatalf("%s seq %v after %v", m["event"], seq, last)
+		}
+		last = seq
+		if m["event"] == "agent" && p["stream"] == "lifecycle" {
+			phases = append(phases, p["data"].(map[string]any)["phase"].(string))
+			continue
+		}
+		if m["event"] != "chat" {
+			continue
+		}
+		switch p["state"] {
+		case "delta":
+			text += p["deltaText"].(string)
+		case "final":
+			if text != "Hello from the fake." {
+				t.Fatalf("streamed %q across the move", text)
+			}
+			if !slices.Equal(phases, []string{"start", "end"}) {
+				t.Fatalf("lifecycle phases %v, want one start and one end", phases)
+			}
+			return
+		default:
+			t.Fatalf("chat state %v during a live move", p["state"])
+		}
+	}
 }

@@ -37,10 +37,33 @@ type DispatchRequest struct {
 
 // MoveRequest is the body of POST /sessions/:id/move.
 type MoveRequest struct {
-	// To is where the session goes: "local" (the gateway).
+	// To is where the session goes: "gateway" (also "local") or "worker" (a lease of ProfileID).
+	// To the gateway, a session active on a worker is pulled back; one whose placement failed
+	// (or whose worker was lost) is moved there as it is. To a worker, a session on the gateway
+	// is dispatched; one active on a worker is pulled back and dispatched from there.
 	To string `json:"to"`
+	// ProfileID and MachineClass name the worker (To "worker").
+	ProfileID    string `json:"profileId,omitempty"`
+	MachineClass string `json:"machineClass,omitempty"`
+	// Busy is what happens to a running turn: "drain" (the default), "cancel" or "live" (it stops
+	// at its next model call and goes on, as the same turn, on the session's next owner). Live is
+	// busy "live".
+	Busy string `json:"busy,omitempty"`
+	Live bool   `json:"live,omitempty"`
 	// Force moves a session whose pull-back failed, abandoning the worker's results on the box.
 	Force bool `json:"force,omitempty"`
+}
+
+// policy is the request's busy policy, checked.
+func (r MoveRequest) policy() (BusyPolicy, error) {
+	policy, err := ParseBusyPolicy("busy", r.Busy)
+	if err != nil || !r.Live {
+		return policy, err
+	}
+	if r.Busy != "" && policy != BusyLive {
+		return "", providers.Fieldf("live", "asks for busy \"live\", and busy says %q: give one", r.Busy)
+	}
+	return BusyLive, nil
 }
 
 // MaxListedPlacements bounds GET /placements (the most recently updated first).
@@ -68,6 +91,7 @@ func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 		}
 		p, err := d.Dispatch(c.Request().Context(), c.Param("id"), req.ProfileID, req.MachineClass)
 		if err != nil {
+			d.afterMove(c.Param("id")) // a turn a live policy stopped goes on where it is
 			return placementErr(err)
 		}
 		return c.JSON(http.StatusAccepted, p)
@@ -95,14 +119,58 @@ func RegisterDispatchAPI(g *echo.Group, d *Dispatcher) {
 		if err := jsonbody.Decode(c.Request().Body, &req); err != nil {
 			return err
 		}
-		if req.To != "local" {
-			return providers.Fieldf("to", "must be \"local\" (a session goes to a worker with POST /sessions/{id}/dispatch), got %q", req.To)
-		}
-		p, err := d.MoveLocal(c.Request().Context(), c.Param("id"), req.Force)
+		policy, err := req.policy()
 		if err != nil {
-			return placementErr(err)
+			return err
 		}
-		return c.JSON(http.StatusOK, p)
+		ctx, id := c.Request().Context(), c.Param("id")
+		switch req.To {
+		case "local", "gateway":
+			cur, err := d.cfg.Placements.Get(ctx, id)
+			if err != nil {
+				return err
+			}
+			if cur.State == Active {
+				p, err := d.PullBackBusy(ctx, id, req.Force, policy)
+				if err != nil {
+					return placementErr(err)
+				}
+				return c.JSON(http.StatusAccepted, p)
+			}
+			p, err := d.MoveLocal(ctx, id, req.Force)
+			if err != nil {
+				return placementErr(err)
+			}
+			return c.JSON(http.StatusOK, p)
+		case "worker":
+			if req.ProfileID == "" {
+				return providers.Fieldf("profileId", "is required to move to a worker")
+			}
+			if err := d.checkDispatch(ctx, id, req.ProfileID, req.MachineClass); err != nil {
+				return err
+			}
+			cur, err := d.cfg.Placements.Get(ctx, id)
+			if err != nil {
+				return err
+			}
+			if cur.State == Active {
+				p, err := d.MoveToProfile(ctx, id, req.ProfileID, req.MachineClass, policy)
+				if err != nil {
+					return placementErr(err)
+				}
+				return c.JSON(http.StatusAccepted, p)
+			}
+			if err := d.WaitIdle(ctx, id, policy); err != nil {
+				return placementErr(err)
+			}
+			p, err := d.Dispatch(ctx, id, req.ProfileID, req.MachineClass)
+			if err != nil {
+				d.afterMove(id) // a turn a live policy stopped goes on where it is
+				return placementErr(err)
+			}
+			return c.JSON(http.StatusAccepted, p)
+		}
+		return providers.Fieldf("to", "must be \"gateway\" or \"worker\" (with profileId), got %q", req.To)
 	})
 	g.GET("/placements", func(c echo.Context) error {
 		list, err := d.cfg.Placements.List(c.Request().Context(), MaxListedPlacements)

@@ -19,6 +19,10 @@ const (
 	// BusyCancel stops the turn at its next safe point (a model call or a tool's end) and waits
 	// for its end.
 	BusyCancel BusyPolicy = "cancel"
+	// BusyLive stops the turn at its next model call (after its tool results are committed) and
+	// goes on with the same turn on the session's next owner, from the transcript, without new
+	// user input (a live move). A turn that ends before its next model call simply ends.
+	BusyLive BusyPolicy = "live"
 )
 
 // ParseBusyPolicy checks a policy given in a request ("" is drain); field names it in the error.
@@ -28,8 +32,10 @@ func ParseBusyPolicy(field, s string) (BusyPolicy, error) {
 		return BusyDrain, nil
 	case BusyCancel:
 		return BusyCancel, nil
+	case BusyLive:
+		return BusyLive, nil
 	}
-	return "", providers.Fieldf(field, "must be drain (wait for the running turn to end) or cancel (stop it), got %q", s)
+	return "", providers.Fieldf(field, "must be drain (wait for the running turn to end), cancel (stop it) or live (stop it at its next model call and go on with it after the move), got %q", s)
 }
 
 // settled says how the barrier's step 2 ended the session's running turn.
@@ -56,6 +62,26 @@ func (d *Dispatcher) settle(ctx context.Context, sessionID string, policy BusyPo
 		return settled{}, nil
 	}
 	out := settled{ran: true, how: "ended (drained)"}
+	if policy == BusyLive && d.cfg.YieldTurn != nil {
+		if runID := d.cfg.YieldTurn(sessionID); runID != "" {
+			err := d.waitIdle(ctx, sessionID, d.cfg.drainTimeout())
+			out.how, out.elapsed = "stopped at a model-call boundary to go on after the move, or ended before one (policy live)", clk.Now().Sub(start)
+			if err == nil {
+				return out, nil
+			}
+			// not stopped in time: the run goes on where it is (one that stopped at this moment
+			// goes on there too, once the refused move is told to the turns)
+			if d.cfg.Unyield != nil {
+				d.cfg.Unyield(sessionID, runID)
+			}
+			d.afterMove(sessionID)
+			if ctx.Err() != nil {
+				return out, ctx.Err()
+			}
+			return out, fmt.Errorf("session %s: the running turn made no model call within placement.drainTimeout (%s) to stop at: %w",
+				sessionID, d.cfg.drainTimeout(), ErrBusy)
+		}
+	}
 	if policy == BusyCancel {
 		err := d.cancelAndWait(ctx, sessionID)
 		out.how, out.elapsed = "was canceled (policy cancel)", clk.Now().Sub(start)

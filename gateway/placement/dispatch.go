@@ -32,6 +32,13 @@ type DispatchConfig struct {
 	// CancelTurn cancels the session's running turn and waits for its end (the cancel policy,
 	// and a drain that timed out during a pull-back).
 	CancelTurn func(ctx context.Context, sessionID string) error
+	// YieldTurn asks the session's running turn to stop at its next model call (the live
+	// policy) and returns its run id ("" when none runs); Unyield withdraws that of a move that
+	// did not happen. AfterMove is told when a move of the session rests (or was refused), so a
+	// turn a live move stopped goes on there. nil: no live moves.
+	YieldTurn func(sessionID string) string
+	Unyield   func(sessionID, runID string)
+	AfterMove func(sessionID string)
 	// DrainTimeout bounds the drain policy's wait for a running turn (0: DefaultDrainTimeout).
 	DrainTimeout time.Duration
 	// ReclaimInterval is how often active placements are checked for a lost worker (default 2s);
@@ -143,9 +150,9 @@ type Dispatcher struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	mu     sync.Mutex
-	active map[string]bool // session ids with a step running
-	force  held[bool]      // session ids whose next reconciliation may pass the deletion brake
-	next   held[string]    // session id → the environment it goes to once its pull-back rests (DispatchToEnvironment)
+	active map[string]bool  // session ids with a step running
+	force  held[bool]       // session ids whose next reconciliation may pass the deletion brake
+	next   held[nextTarget] // session id → where it goes once its pull-back rests (DispatchToEnvironment, MoveToProfile)
 	// busyPolicy: a pull-back's policy for its drain step
 	busyPolicy held[BusyPolicy]
 	sync       *syncMetrics
@@ -263,6 +270,9 @@ func (d *Dispatcher) kick(sessionID string) {
 		if err := d.advance(d.ctx, sessionID); err != nil && d.ctx.Err() == nil {
 			d.log.Warn("placement step failed", "session", sessionID, "err", err)
 		}
+		if d.ctx.Err() == nil {
+			d.afterMove(sessionID) // a turn a live move stopped goes on where the session rests
+		}
 	}()
 }
 
@@ -295,18 +305,51 @@ func (d *Dispatcher) Dispatch(ctx context.Context, sessionID, profileID, machine
 	if err != nil {
 		return p, err
 	}
-	reason := "dispatch to profile " + profileID
-	if machineClass != "" {
-		reason += " (machine class " + machineClass + ")"
-	}
-	zero, none := 0, "" // a new dispatch: no barrier passed yet, no environment chosen (provision picks one)
-	p, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation, Change{To: Requested, Reason: reason, ProfileID: &profileID, MachineClass: &machineClass,
-		EnvironmentID: &none, BarrierStep: &zero, Idle: true})
+	p, err = d.request(ctx, p, profileID, machineClass)
 	if err != nil {
 		return p, err
 	}
 	d.kick(sessionID)
 	return p, nil
+}
+
+// request records the dispatch of the resting placement p to a lease of the profile.
+func (d *Dispatcher) request(ctx context.Context, p Placement, profileID, machineClass string) (Placement, error) {
+	reason := "dispatch to profile " + profileID
+	if machineClass != "" {
+		reason += " (machine class " + machineClass + ")"
+	}
+	zero, none := 0, "" // a new dispatch: no barrier passed yet, no environment chosen (provision picks one)
+	return d.cfg.Placements.Transition(ctx, p.SessionID, p.Generation, Change{To: Requested, Reason: reason, ProfileID: &profileID, MachineClass: &machineClass,
+		EnvironmentID: &none, BarrierStep: &zero, Idle: true})
+}
+
+// MoveToProfile moves a session active on a worker to a lease of another profile (or a fresh
+// lease of the same one): it is pulled back by policy (its work comes home into the anchor), then
+// dispatched from there. With the live policy, a running turn stops at its next model call and
+// goes on on the new worker. The follow-on target is kept in memory; after a gateway restart
+// mid-move the session rests on the gateway (and a moving turn goes on there).
+func (d *Dispatcher) MoveToProfile(ctx context.Context, sessionID, profileID, machineClass string, policy BusyPolicy) (Placement, error) {
+	p, err := d.cfg.Placements.Get(ctx, sessionID)
+	if err != nil {
+		return p, err
+	}
+	if p.State != Active {
+		return p, fmt.Errorf("session %s is %s, not active on a worker: %w", sessionID, p.State, ErrStale)
+	}
+	d.setNext(sessionID, nextTarget{profile: profileID, class: machineClass})
+	moved, err := d.PullBackBusy(ctx, sessionID, false, policy)
+	if err != nil {
+		d.setNext(sessionID, nextTarget{})
+	}
+	return moved, err
+}
+
+// afterMove tells the turns that a move of the session rested or was refused (DispatchConfig.AfterMove).
+func (d *Dispatcher) afterMove(sessionID string) {
+	if d.cfg.AfterMove != nil {
+		d.cfg.AfterMove(sessionID)
+	}
 }
 
 // PullBack starts bringing a session home: drain, reconcile the workspace, activate local.

@@ -41,20 +41,20 @@ func (d *Dispatcher) DispatchToEnvironment(ctx context.Context, sessionID, envID
 	}
 	switch {
 	case p.EnvironmentID == envID && (p.State == Active || p.State.dispatching()):
-		d.setNext(sessionID, "")
+		d.setNext(sessionID, nextTarget{})
 		if p.State != Active {
 			d.kick(sessionID) // resumes a dispatch a restarted gateway left mid-way (no-op if running)
 		}
 		return p, nil
 	case p.State == Active:
-		d.setNext(sessionID, envID)
+		d.setNext(sessionID, nextTarget{env: envID})
 		moved, err := d.PullBack(ctx, sessionID, false)
 		if err != nil {
-			d.setNext(sessionID, "")
+			d.setNext(sessionID, nextTarget{})
 		}
 		return moved, err
 	case p.State == Draining || p.State == Reconciling:
-		d.setNext(sessionID, envID) // taken once the pull-back rests local
+		d.setNext(sessionID, nextTarget{env: envID}) // taken once the pull-back rests local
 		d.kick(sessionID)
 		return p, nil
 	case p.State.dispatching():
@@ -129,16 +129,20 @@ func (s State) dispatching() bool {
 	return s == Requested || s == Provisioning || s == Syncing || s == Starting
 }
 
-// setNext records (or, with "", clears) the environment a session goes to once its pull-back
+// nextTarget is where a session goes once its pull-back rests local: one environment
+// (DispatchToEnvironment) or a lease of a profile (MoveToProfile).
+type nextTarget struct{ env, profile, class string }
+
+// setNext records (or, with the zero target, clears) where a session goes once its pull-back
 // rests local.
-func (d *Dispatcher) setNext(sessionID, envID string) {
+func (d *Dispatcher) setNext(sessionID string, t nextTarget) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.next.set(sessionID, envID)
+	d.next.set(sessionID, t)
 }
 
 // takeNext returns and clears a session's follow-on target.
-func (d *Dispatcher) takeNext(sessionID string) string {
+func (d *Dispatcher) takeNext(sessionID string) nextTarget {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.next.take(sessionID)
@@ -158,7 +162,7 @@ func orNone(s string) string {
 // box) is an error wrapping ErrPlacementFailed: the environment must not be released then.
 func (d *Dispatcher) LeaveEnvironment(ctx context.Context, sessionID, envID string) (Placement, error) {
 	d.mu.Lock()
-	if d.next[sessionID] == envID {
+	if d.next[sessionID].env == envID {
 		delete(d.next, sessionID)
 	}
 	d.mu.Unlock()

@@ -34,14 +34,22 @@ func (d *Dispatcher) advance(ctx context.Context, sessionID string) error {
 		case Reconciling:
 			next, err = d.reconcile(ctx, p)
 		case Local:
-			// a pull-back that DispatchToEnvironment started goes on to its target
-			envID := d.takeNext(sessionID)
-			if envID == "" {
+			// a pull-back that DispatchToEnvironment or MoveToProfile started goes on to its target
+			next := d.takeNext(sessionID)
+			switch {
+			case next.env != "":
+				if _, err := d.onto(ctx, p, next.env); err != nil {
+					d.log.Warn("dispatch onto the next environment", "session", sessionID, "env", next.env, "err", err)
+					return err
+				}
+			case next.profile != "":
+				if _, err := d.request(ctx, p, next.profile, next.class); err != nil {
+					d.log.Warn("dispatch to the next profile", "session", sessionID, "profile", next.profile, "err", err)
+					d.cfg.Placements.Note(ctx, sessionID, "the move to profile "+next.profile+" stopped at the gateway: "+err.Error())
+					return err
+				}
+			default:
 				return nil
-			}
-			if _, err := d.onto(ctx, p, envID); err != nil {
-				d.log.Warn("dispatch onto the next environment", "session", sessionID, "env", envID, "err", err)
-				return err
 			}
 			continue
 		default:

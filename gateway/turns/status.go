@@ -23,16 +23,22 @@ const (
 	TurnDone     TurnStatus = "done"
 	TurnFailed   TurnStatus = "failed"
 	TurnCanceled TurnStatus = "canceled"
+	// TurnMoving is a turn between owners in a live move: its run stopped at a model-call
+	// boundary (its tool results committed), and the turn goes on from the transcript, as the
+	// same run id, once the session rests on its next owner (or fails, naming why, if it cannot).
+	TurnMoving TurnStatus = "moving"
 )
 
 // AllTurnStatuses lists every turn status.
-var AllTurnStatuses = []TurnStatus{TurnQueued, TurnRunning, TurnDone, TurnFailed, TurnCanceled}
+var AllTurnStatuses = []TurnStatus{TurnQueued, TurnRunning, TurnMoving, TurnDone, TurnFailed, TurnCanceled}
 
 // turnTransitions is the explicit table of legal moves of a stored turn: a running turn ends once,
-// done, failed or canceled. A queued turn is admitted (inserted as running), not moved.
+// done, failed or canceled, or stops for a live move (moving) and runs again on the next owner. A
+// queued turn is admitted (inserted as running), not moved.
 var turnTransitions = map[TurnStatus][]TurnStatus{
 	TurnQueued:   nil,
-	TurnRunning:  {TurnDone, TurnFailed, TurnCanceled},
+	TurnRunning:  {TurnDone, TurnFailed, TurnCanceled, TurnMoving},
+	TurnMoving:   {TurnRunning, TurnFailed, TurnCanceled},
 	TurnDone:     nil,
 	TurnFailed:   nil,
 	TurnCanceled: nil,

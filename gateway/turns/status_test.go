@@ -12,9 +12,11 @@ import (
 )
 
 func TestTurnTransitionTableExhaustive(t *testing.T) {
-	// Written out independently of the table in turnstate.go: a running turn ends once.
+	// Written out independently of the table in status.go: a running turn ends once, or stops
+	// for a live move and runs again (or ends) from there.
 	legal := map[[2]TurnStatus]bool{
 		{TurnRunning, TurnDone}: true, {TurnRunning, TurnFailed}: true, {TurnRunning, TurnCanceled}: true,
+		{TurnRunning, TurnMoving}: true, {TurnMoving, TurnRunning}: true, {TurnMoving, TurnFailed}: true, {TurnMoving, TurnCanceled}: true,
 	}
 	for _, from := range AllTurnStatuses {
 		for _, to := range AllTurnStatuses {
@@ -29,10 +31,10 @@ func TestTurnTransitionTableExhaustive(t *testing.T) {
 			t.Errorf("terminal status %s has outgoing moves", from)
 		}
 	}
-	if len(AllTurnStatuses) != 5 || len(turnTransitions) != len(AllTurnStatuses) {
+	if len(AllTurnStatuses) != 6 || len(turnTransitions) != len(AllTurnStatuses) {
 		t.Fatalf("%d statuses, %d in the table", len(AllTurnStatuses), len(turnTransitions))
 	}
-	for s, want := range map[TurnStatus]bool{TurnQueued: false, TurnRunning: false, TurnDone: true, TurnFailed: true, TurnCanceled: true} {
+	for s, want := range map[TurnStatus]bool{TurnQueued: false, TurnRunning: false, TurnMoving: false, TurnDone: true, TurnFailed: true, TurnCanceled: true} {
 		if s.Terminal() != want {
 			t.Errorf("%s.Terminal() = %v", s, !want)
 		}

@@ -127,7 +127,9 @@ type Service struct {
 
 	mu      sync.Mutex
 	running map[string]context.CancelFunc // session id → cancel of its turn
-	ended   map[string]chan struct{}      // session id → closed once its local turn is recorded ended
+	// yielding: session id → the run a live move asked to stop at its next model call
+	yielding map[string]string
+	ended    map[string]chan struct{} // session id → closed once its local turn is recorded ended
 
 	metrics *metrics
 }
@@ -157,7 +159,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		cfg.Log.Info("stopped what an earlier gateway's local turns left running", "processes", st.Processes)
 	}
 	c, cancel := context.WithCancel(context.Background())
-	return &Service{cfg: cfg, owner: owner, log: cfg.Log, ctx: c, cancel: cancel, running: map[string]context.CancelFunc{}, ended: map[string]chan struct{}{}, metrics: newMetrics()}, nil
+	return &Service{cfg: cfg, owner: owner, log: cfg.Log, ctx: c, cancel: cancel, running: map[string]context.CancelFunc{}, yielding: map[string]string{}, ended: map[string]chan struct{}{}, metrics: newMetrics()}, nil
 }
 
 // Close cancels running turns and waits for them until ctx ends (an error then names what still
@@ -244,6 +246,14 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 			return t, nil
 		}
 	}
+	return s.begin(ctx, sess, text, idempotencyKey, runID, nil)
+}
+
+// begin places and starts a turn of sess: a new one (text), or the moving turn cont goes on
+// where the session now rests (a live move's continuation, with no text).
+func (s *Service) begin(ctx context.Context, sess sessions.Session, text, idempotencyKey, runID string, cont *Turn) (Turn, error) {
+	sessionID := sess.ID
+	var err error
 	// Where the turn runs is read from the placement row, its one copy.
 	where := "local"
 	if s.cfg.Placements != nil {
@@ -285,6 +295,9 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 	if model == "" {
 		model = s.cfg.Catalog.Default()
 	}
+	if cont != nil {
+		model = cont.Model
+	}
 	if _, err := s.cfg.Catalog.Resolve(model); err != nil {
 		return Turn{}, err
 	}
@@ -297,7 +310,7 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 		if s.cfg.Placements != nil {
 			changed = s.cfg.Placements.Changes(sessionID)
 		}
-		t, err = s.admit(ctx, &sess, where, model, idempotencyKey, runID)
+		t, err = s.admit(ctx, &sess, where, model, idempotencyKey, runID, cont)
 		if !errors.Is(err, placement.ErrCheckpointing) || !s.clock().Now().Before(deadline) {
 			break
 		}
@@ -333,6 +346,9 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 			}
 			s.mu.Lock()
 			delete(s.running, sessionID)
+			if s.yielding[sessionID] == runID {
+				delete(s.yielding, sessionID) // asked or not, the run has ended
+			}
 			s.mu.Unlock()
 			cancel()
 		})
@@ -346,7 +362,7 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 	}
 	s.metrics.started.WithLabelValues(where).Inc()
 	if where == "worker" {
-		if err := s.startOnWorker(ctx, tctx, sess, t, text, release); err != nil {
+		if err := s.startOnWorker(ctx, tctx, sess, t, text, cont != nil, release); err != nil {
 			return Turn{}, err
 		}
 		return t, nil
@@ -371,31 +387,30 @@ func (s *Service) send(ctx context.Context, sessionID, text, idempotencyKey, run
 			close(ended)
 		}()
 		defer release()
-		status, msg := s.run(tctx, t, ws, text)
-		// The session is free before its turn reads as ended: whoever sees the outcome may send
-		// the next message (or dispatch) at once, without a busy refusal.
-		release()
-		s.finish(t, status, msg)
+		status, msg := s.run(tctx, t, ws, text, cont != nil)
+		s.settleTurn(t, status, msg, release)
 	}()
 	return t, nil
 }
 
-// run runs a local turn and returns its outcome.
-func (s *Service) run(ctx context.Context, t Turn, workspace, text string) (TurnStatus, string) {
+// run runs a local turn (or goes on with a moving one: cont) and returns its outcome.
+func (s *Service) run(ctx context.Context, t Turn, workspace, text string, cont bool) (TurnStatus, string) {
 	set := tools.NewSet(tools.Config{Workspace: workspace, Extra: s.offeredTools(ctx), Owner: s.owner})
 	defer set.Close(context.WithoutCancel(ctx))
 	r := runner.New(runner.Config{
-		Model:    catalogModel{s.cfg.Catalog, t.SessionID},
+		Model:    catalogModel{c: s.cfg.Catalog, session: t.SessionID, yield: func() bool { return s.Yielding(t.SessionID, t.RunID) }},
 		Backend:  &LocalBackend{Store: s.cfg.Sessions},
 		Tools:    set,
 		MaxSteps: s.cfg.MaxSteps,
 	})
 	err := ensureDir(workspace)
 	if err == nil {
-		err = r.Run(ctx, runner.Turn{SessionID: t.SessionID, RunEpoch: t.RunEpoch, RunID: t.RunID, ModelRef: t.Model, Text: text})
+		err = r.Run(ctx, runner.Turn{SessionID: t.SessionID, RunEpoch: t.RunEpoch, RunID: t.RunID, ModelRef: t.Model, Text: text, Continue: cont})
 	}
 	status, msg := TurnDone, ""
 	switch {
+	case errors.Is(err, runner.ErrYielded):
+		status = TurnMoving
 	case errors.Is(err, context.Canceled):
 		status, msg = TurnCanceled, "canceled"
 	case err != nil:
@@ -439,10 +454,13 @@ func (s *Service) RunningTurn(ctx context.Context, sessionID string) (string, ui
 // Cancel cancels the session's running turn, if any.
 func (s *Service) Cancel(sessionID string) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	c, ok := s.running[sessionID]
 	if ok {
 		c()
+	}
+	s.mu.Unlock()
+	if !ok {
+		return s.cancelMoving(sessionID) // between owners in a live move: it does not go on
 	}
 	return ok
 }
@@ -510,9 +528,15 @@ func (s *Service) List(ctx context.Context, sessionID string) ([]Turn, error) {
 type catalogModel struct {
 	c       *inference.Catalog
 	session string
+	// yield reports a live move's request to stop the run at this call (the hub's check for a
+	// worker's run)
+	yield func() bool
 }
 
 func (m catalogModel) Stream(ctx context.Context, ref string, c protocol.Context, emit func(protocol.StreamEvent) error) (protocol.Message, error) {
+	if m.yield != nil && m.yield() {
+		return protocol.Message{}, protocol.Errorf(protocol.CodeRunYield, "the session moves live: the turn goes on on its next owner")
+	}
 	return m.c.Stream(ctx, ref, c, inference.Options{Session: m.session}, emit)
 }
 
@@ -521,7 +545,7 @@ func (m catalogModel) Stream(ctx context.Context, ref string, c protocol.Context
 // turn's row, the one record of the running turn, are written in one transaction. A worker turn
 // runs in the box's workspace: admit sets sess.Workspace to it. On success admit returns holding
 // s.mu, so the caller records the turn's cancel before anyone can look for it.
-func (s *Service) admit(ctx context.Context, sess *sessions.Session, where, model, idempotencyKey, runID string) (Turn, error) {
+func (s *Service) admit(ctx context.Context, sess *sessions.Session, where, model, idempotencyKey, runID string, cont *Turn) (Turn, error) {
 	sessionID := sess.ID
 	s.mu.Lock()
 	if _, busy := s.running[sessionID]; busy {
@@ -550,6 +574,18 @@ func (s *Service) admit(ctx context.Context, sess *sessions.Session, where, mode
 		}
 		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(run_epoch),0)+1 FROM turns WHERE session_id=?`, sessionID).Scan(&t.RunEpoch); err != nil {
 			return err
+		}
+		if cont != nil {
+			return s.continueTx(ctx, tx, &t, *cont)
+		}
+		// a turn moving live between owners goes on first: no message runs beside it
+		moving, err := store.Strings(ctx, tx, `SELECT run_id FROM turns WHERE session_id=? AND status=?`, sessionID, string(TurnMoving))
+		if err != nil {
+			return err
+		}
+		if len(moving) > 0 {
+			return fmt.Errorf("session %s: %w: its turn %s is moving live to the session's next owner and goes on there; send the message once it ends, or stop it with: openclaw session cancel %s",
+				sessionID, placement.ErrBusy, moving[0], sessionID)
 		}
 		var key any
 		if idempotencyKey != "" {

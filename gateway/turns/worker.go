@@ -27,7 +27,7 @@ const workerGoneGrace = 2 * time.Minute
 
 // startOnWorker hands an admitted turn to the session's worker (worker.turn.start) and follows its
 // lifecycle events to record the outcome. release ends the turn's admission.
-func (s *Service) startOnWorker(ctx, tctx context.Context, sess sessions.Session, t Turn, text string, release func()) error {
+func (s *Service) startOnWorker(ctx, tctx context.Context, sess sessions.Session, t Turn, text string, cont bool, release func()) error {
 	// Follow the session's live events from the admission cursor before the worker can publish any.
 	sub, err := s.cfg.Sessions.Subscribe(ctx, sess.ID, t.Cursor)
 	if err != nil {
@@ -45,7 +45,7 @@ func (s *Service) startOnWorker(ctx, tctx context.Context, sess sessions.Session
 	rctx, cancel := context.WithTimeout(ctx, turnStartTimeout)
 	_, err = s.cfg.Workers.Request(rctx, sess.EnvironmentID, protocol.MethodTurnStart, protocol.TurnStartParams{
 		SessionID: sess.ID, OwnerEpoch: sess.OwnerEpoch, RunEpoch: t.RunEpoch, RunID: t.RunID, ModelRef: t.Model,
-		Text: text, Workspace: sess.Workspace, GatewayTools: s.gatewayToolSchemas(ctx)})
+		Text: text, Continue: cont, Workspace: sess.Workspace, GatewayTools: s.gatewayToolSchemas(ctx)})
 	cancel()
 	if err != nil {
 		sub.Close()
@@ -101,10 +101,8 @@ func (s *Service) startOnWorker(ctx, tctx context.Context, sess sessions.Session
 		if status == "" {
 			return // the gateway is stopping; the next start marks the turn failed
 		}
-		// The session is free before its turn reads as ended (the checkpoint claims it itself).
-		release()
-		s.finish(t, status, msg)
-		if s.cfg.AfterWorkerTurn != nil {
+		s.settleTurn(t, status, msg, release)
+		if s.cfg.AfterWorkerTurn != nil && status != TurnMoving {
 			s.cfg.AfterWorkerTurn(sess.ID)
 		}
 	}()
@@ -210,6 +208,8 @@ func (s *Service) follow(ctx context.Context, sub *sessions.Subscription[*sessio
 			switch r.Event.Type {
 			case protocol.LiveLifecycleEnd:
 				return TurnDone, ""
+			case protocol.LiveLifecycleYield:
+				return TurnMoving, ""
 			case protocol.LiveLifecycleError:
 				if strings.HasSuffix(r.Event.Error, context.Canceled.Error()) {
 					return TurnCanceled, "canceled"
@@ -221,6 +221,20 @@ func (s *Service) follow(ctx context.Context, sub *sessions.Subscription[*sessio
 	}
 }
 
+// settleTurn records how a turn's run ended and frees its session. An ended turn frees the session
+// first: whoever sees the outcome may send the next message (or dispatch) at once, without a busy
+// refusal (a checkpoint claims the session itself). A moving turn is recorded first: the live
+// move that waits for the session to be free then finds it moving, to go on with it.
+func (s *Service) settleTurn(t Turn, status TurnStatus, msg string, release func()) {
+	if status == TurnMoving {
+		s.finish(t, status, msg)
+		release()
+		return
+	}
+	release()
+	s.finish(t, status, msg)
+}
+
 // finish records a turn's outcome: its move from running to status, with its event row.
 func (s *Service) finish(t Turn, status TurnStatus, msg string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -229,6 +243,10 @@ func (s *Service) finish(t Turn, status TurnStatus, msg string) {
 		return transitionTurn(ctx, tx, s.clock().Now(), t.RunID, TurnRunning, status, msg)
 	}); err != nil {
 		s.log.Error("record turn outcome", "run", t.RunID, "err", err)
+		return
+	}
+	if status == TurnMoving {
+		s.log.Info("turn stopped at a model call for a live move", "session", t.SessionID, "run", t.RunID, "placement", t.Placement)
 		return
 	}
 	s.metrics.finished.WithLabelValues(t.Placement, string(status)).Inc()

@@ -323,6 +323,15 @@ function chatPage(id) {
       case 'lifecycle_end':
         if (st.running && rec.runId === st.running.runId) endTurn();
         break;
+      // a live move: the same turn stops at a model call and goes on on the session's next owner
+      case 'lifecycle_yield':
+        live.append(el('li', { class: 'note', text: 'The turn stopped at a model call to move live…' }));
+        cur = null;
+        break;
+      case 'lifecycle_resume':
+        live.append(el('li', { class: 'note', text: 'The turn goes on after the move.' }));
+        cur = null;
+        break;
     }
   }
 
@@ -330,7 +339,7 @@ function chatPage(id) {
     st.running = t;
     $('#send').disabled = !!t || !!st.claim;
     $('#stop').disabled = !t;
-    // a move while a turn runs: wait for it (drain) or stop it (cancel)
+    // a move while a turn runs: wait for it (drain), stop it (cancel) or move it with the session (live)
     $('#move-busy').hidden = $('#move-busy-label').hidden = !t;
     $('#turn-status').textContent = t ? 'Turn running…' : '';
     document.body.dataset.turn = t ? 'running' : 'idle';

@@ -67,6 +67,21 @@ type Turn struct {
 	RunID     string
 	ModelRef  string
 	Text      string
+	// Continue goes on with a turn an earlier owner stopped at a model-call boundary (a live
+	// move): no user message is committed and the run opens with lifecycle_resume instead of
+	// lifecycle_start; the first step is a model call on the transcript as it is.
+	Continue bool
+}
+
+// ErrYielded ends a run whose model call was answered with protocol.CodeRunYield: a live move
+// stopped it at that model-call boundary, after its tool results were committed. Its end is
+// published as lifecycle_yield; its turn goes on from the transcript on the session's next owner.
+var ErrYielded = errors.New("the run stopped at a model-call boundary for a live move")
+
+// IsYield reports whether a model call's error is the gateway's request to stop the run there.
+func IsYield(err error) bool {
+	var perr *protocol.Error
+	return errors.Is(err, ErrYielded) || (errors.As(err, &perr) && perr.Code == protocol.CodeRunYield)
 }
 
 // ErrStepLimit ends a run that called the model MaxSteps times without finishing.
@@ -95,12 +110,19 @@ func (r *Runner) Run(ctx context.Context, t Turn) (err error) {
 		defer cancel()
 		return u.live(lctx, ev)
 	}
-	if err := lifecycle(protocol.LiveEvent{Type: protocol.LiveLifecycleStart}); err != nil {
+	opening := protocol.LiveLifecycleStart
+	if t.Continue {
+		opening = protocol.LiveLifecycleResume
+	}
+	if err := lifecycle(protocol.LiveEvent{Type: opening}); err != nil {
 		return err
 	}
 	defer func() {
 		ev := protocol.LiveEvent{Type: protocol.LiveLifecycleEnd}
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrYielded):
+			ev = protocol.LiveEvent{Type: protocol.LiveLifecycleYield}
+		case err != nil:
 			ev = protocol.LiveEvent{Type: protocol.LiveLifecycleError, Error: err.Error()}
 		}
 		// Nothing the run started outlives it, detached processes included (the set's
@@ -124,12 +146,17 @@ func (r *Runner) Run(ctx context.Context, t Turn) (err error) {
 		return fmt.Errorf("load context: %w", err)
 	}
 	u.messages, u.leaf = msgs, leaf
-	user := protocol.Message{Role: protocol.RoleUser, Content: []protocol.Content{{Type: protocol.ContentText, Text: t.Text}}, Timestamp: r.now()}
-	if err := u.commit(ctx, user); err != nil {
-		return err
+	if !t.Continue {
+		user := protocol.Message{Role: protocol.RoleUser, Content: []protocol.Content{{Type: protocol.ContentText, Text: t.Text}}, Timestamp: r.now()}
+		if err := u.commit(ctx, user); err != nil {
+			return err
+		}
 	}
 	for step := 0; step < r.cfg.MaxSteps; step++ {
 		msg, err := u.call(ctx)
+		if IsYield(err) && msg.Role != protocol.RoleAssistant {
+			return ErrYielded // nothing of the call was made: the next owner makes it
+		}
 		if msg.Role == protocol.RoleAssistant {
 			if cerr := u.commit(ctx, msg); cerr != nil {
 				return cerr

@@ -104,8 +104,10 @@ func (e *Executor) Handle(_ context.Context, method string, params json.RawMessa
 
 func (e *Executor) start(p protocol.TurnStartParams) *protocol.Error {
 	switch {
-	case p.SessionID == "" || p.RunID == "" || p.OwnerEpoch == 0 || p.RunEpoch == 0 || p.ModelRef == "" || p.Text == "":
-		return protocol.Errorf(protocol.CodeInvalidFrame, "sessionId, ownerEpoch, runEpoch, runId, modelRef and text are required")
+	case p.SessionID == "" || p.RunID == "" || p.OwnerEpoch == 0 || p.RunEpoch == 0 || p.ModelRef == "":
+		return protocol.Errorf(protocol.CodeInvalidFrame, "sessionId, ownerEpoch, runEpoch, runId and modelRef are required")
+	case p.Continue != (p.Text == ""):
+		return protocol.Errorf(protocol.CodeInvalidFrame, "a turn has text, unless it continues (continue: true) with none")
 	case p.Workspace != "" && !filepath.IsAbs(p.Workspace):
 		return protocol.Errorf(protocol.CodeInvalidFrame, "workspace %.200q is not an absolute path", p.Workspace)
 	}
@@ -170,7 +172,7 @@ func (e *Executor) run(ctx context.Context, p protocol.TurnStartParams) error {
 	if runErr != nil {
 		r = runner.New(runner.Config{Model: failModel{runErr}, Backend: b, MaxSteps: 1})
 	}
-	err = r.Run(ctx, runner.Turn{SessionID: p.SessionID, RunEpoch: p.RunEpoch, RunID: p.RunID, ModelRef: p.ModelRef, Text: p.Text})
+	err = r.Run(ctx, runner.Turn{SessionID: p.SessionID, RunEpoch: p.RunEpoch, RunID: p.RunID, ModelRef: p.ModelRef, Text: p.Text, Continue: p.Continue})
 	// The lifecycle event is the turn's outcome at the gateway: deliver it before closing.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
