@@ -25,6 +25,10 @@ const (
 	MethodTurnStart = "worker.turn.start"
 	// MethodTurnCancel is the gateway's request cancelling a worker's running turn (TurnCancelParams).
 	MethodTurnCancel = "worker.turn.cancel"
+	// MethodTurnStatus is the gateway's question whether a worker still runs a turn
+	// (TurnCancelParams; TurnStatusResult): asked when a worker comes back during one of its
+	// turns, since a worker that was relaunched lost the run it had.
+	MethodTurnStatus = "worker.turn.status"
 )
 
 // Inference limits, checked by the gateway before anything reaches a provider (invalid-context).
@@ -197,6 +201,11 @@ type TurnStartParams struct {
 	// move): the run starts with a model call on the transcript as it is, with no new user
 	// message (Text is empty).
 	Continue bool `json:"continue,omitempty"`
+}
+
+// TurnStatusResult answers worker.turn.status.
+type TurnStatusResult struct {
+	Running bool `json:"running"`
 }
 
 // MethodToolCall is a worker's request to run a gateway-resident tool (ToolCallParams).

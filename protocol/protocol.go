@@ -102,6 +102,7 @@ var gatewayMethods = map[string]bool{
 	MethodInferenceTerminal: true,
 	MethodTurnStart:         true,
 	MethodTurnCancel:        true,
+	MethodTurnStatus:        true,
 }
 
 // RoleWorker is the only role accepted on the worker endpoint.

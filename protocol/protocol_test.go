@@ -160,7 +160,7 @@ func FuzzDecode(f *testing.F) {
 }
 
 func TestIsGatewayMethod(t *testing.T) {
-	for _, m := range []string{MethodShutdown, MethodInferenceEvent, MethodInferenceTerminal, MethodTurnStart, MethodTurnCancel} {
+	for _, m := range []string{MethodShutdown, MethodInferenceEvent, MethodInferenceTerminal, MethodTurnStart, MethodTurnCancel, MethodTurnStatus} {
 		if !IsGatewayMethod(m) {
 			t.Errorf("%s is not a gateway method", m)
 		}

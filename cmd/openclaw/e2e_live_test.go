@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,9 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/turns"
+	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 	"github.com/openclaw/cloudworkers/protocol"
 )
 
@@ -264,4 +267,95 @@ func TestGatewayKilledDuringALiveMove(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(ws, "ran-2.txt")); err == nil {
 		t.Fatal("the second command ran in the user's directory: the turn went on on the gateway")
 	}
+}
+
+// TestLiveMoveAcrossATunnelCut: against real OpenSSH sshd in a network namespace, the link to the
+// box is cut while its turn runs a command, and the session is moved live to the gateway during
+// the cut. Once the link is back, the run reaches its next model call, stops there, and the same
+// turn goes on on the gateway and ends done: each command ran once, the transcript holds each
+// entry once.
+func TestLiveMoveAcrossATunnelCut(t *testing.T) {
+	profiles, state := netnsProfile(t)
+	root := t.TempDir()
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := strings.Replace(liveScript, "sleep 1.5", "sleep 3", 1)
+	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedModels(t, root, map[string]string{"live": script})+profiles)
+	t.Cleanup(func() { destroyAll(g) })
+	ws := filepath.Join(root, "user")
+	userWorkspace(t, ws, false)
+	id, envID := g.activeSession(ws, "live/m", "netns")
+	e, err := g.getEnv(envID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := func(dir string) {
+		if out, err := exec.Command(leaseNetnsBin, "--state-dir", state, "link", "--id", e.LeaseID, dir).CombinedOutput(); err != nil {
+			t.Fatalf("link %s: %v %s", dir, err, out)
+		}
+	}
+	turn := g.startTurn(id, "live turn 1")
+	g.inCommand(id, 0)
+	link("down")
+	t.Cleanup(func() { _ = exec.Command(leaseNetnsBin, "--state-dir", state, "link", "--id", e.LeaseID, "up").Run() })
+	g.waitEnv(envID, func(e envs.Environment) bool { return e.TunnelStatus == "reconnecting" })
+	if _, err := g.client.Move(g.ctx(), id, placement.MoveRequest{To: "gateway", Live: true}); err != nil {
+		t.Fatalf("live move during the cut: %v", err)
+	}
+	link("up")
+	got := waitTurn(t, g, turn.RunID)
+	if got.Status != turns.TurnDone || got.Placement != "local" {
+		t.Fatalf("the turn moved live across the cut: %s on %s (%s), want done on the gateway", got.Status, got.Placement, got.Error)
+	}
+	v := g.mustRest(id, placement.Local)
+	g.checkLiveTranscript(id, 1)
+	if got := readFile(t, filepath.Join(v.Placement.AnchorDir, "ran-2.txt")); got != "step\n" {
+		t.Fatalf("ran-2.txt %q: the turn's commands ran other than once each, in order", got)
+	}
+}
+
+// TestLiveMoveWhenTheWorkerDies: the worker is SIGKILLed while its turn runs a command and a live
+// move to the gateway waits for the turn's next model call. The relaunched worker no longer has
+// the run: the turn fails, saying so and what to do, the move goes on and rests on the gateway
+// with the transcript as far as it was committed, nothing the dead run started is left on the box,
+// and the next message runs on the gateway.
+func TestLiveMoveWhenTheWorkerDies(t *testing.T) {
+	testenv.RequireCommands(t, "git")
+	root := t.TempDir()
+	script := `[{"toolCalls": [{"name": "exec", "arguments": {"command": "exec sleep 7751", "timeout": 600}}]},
+	            {"text": "Carried on at home."}]`
+	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedModels(t, root, map[string]string{"die": script}))
+	t.Cleanup(func() { destroyAll(g) })
+	t.Cleanup(func() {
+		for _, p := range boxProcess("sleep", "7751") {
+			if proc, err := os.FindProcess(p); err == nil {
+				_ = proc.Kill()
+			}
+		}
+	})
+	ws := filepath.Join(root, "user")
+	userWorkspace(t, ws, true)
+	id, envID := g.activeSession(ws, "die/m", "local")
+	turn := g.startTurn(id, "start and hang")
+	g.inCommand(id, 0)
+	if _, err := g.client.Move(g.ctx(), id, placement.MoveRequest{To: "gateway", Live: true}); err != nil {
+		t.Fatalf("live move: %v", err)
+	}
+	e, err := g.getEnv(envID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.killWorker(e, workerPID(t, e))
+	got := waitTurn(t, g, turn.RunID)
+	if got.Status != turns.TurnFailed || !strings.Contains(got.Error, "lost its run") || !strings.Contains(got.Error, "send the message again") {
+		t.Fatalf("the turn whose worker died: %s (%s), want failed, saying the run was lost and what to do", got.Status, got.Error)
+	}
+	g.mustRest(id, placement.Local)
+	if roles, _ := g.roles(id); !slices.Equal(roles, []string{protocol.RoleUser, protocol.RoleAssistant}) {
+		t.Fatalf("transcript %v, want the message and the model's call, once each", roles)
+	}
+	waitUntil(t, 30*time.Second, func() string { return fmt.Sprintf("the dead run's command still runs: %v", boxProcess("sleep", "7751")) },
+		func() bool { return len(boxProcess("sleep", "7751")) == 0 })
+	g.runTurn(id, "carry on", "local")
 }

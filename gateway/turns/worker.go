@@ -3,6 +3,7 @@ package turns
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -166,6 +167,17 @@ func (s *Service) follow(ctx context.Context, sub *sessions.Subscription[*sessio
 		}
 	}()
 	changed := s.cfg.Workers.AdmissionChanged()
+	// A worker that comes back may be a relaunched one, which lost the run: it is asked, and a
+	// run it no longer has fails the turn once its end event has had lostEndWait to arrive (a
+	// worker holds a run until its end is acknowledged, so an end that was sent is not missed).
+	answers := make(chan bool, 1)
+	var lost clock.Timer
+	var lostC <-chan time.Time
+	defer func() {
+		if lost != nil {
+			lost.Stop()
+		}
+	}()
 	check := func() {
 		switch admitted := s.cfg.Workers.Admitted(envID); {
 		case admitted && gone != nil:
@@ -183,7 +195,18 @@ func (s *Service) follow(ctx context.Context, sub *sessions.Subscription[*sessio
 			return "", ""
 		case <-changed:
 			changed = s.cfg.Workers.AdmissionChanged()
+			back := gone != nil && s.cfg.Workers.Admitted(envID)
 			check()
+			if back {
+				s.askRunning(ctx, envID, t, answers)
+			}
+		case running := <-answers:
+			if !running && lost == nil {
+				lost = s.clock().NewTimer(lostEndWait)
+				lostC = lost.C()
+			}
+		case <-lostC:
+			return TurnFailed, "the worker of " + envID + " was restarted during the turn and lost its run; the transcript holds every step it committed: send the message again to carry on"
 		case <-graceC:
 			if !s.cfg.Workers.Admitted(envID) {
 				return TurnFailed, "the worker of " + envID + " disconnected during the turn; send the message again to retry"
@@ -233,6 +256,30 @@ func (s *Service) settleTurn(t Turn, status TurnStatus, msg string, release func
 	}
 	release()
 	s.finish(t, status, msg)
+}
+
+// lostEndWait is how long a turn whose worker came back without its run waits for the run's end
+// event before it fails.
+const lostEndWait = 5 * time.Second
+
+// askRunning asks envID's worker, in the background and bounded, whether it still runs t's run,
+// and sends the answer (none when the worker cannot be asked: the next return asks again).
+func (s *Service) askRunning(ctx context.Context, envID string, t Turn, answers chan<- bool) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		raw, err := s.cfg.Workers.Request(rctx, envID, protocol.MethodTurnStatus, protocol.TurnCancelParams{SessionID: t.SessionID, RunID: t.RunID})
+		var res protocol.TurnStatusResult
+		if err != nil || json.Unmarshal(raw, &res) != nil {
+			return
+		}
+		select {
+		case answers <- res.Running:
+		default:
+		}
+	}()
 }
 
 // finish records a turn's outcome: its move from running to status, with its event row.

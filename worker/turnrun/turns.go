@@ -98,6 +98,15 @@ func (e *Executor) Handle(_ context.Context, method string, params json.RawMessa
 		}
 		e.mu.Unlock()
 		return map[string]bool{"canceled": ok}, nil
+	case protocol.MethodTurnStatus:
+		var p protocol.TurnCancelParams
+		if err := protocol.DecodeParams(params, &p); err != nil {
+			return nil, protocol.Errorf(protocol.CodeInvalidFrame, "params: %v", err)
+		}
+		e.mu.Lock()
+		running := e.running != nil && e.running.p.SessionID == p.SessionID && e.running.p.RunID == p.RunID
+		e.mu.Unlock()
+		return protocol.TurnStatusResult{Running: running}, nil
 	}
 	return nil, protocol.Errorf(protocol.CodeMethodNotAllowed, "worker does not serve %.128q", method)
 }
