@@ -355,7 +355,9 @@ func TestLiveMoveWhenTheWorkerDies(t *testing.T) {
 	if roles, _ := g.roles(id); !slices.Equal(roles, []string{protocol.RoleUser, protocol.RoleAssistant}) {
 		t.Fatalf("transcript %v, want the message and the model's call, once each", roles)
 	}
-	waitUntil(t, 30*time.Second, func() string { return fmt.Sprintf("the dead run's command still runs: %v", boxProcess("sleep", "7751")) },
+	waitUntil(t, 30*time.Second, func() string {
+		return fmt.Sprintf("the dead run's command still runs: %v", boxProcess("sleep", "7751"))
+	},
 		func() bool { return len(boxProcess("sleep", "7751")) == 0 })
 	g.runTurn(id, "carry on", "local")
 }
