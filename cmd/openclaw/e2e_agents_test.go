@@ -487,3 +487,37 @@ func TestSessionsSpawnFromAnOCCAgentsSession(t *testing.T) {
 		t.Fatalf("%d sessions after the refused spawn, %d before", n, sessionsBefore)
 	}
 }
+
+// TestSessionsPullbackOfABusyChild: sessions_pullback of a child whose turn runs is refused
+// without busy (the refusal says what to say); with busy drain it waits for the child's turn to
+// end on its worker and brings its work home.
+func TestSessionsPullbackOfABusyChild(t *testing.T) {
+	g, ws := startAgents(t, 2, "agents: {defaultProfile: kids}\n", map[string]string{
+		"parent": `[{"toolCalls": [{"name": "sessions_spawn", "arguments": {"task": "write out.txt slowly", "model": "child/m", "workspace": "empty", "wait": false}}]},
+		            {"text": "Spawned."},
+		            {"toolCalls": [{"name": "sessions_pullback", "arguments": {"sessionId": "{{last.sessionId}}"}}]},
+		            {"toolCalls": [{"name": "sessions_pullback", "arguments": {"sessionId": "{{last.sessionId}}", "busy": "drain"}}]},
+		            {"text": "Collected."}]`,
+		"child": `[{"toolCalls": [{"name": "exec", "arguments": {"command": "sleep 3; echo made by the child > out.txt", "timeout": 60}}]},
+		           {"text": "Child turn done."}]`,
+	})
+	parent := g.newSession(ws, "parent/m")
+	g.runTurn(parent, "start a helper", "local")
+	child := spawnResult(t, toolResults(t, g, parent, "sessions_spawn")[0]).SessionID
+	g.inCommand(child, 0)
+	g.runTurn(parent, "bring it home", "local")
+	results := toolResults(t, g, parent, "sessions_pullback")
+	if len(results) != 2 {
+		t.Fatalf("%d sessions_pullback results, want 2", len(results))
+	}
+	if refused := results[0].Content[0].Text; !results[0].IsError || !strings.Contains(refused, "busy: drain") {
+		t.Fatalf("sessions_pullback of a running child without busy: %q, want a refusal naming busy", refused)
+	}
+	pb := spawnResult(t, results[1])
+	if !pb.PulledBack || pb.Answer != "Child turn done." {
+		t.Fatalf("sessions_pullback with busy drain: %+v, want the child's finished turn brought home", pb)
+	}
+	if got := readFile(t, filepath.Join(pb.Workspace, "out.txt")); got != "made by the child\n" {
+		t.Fatalf("the child's file came back as %q", got)
+	}
+}

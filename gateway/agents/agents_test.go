@@ -144,7 +144,7 @@ func TestParentDrivesOnlyItsChildren(t *testing.T) {
 		if _, err := s.Send(ctx, a.ID, id, "hi", false); !errors.Is(err, ErrNotChild) {
 			t.Errorf("send to %s from %s: %v, want ErrNotChild", id, a.ID, err)
 		}
-		if _, err := s.Pullback(ctx, a.ID, id); !errors.Is(err, ErrNotChild) {
+		if _, err := s.Pullback(ctx, a.ID, id, ""); !errors.Is(err, ErrNotChild) {
 			t.Errorf("pullback of %s from %s: %v, want ErrNotChild", id, a.ID, err)
 		}
 	}

@@ -27,9 +27,10 @@ func (s *Spawner) Status(ctx context.Context, parentID, childID string) (SpawnRe
 }
 
 // Pullback brings a child's results back to the gateway and waits for them (branch, commits,
-// files); a child spawned with cleanup "delete" then has its environment destroyed.
-func (s *Spawner) Pullback(ctx context.Context, parentID, childID string) (SpawnResult, error) {
-	return s.pullback(ctx, parentID, childID)
+// files); a child spawned with cleanup "delete" then has its environment destroyed. A child whose
+// turn runs is refused unless busy says what becomes of the turn: drain (wait for it) or cancel.
+func (s *Spawner) Pullback(ctx context.Context, parentID, childID, busy string) (SpawnResult, error) {
+	return s.pullback(ctx, parentID, childID, busy)
 }
 
 // Children lists a session's children with their usage and cost.

@@ -46,9 +46,20 @@ func RegisterAPI(g *echo.Group, s *Spawner) {
 		return answer(c, res, err)
 	})
 	g.POST("/agents/:id/pullback", func(c echo.Context) error {
-		res, err := s.Pullback(c.Request().Context(), "", c.Param("id"))
+		var req OperatorPullbackRequest
+		if err := jsonbody.DecodeOptional(c.Request().Body, &req); err != nil {
+			return err
+		}
+		res, err := s.Pullback(c.Request().Context(), "", c.Param("id"), req.Busy)
 		return answer(c, res, err)
 	})
+}
+
+// OperatorPullbackRequest is the (optional) body of POST /agents/:id/pullback.
+type OperatorPullbackRequest struct {
+	// Busy is what becomes of the child's running turn: "drain" (wait for it) or "cancel"; without
+	// it a child whose turn runs is refused.
+	Busy string `json:"busy,omitempty"`
 }
 
 // OperatorSpawnRequest is the body of POST /agents/spawn: a spawn with no parent session, forking

@@ -414,7 +414,7 @@ func (s *Spawner) runAndCollect(ctx context.Context, d *Deps, childID, msg strin
 		}
 		return r, fmt.Errorf("child %s did not finish within its run timeout %s and was canceled", childID, s.runTimeout(req.RunTimeoutSeconds))
 	}
-	r, err := s.collect(ctx, d, childID)
+	r, err := s.collect(ctx, d, childID, "")
 	if err != nil {
 		return r, err
 	}
@@ -426,14 +426,17 @@ func (s *Spawner) runAndCollect(ctx context.Context, d *Deps, childID, msg strin
 
 // collect pulls the child back (if it is on a worker), waits until its results are home, applies
 // its cleanup and returns what came back.
-func (s *Spawner) collect(ctx context.Context, d *Deps, childID string) (SpawnResult, error) {
+func (s *Spawner) collect(ctx context.Context, d *Deps, childID string, policy placement.BusyPolicy) (SpawnResult, error) {
 	p, err := d.Placements.Get(ctx, childID)
 	if err != nil {
 		return SpawnResult{}, err
 	}
 	envID := p.EnvironmentID
 	if p.State != placement.Local {
-		if _, err := d.Dispatcher.PullBack(ctx, childID, false); err != nil {
+		if policy == "" {
+			policy = placement.BusyDrain
+		}
+		if _, err := d.Dispatcher.PullBackBusy(ctx, childID, false, policy); err != nil {
 			return s.result(ctx, d, childID), fmt.Errorf("pull back child %s: %w", childID, err)
 		}
 		err = s.waitPlacement(ctx, d, childID, nil, func(p placement.Placement) (bool, error) {
@@ -555,16 +558,53 @@ func (s *Spawner) status(ctx context.Context, parentID, childID string) (SpawnRe
 	return s.result(ctx, d, childID), nil
 }
 
-func (s *Spawner) pullback(ctx context.Context, parentID, childID string) (SpawnResult, error) {
+func (s *Spawner) pullback(ctx context.Context, parentID, childID, busy string) (SpawnResult, error) {
+	var policy placement.BusyPolicy
+	if busy != "" {
+		var err error
+		if policy, err = placement.ParseBusyPolicy("busy", busy); err != nil {
+			return SpawnResult{}, err
+		}
+		if policy == placement.BusyLive {
+			return SpawnResult{}, providers.Fieldf("busy", "a child's results come home with its turn ended: drain (wait for it) or cancel (stop it), not live")
+		}
+	}
 	d, err := s.child(ctx, parentID, childID)
 	if err != nil {
 		return SpawnResult{}, err
 	}
 	if d.Turns.Busy(childID) {
-		return s.result(ctx, d, childID), fmt.Errorf("child %s: %w; wait for it (sessions_status) or pull back after it ends", childID, placement.ErrBusy)
+		if policy == "" {
+			return s.result(ctx, d, childID), fmt.Errorf("child %s: %w; wait for it (sessions_status), pull back after it ends, or say busy: drain (wait for it here) or cancel (stop it)", childID, placement.ErrBusy)
+		}
+		if p, err := d.Placements.Get(ctx, childID); err == nil && p.State == placement.Local {
+			// on the gateway: nothing to bring home, only its turn to end
+			if err := s.settleLocal(ctx, d, childID, policy); err != nil {
+				return s.result(context.WithoutCancel(ctx), d, childID), err
+			}
+		}
 	}
 	s.audit(ctx, d, "agents.pullback", fmt.Sprintf("session %s pulled back child %s", orOperator(parentID), childID))
-	return s.collect(ctx, d, childID)
+	return s.collect(ctx, d, childID, policy)
+}
+
+// settleLocal ends the running turn of a child on the gateway by policy: drain waits for it,
+// cancel stops it; both wait (bounded by ctx) until it has ended.
+func (s *Spawner) settleLocal(ctx context.Context, d *Deps, childID string, policy placement.BusyPolicy) error {
+	if policy == placement.BusyCancel {
+		d.Turns.Cancel(childID)
+	}
+	for {
+		changed := d.Placements.Changes(childID) // a turn's end releases its claim
+		if !d.Turns.Busy(childID) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for the turn of child %s to end: %w", childID, ctx.Err())
+		case <-changed:
+		}
+	}
 }
 
 func (s *Spawner) children(ctx context.Context, parentID string) ([]Child, error) {

@@ -79,7 +79,7 @@ func (t *tool) Schema() protocol.Tool {
 			Parameters: json.RawMessage(`{"type":"object","properties":{"sessionId":{"type":"string","description":"The child's session id."}},"required":["sessionId"]}`)}
 	default:
 		return protocol.Tool{Name: t.name, Description: "Bring a child session's results (commits, files) back from its worker, and return them.",
-			Parameters: json.RawMessage(`{"type":"object","properties":{"sessionId":{"type":"string","description":"The child's session id."}},"required":["sessionId"]}`)}
+			Parameters: json.RawMessage(`{"type":"object","properties":{"sessionId":{"type":"string","description":"The child's session id."},"busy":{"type":"string","enum":["drain","cancel"],"description":"If the child's turn runs: drain waits for it to end, cancel stops it. Without it, a running child is refused."}},"required":["sessionId"]}`)}
 	}
 }
 
@@ -87,6 +87,7 @@ type followArgs struct {
 	SessionID string `json:"sessionId"`
 	Message   string `json:"message"`
 	Wait      *bool  `json:"wait"`
+	Busy      string `json:"busy"`
 }
 
 // Run implements tools.Tool. Refusals are error results naming their code; only a canceled ctx is
@@ -114,7 +115,7 @@ func (t *tool) Run(ctx context.Context, raw json.RawMessage) (tools.Result, erro
 			case StatusToolName:
 				res, err = t.s.Status(ctx, call.SessionID, a.SessionID)
 			default:
-				res, err = t.s.Pullback(ctx, call.SessionID, a.SessionID)
+				res, err = t.s.Pullback(ctx, call.SessionID, a.SessionID, a.Busy)
 			}
 		}
 	}

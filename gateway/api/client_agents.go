@@ -29,6 +29,6 @@ func (c *Client) AgentSend(ctx context.Context, id string, req agents.OperatorSe
 }
 
 // AgentPullback brings a spawned session's results back and returns them.
-func (c *Client) AgentPullback(ctx context.Context, id string) (agents.SpawnResult, error) {
-	return doAs[agents.SpawnResult](ctx, c, http.MethodPost, v1("agents", id, "pullback"), struct{}{})
+func (c *Client) AgentPullback(ctx context.Context, id string, req agents.OperatorPullbackRequest) (agents.SpawnResult, error) {
+	return doAs[agents.SpawnResult](ctx, c, http.MethodPost, v1("agents", id, "pullback"), req)
 }

@@ -145,7 +145,7 @@ var Operations = []Operation{
 	{Method: "POST", Path: "/api/v1/agents/spawn", Summary: "Spawn a session with no parent, forking dir.", Body: agents.OperatorSpawnRequest{}, Status: 200, Response: agents.SpawnResult{}},
 	{Method: "GET", Path: "/api/v1/agents/:id", Summary: "A spawned session's status.", Status: 200, Response: agents.SpawnResult{}},
 	{Method: "POST", Path: "/api/v1/agents/:id/send", Summary: "Send a spawned session a follow-up message.", Body: agents.OperatorSendRequest{}, Status: 200, Response: agents.SpawnResult{}},
-	{Method: "POST", Path: "/api/v1/agents/:id/pullback", Summary: "Bring a spawned session's results back.", Status: 200, Response: agents.SpawnResult{}},
+	{Method: "POST", Path: "/api/v1/agents/:id/pullback", Summary: "Bring a spawned session's results back.", Body: agents.OperatorPullbackRequest{}, Status: 200, Response: agents.SpawnResult{}},
 
 	{Method: "GET", Path: "/api/v1/environments/:id/exec", Summary: "WebSocket running one command or shell on the environment's box through the gateway's pinned SSH trust " +
 		"(audited, output bounded per frame and rate, closed when the environment is destroyed). The client's first text message is a Start " +

@@ -76,7 +76,7 @@ type SendInput struct {
 type PullbackInput struct {
 	SessionID string `json:"sessionId" jsonschema:"the session to bring home"`
 	Force     bool   `json:"force,omitempty" jsonschema:"apply the worker's deletions even past the deletion brake (the profile's sync.maxDeleteShare)"`
-	Busy      string `json:"busy,omitempty" jsonschema:"a running turn: drain (default: wait for it to end, then cancel it past the gateway's placement.drainTimeout) or cancel (stop it now)"`
+	Busy      string `json:"busy,omitempty" jsonschema:"a running turn: drain (default: wait for it to end, then cancel it past the gateway's placement.drainTimeout), cancel (stop it now) or live (stop it at its next model call; it goes on, the same turn, on the gateway)"`
 }
 
 // ListSessionsInput are the arguments of list_sessions.
