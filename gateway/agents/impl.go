@@ -328,30 +328,19 @@ func (s *Spawner) placeAndStart(ctx context.Context, d *Deps, childID, msg strin
 // waitPlacement polls the child's placement until done says so (or fails), telling progress of
 // each new state.
 func (s *Spawner) waitPlacement(ctx context.Context, d *Deps, childID string, progress func(Progress), done func(placement.Placement) (bool, error)) error {
-	tick := clock.Or(d.Clock).NewTicker(pollInterval)
-	defer tick.Stop()
 	last := placement.State("")
-	for {
-		changed := d.Placements.Changes(childID) // taken before the read: no change is missed
+	// the poll: what done reads beyond the placement (a worker's admission)
+	return d.Placements.Await(ctx, childID, pollInterval, func() (bool, error) {
 		p, err := d.Placements.Get(ctx, childID)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if p.State != last && progress != nil {
 			progress(Progress{SessionID: childID, Kind: "placement", Message: string(p.State)})
 		}
 		last = p.State
-		ok, err := done(p)
-		if ok || err != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-changed:
-		case <-tick.C(): // what done reads beyond the placement (a worker's admission)
-		}
-	}
+		return done(p)
+	})
 }
 
 // waitTurn waits for the run to end. When ctx ends first (the parent's turn was canceled, or the
@@ -594,17 +583,11 @@ func (s *Spawner) settleLocal(ctx context.Context, d *Deps, childID string, poli
 	if policy == placement.BusyCancel {
 		d.Turns.Cancel(childID)
 	}
-	for {
-		changed := d.Placements.Changes(childID) // a turn's end releases its claim
-		if !d.Turns.Busy(childID) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for the turn of child %s to end: %w", childID, ctx.Err())
-		case <-changed:
-		}
+	// a turn's end releases its claim (a change); the poll covers the turn's own record
+	if err := d.Placements.Await(ctx, childID, pollInterval, func() (bool, error) { return !d.Turns.Busy(childID), nil }); err != nil {
+		return fmt.Errorf("wait for the turn of child %s to end: %w", childID, err)
 	}
+	return nil
 }
 
 func (s *Spawner) children(ctx context.Context, parentID string) ([]Child, error) {

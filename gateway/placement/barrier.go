@@ -120,15 +120,10 @@ func (d *Dispatcher) cancelAndWait(ctx context.Context, sessionID string) error 
 func (d *Dispatcher) waitIdle(ctx context.Context, sessionID string, limit time.Duration) error {
 	wait, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	for {
-		changed := d.cfg.Placements.Changes(sessionID) // a turn's end releases its claim
-		if d.cfg.Busy == nil || !d.cfg.Busy(sessionID) {
-			return nil
-		}
-		if err := d.waitChange(wait, changed); err != nil {
-			return err
-		}
-	}
+	// a turn's end releases its claim (a change); the poll covers a local turn's own record
+	return d.cfg.Placements.Await(wait, sessionID, pollInterval, func() (bool, error) {
+		return d.cfg.Busy == nil || !d.cfg.Busy(sessionID), nil
+	})
 }
 
 func (d *Dispatcher) cancelTurn(ctx context.Context, sessionID string) error {

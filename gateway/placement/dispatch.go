@@ -395,34 +395,32 @@ func (d *Dispatcher) PullBackBusy(ctx context.Context, sessionID string, force b
 	d.setForce(sessionID, force)
 	wait, cancel := context.WithTimeout(ctx, d.cfg.checkpointWait())
 	defer cancel()
-	for {
-		// Not while a checkpoint holds the session: it brings the box's work into the anchor and
-		// then records the new base at the generation it claimed. Leaving active first would
-		// refuse that record, and the reconciliation would find the anchor drifted from a base
-		// that no longer describes it. A checkpoint starts only while the session is active, so
-		// once this move is made none can.
-		var moved Placement
-		changed := d.cfg.Placements.Changes(sessionID)
-		moved, err = d.cfg.Placements.Transition(ctx, sessionID, p.Generation,
+	// Not while a checkpoint holds the session: it brings the box's work into the anchor and then
+	// records the new base at the generation it claimed. Leaving active first would refuse that
+	// record, and the reconciliation would find the anchor drifted from a base that no longer
+	// describes it. A checkpoint starts only while the session is active, so once this move is
+	// made none can.
+	err = d.cfg.Placements.Await(wait, sessionID, pollInterval, func() (bool, error) {
+		moved, err := d.cfg.Placements.Transition(ctx, sessionID, p.Generation,
 			Change{To: Draining, Reason: "pull-back requested", BarrierStep: &step, UnlessClaim: checkpointRun})
-		if err == nil {
+		switch {
+		case err == nil:
 			// held for the drain step, which only the kick below starts: a pull-back that lost
 			// the race for this move never touches it
 			d.setBusyPolicy(sessionID, policy)
 			p = moved
-			break
+			return true, nil
+		case errors.Is(err, ErrBusy):
+			return false, nil // a checkpoint holds it: its end is a change
 		}
-		if !errors.Is(err, ErrBusy) {
-			d.setForce(sessionID, false)
-			return p, err
+		return false, err
+	})
+	if err != nil {
+		d.setForce(sessionID, false)
+		if ctx.Err() == nil && wait.Err() != nil && errors.Is(err, wait.Err()) {
+			err = fmt.Errorf("session %s: a checkpoint has been bringing the worker's workspace into the anchor for over %s; pull back again once it is done: %w", sessionID, d.cfg.checkpointWait(), ErrBusy)
 		}
-		if err := d.waitChange(wait, changed); err != nil {
-			d.setForce(sessionID, false)
-			if ctx.Err() == nil {
-				err = fmt.Errorf("session %s: a checkpoint has been bringing the worker's workspace into the anchor for over %s; pull back again once it is done: %w", sessionID, d.cfg.checkpointWait(), ErrBusy)
-			}
-			return p, err
-		}
+		return p, err
 	}
 	d.kick(sessionID)
 	return p, nil
@@ -488,20 +486,4 @@ const pollInterval = 100 * time.Millisecond
 // poll waits pollInterval on the dispatcher's clock, or until ctx ends.
 func (d *Dispatcher) poll(ctx context.Context) error {
 	return clock.Sleep(ctx, d.cfg.Clock, pollInterval)
-}
-
-// waitChange waits for changed (a channel of Placements.Changes, taken before the caller read
-// what it waits on), or until ctx ends; pollInterval bounds the wait for facts that change without
-// a placement change.
-func (d *Dispatcher) waitChange(ctx context.Context, changed <-chan struct{}) error {
-	t := clock.Or(d.cfg.Clock).NewTimer(pollInterval)
-	defer t.Stop()
-	select {
-	case <-changed:
-		return nil
-	case <-t.C():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -79,3 +79,41 @@ func TestCloseIsBoundedByItsContext(t *testing.T) {
 		t.Fatalf("Close once every step ended: %v", err)
 	}
 }
+
+// TestAwait: Await returns once done holds, asking again at each committed change of the
+// placement (with no poll); done's error ends it; a context that ends first is its error.
+func TestAwait(t *testing.T) {
+	ctx := testenv.Context(t, 10*time.Second)
+	ps := openPlacements(t)
+	const id = "ses_await"
+	calls := 0
+	asked := make(chan struct{})
+	got := make(chan error, 1)
+	go func() {
+		got <- ps.Await(ctx, id, 0, func() (bool, error) {
+			calls++
+			if calls == 1 {
+				defer close(asked)
+			}
+			p, err := ps.Get(ctx, id)
+			return err == nil && p.State == Requested, err
+		})
+	}()
+	<-asked // asked once, before the change
+	if _, err := ps.Transition(ctx, id, 0, Change{To: Requested}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil || calls != 2 {
+		t.Fatalf("Await: %v after %d calls of done, want nil after 2 (now and after the change)", err, calls)
+	}
+	boom := errors.New("boom")
+	if err := ps.Await(ctx, id, 0, func() (bool, error) { return false, boom }); !errors.Is(err, boom) {
+		t.Fatalf("Await with a failing done: %v", err)
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	polls := 0
+	if err := ps.Await(short, id, time.Millisecond, func() (bool, error) { polls++; return false, nil }); !errors.Is(err, context.DeadlineExceeded) || polls < 2 {
+		t.Fatalf("Await past its context: %v after %d polls, want the deadline after several", err, polls)
+	}
+}

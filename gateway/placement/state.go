@@ -143,6 +143,37 @@ func (ps *Placements) Changes(sessionID string) <-chan struct{} {
 	return ch
 }
 
+// Await waits until done reports true or an error: it calls done now and again after each
+// committed change of the session's placement (taking Changes before each call, so that no change
+// is missed). poll > 0 also calls it that often on the store's clock, for what done reads beyond
+// the placement (a turn's end on this gateway, a worker's admission, a read that failed). It
+// returns ctx's error when ctx ends first.
+func (ps *Placements) Await(ctx context.Context, sessionID string, poll time.Duration, done func() (bool, error)) error {
+	for {
+		changed := ps.Changes(sessionID)
+		if ok, err := done(); ok || err != nil {
+			return err
+		}
+		var tick clock.Timer
+		var tickC <-chan time.Time
+		if poll > 0 {
+			tick = clock.Or(ps.Clock).NewTimer(poll)
+			tickC = tick.C()
+		}
+		select {
+		case <-ctx.Done():
+		case <-changed:
+		case <-tickC:
+		}
+		if tick != nil {
+			tick.Stop()
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
 // NewPlacements returns the placement store.
 func NewPlacements(db *store.DB) *Placements { return &Placements{db: db} }
 

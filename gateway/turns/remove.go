@@ -3,6 +3,7 @@ package turns
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -188,25 +189,25 @@ func (r *Remover) pullBack(ctx context.Context, id string) error {
 	wctx, cancel := context.WithTimeout(ctx, r.cfg.PullBackWait)
 	defer cancel()
 	ps := r.cfg.Turns.cfg.Placements
-	for {
-		changed := ps.Changes(id) // taken before the read: no move is missed
-		p, err := ps.Get(wctx, id)
-		if err != nil {
-			return err
+	var p placement.Placement
+	err := ps.Await(wctx, id, 0, func() (bool, error) {
+		var err error
+		if p, err = ps.Get(wctx, id); err != nil {
+			return false, err
 		}
 		switch p.State {
 		case placement.Local:
-			return nil
+			return true, nil
 		case placement.Failed:
-			return conflict("pull-back of session %s failed, nothing was removed: %s; pull back again (`openclaw session pullback %s`) or drop the work with `openclaw session rm %s --force --discard`",
+			return false, conflict("pull-back of session %s failed, nothing was removed: %s; pull back again (`openclaw session pullback %s`) or drop the work with `openclaw session rm %s --force --discard`",
 				id, p.Error, id, id)
 		}
-		select {
-		case <-wctx.Done():
-			return fmt.Errorf("pull-back of session %s did not finish (it is %s), nothing was removed: %w", id, p.State, wctx.Err())
-		case <-changed:
-		}
+		return false, nil
+	})
+	if err != nil && wctx.Err() != nil && errors.Is(err, wctx.Err()) {
+		return fmt.Errorf("pull-back of session %s did not finish (it is %s), nothing was removed: %w", id, p.State, err)
 	}
+	return err
 }
 
 // release destroys the environment that served a removed session, unless it serves another one,

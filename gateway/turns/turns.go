@@ -199,27 +199,20 @@ func (s *Service) queueAfterRedispatch(ctx context.Context, sessionID, text, key
 		defer s.wg.Done()
 		wctx, cancel := context.WithTimeout(s.ctx, 15*time.Minute)
 		defer cancel()
-		for {
-			changed := s.cfg.Placements.Changes(sessionID) // taken before the read: no move is missed
+		errDropped := errors.New("dropped")
+		// the poll reads again after a failed read (no change may come)
+		if err := s.cfg.Placements.Await(wctx, sessionID, 200*time.Millisecond, func() (bool, error) {
 			p, err := s.cfg.Placements.Get(wctx, sessionID)
-			if err == nil && p.State == placement.Active {
-				break
-			}
-			if err == nil && (p.State == placement.Failed || p.State == placement.Local) {
+			switch {
+			case err != nil:
+				return false, nil
+			case p.State == placement.Failed || p.State == placement.Local:
 				s.log.Warn("queued message dropped: placement did not become active", "session", sessionID, "state", p.State, "err", p.Error)
-				return
+				return false, errDropped
 			}
-			if err != nil { // read again shortly: no change may come
-				if clock.Sleep(wctx, s.clock(), 200*time.Millisecond) != nil {
-					return
-				}
-				continue
-			}
-			select {
-			case <-changed:
-			case <-wctx.Done():
-				return
-			}
+			return p.State == placement.Active, nil
+		}); err != nil {
+			return
 		}
 		if _, err := s.send(wctx, sessionID, text, key, runID); err != nil {
 			s.log.Warn("queued message", "session", sessionID, "err", err)
