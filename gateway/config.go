@@ -8,8 +8,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/spend"
 
 	"go.yaml.in/yaml/v3"
 
@@ -98,6 +101,28 @@ type Config struct {
 	// Credentials places the sealing key of stored credentials (credentials.keyFile; default
 	// <dataDir>/credentials.key); see docs/operations.md → Credentials key.
 	Credentials credentials.Settings `yaml:"credentials"`
+	// Budgets are the spend limits of machines and model calls together, and Spend where their
+	// day and month windows begin (docs/operations.md, "Spend and budgets").
+	Budgets []spend.Budget `yaml:"budgets"`
+	Spend   SpendConfig    `yaml:"spend"`
+}
+
+// SpendConfig is the config's spend section.
+type SpendConfig struct {
+	// TimeZone is the IANA zone in which day and month budget windows begin (default UTC).
+	TimeZone string `yaml:"timeZone"`
+}
+
+// Zone returns the spend time zone (UTC when unset); Validate has checked it.
+func (c SpendConfig) Zone() *time.Location {
+	if c.TimeZone == "" {
+		return time.UTC
+	}
+	z, err := time.LoadLocation(c.TimeZone)
+	if err != nil {
+		return time.UTC
+	}
+	return z
 }
 
 // OpenClawControlUIConfig is the config's controlUi section: OpenClaw's own Control UI, served
@@ -471,6 +496,14 @@ func (c *Config) Validate() error {
 	}
 	if _, err := stream.ParseCompression(c.Sync.Compression); err != nil {
 		return providers.Fieldf("sync.compression", "must be auto, zstd or none, got %q", c.Sync.Compression)
+	}
+	if c.Spend.TimeZone != "" {
+		if _, err := time.LoadLocation(c.Spend.TimeZone); err != nil {
+			return providers.Fieldf("spend.timeZone", "must be an IANA time zone such as Europe/Berlin, got %q", c.Spend.TimeZone)
+		}
+	}
+	if _, err := spend.New(spend.Config{Budgets: slices.Clone(c.Budgets)}); err != nil {
+		return err
 	}
 	return nil
 }

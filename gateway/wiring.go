@@ -40,6 +40,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/profiles"
 	"github.com/openclaw/cloudworkers/gateway/publish"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/gateway/spend"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/gateway/tunnel"
 	"github.com/openclaw/cloudworkers/gateway/turns"
@@ -83,6 +84,7 @@ type components struct {
 	profiles         *profiles.Store
 	creds            *credentials.Store
 	catalog          *inference.Catalog
+	ledger           *spend.Ledger // the spend ledger and its budgets
 	roots            sessions.Roots
 	sessions         *sessions.Store
 	credGW           *occ.CredentialGateway
@@ -174,6 +176,10 @@ func (g *components) openStore(ctx context.Context) error {
 	if g.catalog, err = inference.NewCatalog(g.cfg.Models, g.creds, builtin.Adapters()); err != nil {
 		return fmt.Errorf("config models: %w", err)
 	}
+	if g.ledger, err = spend.New(spend.Config{DB: g.db, Clock: g.clk, Log: g.sub("spend"), Budgets: g.cfg.Budgets, Zone: g.cfg.Spend.Zone()}); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	g.catalog.SetMeter(meter{g.ledger}) // every model call, on the gateway or a worker, is metered
 	if g.roots, err = g.cfg.Workspaces.roots(g.dataDir); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
@@ -243,6 +249,10 @@ func (g *components) buildWorkerSide(context.Context) error {
 		MaxEnvironments: g.workers.Capacity().MaxWorkers,
 		OnRefused:       g.workers.CountRejection,
 		Busy:            g.envBusy,
+		AdmitLease: func(ctx context.Context, p providers.Profile) (func(), error) {
+			r, err := g.ledger.ReserveLease(ctx, p)
+			return r.Release, err
+		},
 	})
 	g.closers.Push("environments", g.envs.Close)
 	g.boot.SetEnvs(g.envs)
@@ -285,7 +295,7 @@ func (g *components) buildSessionSide(ctx context.Context) error {
 	if g.turns, err = turns.New(ctx, turns.Config{Clock: g.clk, DB: g.db, Sessions: g.sessions, Catalog: g.catalog,
 		DataDir: g.dataDir, Log: g.sub("turns"), Workers: g.workers, Placements: g.placements, ExtraTools: g.extraTools,
 		SpawnTools: g.spawnTools, WorkerProfiles: g.hasWorkerProfile,
-		AfterWorkerTurn: g.afterWorkerTurn, Redispatch: g.redispatch, WorkerOnly: g.workerOnly}); err != nil {
+		AfterWorkerTurn: g.afterWorkerTurn, Redispatch: g.redispatch, WorkerOnly: g.workerOnly, Budget: g.ledger.Admit}); err != nil {
 		return err
 	}
 	g.closers.Push("turns", g.turns.Close)
@@ -338,6 +348,7 @@ func (g *components) registerMetrics() {
 	g.reg.MustRegister(g.catalog.Collectors()...)
 	g.reg.MustRegister(g.envs.Collectors()...)
 	g.reg.MustRegister(g.turns.Collectors()...)
+	g.reg.MustRegister(g.ledger.Collectors()...)
 	g.reg.MustRegister(g.dispatcher.Collectors()...)
 }
 
@@ -347,6 +358,18 @@ func (g *components) registerMetrics() {
 func (g *components) hasWorkerProfile(ctx context.Context) bool {
 	list, err := g.profiles.List(ctx)
 	return err == nil && len(list) > 0
+}
+
+// meter is the spend ledger as the catalog's meter: every model call is reserved against the
+// budgets and settled from its usage.
+type meter struct{ l *spend.Ledger }
+
+func (m meter) ReserveCall(ctx context.Context, session string, worst float64) (inference.Settler, error) {
+	r, err := m.l.ReserveCall(ctx, session, worst)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // turnRuns tells the hub which turn of a session runs: the turns service keeps that record.
@@ -492,6 +515,7 @@ func (g *components) buildAPI(context.Context) error {
 			func(eg *echo.Group) { turns.RegisterAPI(eg, g.turns) },
 			func(eg *echo.Group) { turns.RegisterRemoveAPI(eg, g.remover) },
 			func(eg *echo.Group) { placement.RegisterDispatchAPI(eg, g.dispatcher) },
+			func(eg *echo.Group) { spend.RegisterAPI(eg, g.ledger) },
 			func(eg *echo.Group) { workspace.RegisterAPI(eg, g.workspace) },
 			func(eg *echo.Group) { agents.RegisterAPI(eg, g.spawner) },
 			func(eg *echo.Group) { boxaccess.RegisterAPI(eg, g.boxAccess) },
@@ -658,6 +682,7 @@ func (g *components) serve(ctx context.Context) error {
 	if err := g.turns.ContinueAllMoved(ctx); err != nil {
 		return err
 	}
+	runOwned(ctx, g.closers, "spend ledger", g.ledger.Run)
 	runOwned(ctx, g.closers, "retention", func(ctx context.Context) {
 		runRetention(ctx, g.clk, g.cfg.Retention, g.db, g.workerCreds, g.workers, g.sub("retention"))
 	})

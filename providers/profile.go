@@ -25,6 +25,9 @@ type Profile struct {
 	Lifetime        Lifetime        `json:"lifetime" yaml:"lifetime"`
 	Sync            SyncRules       `json:"sync" yaml:"sync"`
 	MaxEnvironments int             `json:"maxEnvironments" yaml:"maxEnvironments"`
+	// Price is what one of the profile's machines costs while leased (the spend ledger and
+	// budgets: docs/operations.md, "Spend and budgets"). Zero: free.
+	Price Price `json:"price,omitzero" yaml:"price"`
 	// Hygiene chooses, per box hygiene check, whether a failure stops bootstrap ("enforce",
 	// the default) or is only reported ("warn"). Checks: sshAgent, dockerSocket, cleanEnv, metadataRoute.
 	Hygiene map[string]string `json:"hygiene,omitempty" yaml:"hygiene"`
@@ -405,7 +408,23 @@ func (p *Profile) SetDefaults() {
 }
 
 // Validate checks the provider-independent fields and names the first bad one.
+// Price is a machine's price in US dollars.
+type Price struct {
+	// PerHour is charged for every second of a lease, from its request to the proof of its
+	// teardown.
+	PerHour float64 `json:"perHour,omitempty" yaml:"perHour"`
+	// MinimumMinutes is the least a lease is billed for (a provider's minimum billing); a lease
+	// is reserved against the budgets at that much before it is made.
+	MinimumMinutes float64 `json:"minimumMinutes,omitempty" yaml:"minimumMinutes"`
+}
+
 func (p *Profile) Validate() error {
+	if !(p.Price.PerHour >= 0 && p.Price.PerHour <= 1e4) {
+		return Fieldf("price.perHour", "must be a number of US dollars per hour from 0 to 10000, got %v", p.Price.PerHour)
+	}
+	if !(p.Price.MinimumMinutes >= 0 && p.Price.MinimumMinutes <= 60*24*31) {
+		return Fieldf("price.minimumMinutes", "must be from 0 to a month of minutes, got %v", p.Price.MinimumMinutes)
+	}
 	switch {
 	case p.ID == "":
 		return Fieldf("id", "is required")
@@ -468,7 +487,7 @@ func (p *Profile) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind == yaml.MappingNode {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			switch k := n.Content[i].Value; k {
-			case "id", "provider", "settings", "lifetime", "sync", "maxEnvironments", "hygiene", "setup", "fallback", "capacityPattern", "checkpoint", "publish", "git":
+			case "id", "provider", "settings", "lifetime", "sync", "maxEnvironments", "hygiene", "setup", "fallback", "capacityPattern", "checkpoint", "publish", "git", "price":
 			default:
 				return Fieldf(k, "unknown field (line %d)", n.Content[i].Line)
 			}

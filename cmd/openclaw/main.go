@@ -119,6 +119,8 @@ token from <data-dir>/gateway.token, or --token.`,
 		newOCCCmd(g),
 		newContextCmd(g),
 		newGitCredentialCmd(),
+		newUsageCmd(g),
+		newBudgetCmd(g),
 	)
 	finishTree(root, g)
 	if buildRoot != nil {

@@ -84,6 +84,7 @@ again or moved to the gateway with ` + "`openclaw session move ID --local`" + `.
 	f.StringVar(&worker, "worker", "", "same as --profile")
 	_ = f.MarkHidden("worker")
 	f.StringVar(&class, "class", "", "with --profile: machine class (overrides the profile's settings.class)")
+	f.Float64Var(&p.BudgetUSD, "budget", 0, "the session's budget in US dollars: its spend and its spawned children's (models and machines) may not pass it")
 	addOutput(cmd, g)
 	return cmd
 }
@@ -175,6 +176,13 @@ func sessionRows(ctx context.Context, c *api.Client, t sessions.Transcript, row 
 	} else {
 		row("placement", string(s.Placement))
 		row("environment", s.EnvironmentID)
+	}
+	if sp, err := c.SessionSpend(ctx, s.ID); err == nil {
+		spent := fmt.Sprintf("$%.4f (its own $%.4f)", sp.TreeUSD, sp.OwnUSD)
+		if sp.BudgetUSD > 0 {
+			spent += fmt.Sprintf(" of its budget $%.2f", sp.BudgetUSD)
+		}
+		row("spend", spent)
 	}
 	if s.ParentSessionID != "" {
 		row("parent", s.ParentSessionID+" (tool call "+s.SpawnToolCallID+")")

@@ -23,6 +23,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/hub"
 	"github.com/openclaw/cloudworkers/gateway/paging"
 	"github.com/openclaw/cloudworkers/gateway/profiles"
+	"github.com/openclaw/cloudworkers/gateway/spend"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/providers"
@@ -355,8 +356,13 @@ func (s *Server) handleError(err error, c echo.Context) {
 	var he *echo.HTTPError
 	var mbe *http.MaxBytesError
 	var ce *envs.CapacityError
+	var be *spend.ExceededError
 	switch {
 	case errors.As(err, &ae):
+	case errors.As(err, &be):
+		// a budget is spent: nothing was recorded; the message names the budget, its spend and
+		// limit, when it resets and how to raise it
+		ae = &Error{Status: http.StatusPaymentRequired, Code: "budget-exceeded", Message: err.Error(), Reason: be.Budget}
 	case errors.As(err, &ce):
 		// Shedding load: nothing was recorded; the client retries after the hint.
 		c.Response().Header().Set("Retry-After", strconv.Itoa(int(max(ce.RetryAfter.Round(time.Second)/time.Second, 1))))

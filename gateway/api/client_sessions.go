@@ -16,6 +16,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/publish"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/gateway/spend"
 	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/gateway/workspace"
 	"github.com/openclaw/cloudworkers/sync/manifest"
@@ -238,4 +239,24 @@ func (c *Client) ArchiveSession(ctx context.Context, id string, archive bool) (s
 		verb = "archive"
 	}
 	return doAs[sessions.Session](ctx, c, http.MethodPost, v1("sessions", id, verb), nil)
+}
+
+// SessionSpend returns what a session and its tree have spent (GET /sessions/{id}/spend).
+func (c *Client) SessionSpend(ctx context.Context, id string) (spend.SessionSpend, error) {
+	return doAs[spend.SessionSpend](ctx, c, http.MethodGet, v1("sessions", id, "spend"), nil)
+}
+
+// Usage returns the spend ledger grouped by by (session, profile, agent, model, kind or day), from
+// since (a date, an RFC 3339 time or a duration back; "" for all) (GET /usage).
+func (c *Client) Usage(ctx context.Context, by, since string) ([]spend.UsageRow, error) {
+	q := url.Values{"by": {by}}
+	if since != "" {
+		q.Set("since", since)
+	}
+	return doAs[[]spend.UsageRow](ctx, c, http.MethodGet, v1("usage")+"?"+q.Encode(), nil)
+}
+
+// Budgets returns every configured budget with its spend now (GET /budgets).
+func (c *Client) Budgets(ctx context.Context) ([]spend.Status, error) {
+	return doAs[[]spend.Status](ctx, c, http.MethodGet, v1("budgets"), nil)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/publish"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/gateway/spend"
 	"github.com/openclaw/cloudworkers/gateway/store"
 	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/gateway/workspace"
@@ -141,6 +142,11 @@ var Operations = []Operation{
 	{Method: "GET", Path: "/api/v1/sessions/:id/changes/:commit", Summary: "One commit's diff (X-Truncated: true when cut).", Status: 200, Response: Text("")},
 	{Method: "GET", Path: "/api/v1/sessions/:id/placement", Summary: "Where the session runs and the steps that brought it there.", Status: 200, Response: PlacementView{}},
 
+	{Method: "GET", Path: "/api/v1/usage", Summary: "The spend ledger grouped (models and machines): by day (the default, in spend.timeZone), session, profile, agent, model or kind.",
+		Query:  []Param{{"by", "string", "day, session, profile, agent, model or kind"}, {"since", "string", "a date (2026-12-01), an RFC 3339 time or a duration back (24h, 7d)"}},
+		Status: 200, Response: []spend.UsageRow{}},
+	{Method: "GET", Path: "/api/v1/budgets", Summary: "Each configured budget with its window, spend, limit and reset.", Status: 200, Response: []spend.Status{}},
+	{Method: "GET", Path: "/api/v1/sessions/:id/spend", Summary: "What a session and its tree (its spawned descendants) have spent, and its own budget.", Status: 200, Response: spend.SessionSpend{}},
 	{Method: "GET", Path: "/api/v1/sessions/:id/children", Summary: "The sessions this session spawned, with their usage and cost.", Status: 200, Response: []agents.Child{}},
 	{Method: "POST", Path: "/api/v1/agents/spawn", Summary: "Spawn a session with no parent, forking dir.", Body: agents.OperatorSpawnRequest{}, Status: 200, Response: agents.SpawnResult{}},
 	{Method: "GET", Path: "/api/v1/agents/:id", Summary: "A spawned session's status.", Status: 200, Response: agents.SpawnResult{}},

@@ -92,6 +92,10 @@ type Config struct {
 	// the gateway (a session attached to it has a turn in flight: a long tool run); nil means
 	// never. A busy environment counts as active for idle policy and provider heartbeats.
 	Busy func(envID string) bool
+	// AdmitLease admits a new lease of the profile against the spend budgets (its minimum
+	// billing), or refuses it before anything is recorded; release is called once the lease is
+	// recorded (or not made). nil: no budgets.
+	AdmitLease func(ctx context.Context, prof providers.Profile) (release func(), err error)
 }
 
 func (c *Config) setDefaults() {
@@ -356,6 +360,8 @@ func (m *Manager) CreateClass(ctx context.Context, profileID, idempotencyKey, cl
 	}
 	snapshot, _ := json.Marshal(prof)
 	var id string
+	release := func() {}
+	defer func() { release() }()
 	err = m.db.InTx(ctx, func(tx *sql.Tx) error {
 		if idempotencyKey != "" {
 			var existing, existingProfile string
@@ -373,6 +379,13 @@ func (m *Manager) CreateClass(ctx context.Context, profileID, idempotencyKey, cl
 		}
 		if err := m.admitNew(ctx, tx); err != nil {
 			return err
+		}
+		if m.cfg.AdmitLease != nil {
+			rel, err := m.cfg.AdmitLease(ctx, prof)
+			if err != nil {
+				return err
+			}
+			release = rel
 		}
 		var live int
 		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM environments WHERE profile_id=? AND state NOT IN ('destroyed','failed','orphaned')`, profileID).Scan(&live); err != nil {

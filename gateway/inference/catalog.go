@@ -263,6 +263,45 @@ type Catalog struct {
 	creds    CredentialSource
 	adapters Adapters
 	metrics  *metrics
+	meter    Meter
+}
+
+// Meter admits every model call against the spend budgets and records what it cost
+// (gateway/spend). Both placements' calls pass through Catalog.Stream, so no call escapes it.
+type Meter interface {
+	// ReserveCall admits a call of the session that may cost up to worstUSD, or refuses it.
+	ReserveCall(ctx context.Context, session string, worstUSD float64) (Settler, error)
+}
+
+// Settler records a metered call's usage.
+type Settler interface {
+	Settle(ctx context.Context, model string, u protocol.Usage)
+}
+
+// SetMeter sets the catalog's meter (before any call).
+func (c *Catalog) SetMeter(m Meter) { c.meter = m }
+
+// WorstCost is what a call can cost at most: its request's input (estimated at 4 bytes a token)
+// at the dearer of the input and cache-write prices, plus its output limit at the output price.
+func WorstCost(m Model, cx protocol.Context, opts Options) float64 {
+	size := len(cx.SystemPrompt)
+	for _, msg := range cx.Messages {
+		for _, c := range msg.Content {
+			size += len(c.Text) + len(c.Thinking) + len(c.Arguments) + len(c.Data)
+		}
+	}
+	for _, t := range cx.Tools {
+		size += len(t.Name) + len(t.Description) + len(t.Parameters)
+	}
+	out := opts.MaxTokens
+	if out <= 0 {
+		out = m.MaxTokens
+	}
+	if out <= 0 {
+		out = 4096
+	}
+	in := float64(size/4 + 1)
+	return (in*max(m.Cost.Input, m.Cost.CacheWrite) + float64(out)*m.Cost.Output) / 1e6
 }
 
 // NewCatalog validates cfg (after SetDefaults; an empty cfg is the built-in demo catalog) and checks
@@ -358,8 +397,21 @@ func (c *Catalog) Stream(ctx context.Context, ref string, cx protocol.Context, o
 			return protocol.Message{}, fmt.Errorf("model %s: %w", ref, err)
 		}
 	}
+	var settle Settler
+	if c.meter != nil {
+		if settle, err = c.meter.ReserveCall(ctx, opts.Session, WorstCost(m, cx, opts)); err != nil {
+			return protocol.Message{}, fmt.Errorf("model %s: %w", ref, err)
+		}
+	}
 	msg, err := c.adapters[m.API].Stream(ctx, call, emit)
 	c.metrics.observe(ref, msg, err)
+	if settle != nil {
+		var u protocol.Usage
+		if msg.Usage != nil {
+			u = *msg.Usage
+		}
+		settle.Settle(ctx, ref, u) // a call that failed before any usage costs nothing
+	}
 	return msg, err
 }
 

@@ -128,7 +128,7 @@ func (s *Store) putTx(ctx context.Context, tx *sql.Tx, p *providers.Profile) (cr
 	if p.Hygiene == nil {
 		hyg = []byte("{}")
 	}
-	policy, _ := json.Marshal(storedPolicy{Setup: p.Setup, Fallback: p.Fallback, CapacityPattern: p.CapacityPattern, Checkpoint: p.Checkpoint, Publish: p.Publish, Git: p.Git})
+	policy, _ := json.Marshal(storedPolicy{Setup: p.Setup, Fallback: p.Fallback, CapacityPattern: p.CapacityPattern, Checkpoint: p.Checkpoint, Publish: p.Publish, Git: p.Git, Price: p.Price})
 	inc, _ := json.Marshal(nonNil(p.Sync.Include))
 	exc, _ := json.Marshal(nonNil(p.Sync.Exclude))
 	now := store.FormatTime(clock.Or(s.Clock).Now())
@@ -175,8 +175,8 @@ func (s *Store) EnsureBuiltin(ctx context.Context, p providers.Profile) error {
 const cols = `id, provider, settings, idle_timeout_ns, ttl_ns, sync_include, sync_exclude, sync_max_delete_share,
 	sync_max_inbound_bytes, sync_max_inbound_entries, sync_max_inbound_file_bytes, max_environments, hygiene, policy`
 
-// storedPolicy is the policy column: the setup phase, fallback, checkpoint cadence and publish
-// policy.
+// storedPolicy is the policy column: the setup phase, fallback, checkpoint cadence, publish
+// policy, git identity and machine price.
 type storedPolicy struct {
 	Setup           *providers.Setup        `json:"setup,omitempty"`
 	Fallback        []string                `json:"fallback,omitempty"`
@@ -184,6 +184,7 @@ type storedPolicy struct {
 	Checkpoint      providers.Checkpoint    `json:"checkpoint,omitzero"`
 	Publish         providers.PublishPolicy `json:"publish,omitzero"`
 	Git             providers.GitPolicy     `json:"git,omitzero"`
+	Price           providers.Price         `json:"price,omitzero"`
 }
 
 func (s *Store) scan(row interface{ Scan(...any) error }) (providers.Profile, error) {
@@ -196,7 +197,7 @@ func (s *Store) scan(row interface{ Scan(...any) error }) (providers.Profile, er
 	}
 	var pol storedPolicy
 	_ = json.Unmarshal([]byte(policy), &pol)
-	p.Setup, p.Fallback, p.CapacityPattern, p.Checkpoint, p.Publish, p.Git = pol.Setup, pol.Fallback, pol.CapacityPattern, pol.Checkpoint, pol.Publish, pol.Git
+	p.Setup, p.Fallback, p.CapacityPattern, p.Checkpoint, p.Publish, p.Git, p.Price = pol.Setup, pol.Fallback, pol.CapacityPattern, pol.Checkpoint, pol.Publish, pol.Git, pol.Price
 	p.Settings = json.RawMessage(settings)
 	p.Lifetime = providers.Lifetime{IdleTimeout: providers.Duration(idle), TTL: providers.Duration(ttl)}
 	_ = json.Unmarshal([]byte(inc), &p.Sync.Include)

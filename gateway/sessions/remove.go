@@ -79,6 +79,9 @@ func (s *Store) DeleteTx(ctx context.Context, tx *sql.Tx, id string) error {
 			return fmt.Errorf("remove session %s: %w", id, err)
 		}
 	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM session_budgets WHERE session_id = ?`, id); err != nil {
+		return err
+	}
 	res, err := tx.ExecContext(ctx, `DELETE FROM sessions WHERE id = ?`, id)
 	if err != nil {
 		return fmt.Errorf("remove session %s: %w", id, err)

@@ -131,7 +131,13 @@ type CreateParams struct {
 	Parent     string `json:"-"`
 	ToolCallID string `json:"-"`
 	Depth      int    `json:"-"`
+	// BudgetUSD is the session's own budget: its tree's total spend (its own, its children's)
+	// may not pass it (docs/operations.md, "Spend and budgets"). 0: none.
+	BudgetUSD float64 `json:"budgetUsd,omitempty"`
 }
+
+// MaxBudgetUSD bounds a session's budget.
+const MaxBudgetUSD = 1e6
 
 // Change kinds on the gateway-wide changes feed. Other packages pass their own kinds to Notify.
 const (
@@ -220,6 +226,9 @@ func (s *Store) CheckParams(p CreateParams) error {
 	if p.Agent != "" && !agentIDPattern.MatchString(p.Agent) {
 		return providers.Fieldf("agent", "must be 1-64 letters, digits, '_' or '-', starting with a letter or digit, got %.40q", p.Agent)
 	}
+	if !(p.BudgetUSD >= 0 && p.BudgetUSD <= MaxBudgetUSD) { // NaN fails both
+		return providers.Fieldf("budgetUsd", "must be a number of US dollars from 0 (none) to %g, got %v", MaxBudgetUSD, p.BudgetUSD)
+	}
 	if p.Model != "" && s.cfg.CheckModel != nil {
 		if err := s.cfg.CheckModel(p.Model); err != nil {
 			return providers.Fieldf("model", "%.80q is not in the model catalog (see `openclaw models list`): %v", p.Model, err)
@@ -256,6 +265,11 @@ func (s *Store) Create(ctx context.Context, p CreateParams) (Session, error) {
 			store.FormatTime(now), store.FormatTime(now))
 		if err != nil {
 			return err
+		}
+		if p.BudgetUSD > 0 {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO session_budgets(session_id, usd) VALUES(?,?)`, ses.ID, p.BudgetUSD); err != nil {
+				return err
+			}
 		}
 		return store.Audit(ctx, tx, s.now(), "session.create", "", fmt.Sprintf("session %s agent %s model %q", ses.ID, ses.Agent, ses.Model))
 	})

@@ -83,6 +83,9 @@ type Config struct {
 	// WorkerOnly reports sessions whose turns never run on the gateway (an OCC agent's session:
 	// its model calls go only through its revision's credentials); nil: none.
 	WorkerOnly func(ctx context.Context, sessionID string) (bool, error)
+	// Budget refuses a new turn of a session while a spend budget it counts against has less left
+	// than atLeast, the least the turn's first model call reserves (gateway/spend); nil: none.
+	Budget func(ctx context.Context, sessionID string, atLeast float64) error
 	// WorkerGoneGrace fails a worker turn whose worker stays disconnected this long (default 2m).
 	WorkerGoneGrace time.Duration
 }
@@ -291,8 +294,15 @@ func (s *Service) begin(ctx context.Context, sess sessions.Session, text, idempo
 	if cont != nil {
 		model = cont.Model
 	}
-	if _, err := s.cfg.Catalog.Resolve(model); err != nil {
+	m, err := s.cfg.Catalog.Resolve(model)
+	if err != nil {
 		return Turn{}, err
+	}
+	if s.cfg.Budget != nil && cont == nil {
+		// a turn that cannot pay for one model call's output is refused before it is recorded
+		if err := s.cfg.Budget(ctx, sessionID, inference.WorstCost(m, protocol.Context{}, inference.Options{})); err != nil {
+			return Turn{}, err
+		}
 	}
 	// A checkpoint holds the session for a moment after each worker turn: a message that arrives
 	// then waits for it (bounded) instead of being refused, since its sender saw the turn end.

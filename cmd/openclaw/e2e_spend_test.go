@@ -1,0 +1,154 @@
+package main_test
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/openclaw/cloudworkers/gateway/placement"
+	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/gateway/spend"
+	"github.com/openclaw/cloudworkers/gateway/turns"
+)
+
+// TestSpendAndBudgets: with a priced model and priced machines, a session created with
+// --budget runs turns until its next one would pass the budget; that message is refused (402,
+// budget-exceeded, naming the budget, its spend, its limit and how to raise it) before any turn
+// row. The usage report says the same as the ledger in table, JSON and CSV; `session show` gives
+// the session's spend; `budget list` counts a worker's leased time (its minimum billing) with the
+// model calls; and a lease whose minimum billing would pass its profile's budget is refused before
+// any environment is recorded.
+func TestSpendAndBudgets(t *testing.T) {
+	root := t.TempDir()
+	script := "[" + strings.TrimSuffix(strings.Repeat(`{"text": "An answer long enough to cost something at these prices."},`, 20), ",") + "]"
+	// a call reserves its input (tool schemas included) and 50 output tokens ($0.10); an answer
+	// costs about $0.03
+	cfg := fastWorkerConfig + scriptedPriced(t, root, "paid", script, "maxTokens: 50, cost: {input: 100, output: 2000}") +
+		"spend: {timeZone: Europe/Berlin}\n" +
+		"budgets:\n  - {id: daily, scope: gateway, window: day, limitUsd: 1000}\n  - {id: dear-month, scope: profile, profile: dear, window: month, limitUsd: 5}\n" +
+		"profiles:\n  - id: paid\n    provider: local\n    hygiene: {metadataRoute: warn, dockerSocket: warn}\n    price: {perHour: 36, minimumMinutes: 1}\n" +
+		"  - id: dear\n    provider: local\n    hygiene: {metadataRoute: warn, dockerSocket: warn}\n    price: {perHour: 60, minimumMinutes: 10}\n"
+	g := startGateway(t, filepath.Join(root, "data"), cfg)
+	t.Cleanup(func() { destroyAll(g) })
+	ws := filepath.Join(root, "user")
+	userWorkspace(t, ws, false)
+
+	out, stderr, err := g.cli("session", "new", "--workspace", ws, "--budget", "0.5", "-o", "json")
+	if err != nil {
+		t.Fatalf("session new --budget: %v %s", err, stderr)
+	}
+	var ses sessions.Session
+	if err := json.Unmarshal([]byte(out), &ses); err != nil {
+		t.Fatal(err)
+	}
+	// Turns run until the budget refuses one: its message (402, before any turn row), or its
+	// model call (the turn fails, its final message naming the budget).
+	ran, refusal := 0, ""
+	for i := 0; i < 20 && refusal == ""; i++ {
+		before := len(g.turns(ses.ID))
+		code, e := g.postRaw("/api/v1/sessions/"+ses.ID+"/messages", `{"text":"answer"}`)
+		switch {
+		case code == 402:
+			if e.Code != "budget-exceeded" {
+				t.Fatalf("402 with code %q", e.Code)
+			}
+			if after := len(g.turns(ses.ID)); after != before {
+				t.Fatalf("the refused message left %d turn rows", after-before)
+			}
+			refusal = e.Message
+		case code != 202 && code != 200:
+			t.Fatalf("message %d: %d %+v", i+1, code, e)
+		default:
+			ts := g.turns(ses.ID)
+			got := waitTurn(t, g, ts[len(ts)-1].RunID)
+			switch {
+			case got.Status == turns.TurnDone:
+				ran++
+			case got.Status == turns.TurnFailed && strings.Contains(got.Error, "budget "):
+				refusal = got.Error
+			default:
+				t.Fatalf("turn %d: %s %s", i+1, got.Status, got.Error)
+			}
+		}
+	}
+	if ran == 0 || refusal == "" {
+		t.Fatalf("%d turns ran, refusal %q: want some, then a refusal", ran, refusal)
+	}
+	if !strings.Contains(refusal, "budget session:"+ses.ID) || !strings.Contains(refusal, "of $0.50") || !strings.Contains(refusal, "to raise it") {
+		t.Fatalf("the refusal %q does not name the session's budget, its limit and how to raise it", refusal)
+	}
+
+	// The ledger, three ways.
+	var rows []spend.UsageRow
+	out, stderr, err = g.cli("usage", "--by", "session", "-o", "json")
+	if err != nil || json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 1 || rows[0].Key != ses.ID || rows[0].Calls != ran {
+		// every call that ran was a done turn's (one answer each); refused ones cost nothing
+		t.Fatalf("usage --by session -o json: %v %s %s, want one row of %d calls", err, out, stderr, ran)
+	}
+	modelUSD := rows[0].USD
+	if modelUSD <= 0 || modelUSD > 0.5 {
+		t.Fatalf("the session spent $%v, want within its $0.50", modelUSD)
+	}
+	out, _, err = g.cli("usage", "--by", "session", "-o", "csv")
+	recs, cerr := csv.NewReader(strings.NewReader(out)).ReadAll()
+	if err != nil || cerr != nil || len(recs) != 2 || recs[0][0] != "session" || recs[1][0] != ses.ID {
+		t.Fatalf("usage -o csv: %v %v %q", err, cerr, out)
+	}
+	if usd, _ := strconv.ParseFloat(recs[1][1], 64); math.Abs(usd-modelUSD) > 1e-9 {
+		t.Fatalf("csv says $%v, json $%v", usd, modelUSD)
+	}
+	out, _, err = g.cli("usage", "--by", "model")
+	if err != nil || !strings.Contains(out, "paid/m") || !strings.Contains(out, fmt.Sprintf("%.4f", modelUSD)) {
+		t.Fatalf("usage --by model: %v\n%s", err, out)
+	}
+	out, _, err = g.cli("session", "show", ses.ID)
+	if err != nil || !strings.Contains(out, fmt.Sprintf("$%.4f", modelUSD)) || !strings.Contains(out, "of its budget $0.50") {
+		t.Fatalf("session show: %v\n%s", err, out)
+	}
+
+	// A worker's leased time counts, at least its minimum billing ($0.60), while it runs.
+	other := filepath.Join(root, "other")
+	userWorkspace(t, other, false)
+	g.activeSession(other, "paid/m", "paid")
+	var st []spend.Status
+	out, _, err = g.cli("budget", "list", "-o", "json")
+	if err != nil || json.Unmarshal([]byte(out), &st) != nil || len(st) != 2 || st[0].ID != "daily" {
+		t.Fatalf("budget list: %v %s", err, out)
+	}
+	if got := st[0].SpentUSD - modelUSD; got < 0.6-1e-9 || got > 0.7 {
+		t.Fatalf("the daily budget counts $%v beyond the model calls, want the machine's minimum $0.60 (and seconds)", got)
+	}
+	if st[0].ResetAt.IsZero() || st[0].ResetAt.Location().String() == "UTC" && st[0].ResetAt.Hour() != 23 {
+		t.Fatalf("daily resets at %s, want Berlin midnight", st[0].ResetAt)
+	}
+
+	// A lease past its profile's budget is refused before it is recorded.
+	before := len(must(g.client.Environments(g.ctx(), true))(t))
+	code, e := g.postRaw("/api/v1/environments", `{"profileId":"dear"}`)
+	if code != 402 || e.Code != "budget-exceeded" || !strings.Contains(e.Message, "budget dear-month") || !strings.Contains(e.Message, "profile dear") {
+		t.Fatalf("a lease past its budget: %d %+v, want 402 naming dear-month", code, e)
+	}
+	if after := len(must(g.client.Environments(g.ctx(), true))(t)); after != before {
+		t.Fatalf("the refused lease left %d environments", after-before)
+	}
+	if p := g.placement(ses.ID); p.Placement.State != placement.Local {
+		t.Fatalf("the budgeted session moved: %s", p.Placement.State)
+	}
+}
+
+// scriptedPriced is the models section of one scripted provider whose model NAME/m has the
+// given settings (its price).
+func scriptedPriced(t *testing.T, dir, name, script, model string) string {
+	t.Helper()
+	p := filepath.Join(dir, name+"-script.json")
+	if err := os.WriteFile(p, []byte(script), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("models:\n  default: %s/m\n  providers:\n    %s: {api: scripted, script: %s, models: [{id: m, %s}]}\n", name, name, p, model)
+}

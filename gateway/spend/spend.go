@@ -1,0 +1,419 @@
+// Package spend is the gateway's spend ledger and its budgets: every model call (from its usage)
+// and every stretch of an environment's leased time is a row of the ledger, and every total — a
+// budget's spend, the usage report — is derived from those rows alone.
+//
+// Budgets hold under concurrency by reservation: before a model call the gateway reserves its
+// worst case (the request's input at the input price plus the output limit at the output price)
+// and settles it from the call's usage; before a lease it reserves the profile's minimum billing.
+// A budget can be overspent by at most what is in flight when it is hit, and the machine time
+// that accrues while a lease is running.
+package spend
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"time"
+	_ "time/tzdata" // day and month windows in spend.timeZone, on hosts without a zone database
+
+	"github.com/openclaw/cloudworkers/gateway/store"
+	"github.com/openclaw/cloudworkers/internal/clock"
+	"github.com/openclaw/cloudworkers/providers"
+)
+
+// Kinds of ledger rows.
+const (
+	KindModel   = "model"
+	KindMachine = "machine"
+)
+
+// Scopes and windows of a budget.
+const (
+	ScopeGateway = "gateway"
+	ScopeProfile = "profile"
+	ScopeAgent   = "agent"
+	ScopeSession = "session" // a session's own budget: its tree (session new --budget)
+
+	WindowDay   = "day"
+	WindowMonth = "month"
+	WindowTotal = "total"
+)
+
+// Budget is one spend limit (config budgets:).
+type Budget struct {
+	// ID names the budget in refusals and reports.
+	ID string `yaml:"id" json:"id"`
+	// Scope is what the budget counts: gateway (everything), profile (the spend of sessions on
+	// its workers and its machines: Profile), agent (the sessions of an agent: Agent).
+	Scope   string `yaml:"scope" json:"scope"`
+	Profile string `yaml:"profile,omitempty" json:"profile,omitempty"`
+	Agent   string `yaml:"agent,omitempty" json:"agent,omitempty"`
+	// Window is day or month (in spend.timeZone) or total.
+	Window   string  `yaml:"window" json:"window"`
+	LimitUSD float64 `yaml:"limitUsd" json:"limitUsd"`
+	// WarnAt is the share of the limit from which the budget reports a warning (default 0.8).
+	WarnAt float64 `yaml:"warnAt,omitempty" json:"warnAt,omitempty"`
+}
+
+// Check validates a configured budget; field prefixes the field names in its error.
+func (b Budget) Check(field string) error {
+	switch {
+	case b.ID == "" || len(b.ID) > 64 || strings.ContainsAny(b.ID, " /\t\n"):
+		return providers.Fieldf(field+".id", "must be 1-64 characters without spaces or '/', got %.64q", b.ID)
+	case b.Scope == ScopeProfile && b.Profile == "":
+		return providers.Fieldf(field+".profile", "is required for scope profile")
+	case b.Scope == ScopeAgent && b.Agent == "":
+		return providers.Fieldf(field+".agent", "is required for scope agent")
+	case b.Scope != ScopeGateway && b.Scope != ScopeProfile && b.Scope != ScopeAgent:
+		return providers.Fieldf(field+".scope", "must be gateway, profile or agent, got %q", b.Scope)
+	case b.Window != WindowDay && b.Window != WindowMonth && b.Window != WindowTotal:
+		return providers.Fieldf(field+".window", "must be day, month or total, got %q", b.Window)
+	case !(b.LimitUSD > 0 && b.LimitUSD <= 1e9):
+		return providers.Fieldf(field+".limitUsd", "must be a positive number of US dollars, got %v", b.LimitUSD)
+	case !(b.WarnAt >= 0 && b.WarnAt <= 1):
+		return providers.Fieldf(field+".warnAt", "must be a share from 0 to 1, got %v", b.WarnAt)
+	}
+	return nil
+}
+
+// Config configures the ledger.
+type Config struct {
+	DB      *store.DB
+	Clock   clock.Clock
+	Log     *slog.Logger
+	Budgets []Budget
+	// Zone is where day and month windows begin (UTC when nil).
+	Zone *time.Location
+	// AccrueEvery is how often leased time is written to the ledger (default 30s).
+	AccrueEvery time.Duration
+}
+
+// Ledger is the spend ledger.
+type Ledger struct {
+	cfg Config
+	log *slog.Logger
+
+	// admit makes each reservation's check and hold one step: two cannot both see the room that
+	// only one fits in.
+	admit    sync.Mutex
+	mu       sync.Mutex
+	inflight map[int64]hold // reservations not yet settled
+	next     int64
+
+	mets     *metrics
+	metsOnce sync.Once
+}
+
+// hold is one reservation: what it may cost and what it counts against.
+type hold struct {
+	usd     float64
+	scope   Scope
+	created time.Time
+}
+
+// Scope is what a charge is for: the session (and its lineage), its agent, and the profile and
+// environment it runs on.
+type Scope struct {
+	SessionID     string
+	Lineage       string
+	Agent         string
+	ProfileID     string
+	EnvironmentID string
+}
+
+// New returns the ledger; Run accrues leased time until its context ends.
+func New(cfg Config) (*Ledger, error) {
+	for i, b := range cfg.Budgets {
+		if err := b.Check(fmt.Sprintf("budgets[%d]", i)); err != nil {
+			return nil, err
+		}
+		for _, o := range cfg.Budgets[:i] {
+			if o.ID == b.ID {
+				return nil, providers.Fieldf(fmt.Sprintf("budgets[%d].id", i), "%q is used twice", b.ID)
+			}
+		}
+		if b.WarnAt == 0 {
+			cfg.Budgets[i].WarnAt = 0.8
+		}
+	}
+	if cfg.Zone == nil {
+		cfg.Zone = time.UTC
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.AccrueEvery <= 0 {
+		cfg.AccrueEvery = 30 * time.Second
+	}
+	return &Ledger{cfg: cfg, log: cfg.Log, inflight: map[int64]hold{}}, nil
+}
+
+func (l *Ledger) clock() clock.Clock { return clock.Or(l.cfg.Clock) }
+
+func (l *Ledger) now() time.Time { return l.clock().Now() }
+
+// ScopeOf returns what a charge of the session counts against: its lineage, its agent, and the
+// profile and environment it is bound to now ("" when it runs on the gateway).
+func (l *Ledger) ScopeOf(ctx context.Context, sessionID string) (Scope, error) {
+	sc := Scope{SessionID: sessionID}
+	if sessionID == "" {
+		return sc, nil
+	}
+	chain := []string{sessionID}
+	cur := sessionID
+	for range 64 { // spawn depth is far lower; a cycle cannot hold the gateway
+		var parent, agent, env string
+		err := l.cfg.DB.R.QueryRowContext(ctx, `SELECT parent_session_id, agent, environment_id FROM sessions WHERE id=?`, cur).Scan(&parent, &agent, &env)
+		if errors.Is(err, sql.ErrNoRows) {
+			break
+		}
+		if err != nil {
+			return sc, err
+		}
+		if cur == sessionID {
+			sc.Agent, sc.EnvironmentID = agent, env
+		}
+		if parent == "" {
+			break
+		}
+		chain = append([]string{parent}, chain...)
+		cur = parent
+	}
+	sc.Lineage = strings.Join(chain, "/")
+	if sc.EnvironmentID != "" {
+		if err := l.cfg.DB.R.QueryRowContext(ctx, `SELECT profile_id FROM environments WHERE id=?`, sc.EnvironmentID).Scan(&sc.ProfileID); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return sc, err
+		}
+	}
+	return sc, nil
+}
+
+// ExceededError refuses work that would pass a budget: it names the budget, its spend, its limit,
+// when its window resets and how to raise it.
+type ExceededError struct {
+	Budget   string
+	SpentUSD float64
+	LimitUSD float64
+	// AskedUSD is what the refused work reserved (its worst case).
+	AskedUSD float64
+	// ResetAt is when the window begins again (zero for a total or a session's budget).
+	ResetAt time.Time
+	// Raise says how to raise the limit.
+	Raise string
+}
+
+func (e *ExceededError) Error() string {
+	reset := "it does not reset"
+	if !e.ResetAt.IsZero() {
+		reset = "it resets at " + e.ResetAt.Format(time.RFC3339)
+	}
+	return fmt.Sprintf("budget %s: spent $%.4f of $%.2f, and this needs up to $%.4f more; %s; to raise it, %s",
+		e.Budget, e.SpentUSD, e.LimitUSD, e.AskedUSD, reset, e.Raise)
+}
+
+// applies is one budget that a charge counts against: its limit, window start and reset, and the
+// SQL that selects its rows.
+type applies struct {
+	id           string
+	limit        float64
+	warnAt       float64
+	from, reset  time.Time
+	where        string
+	args         []any
+	match        func(Scope) bool
+	raise        string
+	window       string
+	scopeDisplay string
+}
+
+// budgetsFor returns the budgets a charge of sc counts against.
+func (l *Ledger) budgetsFor(ctx context.Context, sc Scope) ([]applies, error) {
+	now := l.now()
+	var out []applies
+	for _, b := range l.cfg.Budgets {
+		a := applies{id: b.ID, limit: b.LimitUSD, warnAt: b.WarnAt, window: b.Window,
+			raise: "change limitUsd of budget " + b.ID + " in the gateway's config and restart it"}
+		a.from, a.reset = l.window(b.Window, now)
+		switch b.Scope {
+		case ScopeGateway:
+			a.where, a.match, a.scopeDisplay = "1=1", func(Scope) bool { return true }, "gateway"
+		case ScopeProfile:
+			if sc.ProfileID != b.Profile {
+				continue
+			}
+			a.where, a.args, a.scopeDisplay = "profile_id = ?", []any{b.Profile}, "profile "+b.Profile
+			p := b.Profile
+			a.match = func(s Scope) bool { return s.ProfileID == p }
+		case ScopeAgent:
+			if sc.Agent != b.Agent {
+				continue
+			}
+			a.where, a.args, a.scopeDisplay = "agent = ?", []any{b.Agent}, "agent "+b.Agent
+			ag := b.Agent
+			a.match = func(s Scope) bool { return s.Agent == ag }
+		}
+		out = append(out, a)
+	}
+	// the session's own budget and each ancestor's: their trees' totals
+	if sc.Lineage != "" {
+		ids := strings.Split(sc.Lineage, "/")
+		for i, id := range ids {
+			var usd float64
+			err := l.cfg.DB.R.QueryRowContext(ctx, `SELECT usd FROM session_budgets WHERE session_id=?`, id).Scan(&usd)
+			if errors.Is(err, sql.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			prefix := strings.Join(ids[:i+1], "/")
+			out = append(out, applies{id: "session:" + id, limit: usd, warnAt: 0.8, window: WindowTotal,
+				where: "(lineage = ? OR substr(lineage, 1, ?) = ?)", args: []any{prefix, len(prefix) + 1, prefix + "/"},
+				match: func(s Scope) bool { return s.Lineage == prefix || strings.HasPrefix(s.Lineage, prefix+"/") },
+				raise: "start a new session with a larger --budget (a session's budget is set when it is created)", scopeDisplay: "session tree " + id})
+		}
+	}
+	return out, nil
+}
+
+// window returns when the window that holds now began, and when the next begins (zero for total).
+func (l *Ledger) window(w string, now time.Time) (time.Time, time.Time) {
+	t := now.In(l.cfg.Zone)
+	switch w {
+	case WindowDay:
+		from := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, l.cfg.Zone)
+		return from, from.AddDate(0, 0, 1)
+	case WindowMonth:
+		from := time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, l.cfg.Zone)
+		return from, from.AddDate(0, 1, 0)
+	}
+	return time.Time{}, time.Time{}
+}
+
+// spent is a budget's spend in its window: the ledger's rows, the leased time not yet in it, and
+// the reservations in flight.
+func (l *Ledger) spent(ctx context.Context, a applies, open []accrual) (float64, error) {
+	q := `SELECT COALESCE(SUM(usd), 0) FROM spend WHERE ` + a.where
+	args := append([]any{}, a.args...)
+	if !a.from.IsZero() {
+		q += ` AND at >= ?`
+		args = append(args, store.FormatTime(a.from))
+	}
+	var usd float64
+	if err := l.cfg.DB.R.QueryRowContext(ctx, q, args...).Scan(&usd); err != nil {
+		return 0, err
+	}
+	for _, o := range open {
+		if a.match(o.scope) {
+			usd += o.usd
+		}
+	}
+	l.mu.Lock()
+	for _, h := range l.inflight {
+		if a.match(h.scope) {
+			usd += h.usd
+		}
+	}
+	l.mu.Unlock()
+	return usd, nil
+}
+
+// Reservation is a charge admitted against every budget it counts against; Settle records what it
+// cost (once).
+type Reservation struct {
+	l     *Ledger
+	id    int64 // 0: nothing held (no budget applied)
+	scope Scope
+	once  sync.Once
+}
+
+// Reserve admits a charge of up to worst USD for sc against every budget it counts against, or
+// refuses it with an *ExceededError naming the first budget it would pass.
+func (l *Ledger) Reserve(ctx context.Context, sc Scope, worst float64) (*Reservation, error) {
+	if math.IsNaN(worst) || worst < 0 {
+		worst = 0
+	}
+	bs, err := l.budgetsFor(ctx, sc)
+	if err != nil {
+		return nil, err
+	}
+	if len(bs) == 0 {
+		return &Reservation{l: l, scope: sc}, nil // nothing to hold it against; Settle still records it
+	}
+	l.admit.Lock()
+	defer l.admit.Unlock()
+	open, err := l.openAccruals(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range bs {
+		spent, err := l.spent(ctx, a, open)
+		if err != nil {
+			return nil, err
+		}
+		if spent+worst > a.limit {
+			l.refused(a.id)
+			return nil, &ExceededError{Budget: a.id, SpentUSD: spent, LimitUSD: a.limit, AskedUSD: worst, ResetAt: a.reset, Raise: a.raise}
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.next++
+	l.inflight[l.next] = hold{usd: worst, scope: sc, created: l.now()}
+	return &Reservation{l: l, id: l.next, scope: sc}, nil
+}
+
+// Release lets a reservation go without a charge (the work did not happen).
+func (r *Reservation) Release() {
+	if r == nil {
+		return
+	}
+	r.once.Do(func() {
+		r.l.mu.Lock()
+		delete(r.l.inflight, r.id)
+		r.l.mu.Unlock()
+	})
+}
+
+// Admit refuses new work of the session (a turn) while a budget it counts against has less left
+// than atLeast (the least its first model call reserves).
+func (l *Ledger) Admit(ctx context.Context, sessionID string, atLeast float64) error {
+	sc, err := l.ScopeOf(ctx, sessionID)
+	if err != nil {
+		return err
+	}
+	bs, err := l.budgetsFor(ctx, sc)
+	if err != nil || len(bs) == 0 {
+		return err
+	}
+	open, err := l.openAccruals(ctx)
+	if err != nil {
+		return err
+	}
+	for _, a := range bs {
+		spent, err := l.spent(ctx, a, open)
+		if err != nil {
+			return err
+		}
+		if spent >= a.limit || spent+atLeast > a.limit {
+			l.refused(a.id)
+			return &ExceededError{Budget: a.id, SpentUSD: spent, LimitUSD: a.limit, AskedUSD: atLeast, ResetAt: a.reset, Raise: a.raise}
+		}
+	}
+	return nil
+}
+
+// ReserveCall admits a model call of the session that may cost up to worst USD (the catalog's
+// meter, through an adapter in the gateway's wiring).
+func (l *Ledger) ReserveCall(ctx context.Context, sessionID string, worst float64) (*Reservation, error) {
+	sc, err := l.ScopeOf(ctx, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	return l.Reserve(ctx, sc, worst)
+}
