@@ -154,6 +154,10 @@ func (l *Ledger) Usage(ctx context.Context, by string, since time.Time) ([]Usage
 	if !ok {
 		return nil, providers.Fieldf("by", "must be session, profile, agent, model, kind or day, got %q", by)
 	}
+	// ended leases' time goes in first, so the report has it at once
+	if err := l.Accrue(ctx); err != nil {
+		l.log.Warn("accrue leased time for the usage report", "err", err)
+	}
 	q := `SELECT at, ` + orConst(col) + `, kind, usd, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, seconds FROM spend`
 	var args []any
 	if !since.IsZero() {

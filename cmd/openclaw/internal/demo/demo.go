@@ -116,6 +116,7 @@ func Run(ctx context.Context, o Options) error {
 		{"user checkout untouched", d.checkCheckout},
 		{"destroy the environment", d.destroy},
 		{"an agent spawns a child on a worker (sessions_spawn)", d.spawnChild},
+		{"what it cost: machines and model calls (openclaw usage)", d.spend},
 		{"stop the gateway", d.stopGateway},
 	}
 	if o.Keep {

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/openclaw/cloudworkers/gateway/spend"
+
 	"github.com/openclaw/cloudworkers/cmd/openclaw/internal/console"
 	"github.com/openclaw/cloudworkers/gateway/api"
 	"github.com/openclaw/cloudworkers/gateway/bootstrap"
@@ -55,12 +57,17 @@ models:
   providers:
     demo: {api: scripted, script: %q, models: [{id: demo, cost: {input: 3, output: 15}}]}
     spawner: {api: scripted, script: %q, models: [{id: demo, cost: {input: 3, output: 15}}]}
-# the built-in local profile, publishing with the forge credential the demo sets
+# the built-in local profile, publishing with the forge credential the demo sets, priced as if
+# its boxes were small cloud machines (the spend ledger charges their leased time)
 profiles:
   - id: local
     provider: local
     hygiene: {metadataRoute: warn, dockerSocket: warn}
     publish: {credential: forge}
+    price: {perHour: 0.05, minimumMinutes: 1}
+# one budget for machines and model calls together (openclaw budget list)
+budgets:
+  - {id: demo-day, scope: gateway, window: day, limitUsd: 5}
 `
 	// forgeUser and forgeToken are the demo forge's HTTPS credential (a GitHub-style token shape).
 	forgeUser  = "x-access-token"
@@ -443,6 +450,36 @@ func (d *run) destroy(ctx context.Context) (string, error) {
 	}
 	return fmt.Sprintf("environment %s destroyed, provider confirmed; box pid %d and worker pid %d gone, box directory removed",
 		d.envID, d.pids["box"], d.pids["worker"]), nil
+}
+
+// spend reports the demo's spend from the ledger (openclaw usage --by kind) and its budget.
+func (d *run) spend(ctx context.Context) (string, error) {
+	rows, err := d.c.Usage(ctx, "kind", "")
+	if err != nil {
+		return "", fmt.Errorf("usage: %w", err)
+	}
+	var models, machines spend.UsageRow
+	for _, r := range rows {
+		if r.Key == spend.KindModel {
+			models = r
+		} else {
+			machines = r
+		}
+	}
+	fmt.Fprintf(d.out, "   models:   $%.4f  (%d calls, %d tokens in, %d out, %d cache reads)\n", models.USD, models.Calls, models.InputTokens, models.OutputTokens, models.CacheReadTokens)
+	fmt.Fprintf(d.out, "   machines: $%.4f  (%s of leased time at $0.05/h, at least a minute each)\n", machines.USD, (time.Duration(machines.MachineSeconds) * time.Second).Round(time.Second))
+	if models.Calls == 0 {
+		return "", errors.New("the ledger has no model call")
+	}
+	if machines.USD <= 0 {
+		return "", errors.New("the ledger has no machine time")
+	}
+	bs, err := d.c.Budgets(ctx)
+	if err != nil || len(bs) != 1 {
+		return "", fmt.Errorf("budgets: %v %v", bs, err)
+	}
+	fmt.Fprintf(d.out, "   budget %s: $%.4f of $%.2f spent today (resets %s)\n", bs[0].ID, bs[0].SpentUSD, bs[0].LimitUSD, bs[0].ResetAt.Local().Format("Jan 2 15:04"))
+	return fmt.Sprintf("spent $%.4f: $%.4f on model calls, $%.4f on machines (openclaw usage)", models.USD+machines.USD, models.USD, machines.USD), nil
 }
 
 // snapshotDir maps every file of dir outside .git to its content.
