@@ -179,6 +179,9 @@ func (g *components) openStore(ctx context.Context) error {
 	if g.ledger, err = spend.New(spend.Config{DB: g.db, Clock: g.clk, Log: g.sub("spend"), Budgets: g.cfg.Budgets, Zone: g.cfg.Spend.Zone()}); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
+	if err := g.ledger.Recover(ctx); err != nil {
+		return fmt.Errorf("recover the spend ledger: %w", err)
+	}
 	g.catalog.SetMeter(meter{g.ledger}) // every model call, on the gateway or a worker, is metered
 	if g.roots, err = g.cfg.Workspaces.roots(g.dataDir); err != nil {
 		return fmt.Errorf("config: %w", err)

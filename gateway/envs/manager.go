@@ -360,7 +360,13 @@ func (m *Manager) CreateClass(ctx context.Context, profileID, idempotencyKey, cl
 	}
 	snapshot, _ := json.Marshal(prof)
 	var id string
+	// the budgets' reservation is its own write, made before the lease's transaction (one writer)
 	release := func() {}
+	if m.cfg.AdmitLease != nil {
+		if release, err = m.cfg.AdmitLease(ctx, prof); err != nil {
+			return env, false, err
+		}
+	}
 	defer func() { release() }()
 	err = m.db.InTx(ctx, func(tx *sql.Tx) error {
 		if idempotencyKey != "" {
@@ -380,13 +386,7 @@ func (m *Manager) CreateClass(ctx context.Context, profileID, idempotencyKey, cl
 		if err := m.admitNew(ctx, tx); err != nil {
 			return err
 		}
-		if m.cfg.AdmitLease != nil {
-			rel, err := m.cfg.AdmitLease(ctx, prof)
-			if err != nil {
-				return err
-			}
-			release = rel
-		}
+
 		var live int
 		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM environments WHERE profile_id=? AND state NOT IN ('destroyed','failed','orphaned')`, profileID).Scan(&live); err != nil {
 			return err

@@ -13,24 +13,30 @@ import (
 	"github.com/openclaw/cloudworkers/providers"
 )
 
-// Settle records a model call's cost from its usage (the catalog's prices) and lets the
-// reservation go. A call that failed before any usage costs nothing.
+// Settle records a model call's cost from its usage (the catalog's prices) in its reservation's
+// row. A call that failed before any usage costs nothing.
 func (r *Reservation) Settle(ctx context.Context, model string, u protocol.Usage) {
 	if r == nil {
 		return
 	}
 	r.once.Do(func() {
 		l := r.l
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		var err error
 		if u.Cost.Total > 0 || u.Input > 0 || u.Output > 0 {
-			// the row first, then the hold goes: a budget read between counts both (never neither)
-			if err := l.insert(context.WithoutCancel(ctx), row{kind: KindModel, scope: r.scope, model: model, usd: u.Cost.Total,
-				in: u.Input, out: u.Output, cacheRead: u.CacheRead, cacheWrite: u.CacheWrite}); err != nil {
-				l.log.Error("record a model call's spend", "session", r.scope.SessionID, "model", model, "usd", u.Cost.Total, "err", err)
+			_, err = l.cfg.DB.W.ExecContext(ctx, `UPDATE spend SET at = ?, model = ?, usd = ?, input_tokens = ?, output_tokens = ?,
+				cache_read_tokens = ?, cache_write_tokens = ?, pending = 0 WHERE id = ?`,
+				store.FormatTime(l.now()), model, u.Cost.Total, u.Input, u.Output, u.CacheRead, u.CacheWrite, r.id)
+			if err == nil && u.Cost.Total > 0 {
+				l.metrics().spent.WithLabelValues(KindModel, r.scope.ProfileID).Add(u.Cost.Total)
 			}
+		} else {
+			_, err = l.cfg.DB.W.ExecContext(ctx, `DELETE FROM spend WHERE id = ? AND pending = 1`, r.id)
 		}
-		l.mu.Lock()
-		delete(l.inflight, r.id)
-		l.mu.Unlock()
+		if err != nil {
+			l.log.Error("record a model call's spend", "session", r.scope.SessionID, "model", model, "usd", u.Cost.Total, "err", err)
+		}
 	})
 }
 
@@ -46,12 +52,6 @@ type row struct {
 	seconds           float64
 	at                time.Time
 	environmentClosed bool
-}
-
-func (l *Ledger) insert(ctx context.Context, r row) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	return l.cfg.DB.InTx(ctx, func(tx *sql.Tx) error { return l.insertTx(ctx, tx, r) })
 }
 
 func (l *Ledger) insertTx(ctx context.Context, tx *sql.Tx, r row) error {
@@ -241,7 +241,7 @@ func (l *Ledger) Run(ctx context.Context) {
 // recorded: from then on the lease itself counts.
 func (l *Ledger) ReserveLease(ctx context.Context, prof providers.Profile) (*Reservation, error) {
 	minutes := max(prof.Price.MinimumMinutes, 1)
-	r, err := l.Reserve(ctx, Scope{ProfileID: prof.ID}, minutes/60*prof.Price.PerHour)
+	r, err := l.reserve(ctx, Scope{ProfileID: prof.ID}, minutes/60*prof.Price.PerHour, KindMachine)
 	var ee *ExceededError
 	if errors.As(err, &ee) {
 		return nil, fmt.Errorf("a new machine of profile %s: %w", prof.ID, err)

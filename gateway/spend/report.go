@@ -109,10 +109,10 @@ func (l *Ledger) Session(ctx context.Context, sessionID string) (SessionSpend, e
 		return SessionSpend{}, err
 	}
 	out := SessionSpend{SessionID: sessionID}
-	if err := l.cfg.DB.R.QueryRowContext(ctx, `SELECT COALESCE(SUM(usd),0) FROM spend WHERE session_id=?`, sessionID).Scan(&out.OwnUSD); err != nil {
+	if err := l.cfg.DB.R.QueryRowContext(ctx, `SELECT COALESCE(SUM(usd),0) FROM spend WHERE pending = 0 AND session_id=?`, sessionID).Scan(&out.OwnUSD); err != nil {
 		return out, err
 	}
-	if err := l.cfg.DB.R.QueryRowContext(ctx, `SELECT COALESCE(SUM(usd),0) FROM spend WHERE lineage = ? OR substr(lineage, 1, ?) = ?`,
+	if err := l.cfg.DB.R.QueryRowContext(ctx, `SELECT COALESCE(SUM(usd),0) FROM spend WHERE pending = 0 AND (lineage = ? OR substr(lineage, 1, ?) = ?)`,
 		sc.Lineage, len(sc.Lineage)+1, sc.Lineage+"/").Scan(&out.TreeUSD); err != nil {
 		return out, err
 	}
@@ -158,10 +158,11 @@ func (l *Ledger) Usage(ctx context.Context, by string, since time.Time) ([]Usage
 	if err := l.Accrue(ctx); err != nil {
 		l.log.Warn("accrue leased time for the usage report", "err", err)
 	}
-	q := `SELECT at, ` + orConst(col) + `, kind, usd, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, seconds FROM spend`
+	// settled rows only: a reservation in flight is not spend yet
+	q := `SELECT at, ` + orConst(col) + `, kind, usd, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, seconds FROM spend WHERE pending = 0`
 	var args []any
 	if !since.IsZero() {
-		q += ` WHERE at >= ?`
+		q += ` AND at >= ?`
 		args = append(args, store.FormatTime(since))
 	}
 	rows, err := l.cfg.DB.R.QueryContext(ctx, q+` ORDER BY id`, args...)

@@ -98,22 +98,12 @@ type Ledger struct {
 	cfg Config
 	log *slog.Logger
 
-	// admit makes each reservation's check and hold one step: two cannot both see the room that
-	// only one fits in.
-	admit    sync.Mutex
-	mu       sync.Mutex
-	inflight map[int64]hold // reservations not yet settled
-	next     int64
+	// admit makes each reservation's check and its pending row one step: two cannot both see
+	// the room that only one fits in.
+	admit sync.Mutex
 
 	mets     *metrics
 	metsOnce sync.Once
-}
-
-// hold is one reservation: what it may cost and what it counts against.
-type hold struct {
-	usd     float64
-	scope   Scope
-	created time.Time
 }
 
 // Scope is what a charge is for: the session (and its lineage), its agent, and the profile and
@@ -150,7 +140,20 @@ func New(cfg Config) (*Ledger, error) {
 	if cfg.AccrueEvery <= 0 {
 		cfg.AccrueEvery = 30 * time.Second
 	}
-	return &Ledger{cfg: cfg, log: cfg.Log, inflight: map[int64]hold{}}, nil
+	return &Ledger{cfg: cfg, log: cfg.Log}, nil
+}
+
+// Recover settles what a gateway that stopped left pending: a model call's reservation is
+// charged at its worst case (the call may have been billed), a lease's is dropped (a lease that
+// was made counts on its own). Call it once at start, before any reservation.
+func (l *Ledger) Recover(ctx context.Context) error {
+	return l.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM spend WHERE pending = 1 AND kind = ?`, KindMachine); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE spend SET pending = 0 WHERE pending = 1`)
+		return err
+	})
 }
 
 func (l *Ledger) clock() clock.Clock { return clock.Or(l.cfg.Clock) }
@@ -295,8 +298,8 @@ func (l *Ledger) window(w string, now time.Time) (time.Time, time.Time) {
 	return time.Time{}, time.Time{}
 }
 
-// spent is a budget's spend in its window: the ledger's rows, the leased time not yet in it, and
-// the reservations in flight.
+// spent is a budget's spend in its window: the ledger's rows (pending reservations at their worst
+// case) and the leased time not yet in it.
 func (l *Ledger) spent(ctx context.Context, a applies, open []accrual) (float64, error) {
 	q := `SELECT COALESCE(SUM(usd), 0) FROM spend WHERE ` + a.where
 	args := append([]any{}, a.args...)
@@ -313,13 +316,6 @@ func (l *Ledger) spent(ctx context.Context, a applies, open []accrual) (float64,
 			usd += o.usd
 		}
 	}
-	l.mu.Lock()
-	for _, h := range l.inflight {
-		if a.match(h.scope) {
-			usd += h.usd
-		}
-	}
-	l.mu.Unlock()
 	return usd, nil
 }
 
@@ -327,14 +323,19 @@ func (l *Ledger) spent(ctx context.Context, a applies, open []accrual) (float64,
 // cost (once).
 type Reservation struct {
 	l     *Ledger
-	id    int64 // 0: nothing held (no budget applied)
+	id    int64 // its pending row
 	scope Scope
 	once  sync.Once
 }
 
 // Reserve admits a charge of up to worst USD for sc against every budget it counts against, or
-// refuses it with an *ExceededError naming the first budget it would pass.
+// refuses it with an *ExceededError naming the first budget it would pass. The reservation is a
+// pending row of the ledger until it is settled (or released).
 func (l *Ledger) Reserve(ctx context.Context, sc Scope, worst float64) (*Reservation, error) {
+	return l.reserve(ctx, sc, worst, KindModel)
+}
+
+func (l *Ledger) reserve(ctx context.Context, sc Scope, worst float64, kind string) (*Reservation, error) {
 	if math.IsNaN(worst) || worst < 0 {
 		worst = 0
 	}
@@ -342,41 +343,51 @@ func (l *Ledger) Reserve(ctx context.Context, sc Scope, worst float64) (*Reserva
 	if err != nil {
 		return nil, err
 	}
-	if len(bs) == 0 {
-		return &Reservation{l: l, scope: sc}, nil // nothing to hold it against; Settle still records it
-	}
 	l.admit.Lock()
 	defer l.admit.Unlock()
-	open, err := l.openAccruals(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, a := range bs {
-		spent, err := l.spent(ctx, a, open)
+	if len(bs) > 0 {
+		open, err := l.openAccruals(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if spent+worst > a.limit {
-			l.refused(a.id)
-			return nil, &ExceededError{Budget: a.id, SpentUSD: spent, LimitUSD: a.limit, AskedUSD: worst, ResetAt: a.reset, Raise: a.raise}
+		for _, a := range bs {
+			spent, err := l.spent(ctx, a, open)
+			if err != nil {
+				return nil, err
+			}
+			if spent+worst > a.limit {
+				l.refused(a.id)
+				return nil, &ExceededError{Budget: a.id, SpentUSD: spent, LimitUSD: a.limit, AskedUSD: worst, ResetAt: a.reset, Raise: a.raise}
+			}
 		}
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.next++
-	l.inflight[l.next] = hold{usd: worst, scope: sc, created: l.now()}
-	return &Reservation{l: l, id: l.next, scope: sc}, nil
+	r := &Reservation{l: l, scope: sc}
+	err = l.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `INSERT INTO spend(at, kind, session_id, lineage, agent, profile_id, environment_id, usd, pending)
+			VALUES(?,?,?,?,?,?,?,?,1)`, store.FormatTime(l.now()), kind, sc.SessionID, sc.Lineage, sc.Agent, sc.ProfileID, sc.EnvironmentID, worst)
+		if err != nil {
+			return err
+		}
+		r.id, err = res.LastInsertId()
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reserve spend: %w", err)
+	}
+	return r, nil
 }
 
-// Release lets a reservation go without a charge (the work did not happen).
+// Release lets a reservation go without a charge (the work did not happen, or counts on its own).
 func (r *Reservation) Release() {
 	if r == nil {
 		return
 	}
 	r.once.Do(func() {
-		r.l.mu.Lock()
-		delete(r.l.inflight, r.id)
-		r.l.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := r.l.cfg.DB.W.ExecContext(ctx, `DELETE FROM spend WHERE id = ? AND pending = 1`, r.id); err != nil {
+			r.l.log.Error("release a spend reservation", "id", r.id, "err", err)
+		}
 	})
 }
 

@@ -266,3 +266,45 @@ func TestBadBudgetsAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// A gateway that dies during a model call leaves its reservation in the ledger: the restarted
+// gateway charges it at its worst case (the provider may have billed it) and counts it once; a
+// lease's reservation left the same way is dropped (a lease that was made counts on its own).
+func TestAReservationSurvivesTheGatewaysDeath(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.Open(t)
+	clk := clock.NewManual(time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC))
+	b := Budget{ID: "total", Scope: ScopeGateway, Window: WindowTotal, LimitUSD: 10}
+	l := newLedger(t, db, clk, nil, b)
+	session(t, db, "ses_a", "")
+	done, err := l.ReserveCall(ctx, "ses_a", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done.Settle(ctx, "p/m", usage(0.25))
+	if _, err := l.ReserveCall(ctx, "ses_a", 2); err != nil { // in flight when the gateway dies
+		t.Fatal(err)
+	}
+	if _, err := l.ReserveLease(ctx, profile("paid", 6, 10)); err != nil { // $1, in flight likewise
+		t.Fatal(err)
+	}
+	// the restart
+	l2 := newLedger(t, db, clk, nil, b)
+	if err := l2.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := l2.Budgets(ctx)
+	if err != nil || !near(st[0].SpentUSD, 2.25) {
+		t.Fatalf("after the restart the budget counts $%v (%v), want $0.25 settled + $2 charged at its worst case", st[0].SpentUSD, err)
+	}
+	rows, err := l2.Usage(ctx, "kind", time.Time{})
+	if err != nil || len(rows) != 1 || rows[0].Key != KindModel || rows[0].Calls != 2 || !near(rows[0].USD, 2.25) {
+		t.Fatalf("usage after the restart %+v %v, want 2 model calls, $2.25", rows, err)
+	}
+	if err := l2.Recover(ctx); err != nil { // a second start changes nothing
+		t.Fatal(err)
+	}
+	if st, _ := l2.Budgets(ctx); !near(st[0].SpentUSD, 2.25) {
+		t.Fatalf("a second recovery counted again: $%v", st[0].SpentUSD)
+	}
+}

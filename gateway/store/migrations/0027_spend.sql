@@ -17,7 +17,12 @@ CREATE TABLE spend (
 	output_tokens      INTEGER NOT NULL DEFAULT 0,
 	cache_read_tokens  INTEGER NOT NULL DEFAULT 0,
 	cache_write_tokens INTEGER NOT NULL DEFAULT 0,
-	seconds            REAL NOT NULL DEFAULT 0
+	seconds            REAL NOT NULL DEFAULT 0,
+	-- pending: a reservation (a model call's worst case, a lease's minimum billing) that is not
+	-- settled yet; it counts against the budgets at its worst case until it is. A model call's
+	-- reservation left by a gateway that died stays charged at its worst case (its provider may
+	-- have billed it); a lease's is dropped (the lease, if made, counts on its own).
+	pending            INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX spend_at ON spend(at);
 CREATE INDEX spend_lineage ON spend(lineage, at);
