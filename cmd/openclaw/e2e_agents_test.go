@@ -488,12 +488,13 @@ func TestSessionsSpawnFromAnOCCAgentsSession(t *testing.T) {
 	}
 }
 
-// TestSessionsPullbackOfABusyChild: sessions_pullback of a child whose turn runs is refused
-// without busy (the refusal says what to say); with busy drain it waits for the child's turn to
-// end on its worker and brings its work home.
+// TestSessionsPullbackOfABusyChild: a child spawned with budgetUsd has that budget;
+// sessions_pullback of a child whose turn runs is refused without busy (the refusal says what to
+// say); with busy drain it waits for the child's turn to end on its worker and brings its work
+// home.
 func TestSessionsPullbackOfABusyChild(t *testing.T) {
 	g, ws := startAgents(t, 2, "agents: {defaultProfile: kids}\n", map[string]string{
-		"parent": `[{"toolCalls": [{"name": "sessions_spawn", "arguments": {"task": "write out.txt slowly", "model": "child/m", "workspace": "empty", "wait": false}}]},
+		"parent": `[{"toolCalls": [{"name": "sessions_spawn", "arguments": {"task": "write out.txt slowly", "model": "child/m", "workspace": "empty", "wait": false, "budgetUsd": 100}}]},
 		            {"text": "Spawned."},
 		            {"toolCalls": [{"name": "sessions_pullback", "arguments": {"sessionId": "{{last.sessionId}}"}}]},
 		            {"toolCalls": [{"name": "sessions_pullback", "arguments": {"sessionId": "{{last.sessionId}}", "busy": "drain"}}]},
@@ -504,6 +505,9 @@ func TestSessionsPullbackOfABusyChild(t *testing.T) {
 	parent := g.newSession(ws, "parent/m")
 	g.runTurn(parent, "start a helper", "local")
 	child := spawnResult(t, toolResults(t, g, parent, "sessions_spawn")[0]).SessionID
+	if sp := must(g.client.SessionSpend(g.ctx(), child))(t); sp.BudgetUSD != 100 {
+		t.Fatalf("the child spawned with budgetUsd 100 has a budget of $%v", sp.BudgetUSD)
+	}
 	g.inCommand(child, 0)
 	g.runTurn(parent, "bring it home", "local")
 	results := toolResults(t, g, parent, "sessions_pullback")

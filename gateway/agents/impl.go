@@ -155,7 +155,7 @@ func (s *Spawner) spawn(ctx context.Context, parentID string, req SpawnRequest) 
 			return SpawnResult{}, errNoWorkspace
 		}
 	}
-	if err := d.Sessions.CheckParams(sessions.CreateParams{Model: model}); err != nil {
+	if err := d.Sessions.CheckParams(sessions.CreateParams{Model: model, BudgetUSD: req.BudgetUSD}); err != nil {
 		return SpawnResult{}, asFieldError(err)
 	}
 	if err := d.Dispatcher.CheckTarget(ctx, req.Profile, req.MachineClass); errors.Is(err, store.ErrNotFound) {
@@ -195,7 +195,7 @@ func (s *Spawner) spawn(ctx context.Context, parentID string, req SpawnRequest) 
 	} else if err := os.MkdirAll(ws, 0o755); err != nil {
 		return SpawnResult{}, err
 	}
-	child, err := d.Sessions.Create(ctx, sessions.CreateParams{Title: req.Label, Model: model, Workspace: ws,
+	child, err := d.Sessions.Create(ctx, sessions.CreateParams{Title: req.Label, Model: model, Workspace: ws, BudgetUSD: req.BudgetUSD,
 		Parent: parentID, ToolCallID: req.ToolCallID, Depth: depth})
 	if err != nil {
 		_ = os.RemoveAll(filepath.Dir(ws))

@@ -63,7 +63,8 @@ const spawnSchema = `{"type":"object","properties":{
 "workspace":{"type":"string","enum":["fork","empty"],"description":"fork (default): a copy of your workspace as it is now, uncommitted changes included; empty: an empty directory."},
 "runTimeoutSeconds":{"type":"integer","minimum":0,"description":"Cancel the child's turn after this many seconds (default: the gateway's agents.runTimeout)."},
 "cleanup":{"type":"string","enum":["keep","delete"],"description":"delete: destroy the child's machine once its results are pulled back."},
-"wait":{"type":"boolean","description":"true (default): return the child's answer, branch, commits, files and cost when it is done; false: return its session id at once."}},
+"wait":{"type":"boolean","description":"true (default): return the child's answer, branch, commits, files and cost when it is done; false: return its session id at once."},
+"budgetUsd":{"type":"number","minimum":0,"description":"The child's own spend limit in US dollars (its model calls and machines, and its children's); your budgets count its spend too."}},
 "required":["task"]}`
 
 func (t *tool) Schema() protocol.Tool {

@@ -48,6 +48,9 @@ type SpawnRequest struct {
 	// Wait (default true) returns once the child's first turn has ended and its results are back;
 	// false returns the child's id at once.
 	Wait *bool `json:"wait,omitempty"`
+	// BudgetUSD is the child's own budget in US dollars (its tree's spend: models and machines);
+	// 0: none. The child's spend counts against its parents' budgets either way.
+	BudgetUSD float64 `json:"budgetUsd,omitempty"`
 
 	// ToolCallID is the spawning tool call (recorded on the child's row); set by the tool.
 	ToolCallID string `json:"-"`

@@ -20,13 +20,14 @@ import (
 
 // DispatchInput are the arguments of the dispatch tool.
 type DispatchInput struct {
-	Workspace    string `json:"workspace" jsonschema:"absolute path of the workspace directory on the gateway's machine; a git work tree gets its results back as commits on the branch openclaw/<name>"`
-	Task         string `json:"task" jsonschema:"the task for the worker's agent, as its first message"`
-	Profile      string `json:"profile,omitempty" jsonschema:"worker profile to lease the machine from (the operator defines them: openclaw profile list; list_environments shows those in use); default: the server's default profile"`
-	MachineClass string `json:"machineClass,omitempty" jsonschema:"machine class, overriding the profile's (lease-CLI providers only)"`
-	Model        string `json:"model,omitempty" jsonschema:"model reference provider/model for the worker's agent; default: the gateway's default model"`
-	Wait         *bool  `json:"wait,omitempty" jsonschema:"true (default): return when the task is done and its results are home; false: return the session id at once and follow it with status"`
-	Pullback     *bool  `json:"pullback,omitempty" jsonschema:"with wait, bring the results home after the task (default true); false leaves the session on its worker for follow-up sends"`
+	Workspace    string  `json:"workspace" jsonschema:"absolute path of the workspace directory on the gateway's machine; a git work tree gets its results back as commits on the branch openclaw/<name>"`
+	Task         string  `json:"task" jsonschema:"the task for the worker's agent, as its first message"`
+	Profile      string  `json:"profile,omitempty" jsonschema:"worker profile to lease the machine from (the operator defines them: openclaw profile list; list_environments shows those in use); default: the server's default profile"`
+	MachineClass string  `json:"machineClass,omitempty" jsonschema:"machine class, overriding the profile's (lease-CLI providers only)"`
+	Model        string  `json:"model,omitempty" jsonschema:"model reference provider/model for the worker's agent; default: the gateway's default model"`
+	Wait         *bool   `json:"wait,omitempty" jsonschema:"true (default): return when the task is done and its results are home; false: return the session id at once and follow it with status"`
+	Pullback     *bool   `json:"pullback,omitempty" jsonschema:"with wait, bring the results home after the task (default true); false leaves the session on its worker for follow-up sends"`
+	BudgetUSD    float64 `json:"budgetUsd,omitempty" jsonschema:"the session's spend limit in US dollars (its model calls and machines); a call or lease past it is refused, naming the budget"`
 }
 
 // DispatchResult is what dispatch, send and status report of a session.
@@ -210,7 +211,7 @@ func (s *Server) dispatch(ctx context.Context, req *mcp.CallToolRequest, in Disp
 		return nil, nil, fmt.Errorf("dispatch: %w", err)
 	}
 	ses, err := s.cfg.Client.CreateSession(ctx, sessions.CreateRequest{
-		CreateParams: sessions.CreateParams{Title: "mcp: " + firstLine(in.Task, 60), Workspace: ws, Model: in.Model},
+		CreateParams: sessions.CreateParams{Title: "mcp: " + firstLine(in.Task, 60), Workspace: ws, Model: in.Model, BudgetUSD: in.BudgetUSD},
 		Target:       &sessions.Target{Kind: "profile", ProfileID: profile, MachineClass: in.MachineClass},
 	})
 	if err != nil {
