@@ -64,6 +64,7 @@ var pageRoutes = map[string]string{
 	"/environments":                   "environments",
 	"/environments/{id}":              "environment",
 	"/profiles":                       "profiles",
+	"/usage":                          "usage",
 	"/sessions/{id}/commits/{commit}": "diff",
 }
 
@@ -176,7 +177,7 @@ func (h *Handler) render(w http.ResponseWriter, status int, name string, d pageD
 
 var titles = map[string]string{
 	"sessions": "Sessions", "new": "New session", "chat": "Session", "environments": "Environments",
-	"environment": "Environment", "profiles": "Profiles", "diff": "Commit",
+	"environment": "Environment", "profiles": "Profiles", "diff": "Commit", "usage": "Usage",
 }
 
 func (h *Handler) page(name string) http.HandlerFunc {

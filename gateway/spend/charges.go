@@ -42,16 +42,15 @@ func (r *Reservation) Settle(ctx context.Context, model string, u protocol.Usage
 
 // row is one ledger row.
 type row struct {
-	kind              string
-	scope             Scope
-	model             string
-	usd               float64
-	in, out           int64
-	cacheRead         int64
-	cacheWrite        int64
-	seconds           float64
-	at                time.Time
-	environmentClosed bool
+	kind       string
+	scope      Scope
+	model      string
+	usd        float64
+	in, out    int64
+	cacheRead  int64
+	cacheWrite int64
+	seconds    float64
+	at         time.Time
 }
 
 func (l *Ledger) insertTx(ctx context.Context, tx *sql.Tx, r row) error {

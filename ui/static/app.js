@@ -793,6 +793,71 @@ function profilesPage() {
 
 // ---- One commit's diff ----------------------------------------------------------------------
 
+const usd = (v) => '$' + (v || 0).toFixed(v >= 10 ? 2 : 4);
+
+// usageChart draws spend per day as stacked bars (machines below, model calls above) in inline
+// SVG: one bar per day of the window, a title on each part for its exact figure.
+function usageChart(days, from, n) {
+  const NS = 'http://www.w3.org/2000/svg';
+  const svg = (tag, attrs, ...kids) => {
+    const e = document.createElementNS(NS, tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+    for (const k of kids) e.append(k);
+    return e;
+  };
+  const byDay = new Map(days.map((d) => [d.key, d]));
+  const keys = [];
+  for (let i = 0; i < n; i++) {
+    const d = new Date(from.getTime() + i * 86400000);
+    keys.push(d.toISOString().slice(0, 10));
+  }
+  const top = Math.max(0.0001, ...keys.map((k) => (byDay.get(k) || {}).usd || 0));
+  const W = 720, H = 220, pad = 40, bw = (W - pad) / n;
+  const g = svg('svg', { viewBox: `0 0 ${W} ${H + 24}`, role: 'img', 'aria-label': 'Spend per day: machines and model calls' });
+  g.append(svg('text', { x: 0, y: 12, class: 'axis' }, usd(top)), svg('text', { x: 0, y: H, class: 'axis' }, '$0'),
+    svg('line', { x1: pad, y1: H, x2: W, y2: H, class: 'baseline' }));
+  keys.forEach((k, i) => {
+    const d = byDay.get(k) || { machineUsd: 0, modelUsd: 0 };
+    const x = pad + i * bw + 1, hm = (d.machineUsd / top) * (H - 16), hl = (d.modelUsd / top) * (H - 16);
+    g.append(svg('rect', { x, y: H - hm, width: bw - 2, height: hm, class: 'machine', 'data-day': k, 'data-kind': 'machine' },
+      svg('title', {}, `${k} machines ${usd(d.machineUsd)}`)));
+    g.append(svg('rect', { x, y: H - hm - hl, width: bw - 2, height: hl, class: 'model', 'data-day': k, 'data-kind': 'model' },
+      svg('title', {}, `${k} model calls ${usd(d.modelUsd)} (${d.calls || 0} calls)`)));
+    if (i % 7 === n % 7 || i === n - 1) g.append(svg('text', { x, y: H + 16, class: 'axis' }, k.slice(5)));
+  });
+  return g;
+}
+
+function usagePage() {
+  async function load() {
+    const n = 30, from = new Date(Date.now() - (n - 1) * 86400000);
+    const since = from.toISOString().slice(0, 10);
+    const [days, sessions, budgets] = await Promise.all([
+      api('GET', '/usage?by=day&since=' + since), api('GET', '/usage?by=session&since=' + since), api('GET', '/budgets')]);
+    $('#usage-chart').replaceChildren(usageChart(days, new Date(since + 'T00:00:00Z'), n));
+    const total = days.reduce((a, d) => a + d.usd, 0), machines = days.reduce((a, d) => a + d.machineUsd, 0);
+    $('#usage-total').textContent = `${usd(total)} in ${n} days: ${usd(total - machines)} on model calls, ${usd(machines)} on machines.`;
+    $('#budgets').replaceChildren(...budgets.map((b) => {
+      const share = Math.min(1, b.spentUsd / b.limitUsd);
+      const state = b.exceeded ? 'exceeded' : b.warning ? 'warning' : 'ok';
+      const scope = b.scope + (b.profile ? ' ' + b.profile : '') + (b.agent ? ' ' + b.agent : '');
+      return el('li', { class: 'budget ' + state, 'data-budget': b.id },
+        el('span', { class: 'budget-name', text: `${b.id} (${scope}, ${b.window})` }),
+        el('span', { class: 'bar', role: 'meter', 'aria-valuemin': '0', 'aria-valuemax': String(b.limitUsd), 'aria-valuenow': String(b.spentUsd), 'aria-label': b.id },
+          el('span', { class: 'fill', style: `width: ${(share * 100).toFixed(1)}%` })),
+        el('span', { class: 'budget-figures', text: `${usd(b.spentUsd)} of ${usd(b.limitUsd)}` + (b.resetAt ? ', resets ' + new Date(b.resetAt).toLocaleString() : '') + (state !== 'ok' ? ' — ' + state : '') }));
+    }));
+    if (!budgets.length) $('#budgets').append(el('li', { class: 'muted', text: 'No budgets are configured (budgets: in the gateway config).' }));
+    $('#usage-sessions tbody').replaceChildren(...sessions.slice(0, 20).map((r) => el('tr', { 'data-session': r.key },
+      el('th', { scope: 'row' }, r.key ? el('a', { href: '/sessions/' + encodeURIComponent(r.key), text: r.key }) : '—'),
+      el('td', { text: usd(r.usd) }), el('td', { text: usd(r.modelUsd) }), el('td', { text: usd(r.machineUsd) }),
+      el('td', { text: String(r.calls) }), el('td', { text: String(r.inputTokens) }), el('td', { text: String(r.outputTokens) }))));
+    if (!sessions.length) $('#usage-sessions tbody').append(el('tr', {}, el('td', { colspan: '7', text: 'Nothing spent yet.' })));
+  }
+  load().catch((e) => showError($('#usage-error'), e));
+  setInterval(() => load().catch(() => {}), 10000);
+}
+
 async function diffPage(id, commit) {
   try {
     const res = await fetch('/api/v1/sessions/' + encodeURIComponent(id) + '/changes/' + encodeURIComponent(commit), { credentials: 'same-origin' });
@@ -814,5 +879,6 @@ document.addEventListener('DOMContentLoaded', () => {
   else if (page === 'environments') environmentsPage();
   else if (page === 'environment') environmentPage(id);
   else if (page === 'profiles') profilesPage();
+  else if (page === 'usage') usagePage();
   else if (page === 'diff') diffPage(id, document.body.dataset.commit);
 });
