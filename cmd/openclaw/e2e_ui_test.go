@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -48,7 +49,8 @@ func TestControlUIInChromium(t *testing.T) {
 	browser := browsertest.Start(t)
 	root := t.TempDir()
 	release, never := filepath.Join(root, "release"), filepath.Join(root, "never")
-	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedModels(t, root, map[string]string{"ui": uiScript(release, never)}))
+	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedPriced(t, root, "ui", uiScript(release, never), "cost: {input: 3, output: 15}")+
+		"budgets:\n  - {id: ui-day, scope: gateway, window: day, limitUsd: 10}\n")
 	t.Cleanup(func() { destroyAll(g) })
 	ws := filepath.Join(root, "project")
 	testenv.InitRepo(t, ws, "initial", map[string]string{"README.md": "hello\n"})
@@ -302,7 +304,18 @@ func TestControlUIInChromium(t *testing.T) {
 	p.Until("the retried dispatch is running", `document.querySelector('#create-steps li[data-to=active]') !== null && document.getElementById('retry').hidden`)
 
 	// 390×844: the chat view fits the width (no sideways scrolling) and keeps its controls.
+	// Usage: spend per day as stacked bars (today's model calls drawn), the budget's bar, the session on top.
+	p.Do("usage", chromedp.Click(`a[href="/usage"]`), chromedp.WaitVisible(`#usage-chart svg`))
+	today := time.Now().UTC().Format(time.DateOnly)
+	p.Until("today's model calls in the chart", `(() => { const r = document.querySelector('#usage-chart rect[data-kind=model][data-day="`+today+`"]'); return !!r && +r.getAttribute('height') > 0 })()`)
+	p.Until("the budget's bar", `(() => { const b = document.querySelector('#budgets li[data-budget=ui-day]'); return !!b && b.querySelector('.budget-figures').textContent.includes('of $10.00') && parseFloat(b.querySelector('.fill').style.width) > 0 })()`)
+	p.Until("the session among the top ones", `document.querySelector('#usage-sessions tr[data-session="`+id+`"]') !== null`)
+	if bars := browsertest.Eval[int](p, `document.querySelectorAll('#usage-chart rect[data-kind=model]').length`); bars != 30 {
+		t.Fatalf("the chart has %d days, want 30", bars)
+	}
+	p.Shot(rootRel, "usage")
 	p.Do("phone", chromedp.EmulateViewport(390, 844), chromedp.Navigate(base+"/sessions/"+id), chromedp.WaitVisible(`#send`))
+	p.Until("the session's spend", `/^Spent \$0\.\d{4}/.test(document.getElementById('spend').textContent)`)
 	p.Until("the transcript", browsertest.TextCount("#transcript .text", "All done here.")+` === 1`)
 	if w := browsertest.Eval[int](p, `document.documentElement.scrollWidth`); w > 390 {
 		t.Fatalf("at 390 px wide the page is %d px wide", w)

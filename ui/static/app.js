@@ -4,6 +4,9 @@
 
 const $ = (sel, root) => (root || document).querySelector(sel);
 
+// usd writes US dollars: cents for large sums, tenths of a cent below $10.
+const usd = (v) => '$' + (v || 0).toFixed(v >= 10 ? 2 : 4);
+
 // el builds an element; children are nodes or strings (always text, never HTML).
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
@@ -361,7 +364,17 @@ function chatPage(id) {
     st.pending = null;
     if (st.feed) { st.feed.close(); st.feed = null; }
     await load();
+    loadSpend();
   }
+
+  // the session's spend so far (its tree's, with its own budget)
+  async function loadSpend() {
+    let sp;
+    try { sp = await api('GET', '/sessions/' + encodeURIComponent(id) + '/spend'); } catch { return; }
+    $('#spend').textContent = 'Spent ' + usd(sp.treeUsd) + (sp.treeUsd !== sp.ownUsd ? ' (its own ' + usd(sp.ownUsd) + ')' : '') +
+      (sp.budgetUsd ? ' of its budget ' + usd(sp.budgetUsd) : '');
+  }
+  loadSpend();
 
   async function loadPlacement() {
     let v;
@@ -793,8 +806,6 @@ function profilesPage() {
 
 // ---- One commit's diff ----------------------------------------------------------------------
 
-const usd = (v) => '$' + (v || 0).toFixed(v >= 10 ? 2 : 4);
-
 // usageChart draws spend per day as stacked bars (machines below, model calls above) in inline
 // SVG: one bar per day of the window, a title on each part for its exact figure.
 function usageChart(days, from, n) {
@@ -811,6 +822,8 @@ function usageChart(days, from, n) {
     const d = new Date(from.getTime() + i * 86400000);
     keys.push(d.toISOString().slice(0, 10));
   }
+  // the gateway's days are in its spend.timeZone, which may already be a day ahead of UTC
+  for (const d of days) if (d.key > keys[keys.length - 1]) { keys.shift(); keys.push(d.key); }
   const top = Math.max(0.0001, ...keys.map((k) => (byDay.get(k) || {}).usd || 0));
   const W = 720, H = 220, pad = 40, bw = (W - pad) / n;
   const g = svg('svg', { viewBox: `0 0 ${W} ${H + 24}`, role: 'img', 'aria-label': 'Spend per day: machines and model calls' });
@@ -841,10 +854,11 @@ function usagePage() {
       const share = Math.min(1, b.spentUsd / b.limitUsd);
       const state = b.exceeded ? 'exceeded' : b.warning ? 'warning' : 'ok';
       const scope = b.scope + (b.profile ? ' ' + b.profile : '') + (b.agent ? ' ' + b.agent : '');
+      const fill = el('span', { class: 'fill' });
+      fill.style.width = (share * 100).toFixed(1) + '%'; // through the CSSOM: the page's CSP allows no inline style
       return el('li', { class: 'budget ' + state, 'data-budget': b.id },
         el('span', { class: 'budget-name', text: `${b.id} (${scope}, ${b.window})` }),
-        el('span', { class: 'bar', role: 'meter', 'aria-valuemin': '0', 'aria-valuemax': String(b.limitUsd), 'aria-valuenow': String(b.spentUsd), 'aria-label': b.id },
-          el('span', { class: 'fill', style: `width: ${(share * 100).toFixed(1)}%` })),
+        el('span', { class: 'bar', role: 'meter', 'aria-valuemin': '0', 'aria-valuemax': String(b.limitUsd), 'aria-valuenow': String(b.spentUsd), 'aria-label': b.id }, fill),
         el('span', { class: 'budget-figures', text: `${usd(b.spentUsd)} of ${usd(b.limitUsd)}` + (b.resetAt ? ', resets ' + new Date(b.resetAt).toLocaleString() : '') + (state !== 'ok' ? ' — ' + state : '') }));
     }));
     if (!budgets.length) $('#budgets').append(el('li', { class: 'muted', text: 'No budgets are configured (budgets: in the gateway config).' }));
