@@ -105,6 +105,15 @@ type Config struct {
 	// day and month windows begin (docs/operations.md, "Spend and budgets").
 	Budgets []spend.Budget `yaml:"budgets"`
 	Spend   SpendConfig    `yaml:"spend"`
+	// Pool bounds the prepared pools (profiles' pool:) gateway-wide (docs/workers.md).
+	Pool PoolConfig `yaml:"pool"`
+}
+
+// PoolConfig is the config's pool section.
+type PoolConfig struct {
+	// MaxUnassigned bounds the machines the prepared pools hold unassigned, gateway-wide
+	// (default 4; 0 drains the pools).
+	MaxUnassigned *int `yaml:"maxUnassigned"`
 }
 
 // SpendConfig is the config's spend section.
@@ -496,6 +505,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := stream.ParseCompression(c.Sync.Compression); err != nil {
 		return providers.Fieldf("sync.compression", "must be auto, zstd or none, got %q", c.Sync.Compression)
+	}
+	if m := c.Pool.MaxUnassigned; m != nil && (*m < 0 || *m > 1000) {
+		return providers.Fieldf("pool.maxUnassigned", "must be from 0 (drain the pools) to 1000, got %d", *m)
 	}
 	if c.Spend.TimeZone != "" {
 		if _, err := time.LoadLocation(c.Spend.TimeZone); err != nil {

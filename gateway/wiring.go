@@ -322,6 +322,7 @@ func (g *components) buildSessionSide(ctx context.Context) error {
 		// an OCC revision's environment takes only its agent's session (occ.Compute routes it)
 		Reserved: func(e envs.Environment) bool { return occ.ReservedEnvironment(e.IdempotencyKey) },
 		Clock:    g.clk,
+		PoolCap:  c.Pool.MaxUnassigned,
 	})
 	g.closers.Push("dispatcher", g.dispatcher.Close)
 	var signing *workspace.SigningKey
@@ -389,7 +390,15 @@ func (r turnRuns) Yielding(sessionID, runID string) bool { return r.g.turns.Yiel
 func (g *components) envBusy(envID string) bool {
 	// a move holds its environment at most as long as its longest step may take, and then some
 	moveHold := max(orDefault(g.cfg.Box.SyncTimeout, 30*time.Minute), orDefault(g.cfg.Box.ReconcileTimeout, 10*time.Minute)) + 10*time.Minute
-	return envInUse(g.placements.ServedBy, g.turns.Busy, envID, g.clk.Now(), moveHold)
+	if envInUse(g.placements.ServedBy, g.turns.Busy, envID, g.clk.Now(), moveHold) {
+		return true
+	}
+	// an unassigned machine its profile's prepared pool keeps (pool.maxReady) is not idle
+	if g.dispatcher == nil {
+		return false
+	}
+	e, err := g.envs.Get(context.Background(), envID)
+	return err == nil && g.dispatcher.PoolHolds(context.Background(), e)
 }
 
 // sessionBusy tells the dispatcher whether a session has a turn in flight.
@@ -686,6 +695,7 @@ func (g *components) serve(ctx context.Context) error {
 		return err
 	}
 	runOwned(ctx, g.closers, "spend ledger", g.ledger.Run)
+	runOwned(ctx, g.closers, "prepared pools", g.dispatcher.RunPool)
 	runOwned(ctx, g.closers, "retention", func(ctx context.Context) {
 		runRetention(ctx, g.clk, g.cfg.Retention, g.db, g.workerCreds, g.workers, g.sub("retention"))
 	})

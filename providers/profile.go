@@ -28,6 +28,9 @@ type Profile struct {
 	// Price is what one of the profile's machines costs while leased (the spend ledger and
 	// budgets: docs/operations.md, "Spend and budgets"). Zero: free.
 	Price Price `json:"price,omitzero" yaml:"price"`
+	// Pool keeps prepared machines of the profile ready for dispatches (docs/workers.md,
+	// "Prepared pool").
+	Pool Pool `json:"pool,omitzero" yaml:"pool"`
 	// Hygiene chooses, per box hygiene check, whether a failure stops bootstrap ("enforce",
 	// the default) or is only reported ("warn"). Checks: sshAgent, dockerSocket, cleanEnv, metadataRoute.
 	Hygiene map[string]string `json:"hygiene,omitempty" yaml:"hygiene"`
@@ -408,6 +411,19 @@ func (p *Profile) SetDefaults() {
 }
 
 // Validate checks the provider-independent fields and names the first bad one.
+// Pool is a profile's prepared pool: machines leased, bootstrapped and with their worker admitted
+// before any session asks, so that a dispatch only claims one and syncs its workspace.
+type Pool struct {
+	// MinReady is how many unassigned ready machines the gateway keeps (it leases more as
+	// dispatches claim them); MaxReady how many idle ones it keeps from their idle timeout
+	// (default MinReady).
+	MinReady int `json:"minReady,omitempty" yaml:"minReady"`
+	MaxReady int `json:"maxReady,omitempty" yaml:"maxReady"`
+}
+
+// Keep is how many unassigned machines the pool keeps from their idle timeout.
+func (p Pool) Keep() int { return max(p.MinReady, p.MaxReady) }
+
 // Price is a machine's price in US dollars.
 type Price struct {
 	// PerHour is charged for every second of a lease, from its request to the proof of its
@@ -419,6 +435,14 @@ type Price struct {
 }
 
 func (p *Profile) Validate() error {
+	switch pl := p.Pool; {
+	case pl.MinReady < 0 || pl.MinReady > 100:
+		return Fieldf("pool.minReady", "must be from 0 to 100, got %d", pl.MinReady)
+	case pl.MaxReady < 0 || pl.MaxReady > 100:
+		return Fieldf("pool.maxReady", "must be from 0 to 100, got %d", pl.MaxReady)
+	case pl.MaxReady > 0 && pl.MaxReady < pl.MinReady:
+		return Fieldf("pool.maxReady", "must be at least pool.minReady (%d), got %d", pl.MinReady, pl.MaxReady)
+	}
 	if !(p.Price.PerHour >= 0 && p.Price.PerHour <= 1e4) {
 		return Fieldf("price.perHour", "must be a number of US dollars per hour from 0 to 10000, got %v", p.Price.PerHour)
 	}
@@ -487,7 +511,7 @@ func (p *Profile) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind == yaml.MappingNode {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			switch k := n.Content[i].Value; k {
-			case "id", "provider", "settings", "lifetime", "sync", "maxEnvironments", "hygiene", "setup", "fallback", "capacityPattern", "checkpoint", "publish", "git", "price":
+			case "id", "provider", "settings", "lifetime", "sync", "maxEnvironments", "hygiene", "setup", "fallback", "capacityPattern", "checkpoint", "publish", "git", "price", "pool":
 			default:
 				return Fieldf(k, "unknown field (line %d)", n.Content[i].Line)
 			}

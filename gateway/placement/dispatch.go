@@ -84,6 +84,9 @@ type DispatchConfig struct {
 	// StartAdmitWait bounds how long the start step waits for the environment's worker to be
 	// admitted (0: DefaultStartAdmitWait).
 	StartAdmitWait time.Duration
+	// PoolCap bounds the machines the prepared pools hold unassigned, gateway-wide (nil:
+	// DefaultPoolCap; 0 drains the pools: none is leased for them).
+	PoolCap *int
 	// Reserved reports environments that are never handed out as a warm lease (an OCC revision's
 	// environment: only DispatchToEnvironment places a session on it); nil: none.
 	Reserved func(envs.Environment) bool
@@ -155,6 +158,7 @@ type Dispatcher struct {
 	next   held[nextTarget] // session id → where it goes once its pull-back rests (DispatchToEnvironment, MoveToProfile)
 	// busyPolicy: a pull-back's policy for its drain step
 	busyPolicy held[BusyPolicy]
+	claims     map[string]claim // environment id → the dispatch that took it in its provision step
 	sync       *syncMetrics
 	// allowed: the secret scan's false positives each session's operator let through (in memory:
 	// after a restart they are named again)

@@ -112,25 +112,18 @@ func (d *Dispatcher) provision(ctx context.Context, p Placement) (Change, error)
 		id := p.EnvironmentID
 		return Change{To: Provisioning, Reason: "onto environment " + id, EnvironmentID: &id}, nil
 	}
-	list, err := d.cfg.Envs.List(ctx, false)
+	id, err := d.claimWarm(ctx, p.SessionID, p.ProfileID, p.MachineClass)
 	if err != nil {
 		return Change{}, err
 	}
-	for _, e := range list {
-		if d.cfg.Reserved != nil && d.cfg.Reserved(e) {
-			continue
-		}
-		if e.ProfileID == p.ProfileID && (e.State == envs.Ready || e.State == envs.Idle) && d.cfg.Admitted(e.ID) &&
-			(p.MachineClass == "" || e.Class() == p.MachineClass) {
-			id := e.ID
-			return Change{To: Provisioning, Reason: "reusing warm environment " + id, EnvironmentID: &id}, nil
-		}
+	if id != "" {
+		return Change{To: Provisioning, Reason: "claimed ready environment " + id + " (warm or from the prepared pool)", EnvironmentID: &id}, nil
 	}
 	e, _, err := d.cfg.Envs.CreateClass(ctx, p.ProfileID, fmt.Sprintf("dispatch-%s-%d", p.SessionID, p.Generation), p.MachineClass)
 	if err != nil {
 		return Change{}, fmt.Errorf("lease a machine: %w", err)
 	}
-	id := e.ID
+	id = e.ID
 	return Change{To: Provisioning, Reason: "leasing environment " + id, EnvironmentID: &id}, nil
 }
 

@@ -128,7 +128,7 @@ func (s *Store) putTx(ctx context.Context, tx *sql.Tx, p *providers.Profile) (cr
 	if p.Hygiene == nil {
 		hyg = []byte("{}")
 	}
-	policy, _ := json.Marshal(storedPolicy{Setup: p.Setup, Fallback: p.Fallback, CapacityPattern: p.CapacityPattern, Checkpoint: p.Checkpoint, Publish: p.Publish, Git: p.Git, Price: p.Price})
+	policy, _ := json.Marshal(storedPolicy{Setup: p.Setup, Fallback: p.Fallback, CapacityPattern: p.CapacityPattern, Checkpoint: p.Checkpoint, Publish: p.Publish, Git: p.Git, Price: p.Price, Pool: p.Pool})
 	inc, _ := json.Marshal(nonNil(p.Sync.Include))
 	exc, _ := json.Marshal(nonNil(p.Sync.Exclude))
 	now := store.FormatTime(clock.Or(s.Clock).Now())
@@ -176,7 +176,7 @@ const cols = `id, provider, settings, idle_timeout_ns, ttl_ns, sync_include, syn
 	sync_max_inbound_bytes, sync_max_inbound_entries, sync_max_inbound_file_bytes, max_environments, hygiene, policy`
 
 // storedPolicy is the policy column: the setup phase, fallback, checkpoint cadence, publish
-// policy, git identity and machine price.
+// policy, git identity, machine price and prepared pool.
 type storedPolicy struct {
 	Setup           *providers.Setup        `json:"setup,omitempty"`
 	Fallback        []string                `json:"fallback,omitempty"`
@@ -185,6 +185,7 @@ type storedPolicy struct {
 	Publish         providers.PublishPolicy `json:"publish,omitzero"`
 	Git             providers.GitPolicy     `json:"git,omitzero"`
 	Price           providers.Price         `json:"price,omitzero"`
+	Pool            providers.Pool          `json:"pool,omitzero"`
 }
 
 func (s *Store) scan(row interface{ Scan(...any) error }) (providers.Profile, error) {
@@ -197,7 +198,7 @@ func (s *Store) scan(row interface{ Scan(...any) error }) (providers.Profile, er
 	}
 	var pol storedPolicy
 	_ = json.Unmarshal([]byte(policy), &pol)
-	p.Setup, p.Fallback, p.CapacityPattern, p.Checkpoint, p.Publish, p.Git, p.Price = pol.Setup, pol.Fallback, pol.CapacityPattern, pol.Checkpoint, pol.Publish, pol.Git, pol.Price
+	p.Setup, p.Fallback, p.CapacityPattern, p.Checkpoint, p.Publish, p.Git, p.Price, p.Pool = pol.Setup, pol.Fallback, pol.CapacityPattern, pol.Checkpoint, pol.Publish, pol.Git, pol.Price, pol.Pool
 	p.Settings = json.RawMessage(settings)
 	p.Lifetime = providers.Lifetime{IdleTimeout: providers.Duration(idle), TTL: providers.Duration(ttl)}
 	_ = json.Unmarshal([]byte(inc), &p.Sync.Include)

@@ -1,0 +1,177 @@
+package placement
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/internal/clock"
+	"github.com/openclaw/cloudworkers/internal/ids"
+	"github.com/openclaw/cloudworkers/providers"
+)
+
+// The prepared pool: for every profile with pool.minReady, the gateway keeps that many machines
+// leased, bootstrapped and with their worker admitted, assigned to no session, so that a dispatch
+// claims one and only syncs its workspace. A claim is atomic on this gateway (claimWarm); the
+// pool refills in the background (RunPool), within PoolCap machines unassigned gateway-wide and
+// within the capacity limits and budgets every lease meets. An idle machine of a pooled profile
+// is kept from its idle timeout while the profile has no more than pool.maxReady unassigned
+// (PoolHolds). Pool machines are ordinary environments (idempotency key pool-<profile>-…): a
+// gateway that restarts adopts them, or destroys them on proof, like any other.
+
+// DefaultPoolCap is DispatchConfig.PoolCap's default.
+const DefaultPoolCap = 4
+
+// poolKeyPrefix marks the environments leased for a profile's pool.
+const poolKeyPrefix = "pool-"
+
+// poolInterval is how often the pool is looked at (and refilled).
+const poolInterval = 2 * time.Second
+
+// claimHold bounds how long a claim taken in provision holds its environment before the
+// placement's own record (its environment id) does.
+const claimHold = time.Minute
+
+// unassigned reports whether e is ready for a session and serves none.
+func (d *Dispatcher) unassigned(ctx context.Context, e envs.Environment) bool {
+	if (e.State != envs.Ready && e.State != envs.Idle) || len(e.AttachedSessionIDs) > 0 {
+		return false
+	}
+	if d.cfg.Reserved != nil && d.cfg.Reserved(e) {
+		return false
+	}
+	if served, err := d.cfg.Placements.ServedBy(ctx, e.ID); err != nil || len(served) > 0 {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c, claimed := d.claims[e.ID]
+	return !claimed || clock.Or(d.cfg.Clock).Now().Sub(c.at) > claimHold
+}
+
+// claim is one environment taken by a dispatch in its provision step.
+type claim struct {
+	session string
+	at      time.Time
+}
+
+// claimWarm takes an unassigned environment of the profile (and class) whose worker is admitted,
+// for sessionID, or returns "" when there is none. Two dispatches never take the same one.
+func (d *Dispatcher) claimWarm(ctx context.Context, sessionID, profileID, class string) (string, error) {
+	list, err := d.cfg.Envs.List(ctx, false)
+	if err != nil {
+		return "", err
+	}
+	// the oldest first: a pool machine waits least long for nothing
+	slices.SortStableFunc(list, func(a, b envs.Environment) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	for _, e := range list {
+		if e.ProfileID != profileID || (class != "" && e.Class() != class) || !d.cfg.Admitted(e.ID) || !d.unassigned(ctx, e) {
+			continue
+		}
+		d.mu.Lock()
+		c, taken := d.claims[e.ID]
+		now := clock.Or(d.cfg.Clock).Now()
+		if taken && c.session != sessionID && now.Sub(c.at) <= claimHold {
+			d.mu.Unlock()
+			continue
+		}
+		if d.claims == nil {
+			d.claims = map[string]claim{}
+		}
+		d.claims[e.ID] = claim{session: sessionID, at: now}
+		d.mu.Unlock()
+		return e.ID, nil
+	}
+	return "", nil
+}
+
+// PoolHolds reports whether an idle environment is kept from its idle timeout because its
+// profile's pool holds it: it is one of the profile's pool.maxReady oldest unassigned machines.
+func (d *Dispatcher) PoolHolds(ctx context.Context, e envs.Environment) bool {
+	prof, err := d.cfg.Envs.Profile(ctx, e.ProfileID)
+	if err != nil || prof.Pool.Keep() == 0 || !d.unassigned(ctx, e) {
+		return false
+	}
+	list, err := d.cfg.Envs.List(ctx, false)
+	if err != nil {
+		return false
+	}
+	var older int
+	for _, o := range list {
+		if o.ID != e.ID && o.ProfileID == e.ProfileID && o.CreatedAt.Before(e.CreatedAt) && d.unassigned(ctx, o) {
+			older++
+		}
+	}
+	return older < prof.Pool.Keep()
+}
+
+// RunPool keeps the profiles' pools filled until ctx ends.
+func (d *Dispatcher) RunPool(ctx context.Context) {
+	t := clock.Or(d.cfg.Clock).NewTicker(poolInterval)
+	defer t.Stop()
+	for {
+		if err := d.refillPools(ctx); err != nil && ctx.Err() == nil {
+			d.log.Warn("refill the prepared pools", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// refillPools leases what each pooled profile lacks: pool.minReady less its unassigned ready
+// machines and the pool machines on their way, within PoolCap unassigned machines gateway-wide.
+func (d *Dispatcher) refillPools(ctx context.Context) error {
+	profs, err := d.cfg.Envs.Profiles(ctx)
+	if err != nil {
+		return err
+	}
+	list, err := d.cfg.Envs.List(ctx, false)
+	if err != nil {
+		return err
+	}
+	have := map[string]int{}
+	unassigned := 0
+	for _, e := range list {
+		switch {
+		case d.unassigned(ctx, e):
+			have[e.ProfileID]++
+			unassigned++
+		case strings.HasPrefix(e.IdempotencyKey, poolKeyPrefix) && !e.State.Dead() &&
+			(e.State == envs.Requested || e.State == envs.Provisioning || e.State == envs.Bootstrapping):
+			have[e.ProfileID]++ // on its way to the pool
+			unassigned++
+		}
+	}
+	for _, p := range profs {
+		for have[p.ID] < p.Pool.MinReady && unassigned < d.poolCap() {
+			if err := d.lease(ctx, p); err != nil {
+				return fmt.Errorf("pool of profile %s: %w", p.ID, err)
+			}
+			have[p.ID]++
+			unassigned++
+		}
+	}
+	return nil
+}
+
+func (d *Dispatcher) lease(ctx context.Context, p providers.Profile) error {
+	e, _, err := d.cfg.Envs.Create(ctx, p.ID, poolKeyPrefix+p.ID+"-"+ids.New("", 6))
+	if err != nil {
+		return err
+	}
+	d.log.Info("prepared pool: leasing", "profile", p.ID, "env", e.ID)
+	return nil
+}
+
+func (d *Dispatcher) poolCap() int {
+	if d.cfg.PoolCap == nil {
+		return DefaultPoolCap
+	}
+	return *d.cfg.PoolCap
+}
