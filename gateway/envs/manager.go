@@ -360,9 +360,14 @@ func (m *Manager) CreateClass(ctx context.Context, profileID, idempotencyKey, cl
 	}
 	snapshot, _ := json.Marshal(prof)
 	var id string
-	// the budgets' reservation is its own write, made before the lease's transaction (one writer)
+	// the budgets' reservation is its own write, made before the lease's transaction (one writer),
+	// and only for a lease that will be made: a repeated idempotency key finds its lease
 	release := func() {}
-	if m.cfg.AdmitLease != nil {
+	var existing string
+	if idempotencyKey != "" {
+		_ = m.db.R.QueryRowContext(ctx, `SELECT id FROM environments WHERE idempotency_key=?`, idempotencyKey).Scan(&existing)
+	}
+	if m.cfg.AdmitLease != nil && existing == "" {
 		if release, err = m.cfg.AdmitLease(ctx, prof); err != nil {
 			return env, false, err
 		}

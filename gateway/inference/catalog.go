@@ -398,17 +398,35 @@ func (c *Catalog) Stream(ctx context.Context, ref string, cx protocol.Context, o
 		}
 	}
 	var settle Settler
+	worst := WorstCost(m, cx, opts)
 	if c.meter != nil {
-		if settle, err = c.meter.ReserveCall(ctx, opts.Session, WorstCost(m, cx, opts)); err != nil {
+		if settle, err = c.meter.ReserveCall(ctx, opts.Session, worst); err != nil {
 			return protocol.Message{}, fmt.Errorf("model %s: %w", ref, err)
 		}
 	}
-	msg, err := c.adapters[m.API].Stream(ctx, call, emit)
+	streamed := false // a delta reached the caller: the provider has been asked, and bills
+	var emitErr error
+	msg, err := c.adapters[m.API].Stream(ctx, call, func(ev protocol.StreamEvent) error {
+		streamed = true
+		if emit == nil {
+			return nil
+		}
+		if e := emit(ev); e != nil {
+			emitErr = e
+			return e
+		}
+		return nil
+	})
 	c.metrics.observe(ref, msg, err)
 	if settle != nil {
 		var u protocol.Usage
 		if msg.Usage != nil {
 			u = *msg.Usage
+		}
+		if err != nil && streamed && (emitErr != nil || ctx.Err() != nil) && u.Cost.Total < worst {
+			// the caller stopped the call (a worker withholding credit or going away): the
+			// provider billed what it produced, which the partial usage does not say
+			u.Cost.Total = worst
 		}
 		settle.Settle(ctx, ref, u) // a call that failed before any usage costs nothing
 	}

@@ -69,10 +69,14 @@ func (d *Dispatcher) settle(ctx context.Context, sessionID string, policy BusyPo
 			if err == nil {
 				return out, nil
 			}
-			// not stopped in time: the run goes on where it is (one that stopped at this moment
-			// goes on there too, once the refused move is told to the turns)
+			// not stopped in time: the run goes on where it is. One whose model call was just
+			// answered run-yield ends in a moment, moving: once it has (bounded), the refused move
+			// is told to the turns, which go on with it where it is.
 			if d.cfg.Unyield != nil {
 				d.cfg.Unyield(sessionID, runID)
+			}
+			if ctx.Err() == nil {
+				_ = d.waitIdle(ctx, sessionID, yieldSettleWait)
 			}
 			d.afterMove(sessionID)
 			if ctx.Err() != nil {
@@ -98,6 +102,10 @@ func (d *Dispatcher) settle(ctx context.Context, sessionID string, policy BusyPo
 	out.elapsed = clk.Now().Sub(start)
 	return out, nil
 }
+
+// yieldSettleWait bounds how long a live move that gave up waits for a run that may have stopped
+// at that moment to record that it did.
+const yieldSettleWait = 30 * time.Second
 
 // cancelWait bounds the wait for a canceled turn to record its end (a worker's turn ends when its
 // cancel reaches the worker and the worker's end event comes back).

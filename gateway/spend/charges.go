@@ -75,13 +75,13 @@ type lease struct {
 	price       providers.Price
 	created     time.Time
 	accruedTo   time.Time
-	destroyedAt time.Time // zero while leased
+	destroyedAt time.Time // zero while leased; its teardown's proof (or its failure: no machine is billed after)
 }
 
 // leases returns the environments whose time is not all in the ledger.
 func (l *Ledger) leases(ctx context.Context) ([]lease, error) {
 	rows, err := l.cfg.DB.R.QueryContext(ctx, `SELECT e.id, e.profile_id, e.profile_snapshot, e.created_at, COALESCE(a.accrued_to, ''),
-		COALESCE((SELECT MIN(ev.at) FROM environment_events ev WHERE ev.environment_id = e.id AND ev.to_state = 'destroyed'), ''),
+		COALESCE((SELECT MIN(ev.at) FROM environment_events ev WHERE ev.environment_id = e.id AND ev.to_state IN ('destroyed', 'failed')), ''),
 		COALESCE((SELECT s.id FROM sessions s WHERE s.environment_id = e.id LIMIT 1), '')
 		FROM environments e LEFT JOIN spend_accrual a ON a.environment_id = e.id WHERE COALESCE(a.closed, 0) = 0`)
 	if err != nil {
@@ -182,6 +182,8 @@ const accrueStep = 10 * time.Minute
 // after which it is closed. Each row moves the lease's accrued_to in its own transaction, so a
 // restart neither loses nor counts a stretch twice.
 func (l *Ledger) Accrue(ctx context.Context) error {
+	l.accrue.Lock()
+	defer l.accrue.Unlock()
 	ls, err := l.leases(ctx)
 	if err != nil {
 		return err

@@ -112,8 +112,8 @@ func (l *Ledger) Session(ctx context.Context, sessionID string) (SessionSpend, e
 	if err := l.cfg.DB.R.QueryRowContext(ctx, `SELECT COALESCE(SUM(usd),0) FROM spend WHERE pending = 0 AND session_id=?`, sessionID).Scan(&out.OwnUSD); err != nil {
 		return out, err
 	}
-	if err := l.cfg.DB.R.QueryRowContext(ctx, `SELECT COALESCE(SUM(usd),0) FROM spend WHERE pending = 0 AND (lineage = ? OR substr(lineage, 1, ?) = ?)`,
-		sc.Lineage, len(sc.Lineage)+1, sc.Lineage+"/").Scan(&out.TreeUSD); err != nil {
+	if err := l.cfg.DB.R.QueryRowContext(ctx, `SELECT COALESCE(SUM(usd),0) FROM spend WHERE pending = 0 AND (lineage = ? OR (lineage >= ? AND lineage < ?))`,
+		sc.Lineage, sc.Lineage+"/", sc.Lineage+"0").Scan(&out.TreeUSD); err != nil {
 		return out, err
 	}
 	_ = l.cfg.DB.R.QueryRowContext(ctx, `SELECT usd FROM session_budgets WHERE session_id=?`, sessionID).Scan(&out.BudgetUSD)
@@ -158,14 +158,20 @@ func (l *Ledger) Usage(ctx context.Context, by string, since time.Time) ([]Usage
 	if err := l.Accrue(ctx); err != nil {
 		l.log.Warn("accrue leased time for the usage report", "err", err)
 	}
-	// settled rows only: a reservation in flight is not spend yet
-	q := `SELECT at, ` + orConst(col) + `, kind, usd, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, seconds FROM spend WHERE pending = 0`
+	// Grouped in SQL (settled rows only: a reservation in flight is not spend yet); days by the
+	// hour in UTC, folded into the days of the configured zone below.
+	key := orConst(col)
+	if by == "day" {
+		key = "substr(at, 1, 13)"
+	}
+	q := `SELECT ` + key + `, kind, SUM(usd), COUNT(*), SUM(input_tokens), SUM(output_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens), SUM(seconds)
+		FROM spend WHERE pending = 0`
 	var args []any
 	if !since.IsZero() {
 		q += ` AND at >= ?`
 		args = append(args, store.FormatTime(since))
 	}
-	rows, err := l.cfg.DB.R.QueryContext(ctx, q+` ORDER BY id`, args...)
+	rows, err := l.cfg.DB.R.QueryContext(ctx, q+` GROUP BY 1, 2`, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -173,14 +179,19 @@ func (l *Ledger) Usage(ctx context.Context, by string, since time.Time) ([]Usage
 	byKey := map[string]*UsageRow{}
 	var order []string
 	for rows.Next() {
-		var at, key, kind string
+		var key, kind string
 		var usd, seconds float64
+		var n int
 		var in, out, cr, cw int64
-		if err := rows.Scan(&at, &key, &kind, &usd, &in, &out, &cr, &cw, &seconds); err != nil {
+		if err := rows.Scan(&key, &kind, &usd, &n, &in, &out, &cr, &cw, &seconds); err != nil {
 			return nil, err
 		}
 		if by == "day" {
-			key = store.ParseTime(at).In(l.cfg.Zone).Format(time.DateOnly)
+			hour, err := time.Parse("2006-01-02T15", key)
+			if err != nil {
+				continue
+			}
+			key = hour.In(l.cfg.Zone).Format(time.DateOnly)
 		}
 		r := byKey[key]
 		if r == nil {
@@ -198,7 +209,7 @@ func (l *Ledger) Usage(ctx context.Context, by string, since time.Time) ([]Usage
 		r.CacheWriteTokens += cw
 		if kind == KindModel {
 			r.ModelUSD += usd
-			r.Calls++
+			r.Calls += n
 		} else {
 			r.MachineUSD += usd
 			r.MachineSeconds += seconds

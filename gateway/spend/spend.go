@@ -101,6 +101,8 @@ type Ledger struct {
 	// admit makes each reservation's check and its pending row one step: two cannot both see
 	// the room that only one fits in.
 	admit sync.Mutex
+	// accrue makes Accrue one at a time: two would charge the same stretch twice.
+	accrue sync.Mutex
 
 	mets     *metrics
 	metsOnce sync.Once
@@ -276,7 +278,8 @@ func (l *Ledger) budgetsFor(ctx context.Context, sc Scope) ([]applies, error) {
 			}
 			prefix := strings.Join(ids[:i+1], "/")
 			out = append(out, applies{id: "session:" + id, limit: usd, warnAt: 0.8, window: WindowTotal,
-				where: "(lineage = ? OR substr(lineage, 1, ?) = ?)", args: []any{prefix, len(prefix) + 1, prefix + "/"},
+				// the tree: the lineage itself and every one below it ('0' follows '/'), by the index
+				where: "(lineage = ? OR (lineage >= ? AND lineage < ?))", args: []any{prefix, prefix + "/", prefix + "0"},
 				match: func(s Scope) bool { return s.Lineage == prefix || strings.HasPrefix(s.Lineage, prefix+"/") },
 				raise: "start a new session with a larger --budget (a session's budget is set when it is created)", scopeDisplay: "session tree " + id})
 		}

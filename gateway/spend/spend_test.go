@@ -308,3 +308,30 @@ func TestAReservationSurvivesTheGatewaysDeath(t *testing.T) {
 		t.Fatalf("a second recovery counted again: $%v", st[0].SpentUSD)
 	}
 }
+
+// Accrue runs from its loop and from every usage report: run at once, they still charge each
+// stretch of leased time once.
+func TestConcurrentAccrualsChargeOnce(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.Open(t)
+	start := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	clk := clock.NewManual(start)
+	exec(t, db, `INSERT INTO environments(id, profile_id, provider_id, operation_id, state, profile_snapshot, created_at, updated_at, last_activity_at)
+		VALUES('env_1', 'paid', 'local', 'op1', 'ready', '{"id":"paid","provider":"local","price":{"perHour":6}}', ?, ?, ?)`,
+		store.FormatTime(start), store.FormatTime(start), store.FormatTime(start))
+	l := newLedger(t, db, clk, nil)
+	clk.Advance(time.Hour)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if _, err := l.Usage(ctx, "kind", time.Time{}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	rows, err := l.Usage(ctx, "kind", time.Time{})
+	if err != nil || len(rows) != 1 || !near(rows[0].MachineUSD, 6) {
+		t.Fatalf("an hour at $6/h accrued by 8 reports at once: %+v %v, want $6 once", rows, err)
+	}
+}

@@ -248,3 +248,28 @@ func TestWorkerTurnFailsWhenItsWorkerStaysGone(t *testing.T) {
 		t.Fatalf("turn %s (%s), want failed: its worker disconnected", last.Status, last.Error)
 	}
 }
+
+// A worker that ends its run with lifecycle_yield when no live move asked for it cannot park the
+// turn as moving (nothing would go on with it): the turn fails, saying so, and the session takes
+// the next message.
+func TestAYieldNobodyAskedForFailsTheTurn(t *testing.T) {
+	ctx := testenv.Context(t, 60*time.Second)
+	svc, st, w, sess, turn := workerTurn(ctx, t, nil)
+	w.mu.Lock()
+	start := w.start
+	w.mu.Unlock()
+	if _, err := st.PublishLive(ctx, sessions.LiveParams{SessionID: sess.ID, OwnerEpoch: start.OwnerEpoch,
+		RunEpoch: start.RunEpoch, RunID: turn.RunID, Seq: 1, Event: protocol.LiveEvent{Type: protocol.LiveLifecycleYield}}); err != nil {
+		t.Fatal(err)
+	}
+	var last Turn
+	testenv.Eventually(t, "the turn to end", func() bool {
+		var err error
+		last, err = svc.Get(ctx, turn.RunID)
+		return err == nil && last.Status != TurnRunning
+	})
+	if last.Status != TurnFailed || !strings.Contains(last.Error, "nobody asked for") {
+		t.Fatalf("turn %s (%s), want failed: a yield nobody asked for", last.Status, last.Error)
+	}
+	testenv.Eventually(t, "the session to be free", func() bool { return !svc.Busy(sess.ID) })
+}

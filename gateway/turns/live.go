@@ -32,14 +32,17 @@ import (
 // Yield asks the session's running turn to stop at its next model call for a live move. It
 // reports the run asked, or "" when no turn runs on this gateway.
 func (s *Service) Yield(sessionID string) string {
+	runID, err := s.runningRun(sessionID) // read before the lock: s.mu is never held across the database
+	if err != nil || runID == "" {
+		return ""
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.running[sessionID]; !ok {
 		return ""
 	}
-	runID, err := s.runningRun(sessionID)
-	if err != nil || runID == "" {
-		return ""
+	if again, err := s.runningRun(sessionID); err != nil || again != runID {
+		return "" // ended (or another began) meanwhile
 	}
 	s.yielding[sessionID] = runID
 	return runID
@@ -64,11 +67,25 @@ func (s *Service) Unyield(sessionID, runID string) {
 	}
 }
 
-// Yielding reports whether a live move asked the run to stop at its next model call (hub.Yields).
+// Yielding reports whether a live move asked the run to stop at its next model call; it is asked
+// at that call (hub.Yields, the local loop's model), and a yes is recorded as granted: the run
+// stops there even if the move withdraws its request a moment later.
 func (s *Service) Yielding(sessionID, runID string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return runID != "" && s.yielding[sessionID] == runID
+	if runID == "" || s.yielding[sessionID] != runID {
+		return false
+	}
+	s.granted[sessionID] = runID
+	return true
+}
+
+// yieldGranted reports whether the run was answered run-yield at a model call (a lifecycle_yield
+// that no model call was refused for is a worker's own doing).
+func (s *Service) yieldGranted(sessionID, runID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return runID != "" && s.granted[sessionID] == runID
 }
 
 // movingTurn returns the session's moving turn, if any.

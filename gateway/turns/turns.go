@@ -130,8 +130,9 @@ type Service struct {
 
 	mu      sync.Mutex
 	running map[string]context.CancelFunc // session id → cancel of its turn
-	// yielding: session id → the run a live move asked to stop at its next model call
-	yielding map[string]string
+	// yielding: session id → the run a live move asked to stop at its next model call; granted:
+	// → the run whose model call was answered run-yield
+	yielding, granted map[string]string
 	ended    map[string]chan struct{} // session id → closed once its local turn is recorded ended
 
 	metrics *metrics
@@ -162,7 +163,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		cfg.Log.Info("stopped what an earlier gateway's local turns left running", "processes", st.Processes)
 	}
 	c, cancel := context.WithCancel(context.Background())
-	return &Service{cfg: cfg, owner: owner, log: cfg.Log, ctx: c, cancel: cancel, running: map[string]context.CancelFunc{}, yielding: map[string]string{}, ended: map[string]chan struct{}{}, metrics: newMetrics()}, nil
+	return &Service{cfg: cfg, owner: owner, log: cfg.Log, ctx: c, cancel: cancel, running: map[string]context.CancelFunc{}, yielding: map[string]string{}, granted: map[string]string{}, ended: map[string]chan struct{}{}, metrics: newMetrics()}, nil
 }
 
 // Close cancels running turns and waits for them until ctx ends (an error then names what still
@@ -351,6 +352,9 @@ func (s *Service) begin(ctx context.Context, sess sessions.Session, text, idempo
 			delete(s.running, sessionID)
 			if s.yielding[sessionID] == runID {
 				delete(s.yielding, sessionID) // asked or not, the run has ended
+			}
+			if s.granted[sessionID] == runID {
+				delete(s.granted, sessionID)
 			}
 			s.mu.Unlock()
 			cancel()

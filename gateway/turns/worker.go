@@ -232,6 +232,10 @@ func (s *Service) follow(ctx context.Context, sub *sessions.Subscription[*sessio
 			case protocol.LiveLifecycleEnd:
 				return TurnDone, ""
 			case protocol.LiveLifecycleYield:
+				if !s.yieldGranted(t.SessionID, t.RunID) {
+					// no live move asked it: a worker cannot park a turn where nothing goes on with it
+					return TurnFailed, "the worker stopped the run for a move nobody asked for; send the message again to carry on"
+				}
 				return TurnMoving, ""
 			case protocol.LiveLifecycleError:
 				if strings.HasSuffix(r.Event.Error, context.Canceled.Error()) {

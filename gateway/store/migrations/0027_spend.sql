@@ -26,6 +26,9 @@ CREATE TABLE spend (
 );
 CREATE INDEX spend_at ON spend(at);
 CREATE INDEX spend_lineage ON spend(lineage, at);
+CREATE INDEX spend_profile ON spend(profile_id, at);
+CREATE INDEX spend_agent ON spend(agent, at);
+CREATE INDEX spend_session ON spend(session_id);
 
 -- How far each environment's leased time is in the ledger: accrued_to moves forward with each
 -- machine row (in the same transaction), so a restart neither loses nor counts a stretch twice.
