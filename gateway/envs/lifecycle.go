@@ -280,7 +280,9 @@ func (m *Manager) Recheck(ctx context.Context, id string) (Environment, error) {
 }
 
 // Profiles lists the stored profiles.
-func (m *Manager) Profiles(ctx context.Context) ([]providers.Profile, error) { return m.cfg.Profiles.List(ctx) }
+func (m *Manager) Profiles(ctx context.Context) ([]providers.Profile, error) {
+	return m.cfg.Profiles.List(ctx)
+}
 
 // Profile returns a stored profile (store.ErrNotFound when there is none).
 func (m *Manager) Profile(ctx context.Context, id string) (providers.Profile, error) {

@@ -133,7 +133,7 @@ type Service struct {
 	// yielding: session id → the run a live move asked to stop at its next model call; granted:
 	// → the run whose model call was answered run-yield
 	yielding, granted map[string]string
-	ended    map[string]chan struct{} // session id → closed once its local turn is recorded ended
+	ended             map[string]chan struct{} // session id → closed once its local turn is recorded ended
 
 	metrics *metrics
 }
