@@ -88,7 +88,11 @@ func writeUsageCSV(rows []spend.UsageRow, by string) error {
 }
 
 func newBudgetCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "budget", Short: "Spend budgets of machines and model calls"}
+	cmd := &cobra.Command{Use: "budget", Short: "Spend budgets of machines and model calls",
+		Example: `  openclaw budget list
+  openclaw budget list -o json | jq '.[] | select(.exceeded)'`,
+		Long: `Budgets are set in the gateway's config (budgets:) and per session at its creation (session new
+--budget); see docs/operations.md, "Spend and budgets".`}
 	list := listCmd(g, &cobra.Command{Use: "list", Example: `  openclaw budget list
   openclaw budget list -o json`, Short: "Each configured budget: its window, spend, limit and when it resets", Args: cobra.NoArgs},
 		func(ctx context.Context, c *api.Client, _ []string) ([]spend.Status, error) { return c.Budgets(ctx) },
