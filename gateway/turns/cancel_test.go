@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/sessions"
+	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/internal/testrig/testenv"
 	"github.com/openclaw/cloudworkers/protocol"
 )
@@ -21,6 +22,7 @@ type fakeWorker struct {
 	st          *sessions.Store
 	started     chan struct{} // closed by the test to let the start be acknowledged
 	failCancels int
+	lostRun     bool // answers a cancel canceled:false, with no end event (a relaunched worker)
 
 	mu       sync.Mutex
 	start    protocol.TurnStartParams
@@ -78,6 +80,9 @@ func (f *fakeWorker) Request(ctx context.Context, _, method string, params any) 
 		f.mu.Unlock()
 		if n <= f.failCancels {
 			return nil, errors.New("worker.turn.cancel to worker of env_1: connection lost")
+		}
+		if f.lostRun {
+			return json.RawMessage(`{"canceled":false}`), nil
 		}
 		return endCanceled(ctx, f.st, p)
 	}
@@ -272,4 +277,30 @@ func TestAYieldNobodyAskedForFailsTheTurn(t *testing.T) {
 		t.Fatalf("turn %s (%s), want failed: a yield nobody asked for", last.Status, last.Error)
 	}
 	testenv.Eventually(t, "the session to be free", func() bool { return !svc.Busy(sess.ID) })
+}
+
+// A cancel of a worker turn whose worker no longer has the run (it answers canceled:false and no
+// end event ever comes) ends the turn canceled once the end has had its wait, instead of leaving it
+// running for good.
+func TestCancelOfARunTheWorkerLostEndsTheTurn(t *testing.T) {
+	ctx := testenv.Context(t, 60*time.Second)
+	clk := clock.NewManual(time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC))
+	svc, _, w, sess, turn := workerTurn(ctx, t, func(c *Config) { c.Clock = clk })
+	w.mu.Lock()
+	w.lostRun = true
+	w.mu.Unlock()
+	if !svc.Cancel(sess.ID) {
+		t.Fatal("cancel found no turn")
+	}
+	testenv.Eventually(t, "the cancel to reach the worker", func() bool { return w.cancelsSeen() == 1 })
+	var last Turn
+	testenv.Eventually(t, "the turn to end", func() bool {
+		clk.Advance(time.Second) // past lostEndWait, a second at a time
+		var err error
+		last, err = svc.Get(ctx, turn.RunID)
+		return err == nil && last.Status.Terminal()
+	})
+	if last.Status != TurnCanceled || !strings.Contains(last.Error, "no longer ran it") {
+		t.Fatalf("turn %s (%s), want canceled: its worker no longer ran it", last.Status, last.Error)
+	}
 }

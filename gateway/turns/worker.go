@@ -79,12 +79,15 @@ func (s *Service) startOnWorker(ctx, tctx context.Context, sess sessions.Session
 	// Cancel of a worker turn asks the worker, until it has answered; the outcome still arrives as
 	// a lifecycle event.
 	var once sync.Once
+	notRunning := make(chan struct{}, 1) // the worker answered the cancel: it does not run the turn
 	cancelTurn := func() {
 		once.Do(func() {
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()
-				s.cancelOnWorker(fctx, sess.EnvironmentID, sess.ID, t.RunID)
+				if s.cancelOnWorker(fctx, sess.EnvironmentID, sess.ID, t.RunID) {
+					notRunning <- struct{}{}
+				}
 			}()
 		})
 	}
@@ -98,7 +101,7 @@ func (s *Service) startOnWorker(ctx, tctx context.Context, sess sessions.Session
 		defer s.wg.Done()
 		defer release()
 		defer stopFollow()
-		status, msg := s.follow(fctx, sub, t, sess.EnvironmentID)
+		status, msg := s.follow(fctx, sub, t, sess.EnvironmentID, notRunning)
 		if status == "" {
 			return // the gateway is stopping; the next start marks the turn failed
 		}
@@ -113,11 +116,13 @@ func (s *Service) startOnWorker(ctx, tctx context.Context, sess sessions.Session
 // cancelOnWorker asks envID's worker to cancel the run until the worker has answered, the turn
 // has ended (ctx ends with it) or the gateway stops. A cancel sent while the worker's connection is
 // being replaced fails; it is sent again, with backoff, once the worker is admitted again.
-func (s *Service) cancelOnWorker(ctx context.Context, envID, sessionID, runID string) {
+// It reports whether the worker answered that it does not run the turn (a relaunched worker lost
+// it): no end event will come from it.
+func (s *Service) cancelOnWorker(ctx context.Context, envID, sessionID, runID string) (notRunning bool) {
 	bo := backoff.Backoff{Min: cancelRetryMin, Max: cancelRetryMax, Clock: s.cfg.Clock}
 	for attempt := 1; ; attempt++ {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := s.cfg.Workers.Request(rctx, envID, protocol.MethodTurnCancel,
+		raw, err := s.cfg.Workers.Request(rctx, envID, protocol.MethodTurnCancel,
 			protocol.TurnCancelParams{SessionID: sessionID, RunID: runID})
 		cancel()
 		var perr *protocol.Error
@@ -126,17 +131,20 @@ func (s *Service) cancelOnWorker(ctx context.Context, envID, sessionID, runID st
 			if attempt > 1 {
 				s.log.Info("worker turn cancel delivered", "session", sessionID, "run", runID, "attempt", attempt)
 			}
-			return
+			var res struct {
+				Canceled *bool `json:"canceled"`
+			}
+			return json.Unmarshal(raw, &res) == nil && res.Canceled != nil && !*res.Canceled
 		case errors.As(err, &perr) && !perr.Retryable:
 			s.log.Warn("cancel worker turn refused", "session", sessionID, "run", runID, "err", err)
-			return
+			return false
 		}
 		if ctx.Err() != nil {
-			return
+			return false
 		}
 		s.log.Warn("cancel worker turn; sending it again", "session", sessionID, "run", runID, "attempt", attempt, "err", err)
 		if bo.Wait(ctx) != nil {
-			return
+			return false
 		}
 	}
 }
@@ -150,7 +158,7 @@ const (
 )
 
 // follow waits for the run's lifecycle_end or lifecycle_error, resubscribing after a lag.
-func (s *Service) follow(ctx context.Context, sub *sessions.Subscription[*sessions.LiveRecord], t Turn, envID string) (status TurnStatus, msg string) {
+func (s *Service) follow(ctx context.Context, sub *sessions.Subscription[*sessions.LiveRecord], t Turn, envID string, notRunning <-chan struct{}) (status TurnStatus, msg string) {
 	cursor := t.Cursor
 	defer func() { sub.Close() }()
 	// The worker's departures come from the hub's admission changes: gone, a grace timer starts;
@@ -171,6 +179,7 @@ func (s *Service) follow(ctx context.Context, sub *sessions.Subscription[*sessio
 	// run it no longer has fails the turn once its end event has had lostEndWait to arrive (a
 	// worker holds a run until its end is acknowledged, so an end that was sent is not missed).
 	answers := make(chan bool, 1)
+	canceled := false
 	var lost clock.Timer
 	var lostC <-chan time.Time
 	defer func() {
@@ -205,7 +214,18 @@ func (s *Service) follow(ctx context.Context, sub *sessions.Subscription[*sessio
 				lost = s.clock().NewTimer(lostEndWait)
 				lostC = lost.C()
 			}
+		case <-notRunning:
+			// canceled, and the worker does not have the run: its end event, if it sent one, has
+			// lostEndWait to arrive
+			canceled = true
+			if lost == nil {
+				lost = s.clock().NewTimer(lostEndWait)
+				lostC = lost.C()
+			}
 		case <-lostC:
+			if canceled {
+				return TurnCanceled, "canceled (its worker no longer ran it)"
+			}
 			return TurnFailed, "the worker of " + envID + " was restarted during the turn and lost its run; the transcript holds every step it committed: send the message again to carry on"
 		case <-graceC:
 			if !s.cfg.Workers.Admitted(envID) {
