@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -176,7 +177,8 @@ func (g *components) openStore(ctx context.Context) error {
 	if g.catalog, err = inference.NewCatalog(g.cfg.Models, g.creds, builtin.Adapters()); err != nil {
 		return fmt.Errorf("config models: %w", err)
 	}
-	if g.ledger, err = spend.New(spend.Config{DB: g.db, Clock: g.clk, Log: g.sub("spend"), Budgets: g.cfg.Budgets, Zone: g.cfg.Spend.Zone()}); err != nil {
+	if g.ledger, err = spend.New(spend.Config{DB: g.db, Clock: g.clk, Log: g.sub("spend"), Budgets: g.cfg.Budgets, Zone: g.cfg.Spend.Zone(),
+		Stop: g.stopSpent}); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
 	if err := g.ledger.Recover(ctx); err != nil {
@@ -362,6 +364,92 @@ func (g *components) registerMetrics() {
 func (g *components) hasWorkerProfile(ctx context.Context) bool {
 	list, err := g.profiles.List(ctx)
 	return err == nil && len(list) > 0
+}
+
+// stopSpent is what a spent budget whose policy is stop does (a session's own budget always is):
+// every idle session on a worker whose charges it counts is pulled back, and once its work is home
+// its machine is released; a machine whose work could not come home is kept, and its timeline says
+// why. Unassigned machines of a counted profile are released too. A running turn is waited for
+// (bounded): its next model call is refused, which ends it.
+func (g *components) stopSpent(budget string, counts func(spend.Scope) bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	log := g.log.With("budget", budget)
+	list, err := g.placements.List(ctx, placement.MaxListedPlacements)
+	if err != nil {
+		log.Warn("budget spent: list the placements", "err", err)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, p := range list {
+		if p.State != placement.Active {
+			continue
+		}
+		sc, err := g.ledger.ScopeOf(ctx, p.SessionID)
+		if err != nil || !counts(sc) {
+			continue
+		}
+		wg.Go(func() { g.bringHomeAndRelease(ctx, budget, p) })
+	}
+	wg.Wait()
+	g.releaseUnassigned(ctx, counts)
+}
+
+// bringHomeAndRelease pulls a session whose budget is spent back from its worker once it is idle
+// (a running turn ends at its next model call, which the budget refuses; a checkpoint ends by
+// itself), then releases its machine; one whose work did not come home keeps its machine.
+func (g *components) bringHomeAndRelease(ctx context.Context, budget string, p placement.Placement) {
+	wctx, cancel := context.WithTimeout(ctx, spentIdleWait)
+	err := g.placements.Await(wctx, p.SessionID, time.Second, func() (bool, error) { return !g.sessionBusy(p.SessionID), nil })
+	cancel()
+	if err != nil {
+		g.placements.Note(ctx, p.SessionID, "budget "+budget+" is spent: its machine is kept for now, its session stayed busy for "+spentIdleWait.String())
+		return
+	}
+	g.log.Warn("budget spent: bringing an idle session's work home to release its machine", "budget", budget, "session", p.SessionID, "env", p.EnvironmentID)
+	if _, err := g.dispatcher.PullBack(ctx, p.SessionID, false); err != nil {
+		g.placements.Note(ctx, p.SessionID, "budget "+budget+" is spent: its machine is kept, the pull-back was refused: "+err.Error())
+		return
+	}
+	var rest placement.Placement
+	_ = g.placements.Await(ctx, p.SessionID, 0, func() (bool, error) {
+		var err error
+		rest, err = g.placements.Get(ctx, p.SessionID)
+		return err == nil && (rest.State == placement.Local || rest.State == placement.Failed), err
+	})
+	if rest.State != placement.Local {
+		g.placements.Note(ctx, p.SessionID, "budget "+budget+" is spent: its machine "+p.EnvironmentID+" is kept, because its work did not come home ("+rest.Error+")")
+		return
+	}
+	if _, err := g.envs.RequestDestroy(ctx, p.EnvironmentID, false); err != nil {
+		g.log.Warn("budget spent: release the machine", "budget", budget, "env", p.EnvironmentID, "err", err)
+		return
+	}
+	g.placements.Note(ctx, p.SessionID, "budget "+budget+" is spent: its work came home and its machine "+p.EnvironmentID+" was released")
+}
+
+// spentIdleWait bounds how long a spent budget's stop waits for a session to be idle.
+const spentIdleWait = 2 * time.Minute
+
+// releaseUnassigned releases the unassigned machines of the profiles a spent budget counts.
+func (g *components) releaseUnassigned(ctx context.Context, counts func(spend.Scope) bool) {
+	log := g.log
+	envList, err := g.envs.List(ctx, false)
+	if err != nil {
+		return
+	}
+	for _, e := range envList {
+		if (e.State != envs.Ready && e.State != envs.Idle) || len(e.AttachedSessionIDs) > 0 || !counts(spend.Scope{ProfileID: e.ProfileID, EnvironmentID: e.ID}) {
+			continue
+		}
+		if served, err := g.placements.ServedBy(ctx, e.ID); err != nil || len(served) > 0 {
+			continue
+		}
+		log.Warn("budget spent: releasing an unassigned machine", "env", e.ID)
+		if _, err := g.envs.RequestDestroy(ctx, e.ID, false); err != nil {
+			log.Warn("budget spent: release the machine", "env", e.ID, "err", err)
+		}
+	}
 }
 
 // meter is the spend ledger as the catalog's meter: every model call is reserved against the

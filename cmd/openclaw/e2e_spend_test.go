@@ -10,7 +10,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/openclaw/cloudworkers/gateway/agents"
+	"github.com/openclaw/cloudworkers/gateway/envs"
 	"github.com/openclaw/cloudworkers/gateway/placement"
 	"github.com/openclaw/cloudworkers/gateway/sessions"
 	"github.com/openclaw/cloudworkers/gateway/spend"
@@ -151,4 +154,60 @@ func scriptedPriced(t *testing.T, dir, name, script, model string) string {
 		t.Fatal(err)
 	}
 	return fmt.Sprintf("models:\n  default: %s/m\n  providers:\n    %s: {api: scripted, script: %s, models: [{id: m, %s}]}\n", name, name, p, model)
+}
+
+// TestASpentTreeBudgetBringsItsChildrenHome: a parent session with a budget of its own spawns a
+// child on a worker; the child's answer costs more than the tree has left (a provider may report
+// more than the call reserved). The next message to the child is refused (402, naming the
+// parent's budget), and the tree's policy stops it: the idle child's work comes home (its file is
+// in its workspace on the gateway) and its machine is released, the timeline saying why.
+func TestASpentTreeBudgetBringsItsChildrenHome(t *testing.T) {
+	root := t.TempDir()
+	long := strings.Repeat("A long answer that costs a lot. ", 60)
+	write := func(name, body string) string {
+		p := filepath.Join(root, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	parent := write("parent.json", `[{"toolCalls": [{"name": "sessions_spawn", "arguments": {"task": "write out.txt", "model": "child/m", "workspace": "empty", "wait": false}}]},
+		{"text": "Spawned."}]`)
+	child := write("child.json", `[{"toolCalls": [{"name": "write", "arguments": {"path": "out.txt", "content": "made by the child\n"}}]},
+		{"text": "`+long+`"}, {"text": "never"}]`)
+	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+"agents: {defaultProfile: kids}\n"+
+		"profiles:\n  - id: kids\n    provider: local\n    hygiene: {metadataRoute: warn, dockerSocket: warn}\n"+
+		"models:\n  default: parent/m\n  providers:\n"+
+		"    parent: {api: scripted, script: "+parent+", models: [{id: m}]}\n"+
+		"    child: {api: scripted, script: "+child+", models: [{id: m, maxTokens: 50, cost: {input: 100, output: 2000}}]}\n")
+	t.Cleanup(func() { destroyAll(g) })
+	ws := filepath.Join(root, "user")
+	userWorkspace(t, ws, false)
+	ses, err := g.client.CreateSession(g.ctx(), sessions.CreateRequest{CreateParams: sessions.CreateParams{Workspace: ws, BudgetUSD: 0.5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.runTurn(ses.ID, "start a helper", "local")
+	kid := spawnResult(t, toolResults(t, g, ses.ID, "sessions_spawn")[0]).SessionID
+	g.waitChild(ses.ID, kid, agents.StatusDone)
+	env := g.placement(kid).Placement.EnvironmentID
+	if sp := must(g.client.SessionSpend(g.ctx(), ses.ID))(t); sp.TreeUSD <= 0.5 || sp.OwnUSD != 0 {
+		t.Fatalf("the tree's spend %+v, want its child's answer past the $0.50", sp)
+	}
+	code, e := g.postRaw("/api/v1/sessions/"+kid+"/messages", `{"text":"more"}`)
+	if code != 402 || e.Code != "budget-exceeded" || !strings.Contains(e.Message, "budget session:"+ses.ID) {
+		t.Fatalf("a message to the child of a spent tree: %d %+v, want 402 naming the parent's budget", code, e)
+	}
+	waitUntil(t, 60*time.Second, func() string { return "the child is still on its worker:\n" + g.placement(kid).String() }, func() bool {
+		return g.placement(kid).Placement.State == placement.Local
+	})
+	v := g.placement(kid)
+	timelineHas(t, v, "budget session:"+ses.ID+" is spent: its work came home and its machine "+env+" was released")
+	if got := readFile(t, filepath.Join(v.Placement.AnchorDir, "out.txt")); got != "made by the child\n" {
+		t.Fatalf("the child's work came home as %q", got)
+	}
+	waitUntil(t, 60*time.Second, func() string { return "the child's machine is not released" }, func() bool {
+		e, err := g.getEnv(env)
+		return err == nil && e.State == envs.Destroyed
+	})
 }

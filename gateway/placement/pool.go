@@ -2,12 +2,13 @@ package placement
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/openclaw/cloudworkers/gateway/envs"
+	"github.com/openclaw/cloudworkers/gateway/spend"
 	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/internal/ids"
 	"github.com/openclaw/cloudworkers/providers"
@@ -35,8 +36,9 @@ const poolInterval = 2 * time.Second
 // placement's own record (its environment id) does.
 const claimHold = time.Minute
 
-// unassigned reports whether e is ready for a session and serves none.
-func (d *Dispatcher) unassigned(ctx context.Context, e envs.Environment) bool {
+// unassigned reports whether e is ready for a session and serves none (a claim of forSession's
+// own does not count: a session dispatched again takes the machine it left).
+func (d *Dispatcher) unassigned(ctx context.Context, e envs.Environment, forSession string) bool {
 	if (e.State != envs.Ready && e.State != envs.Idle) || len(e.AttachedSessionIDs) > 0 {
 		return false
 	}
@@ -49,7 +51,7 @@ func (d *Dispatcher) unassigned(ctx context.Context, e envs.Environment) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	c, claimed := d.claims[e.ID]
-	return !claimed || clock.Or(d.cfg.Clock).Now().Sub(c.at) > claimHold
+	return !claimed || (forSession != "" && c.session == forSession) || clock.Or(d.cfg.Clock).Now().Sub(c.at) > claimHold
 }
 
 // claim is one environment taken by a dispatch in its provision step.
@@ -65,10 +67,8 @@ func (d *Dispatcher) claimWarm(ctx context.Context, sessionID, profileID, class 
 	if err != nil {
 		return "", err
 	}
-	// the oldest first: a pool machine waits least long for nothing
-	slices.SortStableFunc(list, func(a, b envs.Environment) int { return a.CreatedAt.Compare(b.CreatedAt) })
-	for _, e := range list {
-		if e.ProfileID != profileID || (class != "" && e.Class() != class) || !d.cfg.Admitted(e.ID) || !d.unassigned(ctx, e) {
+	for _, e := range list { // in the list's order (newest first), as warm reuse always took them
+		if e.ProfileID != profileID || (class != "" && e.Class() != class) || !d.cfg.Admitted(e.ID) || !d.unassigned(ctx, e, sessionID) {
 			continue
 		}
 		d.mu.Lock()
@@ -92,7 +92,7 @@ func (d *Dispatcher) claimWarm(ctx context.Context, sessionID, profileID, class 
 // profile's pool holds it: it is one of the profile's pool.maxReady oldest unassigned machines.
 func (d *Dispatcher) PoolHolds(ctx context.Context, e envs.Environment) bool {
 	prof, err := d.cfg.Envs.Profile(ctx, e.ProfileID)
-	if err != nil || prof.Pool.Keep() == 0 || !d.unassigned(ctx, e) {
+	if err != nil || prof.Pool.Keep() == 0 || !d.unassigned(ctx, e, "") {
 		return false
 	}
 	list, err := d.cfg.Envs.List(ctx, false)
@@ -101,7 +101,7 @@ func (d *Dispatcher) PoolHolds(ctx context.Context, e envs.Environment) bool {
 	}
 	var older int
 	for _, o := range list {
-		if o.ID != e.ID && o.ProfileID == e.ProfileID && o.CreatedAt.Before(e.CreatedAt) && d.unassigned(ctx, o) {
+		if o.ID != e.ID && o.ProfileID == e.ProfileID && o.CreatedAt.Before(e.CreatedAt) && d.unassigned(ctx, o, "") {
 			older++
 		}
 	}
@@ -139,7 +139,7 @@ func (d *Dispatcher) refillPools(ctx context.Context) error {
 	unassigned := 0
 	for _, e := range list {
 		switch {
-		case d.unassigned(ctx, e):
+		case d.unassigned(ctx, e, ""):
 			have[e.ProfileID]++
 			unassigned++
 		case strings.HasPrefix(e.IdempotencyKey, poolKeyPrefix) && !e.State.Dead() &&
@@ -151,6 +151,10 @@ func (d *Dispatcher) refillPools(ctx context.Context) error {
 	for _, p := range profs {
 		for have[p.ID] < p.Pool.MinReady && unassigned < d.poolCap() {
 			if err := d.lease(ctx, p); err != nil {
+				var spent *spend.ExceededError
+				if errors.As(err, &spent) {
+					break // a spent budget holds the pool as it holds every lease; not an error to log each round
+				}
 				return fmt.Errorf("pool of profile %s: %w", p.ID, err)
 			}
 			have[p.ID]++

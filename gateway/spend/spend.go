@@ -58,7 +58,16 @@ type Budget struct {
 	LimitUSD float64 `yaml:"limitUsd" json:"limitUsd"`
 	// WarnAt is the share of the limit from which the budget reports a warning (default 0.8).
 	WarnAt float64 `yaml:"warnAt,omitempty" json:"warnAt,omitempty"`
+	// OnExceeded is refuse (the default: no new turn, model call or lease it counts) or stop
+	// (also bring the work of its idle machines home and release them).
+	OnExceeded string `yaml:"onExceeded,omitempty" json:"onExceeded,omitempty"`
 }
+
+// Policies of a spent budget.
+const (
+	OnExceededRefuse = "refuse"
+	OnExceededStop   = "stop"
+)
 
 // Check validates a configured budget; field prefixes the field names in its error.
 func (b Budget) Check(field string) error {
@@ -77,6 +86,8 @@ func (b Budget) Check(field string) error {
 		return providers.Fieldf(field+".limitUsd", "must be a positive number of US dollars, got %v", b.LimitUSD)
 	case !(b.WarnAt >= 0 && b.WarnAt <= 1):
 		return providers.Fieldf(field+".warnAt", "must be a share from 0 to 1, got %v", b.WarnAt)
+	case b.OnExceeded != "" && b.OnExceeded != OnExceededRefuse && b.OnExceeded != OnExceededStop:
+		return providers.Fieldf(field+".onExceeded", "must be refuse or stop, got %q", b.OnExceeded)
 	}
 	return nil
 }
@@ -91,6 +102,10 @@ type Config struct {
 	Zone *time.Location
 	// AccrueEvery is how often leased time is written to the ledger (default 30s).
 	AccrueEvery time.Duration
+	// Stop is told when a budget whose policy is stop (a session's own budget always is) refuses
+	// something: it brings home the work of the idle machines whose charges match and releases
+	// them. At most once a minute per budget; nil: nothing is stopped.
+	Stop func(budget string, counts func(Scope) bool)
 }
 
 // Ledger is the spend ledger.
@@ -106,6 +121,31 @@ type Ledger struct {
 
 	mets     *metrics
 	metsOnce sync.Once
+
+	stopMu  sync.Mutex
+	stopped map[string]time.Time // budget → when its stop was last asked
+}
+
+// stopEvery bounds how often a spent budget's stop runs.
+const stopEvery = time.Minute
+
+// stop asks Config.Stop, in the background, to release what a spent stop-budget counts.
+func (l *Ledger) stop(a applies) {
+	if !a.stop || l.cfg.Stop == nil || a.match == nil {
+		return
+	}
+	now := l.now()
+	l.stopMu.Lock()
+	if l.stopped == nil {
+		l.stopped = map[string]time.Time{}
+	}
+	if last, ok := l.stopped[a.id]; ok && now.Sub(last) < stopEvery {
+		l.stopMu.Unlock()
+		return
+	}
+	l.stopped[a.id] = now
+	l.stopMu.Unlock()
+	go l.cfg.Stop(a.id, a.match)
 }
 
 // Scope is what a charge is for: the session (and its lineage), its agent, and the profile and
@@ -225,6 +265,7 @@ func (e *ExceededError) Error() string {
 // SQL that selects its rows.
 type applies struct {
 	id           string
+	stop         bool
 	limit        float64
 	warnAt       float64
 	from, reset  time.Time
@@ -241,7 +282,7 @@ func (l *Ledger) budgetsFor(ctx context.Context, sc Scope) ([]applies, error) {
 	now := l.now()
 	var out []applies
 	for _, b := range l.cfg.Budgets {
-		a := applies{id: b.ID, limit: b.LimitUSD, warnAt: b.WarnAt, window: b.Window,
+		a := applies{id: b.ID, limit: b.LimitUSD, warnAt: b.WarnAt, window: b.Window, stop: b.OnExceeded == OnExceededStop,
 			raise: "change limitUsd of budget " + b.ID + " in the gateway's config and restart it"}
 		a.from, a.reset = l.window(b.Window, now)
 		switch b.Scope {
@@ -277,7 +318,7 @@ func (l *Ledger) budgetsFor(ctx context.Context, sc Scope) ([]applies, error) {
 				return nil, err
 			}
 			prefix := strings.Join(ids[:i+1], "/")
-			out = append(out, applies{id: "session:" + id, limit: usd, warnAt: 0.8, window: WindowTotal,
+			out = append(out, applies{id: "session:" + id, limit: usd, warnAt: 0.8, window: WindowTotal, stop: true,
 				// the tree: the lineage itself and every one below it ('0' follows '/'), by the index
 				where: "(lineage = ? OR (lineage >= ? AND lineage < ?))", args: []any{prefix, prefix + "/", prefix + "0"},
 				match: func(s Scope) bool { return s.Lineage == prefix || strings.HasPrefix(s.Lineage, prefix+"/") },
@@ -360,6 +401,7 @@ func (l *Ledger) reserve(ctx context.Context, sc Scope, worst float64, kind stri
 			}
 			if spent+worst > a.limit {
 				l.refused(a.id)
+				l.stop(a)
 				return nil, &ExceededError{Budget: a.id, SpentUSD: spent, LimitUSD: a.limit, AskedUSD: worst, ResetAt: a.reset, Raise: a.raise}
 			}
 		}
@@ -416,6 +458,7 @@ func (l *Ledger) Admit(ctx context.Context, sessionID string, atLeast float64) e
 		}
 		if spent >= a.limit || spent+atLeast > a.limit {
 			l.refused(a.id)
+			l.stop(a)
 			return &ExceededError{Budget: a.id, SpentUSD: spent, LimitUSD: a.limit, AskedUSD: atLeast, ResetAt: a.reset, Raise: a.raise}
 		}
 	}
