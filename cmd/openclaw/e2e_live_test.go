@@ -361,3 +361,43 @@ func TestLiveMoveWhenTheWorkerDies(t *testing.T) {
 		func() bool { return len(boxProcess("sleep", "7751")) == 0 })
 	g.runTurn(id, "carry on", "local")
 }
+
+// TestGatewayKilledDuringALivePullBack: the gateway is SIGKILLed while a live pull-back brings a
+// worker session home, after its turn stopped at a model call (moving). Restarted, it resumes
+// the pull-back, and the same turn goes on on the gateway and ends done there, each entry once.
+func TestGatewayKilledDuringALivePullBack(t *testing.T) {
+	root := t.TempDir()
+	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedModels(t, root, map[string]string{"live": liveScript}))
+	t.Cleanup(func() { destroyAll(g) })
+	ws := filepath.Join(root, "user")
+	userWorkspace(t, ws, false)
+	id, _ := g.activeSession(ws, "live/m", "local")
+	turn := g.startTurn(id, "live turn 1")
+	g.inCommand(id, 0)
+	if _, err := g.client.Move(g.ctx(), id, placement.MoveRequest{To: "gateway", Live: true}); err != nil {
+		t.Fatalf("live pull-back: %v", err)
+	}
+	waitUntil(t, 30*time.Second, func() string { return "the turn never stopped for the move" }, func() bool {
+		got, err := g.client.Turn(g.ctx(), turn.RunID)
+		return err == nil && got.Status == turns.TurnMoving
+	})
+	st := g.killAt(id, placement.Reconciling)
+	g.restart(t)
+	if !g.restResumed(id, placement.Local) {
+		return
+	}
+	got := waitTurn(t, g, turn.RunID)
+	if st == placement.Local {
+		// killed once the move had rested: the turn may already have gone on, and a turn the
+		// gateway died in ends failed (sent again, never replayed)
+		t.Logf("killed at %s (aimed at reconciling): the turn ended %s", st, got.Status)
+		return
+	}
+	if got.Status != turns.TurnDone || got.Placement != "local" {
+		t.Fatalf("killed at %s: the turn after the restart is %s on %s (%s), want done on the gateway", st, got.Status, got.Placement, got.Error)
+	}
+	g.checkLiveTranscript(id, 1)
+	if got := readFile(t, filepath.Join(g.placement(id).Placement.AnchorDir, "ran-2.txt")); got != "step\n" {
+		t.Fatalf("ran-2.txt %q: a command ran other than once, or out of order", got)
+	}
+}
