@@ -70,18 +70,7 @@ func (l *Ledger) Budgets(ctx context.Context) ([]Status, error) {
 		return nil, err
 	}
 	for _, b := range l.cfg.Budgets {
-		a := applies{id: b.ID, limit: b.LimitUSD}
-		a.from, a.reset = l.window(b.Window, now)
-		switch b.Scope {
-		case ScopeGateway:
-			a.where, a.match = "1=1", func(Scope) bool { return true }
-		case ScopeProfile:
-			p := b.Profile
-			a.where, a.args, a.match = "profile_id = ?", []any{p}, func(s Scope) bool { return s.ProfileID == p }
-		case ScopeAgent:
-			ag := b.Agent
-			a.where, a.args, a.match = "agent = ?", []any{ag}, func(s Scope) bool { return s.Agent == ag }
-		}
+		a := l.configured(b, now)
 		spent, err := l.spent(ctx, a, open)
 		if err != nil {
 			return nil, err

@@ -282,28 +282,9 @@ func (l *Ledger) budgetsFor(ctx context.Context, sc Scope) ([]applies, error) {
 	now := l.now()
 	var out []applies
 	for _, b := range l.cfg.Budgets {
-		a := applies{id: b.ID, limit: b.LimitUSD, warnAt: b.WarnAt, window: b.Window, stop: b.OnExceeded == OnExceededStop,
-			raise: "change limitUsd of budget " + b.ID + " in the gateway's config and restart it"}
-		a.from, a.reset = l.window(b.Window, now)
-		switch b.Scope {
-		case ScopeGateway:
-			a.where, a.match, a.scopeDisplay = "1=1", func(Scope) bool { return true }, "gateway"
-		case ScopeProfile:
-			if sc.ProfileID != b.Profile {
-				continue
-			}
-			a.where, a.args, a.scopeDisplay = "profile_id = ?", []any{b.Profile}, "profile "+b.Profile
-			p := b.Profile
-			a.match = func(s Scope) bool { return s.ProfileID == p }
-		case ScopeAgent:
-			if sc.Agent != b.Agent {
-				continue
-			}
-			a.where, a.args, a.scopeDisplay = "agent = ?", []any{b.Agent}, "agent "+b.Agent
-			ag := b.Agent
-			a.match = func(s Scope) bool { return s.Agent == ag }
+		if a := l.configured(b, now); a.match(sc) {
+			out = append(out, a)
 		}
-		out = append(out, a)
 	}
 	// the session's own budget and each ancestor's: their trees' totals
 	if sc.Lineage != "" {
@@ -326,6 +307,26 @@ func (l *Ledger) budgetsFor(ctx context.Context, sc Scope) ([]applies, error) {
 		}
 	}
 	return out, nil
+}
+
+// configured is what a configured budget counts now: its window, its rows, and which charges.
+func (l *Ledger) configured(b Budget, now time.Time) applies {
+	a := applies{id: b.ID, limit: b.LimitUSD, warnAt: b.WarnAt, window: b.Window, stop: b.OnExceeded == OnExceededStop,
+		raise: "change limitUsd of budget " + b.ID + " in the gateway's config and restart it"}
+	a.from, a.reset = l.window(b.Window, now)
+	switch b.Scope {
+	case ScopeProfile:
+		p := b.Profile
+		a.where, a.args, a.scopeDisplay = "profile_id = ?", []any{p}, "profile "+p
+		a.match = func(s Scope) bool { return s.ProfileID == p }
+	case ScopeAgent:
+		ag := b.Agent
+		a.where, a.args, a.scopeDisplay = "agent = ?", []any{ag}, "agent "+ag
+		a.match = func(s Scope) bool { return s.Agent == ag }
+	default: // gateway: everything
+		a.where, a.match, a.scopeDisplay = "1=1", func(Scope) bool { return true }, "gateway"
+	}
+	return a
 }
 
 // window returns when the window that holds now began, and when the next begins (zero for total).
