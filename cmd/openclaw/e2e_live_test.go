@@ -242,26 +242,8 @@ func TestGatewayKilledDuringALiveMove(t *testing.T) {
 	id := g.newSession(ws, "live/m") // no warm box: the dispatch leases one, a step long enough to be killed in
 	turn := g.startTurn(id, "live turn 1")
 	g.inCommand(id, 0)
-	if _, err := g.client.Move(g.ctx(), id, placement.MoveRequest{To: "worker", ProfileID: "local", Live: true}); err != nil {
-		t.Fatalf("live move: %v", err)
-	}
-	if got := must(g.client.Turn(g.ctx(), turn.RunID))(t); got.Status != turns.TurnMoving {
-		t.Fatalf("the turn is %s while its session moves live, want moving", got.Status)
-	}
-	st := g.killAt(id, placement.Provisioning)
-	g.restart(t)
-	if !g.restResumed(id, placement.Active) {
+	if !g.killDuringLiveMove(id, turn, placement.MoveRequest{To: "worker", ProfileID: "local", Live: true}, placement.Provisioning, placement.Active, "worker") {
 		return
-	}
-	got := waitTurn(t, g, turn.RunID)
-	if st == placement.Active {
-		// killed after the move rested: the turn had gone on, and a turn the gateway died in
-		// ends failed (sent again, never replayed)
-		t.Logf("killed at %s (aimed at provisioning): the turn ended %s", st, got.Status)
-		return
-	}
-	if got.Status != turns.TurnDone || got.Placement != "worker" {
-		t.Fatalf("the turn after the restart: %s on %s (%s), want done on the worker", got.Status, got.Placement, got.Error)
 	}
 	g.checkLiveTranscript(id, 1)
 	if _, err := os.Stat(filepath.Join(ws, "ran-2.txt")); err == nil {
@@ -374,30 +356,42 @@ func TestGatewayKilledDuringALivePullBack(t *testing.T) {
 	id, _ := g.activeSession(ws, "live/m", "local")
 	turn := g.startTurn(id, "live turn 1")
 	g.inCommand(id, 0)
-	if _, err := g.client.Move(g.ctx(), id, placement.MoveRequest{To: "gateway", Live: true}); err != nil {
-		t.Fatalf("live pull-back: %v", err)
-	}
-	waitUntil(t, 30*time.Second, func() string { return "the turn never stopped for the move" }, func() bool {
-		got, err := g.client.Turn(g.ctx(), turn.RunID)
-		return err == nil && got.Status == turns.TurnMoving
-	})
-	st := g.killAt(id, placement.Reconciling)
-	g.restart(t)
-	if !g.restResumed(id, placement.Local) {
+	if !g.killDuringLiveMove(id, turn, placement.MoveRequest{To: "gateway", Live: true}, placement.Reconciling, placement.Local, "local") {
 		return
-	}
-	got := waitTurn(t, g, turn.RunID)
-	if st == placement.Local {
-		// killed once the move had rested: the turn may already have gone on, and a turn the
-		// gateway died in ends failed (sent again, never replayed)
-		t.Logf("killed at %s (aimed at reconciling): the turn ended %s", st, got.Status)
-		return
-	}
-	if got.Status != turns.TurnDone || got.Placement != "local" {
-		t.Fatalf("killed at %s: the turn after the restart is %s on %s (%s), want done on the gateway", st, got.Status, got.Placement, got.Error)
 	}
 	g.checkLiveTranscript(id, 1)
 	if got := readFile(t, filepath.Join(g.placement(id).Placement.AnchorDir, "ran-2.txt")); got != "step\n" {
 		t.Fatalf("ran-2.txt %q: a command ran other than once, or out of order", got)
 	}
+}
+
+// killDuringLiveMove asks for a live move of the session whose turn runs its first command, waits
+// for the turn to stop for it (moving), SIGKILLs the gateway once the placement reaches aim and
+// restarts it. The move must rest in rest and the same turn end done on where. A kill that came
+// only after the move rested (the turn may already have gone on, and a turn the gateway died in
+// ends failed: sent again, never replayed) is logged, and false returned: nothing more to check.
+func (g *gw) killDuringLiveMove(id string, turn turns.Turn, req placement.MoveRequest, aim, rest placement.State, where string) bool {
+	t := g.t
+	t.Helper()
+	if _, err := g.client.Move(g.ctx(), id, req); err != nil {
+		t.Fatalf("live move to %s: %v", req.To, err)
+	}
+	waitUntil(t, 30*time.Second, func() string { return "the turn never stopped for the move" }, func() bool {
+		got, err := g.client.Turn(g.ctx(), turn.RunID)
+		return err == nil && got.Status == turns.TurnMoving
+	})
+	st := g.killAt(id, aim)
+	g.restart(t)
+	if !g.restResumed(id, rest) {
+		return false
+	}
+	got := waitTurn(t, g, turn.RunID)
+	if st == rest {
+		t.Logf("killed at %s (aimed at %s): the turn ended %s", st, aim, got.Status)
+		return false
+	}
+	if got.Status != turns.TurnDone || got.Placement != where {
+		t.Fatalf("killed at %s: the turn after the restart is %s on %s (%s), want done on %s", st, got.Status, got.Placement, got.Error, where)
+	}
+	return true
 }
