@@ -406,6 +406,9 @@ func (g *components) bringHomeAndRelease(ctx context.Context, budget string, p p
 		g.placements.Note(ctx, p.SessionID, "budget "+budget+" is spent: its machine is kept for now, its session stayed busy for "+spentIdleWait.String())
 		return
 	}
+	if now, err := g.placements.Get(ctx, p.SessionID); err != nil || now.State != placement.Active || now.EnvironmentID != p.EnvironmentID {
+		return // moved meanwhile: that move decides
+	}
 	g.log.Warn("budget spent: bringing an idle session's work home to release its machine", "budget", budget, "session", p.SessionID, "env", p.EnvironmentID)
 	if _, err := g.dispatcher.PullBack(ctx, p.SessionID, false); err != nil {
 		g.placements.Note(ctx, p.SessionID, "budget "+budget+" is spent: its machine is kept, the pull-back was refused: "+err.Error())
@@ -420,6 +423,9 @@ func (g *components) bringHomeAndRelease(ctx context.Context, budget string, p p
 	if rest.State != placement.Local {
 		g.placements.Note(ctx, p.SessionID, "budget "+budget+" is spent: its machine "+p.EnvironmentID+" is kept, because its work did not come home ("+rest.Error+")")
 		return
+	}
+	if e, err := g.envs.Get(ctx, p.EnvironmentID); err != nil || !g.dispatcher.Unassigned(ctx, e) {
+		return // taken again (a dispatch claimed it) or gone: not released here
 	}
 	if _, err := g.envs.RequestDestroy(ctx, p.EnvironmentID, false); err != nil {
 		g.log.Warn("budget spent: release the machine", "budget", budget, "env", p.EnvironmentID, "err", err)
@@ -439,10 +445,7 @@ func (g *components) releaseUnassigned(ctx context.Context, counts func(spend.Sc
 		return
 	}
 	for _, e := range envList {
-		if (e.State != envs.Ready && e.State != envs.Idle) || len(e.AttachedSessionIDs) > 0 || !counts(spend.Scope{ProfileID: e.ProfileID, EnvironmentID: e.ID}) {
-			continue
-		}
-		if served, err := g.placements.ServedBy(ctx, e.ID); err != nil || len(served) > 0 {
+		if !counts(spend.Scope{ProfileID: e.ProfileID, EnvironmentID: e.ID}) || !g.dispatcher.Unassigned(ctx, e) {
 			continue
 		}
 		log.Warn("budget spent: releasing an unassigned machine", "env", e.ID)

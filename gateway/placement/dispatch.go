@@ -159,6 +159,9 @@ type Dispatcher struct {
 	// busyPolicy: a pull-back's policy for its drain step
 	busyPolicy held[BusyPolicy]
 	claims     map[string]claim // environment id → the dispatch that took it in its provision step
+	backoff    map[string]*poolBackoff
+	held       map[string]bool // PoolHolds' set, computed at heldAt
+	heldAt     time.Time
 	sync       *syncMetrics
 	// allowed: the secret scan's false positives each session's operator let through (in memory:
 	// after a restart they are named again)

@@ -99,6 +99,9 @@ func (d *Dispatcher) usableTarget(ctx context.Context, sessionID, envID string) 
 	if !d.cfg.Admitted(envID) {
 		return e, fmt.Errorf("the worker of environment %s is not admitted: %w", envID, ErrEnvironmentUnusable)
 	}
+	if d.claimedByOther(envID, sessionID) {
+		return e, fmt.Errorf("environment %s is being taken by another session's dispatch: %w", envID, ErrEnvironmentUnusable)
+	}
 	if err := d.servesOnly(ctx, envID, sessionID); err != nil {
 		return e, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,7 +40,7 @@ const claimHold = time.Minute
 // unassigned reports whether e is ready for a session and serves none (a claim of forSession's
 // own does not count: a session dispatched again takes the machine it left).
 func (d *Dispatcher) unassigned(ctx context.Context, e envs.Environment, forSession string) bool {
-	if (e.State != envs.Ready && e.State != envs.Idle) || len(e.AttachedSessionIDs) > 0 {
+	if (e.State != envs.Ready && e.State != envs.Idle) || len(e.AttachedSessionIDs) > 0 || !d.cfg.Admitted(e.ID) {
 		return false
 	}
 	if d.cfg.Reserved != nil && d.cfg.Reserved(e) {
@@ -52,6 +53,21 @@ func (d *Dispatcher) unassigned(ctx context.Context, e envs.Environment, forSess
 	defer d.mu.Unlock()
 	c, claimed := d.claims[e.ID]
 	return !claimed || (forSession != "" && c.session == forSession) || clock.Or(d.cfg.Clock).Now().Sub(c.at) > claimHold
+}
+
+// Unassigned reports whether an environment is ready, serves no session and no dispatch has
+// claimed it: it may be released.
+func (d *Dispatcher) Unassigned(ctx context.Context, e envs.Environment) bool {
+	return d.unassigned(ctx, e, "")
+}
+
+// claimedByOther reports whether another session's dispatch has claimed the environment (and its
+// placement does not hold it yet).
+func (d *Dispatcher) claimedByOther(envID, sessionID string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c, ok := d.claims[envID]
+	return ok && c.session != sessionID && clock.Or(d.cfg.Clock).Now().Sub(c.at) <= claimHold
 }
 
 // claim is one environment taken by a dispatch in its provision step.
@@ -89,23 +105,49 @@ func (d *Dispatcher) claimWarm(ctx context.Context, sessionID, profileID, class 
 }
 
 // PoolHolds reports whether an idle environment is kept from its idle timeout because its
-// profile's pool holds it: it is one of the profile's pool.maxReady oldest unassigned machines.
+// profile's pool holds it: it is one of the profile's max(minReady, maxReady) oldest unassigned
+// machines, within pool.maxUnassigned. The held set is computed once a pool interval, not per
+// environment.
 func (d *Dispatcher) PoolHolds(ctx context.Context, e envs.Environment) bool {
-	prof, err := d.cfg.Envs.Profile(ctx, e.ProfileID)
-	if err != nil || prof.Pool.Keep() == 0 || !d.unassigned(ctx, e, "") {
-		return false
+	now := clock.Or(d.cfg.Clock).Now()
+	d.mu.Lock()
+	fresh := now.Sub(d.heldAt) < poolInterval
+	held := d.held
+	d.mu.Unlock()
+	if !fresh {
+		held = d.holdSet(ctx)
+		d.mu.Lock()
+		d.held, d.heldAt = held, now
+		d.mu.Unlock()
+	}
+	return held[e.ID]
+}
+
+// holdSet is the environments the pools keep from their idle timeout.
+func (d *Dispatcher) holdSet(ctx context.Context) map[string]bool {
+	held := map[string]bool{}
+	profs, err := d.cfg.Envs.Profiles(ctx)
+	if err != nil {
+		return held
+	}
+	keep := map[string]int{}
+	for _, p := range profs {
+		keep[p.ID] = p.Pool.Keep()
 	}
 	list, err := d.cfg.Envs.List(ctx, false)
 	if err != nil {
-		return false
+		return held
 	}
-	var older int
-	for _, o := range list {
-		if o.ID != e.ID && o.ProfileID == e.ProfileID && o.CreatedAt.Before(e.CreatedAt) && d.unassigned(ctx, o, "") {
-			older++
+	slices.SortStableFunc(list, func(a, b envs.Environment) int { return a.CreatedAt.Compare(b.CreatedAt) }) // the oldest kept
+	total := 0
+	for _, e := range list {
+		if keep[e.ProfileID] > 0 && total < d.poolCap() && d.unassigned(ctx, e, "") {
+			held[e.ID] = true
+			keep[e.ProfileID]--
+			total++
 		}
 	}
-	return older < prof.Pool.Keep()
+	return held
 }
 
 // RunPool keeps the profiles' pools filled until ctx ends.
@@ -137,18 +179,28 @@ func (d *Dispatcher) refillPools(ctx context.Context) error {
 	}
 	have := map[string]int{}
 	unassigned := 0
+	now := clock.Or(d.cfg.Clock).Now()
 	for _, e := range list {
+		pool := strings.HasPrefix(e.IdempotencyKey, poolKeyPrefix)
 		switch {
 		case d.unassigned(ctx, e, ""):
 			have[e.ProfileID]++
 			unassigned++
-		case strings.HasPrefix(e.IdempotencyKey, poolKeyPrefix) && !e.State.Dead() &&
-			(e.State == envs.Requested || e.State == envs.Provisioning || e.State == envs.Bootstrapping):
-			have[e.ProfileID]++ // on its way to the pool
+			if pool {
+				d.poolOK(e.ProfileID)
+			}
+		case pool && (e.State == envs.Requested || e.State == envs.Provisioning || e.State == envs.Bootstrapping ||
+			((e.State == envs.Ready || e.State == envs.Idle) && len(e.AttachedSessionIDs) == 0 && !d.cfg.Admitted(e.ID))):
+			have[e.ProfileID]++ // on its way to the pool (a worker not admitted yet included)
 			unassigned++
+		case pool && (e.State == envs.Failed || e.State == envs.Orphaned):
+			d.poolFailed(e.ID, e.ProfileID, now)
 		}
 	}
 	for _, p := range profs {
+		if wait := d.poolWait(p.ID, now); wait > 0 {
+			continue // its pool machines fail: leased again only after the backoff
+		}
 		for have[p.ID] < p.Pool.MinReady && unassigned < d.poolCap() {
 			if err := d.lease(ctx, p); err != nil {
 				var spent *spend.ExceededError
@@ -178,4 +230,47 @@ func (d *Dispatcher) poolCap() int {
 		return DefaultPoolCap
 	}
 	return *d.cfg.PoolCap
+}
+
+// poolBackoff is one profile's pause after its pool machines failed: 10 s doubled per failure, at
+// most 30 minutes, reset once a pool machine of it is ready.
+type poolBackoff struct {
+	failures int
+	until    time.Time
+	seen     map[string]bool // failed pool machines counted
+}
+
+func (d *Dispatcher) poolFailed(envID, profileID string, now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.backoff == nil {
+		d.backoff = map[string]*poolBackoff{}
+	}
+	b := d.backoff[profileID]
+	if b == nil {
+		b = &poolBackoff{seen: map[string]bool{}}
+		d.backoff[profileID] = b
+	}
+	if b.seen[envID] {
+		return
+	}
+	b.seen[envID] = true
+	b.failures++
+	b.until = now.Add(min(10*time.Second<<min(b.failures-1, 10), 30*time.Minute))
+	d.log.Warn("prepared pool: a pool machine failed; leasing again after a pause", "profile", profileID, "env", envID, "failures", b.failures, "until", b.until)
+}
+
+func (d *Dispatcher) poolOK(profileID string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.backoff, profileID)
+}
+
+func (d *Dispatcher) poolWait(profileID string, now time.Time) time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if b := d.backoff[profileID]; b != nil && now.Before(b.until) {
+		return b.until.Sub(now)
+	}
+	return 0
 }

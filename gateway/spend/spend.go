@@ -122,12 +122,17 @@ type Ledger struct {
 	mets     *metrics
 	metsOnce sync.Once
 
-	stopMu  sync.Mutex
-	stopped map[string]time.Time // budget → when its stop was last asked
+	stopMu   sync.Mutex
+	stopped  map[string]time.Time // budget → when its stop was last asked
+	stopping map[string]bool      // budget → its stop runs now
 }
 
-// stopEvery bounds how often a spent budget's stop runs.
-const stopEvery = time.Minute
+// stopEvery bounds how often a spent budget's stop runs; stopShare is the share of its limit a
+// budget has spent when a refused model call stops what it counts (a refused turn always does).
+const (
+	stopEvery = time.Minute
+	stopShare = 0.95
+)
 
 // stop asks Config.Stop, in the background, to release what a spent stop-budget counts.
 func (l *Ledger) stop(a applies) {
@@ -139,13 +144,23 @@ func (l *Ledger) stop(a applies) {
 	if l.stopped == nil {
 		l.stopped = map[string]time.Time{}
 	}
-	if last, ok := l.stopped[a.id]; ok && now.Sub(last) < stopEvery {
+	if last, ok := l.stopped[a.id]; ok && (now.Sub(last) < stopEvery || l.stopping[a.id]) {
 		l.stopMu.Unlock()
 		return
 	}
-	l.stopped[a.id] = now
+	if l.stopping == nil {
+		l.stopping = map[string]bool{}
+	}
+	l.stopped[a.id], l.stopping[a.id] = now, true
 	l.stopMu.Unlock()
-	go l.cfg.Stop(a.id, a.match)
+	go func() { // one run at a time per budget
+		defer func() {
+			l.stopMu.Lock()
+			delete(l.stopping, a.id)
+			l.stopMu.Unlock()
+		}()
+		l.cfg.Stop(a.id, a.match)
+	}()
 }
 
 // Scope is what a charge is for: the session (and its lineage), its agent, and the profile and
@@ -402,7 +417,9 @@ func (l *Ledger) reserve(ctx context.Context, sc Scope, worst float64, kind stri
 			}
 			if spent+worst > a.limit {
 				l.refused(a.id)
-				l.stop(a)
+				if spent >= stopShare*a.limit {
+					l.stop(a) // spent, not only short of one call's worst case
+				}
 				return nil, &ExceededError{Budget: a.id, SpentUSD: spent, LimitUSD: a.limit, AskedUSD: worst, ResetAt: a.reset, Raise: a.raise}
 			}
 		}
