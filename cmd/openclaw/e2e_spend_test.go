@@ -118,7 +118,7 @@ func TestSpendAndBudgets(t *testing.T) {
 	// A worker's leased time counts, at least its minimum billing ($0.60), while it runs.
 	other := filepath.Join(root, "other")
 	userWorkspace(t, other, false)
-	g.activeSession(other, "paid/m", "paid")
+	otherID, _ := g.activeSession(other, "paid/m", "paid")
 	var st []spend.Status
 	out, _, err = g.cli("budget", "list", "-o", "json")
 	if err != nil || json.Unmarshal([]byte(out), &st) != nil || len(st) != 2 || st[0].ID != "daily" {
@@ -142,6 +142,27 @@ func TestSpendAndBudgets(t *testing.T) {
 	}
 	if p := g.placement(ses.ID); p.Placement.State != placement.Local {
 		t.Fatalf("the budgeted session moved: %s", p.Placement.State)
+	}
+
+	// A budget set at run time holds at once, shows in the list as set there, and goes with rm.
+	if out, stderr, err := g.cli("budget", "set", "cli-day", "--limit", "0.01"); err != nil || !strings.Contains(out, "budget cli-day") {
+		t.Fatalf("budget set: %v %s %s", err, out, stderr)
+	}
+	if code, e := g.postRaw("/api/v1/sessions/"+otherID+"/messages", `{"text":"answer"}`); code != 402 || !strings.Contains(e.Message, "budget cli-day") {
+		t.Fatalf("a message past a budget set at run time: %d %+v, want 402 naming cli-day", code, e)
+	}
+	out, _, err = g.cli("budget", "list")
+	if err != nil || !strings.Contains(out, "cli-day") || !strings.Contains(out, "api") || !strings.Contains(out, "exceeded") {
+		t.Fatalf("budget list after set:\n%s", out)
+	}
+	if _, stderr, err := g.cli("budget", "set", "daily", "--limit", "5"); err == nil || !strings.Contains(stderr, "config") {
+		t.Fatalf("budget set of a configured budget: %v %s, want refused naming the config", err, stderr)
+	}
+	if _, stderr, err := g.cli("budget", "rm", "cli-day"); err != nil {
+		t.Fatalf("budget rm: %v %s", err, stderr)
+	}
+	if code, e := g.postRaw("/api/v1/sessions/"+otherID+"/messages", `{"text":"answer"}`); code != 202 && code != 200 {
+		t.Fatalf("a message once the budget is removed: %d %+v", code, e)
 	}
 }
 

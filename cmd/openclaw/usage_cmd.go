@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -91,12 +92,13 @@ func newBudgetCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "budget", Short: "Spend budgets of machines and model calls",
 		Example: `  openclaw budget list
   openclaw budget list -o json | jq '.[] | select(.exceeded)'`,
-		Long: `Budgets are set in the gateway's config (budgets:) and per session at its creation (session new
---budget); see docs/operations.md, "Spend and budgets".`}
+		Long: `Budgets are set in the gateway's config (budgets:), at run time (budget set, kept in the gateway's
+database) and per session at its creation (session new --budget); see docs/operations.md, "Spend and
+budgets".`}
 	list := listCmd(g, &cobra.Command{Use: "list", Example: `  openclaw budget list
   openclaw budget list -o json`, Short: "Each configured budget: its window, spend, limit and when it resets", Args: cobra.NoArgs},
 		func(ctx context.Context, c *api.Client, _ []string) ([]spend.Status, error) { return c.Budgets(ctx) },
-		[]string{"BUDGET", "SCOPE", "WINDOW", "SPENT", "LIMIT", "LEFT", "RESETS", "STATE"},
+		[]string{"BUDGET", "SCOPE", "WINDOW", "SPENT", "LIMIT", "LEFT", "RESETS", "STATE", "SET IN"},
 		func(s spend.Status) []string {
 			scope := s.Scope
 			switch {
@@ -116,8 +118,66 @@ func newBudgetCmd(g *globals) *cobra.Command {
 			if !s.ResetAt.IsZero() {
 				reset = s.ResetAt.Format(time.RFC3339)
 			}
-			return []string{s.ID, scope, s.Window, fmt.Sprintf("$%.4f", s.SpentUSD), fmt.Sprintf("$%.2f", s.LimitUSD), fmt.Sprintf("$%.4f", s.RemainingUSD), reset, state}
+			return []string{s.ID, scope, s.Window, fmt.Sprintf("$%.4f", s.SpentUSD), fmt.Sprintf("$%.2f", s.LimitUSD), fmt.Sprintf("$%.4f", s.RemainingUSD), reset, state, s.Source}
 		})
-	cmd.AddCommand(list)
+	cmd.AddCommand(list, newBudgetSetCmd(g), newBudgetRmCmd(g))
 	return cmd
+}
+
+func newBudgetSetCmd(g *globals) *cobra.Command {
+	var b spend.Budget
+	var scope string
+	cmd := &cobra.Command{
+		Use: "set ID --limit USD [--scope gateway|profile:P|agent:A] [--window day|month|total]",
+		Example: `  openclaw budget set daily --limit 50
+  openclaw budget set hetzner-month --scope profile:hetzner --window month --limit 300 --on-exceeded stop
+  openclaw budget set reviewer --scope agent:reviewer --window total --limit 20 --warn-at 0.9`,
+		Short: "Set a budget at run time (kept in the gateway's database; config budgets are changed in the config)",
+		Args:  cobra.ExactArgs(1),
+		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
+			b.ID = args[0]
+			switch kind, name, _ := strings.Cut(scope, ":"); kind {
+			case spend.ScopeGateway:
+				b.Scope = kind
+			case spend.ScopeProfile:
+				b.Scope, b.Profile = kind, name
+			case spend.ScopeAgent:
+				b.Scope, b.Agent = kind, name
+			default:
+				return fmt.Errorf("--scope %q: want gateway, profile:PROFILE or agent:AGENT", scope)
+			}
+			st, err := c.SetBudget(ctx, b)
+			if err != nil {
+				return err
+			}
+			if g.structured() {
+				return g.emit(stdout, st)
+			}
+			fmt.Fprintf(stdout, "budget %s: $%.4f of $%.2f spent in its window\n", st.ID, st.SpentUSD, st.LimitUSD)
+			return nil
+		}),
+	}
+	cmd.Flags().StringVar(&scope, "scope", "gateway", "what it counts: gateway, profile:PROFILE or agent:AGENT")
+	cmd.Flags().StringVar(&b.Window, "window", "day", "day, month (in the gateway's spend.timeZone) or total")
+	cmd.Flags().Float64Var(&b.LimitUSD, "limit", 0, "the limit in US dollars")
+	cmd.Flags().Float64Var(&b.WarnAt, "warn-at", 0, "the share of the limit from which it warns (default 0.8)")
+	cmd.Flags().StringVar(&b.OnExceeded, "on-exceeded", "", "refuse (the default) or stop (also bring idle machines' work home and release them)")
+	addOutput(cmd, g)
+	return cmd
+}
+
+func newBudgetRmCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "rm ID",
+		Example: `  openclaw budget rm daily`,
+		Short:   "Remove a budget set at run time",
+		Args:    cobra.ExactArgs(1),
+		RunE: g.withClient(func(ctx context.Context, c *api.Client, args []string) error {
+			if err := c.RemoveBudget(ctx, args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "budget %s removed\n", args[0])
+			return nil
+		}),
+	}
 }

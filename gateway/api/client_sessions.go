@@ -260,3 +260,14 @@ func (c *Client) Usage(ctx context.Context, by, since string) ([]spend.UsageRow,
 func (c *Client) Budgets(ctx context.Context) ([]spend.Status, error) {
 	return doAs[[]spend.Status](ctx, c, http.MethodGet, v1("budgets"), nil)
 }
+
+// SetBudget sets a budget at run time (PUT /budgets/{id}).
+func (c *Client) SetBudget(ctx context.Context, b spend.Budget) (spend.Status, error) {
+	return doAs[spend.Status](ctx, c, http.MethodPut, v1("budgets", b.ID), b)
+}
+
+// RemoveBudget removes a budget set at run time (DELETE /budgets/{id}).
+func (c *Client) RemoveBudget(ctx context.Context, id string) error {
+	_, err := c.Do(ctx, http.MethodDelete, v1("budgets", id), nil, nil)
+	return err
+}

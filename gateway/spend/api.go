@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/openclaw/cloudworkers/internal/jsonbody"
 	"github.com/openclaw/cloudworkers/providers"
 )
 
@@ -35,6 +36,37 @@ func RegisterAPI(g *echo.Group, l *Ledger) {
 			return err
 		}
 		return c.JSON(http.StatusOK, st)
+	})
+	g.PUT("/budgets/:id", func(c echo.Context) error {
+		var b Budget
+		if err := jsonbody.Decode(c.Request().Body, &b); err != nil {
+			return err
+		}
+		if b.ID == "" {
+			b.ID = c.Param("id")
+		}
+		if b.ID != c.Param("id") {
+			return providers.Fieldf("id", "%q differs from the path's %q", b.ID, c.Param("id"))
+		}
+		if err := l.Set(c.Request().Context(), b); err != nil {
+			return err
+		}
+		st, err := l.Budgets(c.Request().Context())
+		if err != nil {
+			return err
+		}
+		for _, s := range st {
+			if s.ID == b.ID {
+				return c.JSON(http.StatusOK, s)
+			}
+		}
+		return c.NoContent(http.StatusNoContent)
+	})
+	g.DELETE("/budgets/:id", func(c echo.Context) error {
+		if err := l.Remove(c.Request().Context(), c.Param("id")); err != nil {
+			return err
+		}
+		return c.NoContent(http.StatusNoContent)
 	})
 	g.GET("/sessions/:id/spend", func(c echo.Context) error {
 		s, err := l.Session(c.Request().Context(), c.Param("id"))

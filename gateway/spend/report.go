@@ -28,7 +28,7 @@ func (l *Ledger) metrics() *metrics {
 			refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "openclaw_budget_refusals_total",
 				Help: "Model calls, turns and leases refused because they would pass a budget, by budget."}, []string{"budget"}),
 		}
-		for _, b := range l.cfg.Budgets {
+		for _, b := range l.all() {
 			l.mets.refusals.WithLabelValues(b.ID)
 		}
 	})
@@ -64,12 +64,13 @@ type Status struct {
 // Budgets returns every configured budget with its spend in its window now.
 func (l *Ledger) Budgets(ctx context.Context) ([]Status, error) {
 	now := l.now()
-	out := make([]Status, 0, len(l.cfg.Budgets))
+	budgets := l.all()
+	out := make([]Status, 0, len(budgets))
 	open, err := l.openAccruals(ctx)
 	if err != nil {
 		return nil, err
 	}
-	for _, b := range l.cfg.Budgets {
+	for _, b := range budgets {
 		a := l.configured(b, now)
 		spent, err := l.spent(ctx, a, open)
 		if err != nil {

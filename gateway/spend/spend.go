@@ -61,6 +61,9 @@ type Budget struct {
 	// OnExceeded is refuse (the default: no new turn, model call or lease it counts) or stop
 	// (also bring the work of its idle machines home and release them).
 	OnExceeded string `yaml:"onExceeded,omitempty" json:"onExceeded,omitempty"`
+	// Source says where the budget is set: config (the gateway's config file) or api (budget
+	// set, kept in the database). Read only.
+	Source string `yaml:"-" json:"source,omitempty"`
 }
 
 // Policies of a spent budget.
@@ -121,6 +124,9 @@ type Ledger struct {
 
 	mets     *metrics
 	metsOnce sync.Once
+
+	bmu    sync.RWMutex
+	stored []Budget // budget set at run time (the budgets table)
 
 	stopMu   sync.Mutex
 	stopped  map[string]time.Time // budget → when its stop was last asked
@@ -197,7 +203,16 @@ func New(cfg Config) (*Ledger, error) {
 	if cfg.AccrueEvery <= 0 {
 		cfg.AccrueEvery = 30 * time.Second
 	}
-	return &Ledger{cfg: cfg, log: cfg.Log}, nil
+	for i := range cfg.Budgets {
+		cfg.Budgets[i].Source = "config"
+	}
+	l := &Ledger{cfg: cfg, log: cfg.Log}
+	if cfg.DB != nil {
+		if err := l.loadStored(context.Background()); err != nil {
+			return nil, fmt.Errorf("stored budgets: %w", err)
+		}
+	}
+	return l, nil
 }
 
 // Recover settles what a gateway that stopped left pending: a model call's reservation is
@@ -296,7 +311,7 @@ type applies struct {
 func (l *Ledger) budgetsFor(ctx context.Context, sc Scope) ([]applies, error) {
 	now := l.now()
 	var out []applies
-	for _, b := range l.cfg.Budgets {
+	for _, b := range l.all() {
 		if a := l.configured(b, now); a.match(sc) {
 			out = append(out, a)
 		}

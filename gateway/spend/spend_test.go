@@ -335,3 +335,44 @@ func TestConcurrentAccrualsChargeOnce(t *testing.T) {
 		t.Fatalf("an hour at $6/h accrued by 8 reports at once: %+v %v, want $6 once", rows, err)
 	}
 }
+
+// A budget set at run time holds like a configured one, survives a restart (it is stored), and
+// goes when removed; a configured budget cannot be changed or removed that way.
+func TestBudgetsSetAtRunTime(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.Open(t)
+	clk := clock.NewManual(time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC))
+	cfg := Budget{ID: "cfg", Scope: ScopeGateway, Window: WindowTotal, LimitUSD: 100}
+	l := newLedger(t, db, clk, nil, cfg)
+	session(t, db, "ses_a", "")
+	if err := l.Set(ctx, Budget{ID: "cfg", Scope: ScopeGateway, Window: WindowDay, LimitUSD: 1}); err == nil || !strings.Contains(err.Error(), "config") {
+		t.Fatalf("setting a configured budget: %v, want refused naming the config", err)
+	}
+	if err := l.Set(ctx, Budget{ID: "live", Scope: ScopeGateway, Window: "week", LimitUSD: 1}); err == nil || !strings.Contains(err.Error(), "window") {
+		t.Fatalf("a bad window: %v", err)
+	}
+	if err := l.Set(ctx, Budget{ID: "live", Scope: ScopeGateway, Window: WindowDay, LimitUSD: 1}); err != nil {
+		t.Fatal(err)
+	}
+	l2 := newLedger(t, db, clk, nil, cfg) // a restart
+	var ee *ExceededError
+	if _, err := l2.ReserveCall(ctx, "ses_a", 2); !errors.As(err, &ee) || ee.Budget != "live" {
+		t.Fatalf("a call past the stored budget after a restart: %v, want refused by live", err)
+	}
+	st, err := l2.Budgets(ctx)
+	if err != nil || len(st) != 2 || st[0].Source != "config" || st[1].ID != "live" || st[1].Source != "api" {
+		t.Fatalf("budgets %+v %v, want cfg (config) and live (api)", st, err)
+	}
+	if err := l2.Remove(ctx, "cfg"); err == nil {
+		t.Fatal("removed a configured budget")
+	}
+	if err := l2.Remove(ctx, "live"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Remove(ctx, "live"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("removing it again: %v, want not found", err)
+	}
+	if _, err := l2.ReserveCall(ctx, "ses_a", 2); err != nil {
+		t.Fatalf("a call once the budget is removed: %v", err)
+	}
+}
