@@ -49,17 +49,17 @@ func (f *fakeTurns) Send(ctx context.Context, sessionID, text, key string) (turn
 	f.mu.Unlock()
 	go func() {
 		ses, _ := f.s.Get(context.Background(), sessionID)
-		seq := uint64(0)
+		seq, epoch := uint64(0), t.RunEpoch
 		pub := func(ev protocol.LiveEvent) {
 			seq++
 			_, _ = f.s.PublishLive(context.Background(), sessions.LiveParams{SessionID: sessionID, OwnerEpoch: ses.OwnerEpoch,
-				RunEpoch: t.RunEpoch, RunID: runID, Seq: seq, Event: ev})
+				RunEpoch: epoch, RunID: runID, Seq: seq, Event: ev})
 		}
 		pub(protocol.LiveEvent{Type: protocol.LiveLifecycleStart})
 		for i, d := range f.deltas {
 			if f.moves && i == len(f.deltas)/2 {
 				pub(protocol.LiveEvent{Type: protocol.LiveLifecycleYield})
-				t.RunEpoch += 100 // the continuation: a run epoch of its own, the same run id
+				epoch += 100 // the continuation: a run epoch of its own, the same run id
 				seq = 0
 				pub(protocol.LiveEvent{Type: protocol.LiveLifecycleResume})
 			}
