@@ -143,7 +143,7 @@ func followTurn(ctx context.Context, g *globals, sessionID string, t turns.Turn,
 	// has, so the next message is admitted at once (the session is free before its turn reads
 	// as ended).
 	for i := 0; i < 600; i++ {
-		if tt, err := c.Turn(fctx, t.RunID); err != nil || tt.Status != turns.TurnRunning {
+		if tt, err := c.Turn(fctx, t.RunID); err != nil || !tt.Status.Ongoing() {
 			break
 		}
 		select {

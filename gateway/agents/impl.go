@@ -362,7 +362,7 @@ func (s *Spawner) waitTurn(ctx context.Context, d *Deps, t turns.Turn, progress 
 	defer tick.Stop()
 	for {
 		cur, err := d.Turns.Get(context.WithoutCancel(ctx), t.RunID)
-		if err == nil && cur.Status != turns.TurnRunning && cur.Status != turns.TurnQueued {
+		if err == nil && !cur.Status.Ongoing() {
 			return cur, nil
 		}
 		select {
@@ -372,7 +372,7 @@ func (s *Spawner) waitTurn(ctx context.Context, d *Deps, t turns.Turn, progress 
 			defer cancel()
 			for {
 				cur, err := d.Turns.Get(cctx, t.RunID)
-				if err == nil && cur.Status != turns.TurnRunning {
+				if err == nil && !cur.Status.Ongoing() {
 					return cur, ctx.Err()
 				}
 				select {
@@ -645,7 +645,7 @@ func (s *Spawner) result(ctx context.Context, d *Deps, childID string) SpawnResu
 		r.Status, r.Error = StatusFailed, "the child's worker was lost (reclaimed); sessions_send brings it back"
 	case last == nil:
 		r.Status = StatusStarting
-	case last.Status == turns.TurnRunning || last.Status == turns.TurnQueued:
+	case last.Status.Ongoing():
 		r.Status = StatusRunning
 	case last.Status == turns.TurnFailed:
 		r.Status, r.Error = StatusFailed, last.Error

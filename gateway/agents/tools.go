@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/openclaw/cloudworkers/gateway/turns"
 	"github.com/openclaw/cloudworkers/internal/clock"
 	"github.com/openclaw/cloudworkers/protocol"
 	"github.com/openclaw/cloudworkers/worker/tools"
@@ -243,7 +242,7 @@ func (s *Spawner) whileTurnRuns(ctx context.Context, runID string) (context.Cont
 				return
 			case <-tick.C():
 			}
-			if t, err := d.Turns.Get(ctx, runID); err == nil && t.Status != turns.TurnRunning && t.Status != turns.TurnQueued {
+			if t, err := d.Turns.Get(ctx, runID); err == nil && !t.Status.Ongoing() {
 				cancel()
 				return
 			}

@@ -95,7 +95,7 @@ func (s *Server) followTurn(ctx context.Context, p *progress, t turns.Turn) (tur
 		if err != nil {
 			return t, toolError("turn "+t.RunID, err)
 		}
-		if cur.Status != turns.TurnRunning {
+		if !cur.Status.Ongoing() { // a moving turn goes on after its live move
 			return cur, nil
 		}
 		select {

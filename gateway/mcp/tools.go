@@ -361,7 +361,7 @@ func (s *Server) status(ctx context.Context, _ *mcp.CallToolRequest, in SessionI
 		if last.Error != "" {
 			res.Error = last.Error
 		}
-		if last.Status == turns.TurnRunning {
+		if last.Status.Ongoing() {
 			res.State = "running"
 		} else {
 			res.Answer, _ = s.answer(ctx, ses.ID)

@@ -44,6 +44,10 @@ var turnTransitions = map[TurnStatus][]TurnStatus{
 	TurnCanceled: nil,
 }
 
+// Ongoing reports whether the turn has not ended yet: queued, running, or moving between owners
+// in a live move (it goes on).
+func (s TurnStatus) Ongoing() bool { return s == TurnQueued || s == TurnRunning || s == TurnMoving }
+
 // Terminal reports whether the turn has ended: no move leaves a terminal status.
 func (s TurnStatus) Terminal() bool { return s == TurnDone || s == TurnFailed || s == TurnCanceled }
 

@@ -287,7 +287,7 @@ func (d *run) runTurn(ctx context.Context) (string, error) {
 		if done, err = d.c.Turn(ctx, t.RunID); err != nil {
 			return "", err
 		}
-		if done.Status != turns.TurnRunning || time.Now().After(deadline) {
+		if !done.Status.Ongoing() || time.Now().After(deadline) {
 			break
 		}
 		if err := clock.Sleep(ctx, clock.Real, 50*time.Millisecond); err != nil {
