@@ -480,7 +480,7 @@ function chatPage(id) {
     setPage(t);
     $('#chat-title').textContent = t.session.title || t.session.id;
     document.title = (t.session.title || t.session.id) + ' · OpenClaw';
-    const running = (turns || []).find((x) => x.status === 'running' || x.status === 'queued');
+    const running = (turns || []).find((x) => x.status === 'running' || x.status === 'queued' || x.status === 'moving');
     if (running) follow(running);
     else { if (st.feed) { st.feed.close(); st.feed = null; } live.replaceChildren(); cur = null; setRunning(null); }
     renderTranscript();
@@ -511,7 +511,7 @@ function chatPage(id) {
       const t = await api('POST', '/sessions/' + encodeURIComponent(id) + '/messages', { text });
       $('#message').value = '';
       st.pending = text;
-      if (t.status === 'running' || t.status === 'queued') follow(t);
+      if (t.status === 'running' || t.status === 'queued' || t.status === 'moving') follow(t);
       await load();
     } catch (e) { showError($('#chat-error'), e); $('#send').disabled = !!st.running; }
   });
