@@ -178,7 +178,7 @@ func (g *components) openStore(ctx context.Context) error {
 		return fmt.Errorf("config models: %w", err)
 	}
 	if g.ledger, err = spend.New(spend.Config{DB: g.db, Clock: g.clk, Log: g.sub("spend"), Budgets: g.cfg.Budgets, Zone: g.cfg.Spend.Zone(),
-		Stop: g.stopSpent}); err != nil {
+		Stop: g.stopSpent, Notify: func(kind, id string) { g.sessions.Notify(kind, id) }}); err != nil { // sessions are built below
 		return fmt.Errorf("config: %w", err)
 	}
 	if err := g.ledger.Recover(ctx); err != nil {

@@ -50,7 +50,8 @@ func TestControlUIInChromium(t *testing.T) {
 	root := t.TempDir()
 	release, never := filepath.Join(root, "release"), filepath.Join(root, "never")
 	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedPriced(t, root, "ui", uiScript(release, never), "cost: {input: 3, output: 15}")+
-		"budgets:\n  - {id: ui-day, scope: gateway, window: day, limitUsd: 10}\n")
+		// warns from its first hundredth of a cent: the page shows the warning banner
+		"budgets:\n  - {id: ui-day, scope: gateway, window: day, limitUsd: 10, warnAt: 0.00001}\n")
 	t.Cleanup(func() { destroyAll(g) })
 	ws := filepath.Join(root, "project")
 	testenv.InitRepo(t, ws, "initial", map[string]string{"README.md": "hello\n"})
@@ -159,6 +160,7 @@ func TestControlUIInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Until("the turn ends", `document.body.dataset.turn === 'idle' && `+browsertest.TextCount("#transcript .text", "All done here.")+` === 1`)
+	p.Until("the budget's warning, from the gateway-wide feed", `!document.getElementById('budget-warning').hidden && document.getElementById('budget-warning').textContent.includes('Budget ui-day has spent $0.')`)
 	if got := browsertest.Eval[string](p, counts); got != `{"text":1,"write":1,"exec":1,"user":1}` {
 		t.Fatalf("after the turn the page shows %s: want each once", got)
 	}

@@ -37,7 +37,43 @@ func (r *Reservation) Settle(ctx context.Context, model string, u protocol.Usage
 		if err != nil {
 			l.log.Error("record a model call's spend", "session", r.scope.SessionID, "model", model, "usd", u.Cost.Total, "err", err)
 		}
+		if u.Cost.Total > 0 {
+			l.warn(ctx, r.scope)
+		}
 	})
+}
+
+// warn announces, once a window, each budget of sc whose spend has passed its warnAt share.
+func (l *Ledger) warn(ctx context.Context, sc Scope) {
+	bs, err := l.budgetsFor(ctx, sc)
+	if err != nil || len(bs) == 0 {
+		return
+	}
+	open, err := l.openAccruals(ctx)
+	if err != nil {
+		return
+	}
+	for _, a := range bs {
+		spent, err := l.spent(ctx, a, open)
+		if err != nil || spent < a.warnAt*a.limit {
+			continue
+		}
+		l.wmu.Lock()
+		if l.warned == nil {
+			l.warned = map[string]time.Time{}
+		}
+		w, done := l.warned[a.id]
+		first := !done || !w.Equal(a.from)
+		l.warned[a.id] = a.from
+		l.wmu.Unlock()
+		if !first {
+			continue
+		}
+		l.log.Warn("budget past its warning share", "budget", a.id, "spent", spent, "limit", a.limit, "warnAt", a.warnAt)
+		if l.cfg.Notify != nil {
+			l.cfg.Notify(ChangeBudgetWarning, a.id)
+		}
+	}
 }
 
 // row is one ledger row.

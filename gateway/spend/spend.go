@@ -109,7 +109,14 @@ type Config struct {
 	// something: it brings home the work of the idle machines whose charges match and releases
 	// them. At most once a minute per budget; nil: nothing is stopped.
 	Stop func(budget string, counts func(Scope) bool)
+	// Notify announces a change on the gateway-wide feed (sessions.Store.Notify): a budget past its
+	// warnAt share (ChangeBudgetWarning, the budget's id). nil: none.
+	Notify func(kind, id string)
 }
+
+// ChangeBudgetWarning is the feed's kind for a budget whose spend passed its warnAt share in its
+// window (once a window).
+const ChangeBudgetWarning = "budget.warning"
 
 // Ledger is the spend ledger.
 type Ledger struct {
@@ -124,6 +131,9 @@ type Ledger struct {
 
 	mets     *metrics
 	metsOnce sync.Once
+
+	wmu    sync.Mutex
+	warned map[string]time.Time // budget → the window it warned in
 
 	bmu    sync.RWMutex
 	stored []Budget // budget set at run time (the budgets table)

@@ -376,3 +376,36 @@ func TestBudgetsSetAtRunTime(t *testing.T) {
 		t.Fatalf("a call once the budget is removed: %v", err)
 	}
 }
+
+// A budget past its warnAt share is announced once in its window, and again in the next.
+func TestABudgetWarnsOnceAWindow(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.Open(t)
+	clk := clock.NewManual(time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC))
+	var mu sync.Mutex
+	var got []string
+	l, err := New(Config{DB: db, Clock: clk, Budgets: []Budget{{ID: "daily", Scope: ScopeGateway, Window: WindowDay, LimitUSD: 1, WarnAt: 0.5}},
+		Notify: func(kind, id string) { mu.Lock(); got = append(got, kind+" "+id); mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	session(t, db, "ses_a", "")
+	call := func(usd float64) {
+		t.Helper()
+		r, err := l.ReserveCall(ctx, "ses_a", 0.1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Settle(ctx, "p/m", usage(usd))
+	}
+	call(0.3)
+	call(0.3) // past half of $1
+	call(0.1)
+	clk.Advance(24 * time.Hour)
+	call(0.6) // the next day's window
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 || got[0] != ChangeBudgetWarning+" daily" || got[1] != ChangeBudgetWarning+" daily" {
+		t.Fatalf("warnings %v, want one on the first day and one on the next", got)
+	}
+}

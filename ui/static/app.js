@@ -176,9 +176,28 @@ const sidebar = {
     // The gateway-wide feed says when a session is created or changes and when its placement
     // moves; the list reloads (at most every 100 ms), and after what the feed could not replay.
     const reload = () => this.soon(100);
-    stream('/events', 0, reload, { onGap: reload, onReopen: reload });
+    stream('/events', 0, (c) => {
+      if (c && c.kind === 'budget.warning') budgetWarning(c.id);
+      reload();
+    }, { onGap: reload, onReopen: reload });
   },
 };
+
+// budgetWarning shows, on every page, that a budget passed its warning share (the feed says so
+// once a window), with its figures and a link to the Usage page: at the foot of the sidebar, where
+// it moves nothing the user is about to click.
+async function budgetWarning(id) {
+  const p = $('#budget-warning');
+  if (!p) return;
+  let text = 'Budget ' + id + ' has passed its warning share.';
+  try {
+    const b = (await api('GET', '/budgets')).find((x) => x.id === id);
+    if (b && !b.warning && !b.exceeded) return; // an earlier window's warning, replayed by the feed
+    if (b) text = `Budget ${b.id} has spent ${usd(b.spentUsd)} of ${usd(b.limitUsd)}` + (b.exceeded ? ': new turns, model calls and leases it counts are refused.' : '.');
+  } catch { /* the id is enough */ }
+  p.replaceChildren(text + ' ', el('a', { href: '/usage', text: 'See usage' }));
+  p.hidden = false;
+}
 
 // ---- Chat view -------------------------------------------------------------------------------
 
