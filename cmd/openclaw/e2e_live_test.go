@@ -230,24 +230,32 @@ func TestLiveMove(t *testing.T) {
 	})
 }
 
-// TestGatewayKilledDuringALiveMove: the gateway is SIGKILLed while a live dispatch leases its box,
-// with the turn stopped between owners. Restarted, it resumes the dispatch, and the same turn goes
-// on on the worker and ends done: nothing of it ran twice, the transcript holds each entry once.
+// TestGatewayKilledDuringALiveMove: the gateway is SIGKILLed at each step of a live dispatch
+// (the move recorded, the box leasing, the workspace syncing, the worker starting), with the turn
+// stopped between owners. Restarted, it resumes the dispatch, and the same turn goes on on the
+// worker and ends done: nothing of it ran twice, the transcript holds each entry once.
 func TestGatewayKilledDuringALiveMove(t *testing.T) {
 	root := t.TempDir()
 	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedModels(t, root, map[string]string{"live": liveScript}))
 	t.Cleanup(func() { destroyAll(g) })
-	ws := filepath.Join(root, "user")
-	userWorkspace(t, ws, false)
-	id := g.newSession(ws, "live/m") // no warm box: the dispatch leases one, a step long enough to be killed in
-	turn := g.startTurn(id, "live turn 1")
-	g.inCommand(id, 0)
-	if !g.killDuringLiveMove(id, turn, placement.MoveRequest{To: "worker", ProfileID: "local", Live: true}, placement.Provisioning, placement.Active, "worker") {
-		return
-	}
-	g.checkLiveTranscript(id, 1)
-	if _, err := os.Stat(filepath.Join(ws, "ran-2.txt")); err == nil {
-		t.Fatal("the second command ran in the user's directory: the turn went on on the gateway")
+	for _, aim := range []placement.State{placement.Requested, placement.Provisioning, placement.Syncing, placement.Starting} {
+		t.Run(string(aim), func(t *testing.T) {
+			outer := g.t
+			g.t = t
+			defer func() { g.t = outer }()
+			ws := filepath.Join(root, string(aim))
+			userWorkspace(t, ws, false)
+			id := g.newSession(ws, "live/m") // no warm box: each dispatch leases one
+			turn := g.startTurn(id, "live turn 1")
+			g.inCommand(id, 0)
+			if !g.killDuringLiveMove(outer, id, turn, placement.MoveRequest{To: "worker", ProfileID: "local", Live: true}, aim, placement.Active, "worker") {
+				return
+			}
+			g.checkLiveTranscript(id, 1)
+			if _, err := os.Stat(filepath.Join(ws, "ran-2.txt")); err == nil {
+				t.Fatal("the second command ran in the user's directory: the turn went on on the gateway")
+			}
+		})
 	}
 }
 
@@ -345,32 +353,40 @@ func TestLiveMoveWhenTheWorkerDies(t *testing.T) {
 }
 
 // TestGatewayKilledDuringALivePullBack: the gateway is SIGKILLed while a live pull-back brings a
-// worker session home, after its turn stopped at a model call (moving). Restarted, it resumes
-// the pull-back, and the same turn goes on on the gateway and ends done there, each entry once.
+// worker session home (draining, reconciling), after its turn stopped at a model call (moving).
+// Restarted, it resumes the pull-back, and the same turn goes on on the gateway and ends done
+// there, each entry once.
 func TestGatewayKilledDuringALivePullBack(t *testing.T) {
 	root := t.TempDir()
 	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedModels(t, root, map[string]string{"live": liveScript}))
 	t.Cleanup(func() { destroyAll(g) })
-	ws := filepath.Join(root, "user")
-	userWorkspace(t, ws, false)
-	id, _ := g.activeSession(ws, "live/m", "local")
-	turn := g.startTurn(id, "live turn 1")
-	g.inCommand(id, 0)
-	if !g.killDuringLiveMove(id, turn, placement.MoveRequest{To: "gateway", Live: true}, placement.Reconciling, placement.Local, "local") {
-		return
-	}
-	g.checkLiveTranscript(id, 1)
-	if got := readFile(t, filepath.Join(g.placement(id).Placement.AnchorDir, "ran-2.txt")); got != "step\n" {
-		t.Fatalf("ran-2.txt %q: a command ran other than once, or out of order", got)
+	for _, aim := range []placement.State{placement.Draining, placement.Reconciling} {
+		t.Run(string(aim), func(t *testing.T) {
+			outer := g.t
+			g.t = t
+			defer func() { g.t = outer }()
+			ws := filepath.Join(root, string(aim))
+			userWorkspace(t, ws, false)
+			id, _ := g.activeSession(ws, "live/m", "local")
+			turn := g.startTurn(id, "live turn 1")
+			g.inCommand(id, 0)
+			if !g.killDuringLiveMove(outer, id, turn, placement.MoveRequest{To: "gateway", Live: true}, aim, placement.Local, "local") {
+				return
+			}
+			g.checkLiveTranscript(id, 1)
+			if got := readFile(t, filepath.Join(g.placement(id).Placement.AnchorDir, "ran-2.txt")); got != "step\n" {
+				t.Fatalf("ran-2.txt %q: a command ran other than once, or out of order", got)
+			}
+		})
 	}
 }
 
 // killDuringLiveMove asks for a live move of the session whose turn runs its first command, waits
 // for the turn to stop for it (moving), SIGKILLs the gateway once the placement reaches aim and
-// restarts it. The move must rest in rest and the same turn end done on where. A kill that came
+// restarts it (for owner). The move must rest in rest and the same turn end done on where. A kill that came
 // only after the move rested (the turn may already have gone on, and a turn the gateway died in
 // ends failed: sent again, never replayed) is logged, and false returned: nothing more to check.
-func (g *gw) killDuringLiveMove(id string, turn turns.Turn, req placement.MoveRequest, aim, rest placement.State, where string) bool {
+func (g *gw) killDuringLiveMove(owner *testing.T, id string, turn turns.Turn, req placement.MoveRequest, aim, rest placement.State, where string) bool {
 	t := g.t
 	t.Helper()
 	if _, err := g.client.Move(g.ctx(), id, req); err != nil {
@@ -381,13 +397,14 @@ func (g *gw) killDuringLiveMove(id string, turn turns.Turn, req placement.MoveRe
 		return err == nil && got.Status == turns.TurnMoving
 	})
 	st := g.killAt(id, aim)
-	g.restart(t)
+	t.Logf("killed at %s (aimed at %s)", st, aim)
+	g.restart(owner) // the restarted gateway lives as long as owner, the test that started the first
 	if !g.restResumed(id, rest) {
 		return false
 	}
 	got := waitTurn(t, g, turn.RunID)
 	if st == rest {
-		t.Logf("killed at %s (aimed at %s): the turn ended %s", st, aim, got.Status)
+		t.Logf("the move had rested: the turn ended %s", got.Status)
 		return false
 	}
 	if got.Status != turns.TurnDone || got.Placement != where {
