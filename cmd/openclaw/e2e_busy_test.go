@@ -153,40 +153,51 @@ func TestMovingABusySession(t *testing.T) {
 	})
 }
 
-// TestGatewayKilledDuringABusyPullBack: a pull-back that is draining a running worker turn loses
-// its gateway (SIGKILL). Restarted, the gateway resumes the pull-back: it rests at home with the
-// worker's committed work, the interrupted turn reads as ended (never running, never run twice),
-// the transcript holds its message once, and the next message runs on the gateway.
+// TestGatewayKilledDuringABusyPullBack: a pull-back of a session whose worker turn runs loses its
+// gateway (SIGKILL) at each of its steps — draining (the turn still running, or being canceled)
+// and reconciling — under each policy. Restarted, the gateway resumes the pull-back: it rests at
+// home with the worker's committed work, the interrupted turn reads as ended (never running,
+// never run twice), the transcript holds its message once, and the next message runs on the
+// gateway.
 func TestGatewayKilledDuringABusyPullBack(t *testing.T) {
 	testenv.RequireCommands(t, "git")
 	root := t.TempDir()
 	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedModels(t, root, map[string]string{"busy": busyScript}))
 	t.Cleanup(func() { destroyAll(g) })
-	ws := filepath.Join(root, "user")
-	userWorkspace(t, ws, true)
-	id, _ := g.activeSession(ws, "busy/m", "local")
-	worker := g.startTurn(id, "work on the worker")
-	// the turn is in its command: its message and the model's tool call are committed
-	waitUntil(t, 30*time.Second, func() string { r, _ := g.roles(id); return fmt.Sprintf("transcript %v", r) }, func() bool {
-		r, _ := g.roles(id)
-		return strings.Join(r, ",") == protocol.RoleUser+","+protocol.RoleAssistant
-	})
-	if _, err := g.client.PullBack(g.ctx(), id, placement.PullBackRequest{}); err != nil {
-		t.Fatalf("pull-back of a busy session: %v", err)
+	for _, tc := range []struct {
+		busy string
+		aim  placement.State
+	}{{"drain", placement.Draining}, {"drain", placement.Reconciling}, {"cancel", placement.Draining}, {"cancel", placement.Reconciling}} {
+		t.Run(tc.busy+"/"+string(tc.aim), func(t *testing.T) {
+			outer := g.t
+			g.t = t
+			defer func() { g.t = outer }()
+			ws := filepath.Join(root, tc.busy+"-"+string(tc.aim))
+			userWorkspace(t, ws, true)
+			id, _ := g.activeSession(ws, "busy/m", "local")
+			worker := g.startTurn(id, "work on the worker")
+			// the turn is in its command: its message and the model's tool call are committed
+			waitUntil(t, 30*time.Second, func() string { r, _ := g.roles(id); return fmt.Sprintf("transcript %v", r) }, func() bool {
+				r, _ := g.roles(id)
+				return strings.Join(r, ",") == protocol.RoleUser+","+protocol.RoleAssistant
+			})
+			if _, err := g.client.PullBack(g.ctx(), id, placement.PullBackRequest{Busy: tc.busy}); err != nil {
+				t.Fatalf("pull-back of a busy session (%s): %v", tc.busy, err)
+			}
+			st := g.killAt(id, tc.aim)
+			t.Logf("killed at %s (aimed at %s)", st, tc.aim)
+			g.restart(outer)
+			if !g.restResumed(id, placement.Local) {
+				return
+			}
+			if got := waitTurn(t, g, worker.RunID); got.Status == turns.TurnRunning || got.Status == turns.TurnMoving {
+				t.Fatalf("the interrupted turn is still %s", got.Status)
+			}
+			roles, _ := g.roles(id)
+			if users := strings.Count(strings.Join(roles, ","), protocol.RoleUser); users != 1 || len(roles) < 2 || roles[1] != protocol.RoleAssistant {
+				t.Fatalf("the transcript after the restart: %v, want the turn's message once and the model's call after it", roles)
+			}
+			g.runTurn(id, "carry on at home", "local")
+		})
 	}
-	if st := g.killAt(id, placement.Draining); st != placement.Draining {
-		t.Logf("killed at %s (aimed at draining with the turn running)", st)
-	}
-	g.restart(t)
-	if !g.restResumed(id, placement.Local) {
-		return
-	}
-	if got := waitTurn(t, g, worker.RunID); got.Status == turns.TurnRunning {
-		t.Fatalf("the interrupted turn is still running")
-	}
-	roles, _ := g.roles(id)
-	if users := strings.Count(strings.Join(roles, ","), protocol.RoleUser); users != 1 || len(roles) < 2 || roles[1] != protocol.RoleAssistant {
-		t.Fatalf("the transcript after the restart: %v, want the turn's message once and the model's call after it", roles)
-	}
-	g.runTurn(id, "carry on at home", "local")
 }

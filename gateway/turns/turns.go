@@ -144,6 +144,12 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	// the worker runs of turns a dead gateway left running: a worker keeps running one (its next
+	// commit is refused once it is fenced, and it waits), so it is canceled once its worker is back
+	orphans, err := workerRuns(ctx, cfg.DB)
+	if err != nil {
+		return nil, fmt.Errorf("recover turns: %w", err)
+	}
 	if err := failRunningTurns(ctx, cfg.DB, clock.Or(cfg.Clock)); err != nil {
 		return nil, fmt.Errorf("recover turns: %w", err)
 	}
@@ -163,8 +169,50 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		cfg.Log.Info("stopped what an earlier gateway's local turns left running", "processes", st.Processes)
 	}
 	c, cancel := context.WithCancel(context.Background())
-	return &Service{cfg: cfg, owner: owner, log: cfg.Log, ctx: c, cancel: cancel, running: map[string]context.CancelFunc{}, yielding: map[string]string{}, granted: map[string]string{}, ended: map[string]chan struct{}{}, metrics: newMetrics()}, nil
+	s := &Service{cfg: cfg, owner: owner, log: cfg.Log, ctx: c, cancel: cancel, running: map[string]context.CancelFunc{}, yielding: map[string]string{}, granted: map[string]string{}, ended: map[string]chan struct{}{}, metrics: newMetrics()}
+	s.cancelOrphans(orphans)
+	return s, nil
 }
+
+// orphan is a worker run whose turn a dead gateway left running.
+type orphan struct{ session, env, run string }
+
+// workerRuns returns the worker runs of the turns left running.
+func workerRuns(ctx context.Context, db *store.DB) ([]orphan, error) {
+	return store.Query(ctx, db.R, func(r store.Scanner) (orphan, error) {
+		var o orphan
+		err := r.Scan(&o.session, &o.env, &o.run)
+		return o, err
+	}, `SELECT t.session_id, COALESCE(s.environment_id, ''), t.run_id FROM turns t LEFT JOIN sessions s ON s.id = t.session_id
+		WHERE t.status = ? AND t.placement = 'worker'`, string(TurnRunning))
+}
+
+// cancelOrphans asks each orphan's worker, once admitted (within orphanWait), to cancel the run: a
+// worker still running it would refuse the next turn of any session (busy) until it ended.
+func (s *Service) cancelOrphans(orphans []orphan) {
+	if s.cfg.Workers == nil {
+		return
+	}
+	for _, o := range orphans {
+		if o.env == "" {
+			continue
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			ctx, cancel := context.WithTimeout(s.ctx, orphanWait)
+			defer cancel()
+			if s.cfg.Workers.WaitAdmitted(ctx, o.env) != nil {
+				return
+			}
+			s.cancelOnWorker(ctx, o.env, o.session, o.run)
+			s.log.Info("asked the worker to stop a run a stopped gateway left", "session", o.session, "env", o.env, "run", o.run)
+		}()
+	}
+}
+
+// orphanWait bounds the wait for an orphaned run's worker to be admitted again.
+const orphanWait = 2 * time.Minute
 
 // Close cancels running turns and waits for them until ctx ends (an error then names what still
 // runs).

@@ -44,9 +44,20 @@ func (s *Service) startOnWorker(ctx, tctx context.Context, sess sessions.Session
 	s.running[sess.ID] = func() { requested = true }
 	s.mu.Unlock()
 	rctx, cancel := context.WithTimeout(ctx, turnStartTimeout)
-	_, err = s.cfg.Workers.Request(rctx, sess.EnvironmentID, protocol.MethodTurnStart, protocol.TurnStartParams{
-		SessionID: sess.ID, OwnerEpoch: sess.OwnerEpoch, RunEpoch: t.RunEpoch, RunID: t.RunID, ModelRef: t.Model,
-		Text: text, Continue: cont, Workspace: sess.Workspace, GatewayTools: s.gatewayToolSchemas(ctx)})
+	start := protocol.TurnStartParams{SessionID: sess.ID, OwnerEpoch: sess.OwnerEpoch, RunEpoch: t.RunEpoch, RunID: t.RunID,
+		ModelRef: t.Model, Text: text, Continue: cont, Workspace: sess.Workspace, GatewayTools: s.gatewayToolSchemas(ctx)}
+	for {
+		_, err = s.cfg.Workers.Request(rctx, sess.EnvironmentID, protocol.MethodTurnStart, start)
+		// A worker still ending a run of an earlier owner (fenced: its next commit or model call is
+		// refused, which ends it) answers busy, retryable: the start is sent again, within the wait.
+		var perr *protocol.Error
+		if err == nil || !errors.As(err, &perr) || perr.Code != protocol.CodeBusy || !perr.Retryable {
+			break
+		}
+		if clock.Sleep(rctx, s.clock(), min(max(time.Duration(perr.RetryAfterMs)*time.Millisecond, 100*time.Millisecond), 2*time.Second)) != nil {
+			break
+		}
+	}
 	cancel()
 	if err != nil {
 		sub.Close()
