@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -411,4 +412,42 @@ func (g *gw) killDuringLiveMove(owner *testing.T, id string, turn turns.Turn, re
 		t.Fatalf("killed at %s: the turn after the restart is %s on %s (%s), want done on %s", st, got.Status, got.Placement, got.Error, where)
 	}
 	return true
+}
+
+// TestLiveMoveWhenTheWorkerDiesAfterTheRunStopped: the worker is SIGKILLed once its run stopped
+// for a live move to the gateway (the turn moving, the pull-back on its way). The move does not
+// need the worker any more: it rests on the gateway with the worker's work, and the same turn goes
+// on there and ends done, each command once.
+func TestLiveMoveWhenTheWorkerDiesAfterTheRunStopped(t *testing.T) {
+	root := t.TempDir()
+	g := startGateway(t, filepath.Join(root, "data"), fastWorkerConfig+scriptedModels(t, root, map[string]string{"live": liveScript}))
+	t.Cleanup(func() { destroyAll(g) })
+	ws := filepath.Join(root, "user")
+	userWorkspace(t, ws, false)
+	id, envID := g.activeSession(ws, "live/m", "local")
+	e, err := g.getEnv(envID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := workerPID(t, e)
+	turn := g.startTurn(id, "live turn 1")
+	g.inCommand(id, 0)
+	if _, err := g.client.Move(g.ctx(), id, placement.MoveRequest{To: "gateway", Live: true}); err != nil {
+		t.Fatalf("live move: %v", err)
+	}
+	waitUntil(t, 30*time.Second, func() string { return "the turn never stopped for the move" }, func() bool {
+		got, err := g.client.Turn(g.ctx(), turn.RunID)
+		return err == nil && got.Status != turns.TurnRunning
+	})
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	v := g.mustRest(id, placement.Local)
+	if got := waitTurn(t, g, turn.RunID); got.Status != turns.TurnDone || got.Placement != "local" {
+		t.Fatalf("the turn after its worker died: %s on %s (%s), want done on the gateway", got.Status, got.Placement, got.Error)
+	}
+	g.checkLiveTranscript(id, 1)
+	if got := readFile(t, filepath.Join(v.Placement.AnchorDir, "ran-2.txt")); got != "step\n" {
+		t.Fatalf("ran-2.txt %q: a command ran other than once, or out of order", got)
+	}
 }
