@@ -208,6 +208,10 @@ func TestSessionCapEvictsOldestIdle(t *testing.T) {
 					t.Fatalf("session %d: %v", i, err)
 				}
 				all = append(all, cs)
+				// The client may still be sending its initialized notification: a session with a
+				// POST in flight is never evicted, so the next one waits until only the held call
+				// is in flight (else which session goes first depends on that timing).
+				testenv.Eventually(t, "the new session to be idle", func() bool { return r.s.caps.inFlight() <= 1 })
 				if n, m := r.s.caps.tracked(), r.sdkSessions(); n > 64 || m > 64 {
 					t.Fatalf("after session %d: %d tracked, %d held by the SDK, cap 64", i, n, m)
 				}
@@ -331,4 +335,15 @@ func TestSessionCapSettings(t *testing.T) {
 	if err := (Settings{MaxSessionsPerToken: 500}).Validate(); err != nil {
 		t.Errorf("a per-token cap above the default total raises the total's default: %v", err)
 	}
+}
+
+// inFlight counts the POSTs in flight over every tracked session.
+func (c *sessionCaps) inFlight() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, s := range c.live {
+		n += s.busy
+	}
+	return n
 }
