@@ -439,7 +439,6 @@ const spentIdleWait = 2 * time.Minute
 
 // releaseUnassigned releases the unassigned machines of the profiles a spent budget counts.
 func (g *components) releaseUnassigned(ctx context.Context, counts func(spend.Scope) bool) {
-	log := g.log
 	envList, err := g.envs.List(ctx, false)
 	if err != nil {
 		return
@@ -448,9 +447,9 @@ func (g *components) releaseUnassigned(ctx context.Context, counts func(spend.Sc
 		if !counts(spend.Scope{ProfileID: e.ProfileID, EnvironmentID: e.ID}) || !g.dispatcher.Unassigned(ctx, e) {
 			continue
 		}
-		log.Warn("budget spent: releasing an unassigned machine", "env", e.ID)
+		g.log.Warn("budget spent: releasing an unassigned machine", "env", e.ID)
 		if _, err := g.envs.RequestDestroy(ctx, e.ID, false); err != nil {
-			log.Warn("budget spent: release the machine", "env", e.ID, "err", err)
+			g.log.Warn("budget spent: release the machine", "env", e.ID, "err", err)
 		}
 	}
 }

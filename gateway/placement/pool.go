@@ -84,7 +84,7 @@ func (d *Dispatcher) claimWarm(ctx context.Context, sessionID, profileID, class 
 		return "", err
 	}
 	for _, e := range list { // in the list's order (newest first), as warm reuse always took them
-		if e.ProfileID != profileID || (class != "" && e.Class() != class) || !d.cfg.Admitted(e.ID) || !d.unassigned(ctx, e, sessionID) {
+		if e.ProfileID != profileID || (class != "" && e.Class() != class) || !d.unassigned(ctx, e, sessionID) {
 			continue
 		}
 		d.mu.Lock()

@@ -430,24 +430,8 @@ func (l *Ledger) reserve(ctx context.Context, sc Scope, worst float64, kind stri
 	}
 	l.admit.Lock()
 	defer l.admit.Unlock()
-	if len(bs) > 0 {
-		open, err := l.openAccruals(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for _, a := range bs {
-			spent, err := l.spent(ctx, a, open)
-			if err != nil {
-				return nil, err
-			}
-			if spent+worst > a.limit {
-				l.refused(a.id)
-				if spent >= stopShare*a.limit {
-					l.stop(a) // spent, not only short of one call's worst case
-				}
-				return nil, &ExceededError{Budget: a.id, SpentUSD: spent, LimitUSD: a.limit, AskedUSD: worst, ResetAt: a.reset, Raise: a.raise}
-			}
-		}
+	if err := l.refuse(ctx, bs, worst, false); err != nil {
+		return nil, err
 	}
 	r := &Reservation{l: l, scope: sc}
 	err = l.cfg.DB.InTx(ctx, func(tx *sql.Tx) error {
@@ -487,8 +471,18 @@ func (l *Ledger) Admit(ctx context.Context, sessionID string, atLeast float64) e
 		return err
 	}
 	bs, err := l.budgetsFor(ctx, sc)
-	if err != nil || len(bs) == 0 {
+	if err != nil {
 		return err
+	}
+	return l.refuse(ctx, bs, atLeast, true)
+}
+
+// refuse returns an *ExceededError for the first of bs that has less left than amount (a turn's
+// admission: also one already spent), counting the refusal and, when the budget is spent (a
+// refused turn, or a call refused at stopShare of it), asking its stop.
+func (l *Ledger) refuse(ctx context.Context, bs []applies, amount float64, admission bool) error {
+	if len(bs) == 0 {
+		return nil
 	}
 	open, err := l.openAccruals(ctx)
 	if err != nil {
@@ -499,10 +493,12 @@ func (l *Ledger) Admit(ctx context.Context, sessionID string, atLeast float64) e
 		if err != nil {
 			return err
 		}
-		if spent >= a.limit || spent+atLeast > a.limit {
+		if spent+amount > a.limit || (admission && spent >= a.limit) {
 			l.refused(a.id)
-			l.stop(a)
-			return &ExceededError{Budget: a.id, SpentUSD: spent, LimitUSD: a.limit, AskedUSD: atLeast, ResetAt: a.reset, Raise: a.raise}
+			if admission || spent >= stopShare*a.limit {
+				l.stop(a) // spent, not only short of one call's worst case
+			}
+			return &ExceededError{Budget: a.id, SpentUSD: spent, LimitUSD: a.limit, AskedUSD: amount, ResetAt: a.reset, Raise: a.raise}
 		}
 	}
 	return nil
